@@ -1,0 +1,184 @@
+"""The one error tree of cardfence.
+
+Every error cardfence raises on purpose derives from :class:`CardfenceError`; each carries what it
+is about (URL, task, revision) and its message is one line naming what was wrong and what was (not)
+done.
+
+::
+
+    CardfenceError
+    ├── StoreError                      the event store refused or failed; nothing was written
+    │   ├── ConcurrencyError            another writer appended to the stream first
+    │   ├── PayloadError                payload not JSON, out of range or too large
+    │   ├── SnapshotMismatchError       card body does not hash to its revision key
+    │   ├── SchemaTooNewError           database migrated by a newer cardfence
+    │   └── StoreUnavailableError       database unreachable or broken
+    ├── UsageError                      bad flags, unknown task (CLI exit 2)
+    ├── DiscoveryError                  the card could not be read (kind: network, timeout, …)
+    │   └── CardInvalidError            the card body is invalid or over the size limit
+    ├── SkillUnavailableError           skill absent or media type not accepted
+    ├── ContractChangedError            the agent's contract differs from the pinned one
+    ├── TaskOrphanedError               the card in force no longer carries the task's skill
+    ├── EndpointUnreachableError        network error or bare HTTP 404 at the task's endpoint
+    ├── RemoteRefusedError              the agent answered with an A2A error
+    ├── InvalidAgentResponseError       the agent's answer is not a valid A2A response
+    ├── DeadlineExceeded                the task was not at the requested point in time
+    └── AuditViolation                  the audit found a broken chain or a replay mismatch
+
+The store's part of the tree is defined in :mod:`store.errors` (``store`` knows nothing of A2A and
+cannot import ``engine``) and re-exported here.
+"""
+
+from __future__ import annotations
+
+from store.errors import (
+    CardfenceError,
+    ConcurrencyError,
+    PayloadError,
+    SchemaTooNewError,
+    SnapshotMismatchError,
+    StoreError,
+    StoreUnavailableError,
+)
+
+__all__ = [
+    "AuditViolation",
+    "CardInvalidError",
+    "CardfenceError",
+    "ConcurrencyError",
+    "ContractChangedError",
+    "DeadlineExceeded",
+    "DiscoveryError",
+    "EndpointUnreachableError",
+    "InvalidAgentResponseError",
+    "PayloadError",
+    "RemoteRefusedError",
+    "SchemaTooNewError",
+    "SkillUnavailableError",
+    "SnapshotMismatchError",
+    "StoreError",
+    "StoreUnavailableError",
+    "TaskOrphanedError",
+    "UsageError",
+]
+
+
+class UsageError(CardfenceError):
+    """The command line or API was used wrongly (unknown task, bad option)."""
+
+
+class DiscoveryError(CardfenceError):
+    """The Agent Card could not be read; nothing that depended on it was done.
+
+    ``kind`` is one of ``network``, ``timeout``, ``http_status``, ``invalid_card``, ``too_large``,
+    ``redirect``.
+    """
+
+    def __init__(self, url: str, kind: str, detail: str, *, consequence: str = "") -> None:
+        self.url = url
+        self.kind = kind
+        self.detail = detail
+        tail = f" ({consequence})" if consequence else ""
+        super().__init__(f"GET {url} -> {detail}{tail}")
+
+
+class CardInvalidError(DiscoveryError):
+    """The card body is not a valid Agent Card, or is over the size limit.
+
+    ``field`` names the offending field (a dotted path) when one can be named.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        detail: str,
+        *,
+        field: str = "",
+        kind: str = "invalid_card",
+        consequence: str = "",
+    ) -> None:
+        self.field = field
+        super().__init__(url, kind, detail, consequence=consequence)
+
+
+class SkillUnavailableError(CardfenceError):
+    """The fresh card does not offer the skill, or not for the message's media types."""
+
+    def __init__(self, agent: str, skill: str, detail: str) -> None:
+        self.agent = agent
+        self.skill = skill
+        super().__init__(f"{agent}: skill {skill!r} {detail} (nothing was sent)")
+
+
+class ContractChangedError(CardfenceError):
+    """The agent's contract (protocol versions, security) differs from the one pinned."""
+
+    def __init__(self, agent: str, pinned: str, fresh: str, changes: str) -> None:
+        self.agent = agent
+        self.pinned = pinned
+        self.fresh = fresh
+        self.changes = changes
+        super().__init__(
+            f"{agent}: contract changed from {pinned[:12]} to {fresh[:12]} ({changes}); "
+            "nothing was sent — accept it explicitly to proceed"
+        )
+
+
+class TaskOrphanedError(CardfenceError):
+    """The card revision in force no longer carries the task's skill, or an incompatible one."""
+
+    def __init__(self, task: str, skill: str, revision: str, detail: str) -> None:
+        self.task = task
+        self.skill = skill
+        self.revision = revision
+        super().__init__(
+            f"task {task}: {detail} in card revision {revision[:12]}; "
+            "the task keeps its last observed state and was not routed elsewhere"
+        )
+
+
+class EndpointUnreachableError(CardfenceError):
+    """The task's endpoint did not answer, or answered 404 without an A2A error body."""
+
+    def __init__(self, url: str, detail: str, *, task: str = "") -> None:
+        self.url = url
+        self.task = task
+        super().__init__(f"{url}: {detail} (nothing was changed)")
+
+
+class RemoteRefusedError(CardfenceError):
+    """The agent answered the request with an A2A error."""
+
+    def __init__(self, url: str, code: int | str, detail: str, *, task: str = "") -> None:
+        self.url = url
+        self.code = code
+        self.task = task
+        super().__init__(f"{url}: agent refused ({code}: {detail})")
+
+
+class InvalidAgentResponseError(CardfenceError):
+    """The agent's answer is not a valid A2A response; nothing was changed."""
+
+    def __init__(self, url: str, detail: str) -> None:
+        self.url = url
+        super().__init__(f"{url}: invalid agent response: {detail} (nothing was changed)")
+
+
+class DeadlineExceeded(CardfenceError):
+    """The task did not reach the requested point in time; it is NOT marked failed."""
+
+    def __init__(self, task: str, state: str, seconds: float) -> None:
+        self.task = task
+        self.state = state
+        self.seconds = seconds
+        super().__init__(
+            f"task {task} still {state} after {seconds:g}s (the task is not marked failed)"
+        )
+
+
+class AuditViolation(CardfenceError):
+    """The audit found at least one violation."""
+
+    def __init__(self, count: int, first: str) -> None:
+        self.count = count
+        super().__init__(f"{count} violation(s); first: {first}")

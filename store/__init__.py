@@ -1,0 +1,45 @@
+"""cardfence's event store: an append-only, hash-chained event log on SQLAlchemy 2.x.
+
+It knows nothing of A2A: streams, events, projections and content-addressed snapshots.
+"""
+
+from store.chain import ChainBreak, verify_chain
+from store.errors import (
+    CardfenceError,
+    ConcurrencyError,
+    PayloadError,
+    SchemaTooNewError,
+    SnapshotMismatchError,
+    StoreError,
+    StoreUnavailableError,
+)
+from store.eventlog import EventStore, iter_all, normalise_url
+from store.records import (
+    GENESIS_HASH,
+    CardSnapshot,
+    NewEvent,
+    Projection,
+    RecordedEvent,
+    StreamRecord,
+)
+
+__all__ = [
+    "GENESIS_HASH",
+    "CardSnapshot",
+    "CardfenceError",
+    "ChainBreak",
+    "ConcurrencyError",
+    "EventStore",
+    "NewEvent",
+    "PayloadError",
+    "Projection",
+    "RecordedEvent",
+    "SchemaTooNewError",
+    "SnapshotMismatchError",
+    "StoreError",
+    "StoreUnavailableError",
+    "StreamRecord",
+    "iter_all",
+    "normalise_url",
+    "verify_chain",
+]

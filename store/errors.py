@@ -1,0 +1,72 @@
+"""Errors raised by the event store.
+
+The root of cardfence's one error tree, :class:`CardfenceError`, lives here because ``store`` is the
+lowest layer: ``engine.errors`` re-exports it and hangs the A2A errors beneath it. The whole tree is
+drawn in ``engine/errors.py``.
+"""
+
+from __future__ import annotations
+
+
+class CardfenceError(Exception):
+    """Base class of every error cardfence raises on purpose."""
+
+
+class StoreError(CardfenceError):
+    """The event store refused or failed an operation; nothing was written."""
+
+
+class ConcurrencyError(StoreError):
+    """Another writer appended to the stream first (optimistic concurrency)."""
+
+    def __init__(self, stream_id: str, expected_version: int, actual_version: int | None) -> None:
+        self.stream_id = stream_id
+        self.expected_version = expected_version
+        self.actual_version = actual_version
+        actual = "unknown" if actual_version is None else str(actual_version)
+        super().__init__(
+            f"stream {stream_id!r} is at version {actual}, not {expected_version}: "
+            "another writer appended first (nothing was written)"
+        )
+
+
+class PayloadError(StoreError):
+    """An event payload or projection cannot be stored (not JSON, out of range, too large)."""
+
+    def __init__(self, stream_id: str, detail: str) -> None:
+        self.stream_id = stream_id
+        self.detail = detail
+        super().__init__(f"stream {stream_id!r}: {detail} (nothing was written)")
+
+
+class SnapshotMismatchError(StoreError):
+    """A card snapshot's body does not hash to the key it was offered under."""
+
+    def __init__(self, revision: str, actual: str) -> None:
+        self.revision = revision
+        self.actual = actual
+        super().__init__(
+            f"card snapshot offered as {revision[:16]}… hashes to {actual[:16]}… "
+            "(nothing was written)"
+        )
+
+
+class SchemaTooNewError(StoreError):
+    """The database was migrated by a newer cardfence than this one."""
+
+    def __init__(self, url: str, revision: str) -> None:
+        self.url = url
+        self.revision = revision
+        super().__init__(
+            f"{url}: schema revision {revision!r} is newer than this cardfence knows "
+            "(upgrade cardfence; the database was not touched)"
+        )
+
+
+class StoreUnavailableError(StoreError):
+    """The database could not be opened or answered with an error."""
+
+    def __init__(self, url: str, detail: str) -> None:
+        self.url = url
+        self.detail = detail
+        super().__init__(f"{url}: {detail} (nothing was written)")

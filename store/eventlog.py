@@ -1,0 +1,568 @@
+"""The event log: append with optimistic concurrency, read by stream and globally.
+
+Ordering guarantee for tailing readers (``read_all(after=…)``): a reader that has seen position
+``p`` will never later see a commit of a position below ``p``.
+
+- SQLite gives this for free: one writer at a time, and writers take the lock up front with
+  ``BEGIN IMMEDIATE``.
+- On PostgreSQL, sequence values are drawn at insert but become visible at commit, so two writers
+  could commit out of order and a tailing reader would skip the slower one's event. Every append
+  therefore takes a transaction-scoped advisory lock right before inserting its events and holds
+  it through commit: positions are drawn and committed in one order. It is the last lock an append
+  takes and covers only the insert and the commit, so writers still prepare (hashing, projection,
+  the row lock on their stream's head) in parallel. Gaps in positions (rolled-back inserts) are
+  possible and harmless; versions within a stream are gap-free.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+import sqlalchemy as sa
+from sqlalchemy import event as sa_event
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import URL, make_url
+
+import migrations
+from store.chain import ChainBreak, content_hash, event_hash, verify_chain
+from store.errors import (
+    ConcurrencyError,
+    PayloadError,
+    SchemaTooNewError,
+    SnapshotMismatchError,
+    StoreUnavailableError,
+)
+from store.records import (
+    GENESIS_HASH,
+    CardSnapshot,
+    NewEvent,
+    Projection,
+    RecordedEvent,
+    StreamRecord,
+)
+from store.schema import card_snapshots, events, streams
+
+_T = TypeVar("_T")
+
+DEFAULT_MAX_PAYLOAD_BYTES = 1 << 20
+_PG_APPEND_LOCK = 0x63617264_66656E63 & 0x7FFF_FFFF_FFFF_FFFF  # "cardfenc"
+_PG_MIGRATE_LOCK = _PG_APPEND_LOCK - 1
+_SQLITE_BUSY_RETRIES = 8
+_HEAD_CACHE_LIMIT = 50_000
+_WRITE = "cardfence_write"
+
+_EVENT_COLUMNS = (
+    events.c.position,
+    events.c.stream_id,
+    events.c.version,
+    events.c.type,
+    events.c.schema_version,
+    events.c.payload,
+    events.c.recorded_at,
+    events.c.prev_hash,
+    events.c.hash,
+)
+
+
+def normalise_url(url: str | URL) -> URL:
+    """Pin the driver: PostgreSQL goes through psycopg 3, whatever the URL says."""
+    parsed = make_url(url)
+    if parsed.drivername in ("postgresql", "postgres"):
+        parsed = parsed.set(drivername="postgresql+psycopg")
+    return parsed
+
+
+def _encode(stream_id: str, what: str, value: object, limit: int) -> str:
+    try:
+        text = json.dumps(value, separators=(",", ":"), sort_keys=True, allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as exc:
+        raise PayloadError(stream_id, f"{what} is not JSON-serialisable: {exc}") from exc
+    if len(text) > limit:
+        raise PayloadError(stream_id, f"{what} is {len(text)} bytes, over the {limit}-byte limit")
+    return text
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+def _is_sqlite_busy(exc: sa.exc.OperationalError) -> bool:
+    message = str(exc.orig).lower()
+    return "locked" in message or "busy" in message
+
+
+class EventStore:
+    """An append-only, hash-chained event log with stream projections and card snapshots.
+
+    Open it with :meth:`open`, which migrates the database to the newest schema first.
+    """
+
+    def __init__(
+        self, engine: sa.Engine, *, max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
+    ) -> None:
+        self.engine = engine
+        self.url = engine.url.render_as_string(hide_password=True)
+        self.max_payload_bytes = max_payload_bytes
+        self._is_sqlite = engine.dialect.name == "sqlite"
+        self._is_postgres = engine.dialect.name == "postgresql"
+        # (version -> hash) of stream heads this process wrote or read. An event at a given
+        # (stream, version) never changes, so a cached pair stays true forever; the conditional
+        # update of the head row decides whether it is still the head.
+        self._heads: dict[str, tuple[int, str]] = {}
+
+    # -- opening -------------------------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        url: str | URL,
+        *,
+        migrate: bool = True,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        busy_timeout_ms: int = 5000,
+    ) -> EventStore:
+        """Connect to ``url`` and (by default) migrate it to the newest schema."""
+        parsed = normalise_url(url)
+        shown = parsed.render_as_string(hide_password=True)
+        try:
+            engine = _create_engine(parsed, busy_timeout_ms)
+        except (sa.exc.ArgumentError, sa.exc.NoSuchModuleError, ImportError) as exc:
+            raise StoreUnavailableError(shown, f"cannot use this URL: {exc}") from exc
+        store = cls(engine, max_payload_bytes=max_payload_bytes)
+        if migrate:
+            store.migrate()
+        return store
+
+    def migrate(self) -> str:
+        """Bring the schema to head (idempotent, safe when several processes race). Returns it."""
+        head = migrations.head_revision()
+
+        def run() -> str:
+            # One transaction, under the write lock (SQLite) or an advisory lock (PostgreSQL):
+            # two processes opening a fresh database at once migrate it exactly once.
+            with self._write() as conn:
+                if self._is_postgres:
+                    conn.execute(sa.select(sa.func.pg_advisory_xact_lock(_PG_MIGRATE_LOCK)))
+                current = migrations.current_revision(conn)
+                if current is not None and current not in migrations.known_revisions():
+                    raise SchemaTooNewError(self.url, current)
+                if current != head:
+                    migrations.upgrade(conn)
+            return head
+
+        return self._retrying(run)
+
+    def schema_revision(self) -> str | None:
+        """The revision the database is stamped with (``None`` if never migrated)."""
+        with self._read() as conn:
+            return migrations.current_revision(conn)
+
+    def close(self) -> None:
+        self.engine.dispose()
+
+    def __enter__(self) -> EventStore:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.close()
+
+    # -- transactions --------------------------------------------------------------------------
+
+    @contextmanager
+    def _write(self) -> Iterator[sa.Connection]:
+        try:
+            with self.engine.connect() as conn:
+                conn.execution_options(**{_WRITE: True})
+                with conn.begin():
+                    yield conn
+        except sa.exc.DBAPIError as exc:
+            if (
+                isinstance(exc, sa.exc.OperationalError)
+                and self._is_sqlite
+                and _is_sqlite_busy(exc)
+            ):
+                raise  # _retrying decides
+            raise StoreUnavailableError(self.url, _one_line(exc)) from exc
+
+    @contextmanager
+    def _read(self) -> Iterator[sa.Connection]:
+        try:
+            with self.engine.connect() as conn, conn.begin():
+                yield conn
+        except sa.exc.DBAPIError as exc:
+            raise StoreUnavailableError(self.url, _one_line(exc)) from exc
+
+    def _retrying(self, operation: Callable[[], _T]) -> _T:
+        """Run a write, retrying a bounded number of times while SQLite reports it is busy."""
+        for attempt in range(_SQLITE_BUSY_RETRIES):
+            try:
+                return operation()
+            except sa.exc.OperationalError as exc:
+                if not (self._is_sqlite and _is_sqlite_busy(exc)):
+                    raise StoreUnavailableError(self.url, _one_line(exc)) from exc
+                if attempt == _SQLITE_BUSY_RETRIES - 1:
+                    raise StoreUnavailableError(
+                        self.url, f"database stayed locked after {attempt + 1} attempts"
+                    ) from exc
+                time.sleep(random.uniform(0.005, 0.05) * (attempt + 1))
+        raise AssertionError("unreachable")
+
+    # -- appending -----------------------------------------------------------------------------
+
+    def append(
+        self,
+        stream_id: str,
+        expected_version: int,
+        new_events: Sequence[NewEvent],
+        *,
+        projection: Projection | None = None,
+        snapshots: Iterable[CardSnapshot] = (),
+    ) -> list[int]:
+        """Append ``new_events`` to a stream at ``expected_version``, atomically.
+
+        The projection (if given) and any card snapshots are written in the same transaction.
+        Returns the events' global positions. Raises :class:`ConcurrencyError` when the stream is
+        not at ``expected_version``, :class:`PayloadError` when a payload or the projection cannot
+        be stored; in both cases nothing is written.
+        """
+        if not new_events:
+            raise PayloadError(stream_id, "append of no events")
+        limit = self.max_payload_bytes
+        payloads = [_encode(stream_id, f"{e.type} payload", e.data, limit) for e in new_events]
+        state = (
+            None
+            if projection is None
+            else _encode(stream_id, "projection", projection.state, limit)
+        )
+        cards = sorted(snapshots, key=lambda s: s.revision)
+        for card in cards:
+            actual = content_hash(card.body)
+            if actual != card.revision:
+                raise SnapshotMismatchError(card.revision, actual)
+        return self._retrying(
+            lambda: self._append_once(
+                stream_id, expected_version, new_events, payloads, projection, state, cards
+            )
+        )
+
+    def _prev_hash(self, conn: sa.Connection, stream_id: str, expected_version: int) -> str:
+        if expected_version == 0:
+            return GENESIS_HASH
+        cached = self._heads.get(stream_id)
+        if cached is not None and cached[0] == expected_version:
+            return cached[1]
+        found = conn.execute(
+            sa.select(events.c.hash).where(
+                events.c.stream_id == stream_id, events.c.version == expected_version
+            )
+        ).scalar_one_or_none()
+        if found is None:
+            raise ConcurrencyError(stream_id, expected_version, self._version(conn, stream_id))
+        return str(found)
+
+    def _version(self, conn: sa.Connection, stream_id: str) -> int | None:
+        return conn.execute(
+            sa.select(streams.c.version).where(streams.c.stream_id == stream_id)
+        ).scalar_one_or_none()
+
+    def _append_once(
+        self,
+        stream_id: str,
+        expected_version: int,
+        new_events: Sequence[NewEvent],
+        payloads: list[str],
+        projection: Projection | None,
+        state: str | None,
+        cards: list[CardSnapshot],
+    ) -> list[int]:
+        now = _now()
+        new_version = expected_version + len(new_events)
+        with self._write() as conn:
+            prev = self._prev_hash(conn, stream_id, expected_version)
+            rows: list[dict[str, Any]] = []
+            for offset, (new, payload) in enumerate(zip(new_events, payloads, strict=True)):
+                version = expected_version + offset + 1
+                digest = event_hash(
+                    stream_id, version, new.type, new.schema_version, now, payload, prev
+                )
+                rows.append(
+                    {
+                        "stream_id": stream_id,
+                        "version": version,
+                        "type": new.type,
+                        "schema_version": new.schema_version,
+                        "payload": payload,
+                        "recorded_at": now,
+                        "prev_hash": prev,
+                        "hash": digest,
+                    }
+                )
+                prev = digest
+            self._advance_head(
+                conn, stream_id, expected_version, new_version, projection, state, now
+            )
+            for card in cards:
+                self._insert_snapshot(conn, card)
+            self._serialise_positions(conn)
+            try:
+                positions = self._insert_events(conn, rows)
+            except sa.exc.IntegrityError as exc:
+                raise ConcurrencyError(
+                    stream_id, expected_version, self._version(conn, stream_id)
+                ) from exc
+        if len(self._heads) >= _HEAD_CACHE_LIMIT:
+            self._heads.clear()
+        self._heads[stream_id] = (new_version, prev)
+        return positions
+
+    def _serialise_positions(self, conn: sa.Connection) -> None:
+        """Make positions commit in the order they are drawn (see the module docstring)."""
+        if self._is_postgres:
+            conn.execute(sa.select(sa.func.pg_advisory_xact_lock(_PG_APPEND_LOCK)))
+
+    @staticmethod
+    def _insert_events(conn: sa.Connection, rows: list[dict[str, Any]]) -> list[int]:
+        if len(rows) == 1:
+            key = conn.execute(events.insert(), rows[0]).inserted_primary_key
+            assert key is not None
+            return [int(key[0])]
+        result = conn.execute(
+            events.insert().returning(events.c.position, sort_by_parameter_order=True), rows
+        )
+        return [int(p) for p in result.scalars()]
+
+    def _advance_head(
+        self,
+        conn: sa.Connection,
+        stream_id: str,
+        expected_version: int,
+        new_version: int,
+        projection: Projection | None,
+        state: str | None,
+        now: datetime,
+    ) -> None:
+        """Move the stream's head row from ``expected_version`` on, or fail with a conflict."""
+        values: dict[str, Any] = {"version": new_version, "updated_at": now}
+        if projection is not None:
+            values.update(
+                state=state,
+                category=projection.category,
+                alias=projection.alias,
+                status=projection.status,
+            )
+        if expected_version == 0:
+            values.setdefault("state", "{}")
+            try:
+                with conn.begin_nested() if self._is_postgres else _no_savepoint():
+                    conn.execute(streams.insert().values(stream_id=stream_id, **values))
+            except sa.exc.IntegrityError as exc:
+                raise ConcurrencyError(stream_id, 0, self._version(conn, stream_id)) from exc
+            return
+        updated = conn.execute(
+            streams.update()
+            .where(streams.c.stream_id == stream_id, streams.c.version == expected_version)
+            .values(**values)
+        )
+        if updated.rowcount != 1:
+            raise ConcurrencyError(stream_id, expected_version, self._version(conn, stream_id))
+
+    def _insert_snapshot(self, conn: sa.Connection, card: CardSnapshot) -> bool:
+        values = {
+            "revision": card.revision,
+            "body": card.body,
+            "source_url": card.source_url,
+            "etag": card.etag,
+            "http_status": card.http_status,
+            "fetched_at": card.fetched_at,
+        }
+        dialect_insert = postgresql.insert if self._is_postgres else sqlite.insert
+        statement = (
+            dialect_insert(card_snapshots)
+            .values(**values)
+            .on_conflict_do_nothing()
+            .returning(card_snapshots.c.revision)
+        )
+        return conn.execute(statement).first() is not None
+
+    # -- card snapshots ------------------------------------------------------------------------
+
+    def put_snapshot(self, card: CardSnapshot) -> bool:
+        """Store a card body under its content address; ``False`` if it was already there."""
+        actual = content_hash(card.body)
+        if actual != card.revision:
+            raise SnapshotMismatchError(card.revision, actual)
+
+        def put() -> bool:
+            with self._write() as conn:
+                return self._insert_snapshot(conn, card)
+
+        return self._retrying(put)
+
+    def get_snapshot(self, revision: str) -> CardSnapshot | None:
+        with self._read() as conn:
+            row = conn.execute(
+                sa.select(card_snapshots).where(card_snapshots.c.revision == revision)
+            ).one_or_none()
+        if row is None:
+            return None
+        return CardSnapshot(
+            revision=row.revision,
+            body=row.body,
+            source_url=row.source_url,
+            etag=row.etag,
+            http_status=row.http_status,
+            fetched_at=row.fetched_at,
+        )
+
+    def snapshot_revisions(self) -> list[str]:
+        with self._read() as conn:
+            return list(conn.execute(sa.select(card_snapshots.c.revision)).scalars())
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def read_stream(self, stream_id: str, from_version: int = 1) -> list[RecordedEvent]:
+        """A stream's events from ``from_version`` on, in version order."""
+        with self._read() as conn:
+            rows = conn.execute(
+                sa.select(*_EVENT_COLUMNS)
+                .where(events.c.stream_id == stream_id, events.c.version >= from_version)
+                .order_by(events.c.version)
+            ).all()
+        return [RecordedEvent(*row) for row in rows]
+
+    def read_all(self, after: int = 0, limit: int = 1000) -> list[RecordedEvent]:
+        """Up to ``limit`` events with a global position above ``after``, in position order.
+
+        Safe to tail: see the module docstring for why no late commit is ever skipped.
+        """
+        with self._read() as conn:
+            rows = conn.execute(
+                sa.select(*_EVENT_COLUMNS)
+                .where(events.c.position > after)
+                .order_by(events.c.position)
+                .limit(limit)
+            ).all()
+        return [RecordedEvent(*row) for row in rows]
+
+    def last_position(self) -> int:
+        with self._read() as conn:
+            return int(
+                conn.execute(
+                    sa.select(sa.func.coalesce(sa.func.max(events.c.position), 0))
+                ).scalar_one()
+            )
+
+    def stream(self, stream_id: str) -> StreamRecord | None:
+        """A stream's head and projection, or ``None`` if it has no events."""
+        with self._read() as conn:
+            row = conn.execute(
+                sa.select(streams).where(streams.c.stream_id == stream_id)
+            ).one_or_none()
+        return None if row is None else _stream_record(row)
+
+    def streams(
+        self,
+        *,
+        category: str | None = None,
+        status: str | None = None,
+        alias: str | None = None,
+    ) -> list[StreamRecord]:
+        """Stream heads, optionally filtered by their indexed keys, ordered by stream id."""
+        query = sa.select(streams).order_by(streams.c.stream_id)
+        if category is not None:
+            query = query.where(streams.c.category == category)
+        if status is not None:
+            query = query.where(streams.c.status == status)
+        if alias is not None:
+            query = query.where(streams.c.alias == alias)
+        with self._read() as conn:
+            return [_stream_record(row) for row in conn.execute(query)]
+
+    def verify_stream(self, stream_id: str) -> ChainBreak | None:
+        """Check a stream's hash chain, version sequence and head; the first break or ``None``."""
+        head = self.stream(stream_id)
+        return verify_chain(
+            stream_id, self.read_stream(stream_id), None if head is None else head.version
+        )
+
+    def stream_ids(self) -> list[str]:
+        """Every stream that has a head row or at least one event."""
+        with self._read() as conn:
+            heads = set(conn.execute(sa.select(streams.c.stream_id)).scalars())
+            logged = set(conn.execute(sa.select(events.c.stream_id).distinct()).scalars())
+        return sorted(heads | logged)
+
+
+def _stream_record(row: sa.Row[Any]) -> StreamRecord:
+    state = json.loads(row.state)
+    return StreamRecord(
+        stream_id=row.stream_id,
+        version=row.version,
+        state=state if isinstance(state, dict) else {},
+        category=row.category,
+        alias=row.alias,
+        status=row.status,
+        updated_at=row.updated_at,
+    )
+
+
+@contextmanager
+def _no_savepoint() -> Iterator[None]:
+    yield
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+def _create_engine(url: URL, busy_timeout_ms: int) -> sa.Engine:
+    if url.get_backend_name() != "sqlite":
+        return sa.create_engine(url, pool_pre_ping=True)
+    memory = url.database in (None, "", ":memory:")
+    kwargs: dict[str, Any] = {"connect_args": {"check_same_thread": False}}
+    if memory:
+        kwargs["poolclass"] = sa.pool.StaticPool
+    engine = sa.create_engine(url, **kwargs)
+
+    @sa_event.listens_for(engine, "connect")
+    def _configure(dbapi_connection: Any, _record: Any) -> None:
+        # We emit BEGIN ourselves (pysqlite's implicit transactions would defer the write lock
+        # and make two writers deadlock-upgrade into SQLITE_BUSY).
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        try:
+            cursor.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+            if not memory:
+                cursor.execute("PRAGMA journal_mode = WAL")
+            cursor.execute("PRAGMA synchronous = NORMAL")
+            cursor.execute("PRAGMA foreign_keys = ON")
+        finally:
+            cursor.close()
+
+    @sa_event.listens_for(engine, "begin")
+    def _begin(conn: sa.Connection) -> None:
+        # Writers take the write lock up front, so positions are drawn in commit order.
+        immediate = conn.get_execution_options().get(_WRITE, False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+    return engine
+
+
+def iter_all(store: EventStore, after: int = 0, batch: int = 1000) -> Iterator[RecordedEvent]:
+    """Every event after ``after`` in position order, read in batches."""
+    while True:
+        page = store.read_all(after=after, limit=batch)
+        if not page:
+            return
+        yield from page
+        after = page[-1].position
+
+
+__all__ = ["EventStore", "iter_all", "normalise_url"]
