@@ -1,0 +1,10 @@
+"""Test support: a real in-process A2A agent (`Peer`) and a threaded uvicorn server.
+
+`tests/` is on ``sys.path`` under pytest (``tests/conftest.py`` puts it there), so
+tests import this package as ``support``; scripts that add the repository root to
+``sys.path`` may import it as ``tests.support``.
+"""
+
+from .peer import CardHit, Peer, ScriptedExecutor, ServerThread, card_etag, select_script
+
+__all__ = ["CardHit", "Peer", "ScriptedExecutor", "ServerThread", "card_etag", "select_script"]
