@@ -6,6 +6,7 @@ Every non-zero exit ends stderr with one line that starts with the error's type 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sys
@@ -14,9 +15,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any
 
+import httpx
 import typer
 
 from engine import errors
+from engine.card_history import RevisionEntry, revision_history
+from engine.discovery import CardLimits, CardRead, Discovery, card_urls
 from store import EventStore
 
 DEFAULT_DB = "sqlite:///cardfence.db"
@@ -123,6 +127,84 @@ def migrate(
     with open_store(options) as store:
         revision = store.schema_revision()
     emit(options, {"db": store.url, "revision": revision}, f"{revision}")
+
+
+CardTimeoutOption = Annotated[
+    float, typer.Option("--card-timeout", help="Seconds one card read may take, all in.")
+]
+MaxCardBytesOption = Annotated[
+    int, typer.Option("--max-card-bytes", help="Largest card body accepted, in bytes.")
+]
+InsecureOption = Annotated[
+    bool,
+    typer.Option("--allow-insecure-http", help="Allow plain http to hosts other than loopback."),
+]
+
+
+@app.command()
+def cards(
+    ctx: typer.Context,
+    agent_url: Annotated[str, typer.Argument(metavar="AGENT_URL")],
+    card_timeout: CardTimeoutOption = 10.0,
+    max_card_bytes: MaxCardBytesOption = 1_048_576,
+    allow_insecure_http: InsecureOption = False,
+    db: DbOption = None,
+    json_: JsonOption = False,
+    debug: DebugOption = False,
+) -> None:
+    """Read the agent's card once (conditional), then show the revisions this store has seen."""
+    options = _options(ctx, db, json_, debug)
+    limits = CardLimits(
+        timeout=card_timeout, max_bytes=max_card_bytes, allow_insecure=allow_insecure_http
+    )
+    origin = card_urls(agent_url)[0]
+    with open_store(options) as store:
+        read: CardRead | None = None
+        failure: errors.DiscoveryError | None = None
+        try:
+            read = asyncio.run(_read_card_once(store, agent_url, limits))
+        except errors.DiscoveryError as exc:
+            failure = exc
+            exc.consequence = "the revisions already recorded are shown"
+        history = revision_history(store, origin)
+    document: dict[str, Any] = {
+        "agent": origin,
+        "read": _read_json(read, failure),
+        "revisions": [entry.to_json() for entry in history],
+    }
+    emit(options, document, _render_history(origin, read, history))
+    if failure is not None:
+        raise failure
+
+
+async def _read_card_once(store: EventStore, agent_url: str, limits: CardLimits) -> CardRead:
+    async with httpx.AsyncClient() as client:
+        return await Discovery(store, client, limits=limits).read(agent_url, fresh=True)
+
+
+def _read_json(read: CardRead | None, failure: errors.DiscoveryError | None) -> dict[str, Any]:
+    if read is not None:
+        return {"ok": True, "url": read.url, "status": read.status, "revision": read.revision}
+    assert failure is not None
+    return {"ok": False, "url": failure.url, "kind": failure.kind, "detail": failure.detail}
+
+
+def _render_history(origin: str, read: CardRead | None, history: list[RevisionEntry]) -> str:
+    lines = [f"agent {origin}"]
+    if read is not None:
+        how = "unchanged (304)" if read.status == 304 else "read (200)"
+        lines.append(f"card {how}: revision {read.revision[:12]} version {read.card.version}")
+    lines.append("")
+    for entry in history:
+        lines.append(
+            f"  {entry.revision[:12]}  version {entry.version or '-':<10} "
+            f"first seen {entry.first_seen}  etag {entry.etag or '-'}"
+        )
+        for group, change in entry.changes.items():
+            lines.append(f"      {group}: {json.dumps(change, sort_keys=True)}")
+    if not history:
+        lines.append("  (no revision recorded)")
+    return "\n".join(lines)
 
 
 def run(argv: Sequence[str] | None = None) -> int:

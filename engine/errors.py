@@ -71,15 +71,20 @@ class DiscoveryError(CardfenceError):
     """The Agent Card could not be read; nothing that depended on it was done.
 
     ``kind`` is one of ``network``, ``timeout``, ``http_status``, ``invalid_card``, ``too_large``,
-    ``redirect``.
+    ``redirect``, ``insecure``. ``consequence`` says what was (not) done because of it; the caller
+    that knows sets it (e.g. the engine: "nothing was sent").
     """
 
     def __init__(self, url: str, kind: str, detail: str, *, consequence: str = "") -> None:
         self.url = url
         self.kind = kind
         self.detail = detail
-        tail = f" ({consequence})" if consequence else ""
-        super().__init__(f"GET {url} -> {detail}{tail}")
+        self.consequence = consequence
+        super().__init__(url, kind, detail)
+
+    def __str__(self) -> str:
+        tail = f" ({self.consequence})" if self.consequence else ""
+        return f"GET {self.url} -> {self.detail}{tail}"
 
 
 class CardInvalidError(DiscoveryError):

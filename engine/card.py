@@ -1,0 +1,646 @@
+"""The Agent Card model: untrusted bytes in, one typed immutable card out. Pure: no I/O.
+
+A2A v1.0 cards (``supportedInterfaces``, ``securityRequirements``) and 0.3 cards (top-level ``url``,
+``protocolVersion``, ``security``, ``additionalInterfaces``) are read into the same model; a dual
+card (what a2a-sdk serves when one interface is 0.3) is read through its 1.0 fields. Unknown fields
+are kept in the raw document and hashed, never rejected. Three hashes, all SHA-256 over RFC 8785
+canonical JSON:
+
+- ``revision`` (R14): the whole card as received minus ``signatures``.
+- ``contract_hash`` (R3): protocol versions, security schemes and requirements, in one canonical
+  shape for 0.3 and 1.0, so re-publishing the same contract in the other version hashes equal.
+- ``Skill.compatibility_hash`` (R9): id, effective modes, skill security, ``*schema*`` fields;
+  descriptive fields (name, description, tags, examples) do not count.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import rfc8785
+
+from engine.card_diff import CardDiff, diff
+from engine.errors import CardInvalidError
+
+__all__ = [
+    "HTTP_JSON",
+    "JSONRPC",
+    "SPOKEN_BINDINGS",
+    "AgentCard",
+    "Capabilities",
+    "CardDiff",
+    "Contract",
+    "Extension",
+    "Interface",
+    "SecurityRequirement",
+    "Skill",
+    "diff",
+    "parse_card",
+    "select_interface",
+]
+
+JSONRPC: Final = "JSONRPC"
+HTTP_JSON: Final = "HTTP+JSON"
+SPOKEN_BINDINGS: Final = (JSONRPC, HTTP_JSON)
+# 0.3 also called HTTP+JSON "REST"; names are compared upper-cased.
+_BINDING_ALIASES: Final = {"JSONRPC": JSONRPC, "HTTP+JSON": HTTP_JSON, "REST": HTTP_JSON}
+# 1.0 proto JSON wraps each scheme in a oneof key; 0.3 flattens it and names it in "type".
+_SCHEME_KEYS_BY_V03_TYPE: Final = {
+    "apiKey": "apiKeySecurityScheme",
+    "http": "httpAuthSecurityScheme",
+    "oauth2": "oauth2SecurityScheme",
+    "openIdConnect": "openIdConnectSecurityScheme",
+    "mutualTLS": "mtlsSecurityScheme",
+}
+_JSON_NUMBER_LIMIT: Final = 2**53 - 1  # I-JSON: integers beyond lose precision as doubles
+
+
+@dataclass(frozen=True, slots=True)
+class Interface:
+    """One endpoint; ``binding`` is ``JSONRPC`` or ``HTTP+JSON`` when we speak it."""
+
+    url: str
+    binding: str
+    protocol_version: str
+
+
+@dataclass(frozen=True, slots=True)
+class Extension:
+    uri: str
+    required: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Capabilities:
+    streaming: bool = False
+    push_notifications: bool = False
+    extended_agent_card: bool = False
+    extensions: tuple[Extension, ...] = ()
+
+
+@dataclass(frozen=True, slots=True, order=True)
+class SecurityRequirement:
+    """One alternative: all these schemes, each with these scopes (0.3 and 1.0 read alike)."""
+
+    schemes: tuple[tuple[str, tuple[str, ...]], ...]
+
+    def to_json(self) -> dict[str, list[str]]:
+        return {name: list(scopes) for name, scopes in self.schemes}
+
+
+@dataclass(frozen=True, slots=True)
+class Skill:
+    """A skill with its *effective* modes: its own, else the card's defaults (as A2A says)."""
+
+    id: str
+    name: str
+    description: str
+    tags: tuple[str, ...]
+    examples: tuple[str, ...]
+    input_modes: tuple[str, ...]
+    output_modes: tuple[str, ...]
+    security_requirements: tuple[SecurityRequirement, ...]
+    compatibility_hash: str  # R9: what a resumed task depends on
+    content_hash: str  # everything, descriptive fields included (tells compatible edits apart)
+
+    def accepts(self, media_type: str) -> bool:
+        """Whether the skill takes this input type; no modes declared anywhere accepts anything."""
+        return _modes_match(self.input_modes, media_type)
+
+    def produces(self, media_type: str) -> bool:
+        return _modes_match(self.output_modes, media_type)
+
+
+@dataclass(frozen=True, slots=True)
+class Contract:
+    """The R3 contract fields of a card, hashed in one shape whatever the card's A2A version."""
+
+    protocol_versions: tuple[str, ...]
+    security_schemes_hash: str
+    security_requirements_hash: str  # card-level and skill-level together
+    hash: str
+
+    def changed_parts(self, other: Contract) -> tuple[str, ...]:
+        parts = (
+            ("protocol_versions", self.protocol_versions != other.protocol_versions),
+            ("security_schemes", self.security_schemes_hash != other.security_schemes_hash),
+            (
+                "security_requirements",
+                self.security_requirements_hash != other.security_requirements_hash,
+            ),
+        )
+        return tuple(name for name, changed in parts if changed)
+
+
+@dataclass(frozen=True, slots=True)
+class AgentCard:
+    """A validated Agent Card. Build it with :func:`parse_card`; equal cards share a revision."""
+
+    name: str
+    description: str
+    version: str
+    interfaces: tuple[Interface, ...]
+    capabilities: Capabilities
+    default_input_modes: tuple[str, ...]
+    default_output_modes: tuple[str, ...]
+    security_requirements: tuple[SecurityRequirement, ...]
+    skills: tuple[Skill, ...]
+    contract: Contract
+    revision: str
+    source_url: str = field(default="", compare=False)
+    _raw: dict[str, Any] = field(default_factory=dict, repr=False, compare=False)
+    _canonical: bytes = field(default=b"", repr=False, compare=False)
+
+    @property
+    def contract_hash(self) -> str:
+        return self.contract.hash
+
+    @property
+    def protocol_versions(self) -> tuple[str, ...]:
+        return self.contract.protocol_versions
+
+    @property
+    def push_notifications(self) -> bool:
+        return self.capabilities.push_notifications
+
+    @property
+    def streaming(self) -> bool:
+        return self.capabilities.streaming
+
+    def skill(self, skill_id: str) -> Skill | None:
+        return next((s for s in self.skills if s.id == skill_id), None)
+
+    def compatibility_hash(self, skill_id: str) -> str | None:
+        """The skill's R9 compatibility hash, or None when the card does not carry it."""
+        found = self.skill(skill_id)
+        return found.compatibility_hash if found else None
+
+    def canonical_bytes(self) -> bytes:
+        """RFC 8785 JSON of the card without ``signatures``: what the store keeps (R14)."""
+        return self._canonical
+
+    def to_json(self) -> dict[str, Any]:
+        """The card as received (signatures and unknown fields included), as a fresh copy."""
+        return copy.deepcopy(self._raw)
+
+
+def parse_card(
+    body: bytes, *, url: str = "", max_bytes: int = 1_048_576, max_depth: int = 32
+) -> AgentCard:
+    """Parse untrusted bytes into an :class:`AgentCard`.
+
+    Raises:
+        CardInvalidError: for any body that is not a valid card (``kind="too_large"`` when over
+            ``max_bytes``, checked before parsing); the message names the offending field.
+    """
+    if len(body) > max_bytes:
+        raise CardInvalidError(
+            url,
+            f"card body is {len(body)} bytes, over the limit of {max_bytes}",
+            kind="too_large",
+        )
+    try:
+        doc = _decode(body, max_depth)
+        return _build(doc, url)
+    except _Invalid as exc:
+        where = f"{exc.field}: " if exc.field else ""
+        detail = f"invalid Agent Card: {where}{exc.problem}"
+        raise CardInvalidError(url, detail, field=exc.field) from None
+
+
+def select_interface(card: AgentCard, prefer: Sequence[str] = ()) -> Interface:
+    """Choose the endpoint to talk to (DESIGN §3).
+
+    Among interfaces we speak (JSON-RPC or HTTP+JSON over http(s)), 1.x protocol versions come
+    first (we send ``A2A-Version: 1.0``), then the caller's ``prefer`` order of bindings (a
+    preference: unlisted bindings still qualify after the listed ones), then the card's order,
+    which is the agent's preference.
+
+    Raises:
+        ValueError: ``prefer`` names a binding we do not speak.
+        CardInvalidError: no interface is speakable (field ``supportedInterfaces``).
+    """
+    rank: dict[str, int] = {}
+    for name in prefer:
+        binding = _BINDING_ALIASES.get(name.upper())
+        if binding is None:
+            raise ValueError(f"cannot prefer binding {name!r}: we speak {SPOKEN_BINDINGS}")
+        rank.setdefault(binding, len(rank))
+    speakable = [
+        (_version_rank(i.protocol_version), rank.get(i.binding, len(rank)), n, i)
+        for n, i in enumerate(card.interfaces)
+        if i.binding in SPOKEN_BINDINGS and i.url.lower().startswith(("http://", "https://"))
+    ]
+    if not speakable:
+        offered = ", ".join(f"{i.binding or '?'} {i.url}" for i in card.interfaces)
+        raise CardInvalidError(
+            card.source_url,
+            f"invalid Agent Card: supportedInterfaces: none we speak ({offered})",
+            field="supportedInterfaces",
+        )
+    return min(speakable, key=lambda entry: entry[:3])[3]
+
+
+# --- decoding: bytes -> JSON value, with every limit checked --------------------------------------
+
+
+class _Invalid(Exception):
+    """Raised inside the parser; parse_card turns it into CardInvalidError with the URL."""
+
+    def __init__(self, path: str, problem: str) -> None:
+        super().__init__(path, problem)
+        self.field = path
+        self.problem = problem
+
+
+class _DuplicateKeys(dict[str, Any]):
+    """An object that repeated a key; reported with its path by the tree check."""
+
+    duplicate: str = ""
+
+
+def _object_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) == len(pairs):
+        return obj
+    marked = _DuplicateKeys(obj)
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            marked.duplicate = key
+            break
+        seen.add(key)
+    return marked
+
+
+def _decode(body: bytes, max_depth: int) -> object:
+    try:
+        text = bytes(body).decode("utf-8-sig")  # a leading BOM is tolerated (RFC 8259 §8.1)
+    except UnicodeDecodeError as exc:
+        raise _Invalid("", f"body is not UTF-8 (byte {exc.start})") from None
+    try:
+        # NaN/Infinity become floats here so the tree check can reject them with their path.
+        doc = json.loads(text, object_pairs_hook=_object_pairs, parse_constant=float)
+    except json.JSONDecodeError as exc:
+        raise _Invalid("", f"body is not JSON ({exc.msg} at line {exc.lineno})") from None
+    except RecursionError:
+        raise _Invalid("", f"nested deeper than {max_depth} levels") from None
+    except ValueError as exc:  # e.g. an integer literal over Python's digit limit
+        raise _Invalid("", f"body is not acceptable JSON ({exc})") from None
+    _check_tree(doc, max_depth)
+    return doc
+
+
+def _check_tree(doc: object, max_depth: int) -> None:
+    """Depth, numbers and strings, iteratively (no recursion on hostile nesting)."""
+    # Paths are linked (parent, key) pairs, turned into text only when something is wrong.
+    stack: list[tuple[object, Any, int]] = [(doc, None, 1)]
+    while stack:
+        value, at, depth = stack.pop()
+        if isinstance(value, dict | list):
+            if depth > max_depth:
+                raise _Invalid(_path(at), f"nested deeper than {max_depth} levels")
+            if isinstance(value, _DuplicateKeys):
+                raise _Invalid(_path((at, value.duplicate)), "duplicate key")
+            items = value.items() if isinstance(value, dict) else enumerate(value)
+            for key, child in items:
+                if isinstance(key, str) and not _is_utf8(key):
+                    raise _Invalid(_path((at, key)), "key is not valid Unicode")
+                stack.append((child, (at, key), depth + 1))
+        elif isinstance(value, bool):
+            continue
+        elif isinstance(value, float) and not math.isfinite(value):
+            raise _Invalid(_path(at), "NaN and Infinity are not JSON numbers")
+        elif isinstance(value, int | float) and abs(value) > _JSON_NUMBER_LIMIT:
+            # Floats too: RFC 8785 writes 2.0**60 as integer digits, which would not re-parse.
+            raise _Invalid(_path(at), "number outside the I-JSON range ±(2**53-1)")
+        elif isinstance(value, str) and not _is_utf8(value):
+            raise _Invalid(_path(at), "string is not valid Unicode (lone surrogate)")
+
+
+def _is_utf8(text: str) -> bool:
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _path(at: Any) -> str:
+    keys: list[str | int] = []
+    while at is not None:
+        at, key = at
+        keys.append(key)
+    text = ""
+    for key in reversed(keys):
+        text = f"{text}[{key}]" if isinstance(key, int) else _join(text, key)
+    return text
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _canonical(value: Any, path: str) -> bytes:
+    try:
+        return bytes(rfc8785.dumps(value))
+    except (rfc8785.CanonicalizationError, RecursionError, ValueError, TypeError) as exc:
+        raise _Invalid(path, f"cannot be canonicalised (RFC 8785): {exc}") from None
+
+
+def _sha256(value: Any, path: str) -> str:
+    return hashlib.sha256(_canonical(value, path)).hexdigest()
+
+
+# --- building: JSON value -> AgentCard ------------------------------------------------------------
+
+
+def _build(doc: object, url: str) -> AgentCard:
+    if not isinstance(doc, dict):
+        raise _Invalid("", f"card must be a JSON object, not {_kind(doc)}")
+    name = _str(doc, "name", "")
+    if not name:
+        raise _Invalid("name", "required: a non-empty string")
+    interfaces = _interfaces(doc)
+    default_in = _strs(doc, "defaultInputModes", "")
+    default_out = _strs(doc, "defaultOutputModes", "")
+    requirements = _requirements(doc, "")
+    skills = _skills(doc, default_in, default_out)
+    canonical = _canonical({k: v for k, v in doc.items() if k != "signatures"}, "")
+    return AgentCard(
+        name=name,
+        description=_str(doc, "description", ""),
+        version=_str(doc, "version", ""),
+        interfaces=interfaces,
+        capabilities=_capabilities(doc),
+        default_input_modes=default_in,
+        default_output_modes=default_out,
+        security_requirements=requirements,
+        skills=skills,
+        contract=_contract(doc, interfaces, requirements, skills),
+        revision=hashlib.sha256(canonical).hexdigest(),
+        source_url=url,
+        _raw=doc,
+        _canonical=canonical,
+    )
+
+
+def _interfaces(doc: dict[str, Any]) -> tuple[Interface, ...]:
+    found = [
+        Interface(
+            url=_required_str(item, "url", at),
+            binding=_binding(_str(item, "protocolBinding", at)),
+            protocol_version=_str(item, "protocolVersion", at),
+        )
+        for item, at in _objects(doc, "supportedInterfaces", "")
+    ]
+    if not found and doc.get("url") is not None:
+        # 0.3: the top-level url (preferredTransport defaults to JSONRPC) plus additional ones,
+        # all at the card's protocolVersion.
+        version = _str(doc, "protocolVersion", "")
+        found.append(
+            Interface(
+                _required_str(doc, "url", ""),
+                _binding(_str(doc, "preferredTransport", "") or JSONRPC),
+                version,
+            )
+        )
+        found.extend(
+            Interface(
+                _required_str(item, "url", at), _binding(_str(item, "transport", at)), version
+            )
+            for item, at in _objects(doc, "additionalInterfaces", "")
+        )
+    if not found:
+        raise _Invalid(
+            "supportedInterfaces", "required: at least one interface (or a 0.3 top-level url)"
+        )
+    unique: dict[tuple[str, str], Interface] = {}
+    for interface in found:  # 0.3 additionalInterfaces SHOULD repeat the main url
+        unique.setdefault((interface.url, interface.binding), interface)
+    return tuple(unique.values())
+
+
+def _binding(name: str) -> str:
+    return _BINDING_ALIASES.get(name.upper(), name.upper())
+
+
+def _capabilities(doc: dict[str, Any]) -> Capabilities:
+    caps = _object(doc, "capabilities", "")
+    extended = _bool(caps, "extendedAgentCard", "capabilities")
+    if extended is None:  # 0.3 kept it at the top level
+        extended = _bool(doc, "supportsAuthenticatedExtendedCard", "")
+    return Capabilities(
+        streaming=bool(_bool(caps, "streaming", "capabilities")),
+        push_notifications=bool(_bool(caps, "pushNotifications", "capabilities")),
+        extended_agent_card=bool(extended),
+        extensions=tuple(
+            Extension(_required_str(item, "uri", at), bool(_bool(item, "required", at)))
+            for item, at in _objects(caps, "extensions", "capabilities")
+        ),
+    )
+
+
+def _skills(
+    doc: dict[str, Any], default_in: tuple[str, ...], default_out: tuple[str, ...]
+) -> tuple[Skill, ...]:
+    skills: dict[str, Skill] = {}
+    for item, at in _objects(doc, "skills", ""):
+        skill_id = _required_str(item, "id", at)
+        if skill_id in skills:
+            raise _Invalid(f"{at}.id", f"duplicate skill id {skill_id!r}")
+        # Proto JSON omits empty lists, so [] and absent both mean "the card's defaults".
+        input_modes = _strs(item, "inputModes", at) or default_in
+        output_modes = _strs(item, "outputModes", at) or default_out
+        requirements = _requirements(item, at)
+        compatibility = {  # R9: descriptive fields are left out on purpose
+            "id": skill_id,
+            "inputModes": sorted({m.lower() for m in input_modes}),
+            "outputModes": sorted({m.lower() for m in output_modes}),
+            "securityRequirements": [r.to_json() for r in requirements],
+            "schemaFields": {k: v for k, v in item.items() if "schema" in k.lower()},
+        }
+        skills[skill_id] = Skill(
+            id=skill_id,
+            name=_str(item, "name", at),
+            description=_str(item, "description", at),
+            tags=_strs(item, "tags", at),
+            examples=_strs(item, "examples", at),
+            input_modes=input_modes,
+            output_modes=output_modes,
+            security_requirements=requirements,
+            compatibility_hash=_sha256(compatibility, at),
+            content_hash=_sha256([item, compatibility], at),
+        )
+    return tuple(skills.values())
+
+
+def _requirements(obj: dict[str, Any], path: str) -> tuple[SecurityRequirement, ...]:
+    """1.0 ``securityRequirements`` (else 0.3 ``security``) as sorted requirements (R3).
+
+    1.0 proto JSON: ``[{"schemes": {"oauth": {"list": ["read"]}, "mtls": {}}}]``;
+    0.3: ``[{"oauth": ["read"], "mtls": []}]``. Order carries no meaning in either.
+    """
+    found: list[SecurityRequirement] = []
+    if obj.get("securityRequirements") is not None:
+        for item, at in _objects(obj, "securityRequirements", path):
+            schemes = _object(item, "schemes", at)
+            pairs = []
+            for name, scopes in schemes.items():
+                where = f"{at}.schemes.{name}"
+                if not isinstance(scopes, dict):
+                    raise _Invalid(where, f"must be an object, not {_kind(scopes)}")
+                pairs.append((name, tuple(sorted(set(_strs(scopes, "list", where))))))
+            found.append(SecurityRequirement(tuple(sorted(pairs))))
+    else:
+        for item, at in _objects(obj, "security", path):
+            pairs = [(name, tuple(sorted(set(_strs(item, name, at))))) for name in item]
+            found.append(SecurityRequirement(tuple(sorted(pairs))))
+    return tuple(sorted(found))
+
+
+def _contract(
+    doc: dict[str, Any],
+    interfaces: tuple[Interface, ...],
+    requirements: tuple[SecurityRequirement, ...],
+    skills: tuple[Skill, ...],
+) -> Contract:
+    versions = tuple(sorted({i.protocol_version for i in interfaces if i.protocol_version}))
+    schemes = {
+        name: _scheme_v10_shape(scheme, _join("securitySchemes", name))
+        for name, scheme in _object(doc, "securitySchemes", "").items()
+    }
+    all_requirements = {
+        "card": [r.to_json() for r in requirements],
+        "skills": {
+            s.id: [r.to_json() for r in s.security_requirements]
+            for s in skills
+            if s.security_requirements
+        },
+    }
+    whole = {"protocolVersions": list(versions), "securitySchemes": schemes, **all_requirements}
+    return Contract(
+        protocol_versions=versions,
+        security_schemes_hash=_sha256(schemes, "securitySchemes"),
+        security_requirements_hash=_sha256(all_requirements, "securityRequirements"),
+        hash=_sha256(whole, ""),
+    )
+
+
+def _scheme_v10_shape(scheme: object, path: str) -> dict[str, Any]:
+    """A security scheme in 1.0 proto-JSON shape, whether written for 1.0, 0.3 or both.
+
+    a2a-sdk's dual cards merge the 0.3 keys into the 1.0 object; the 1.0 oneof key wins.
+    """
+    if not isinstance(scheme, dict):
+        raise _Invalid(path, f"must be an object, not {_kind(scheme)}")
+    for key in _SCHEME_KEYS_BY_V03_TYPE.values():
+        if key in scheme:
+            return {key: scheme[key]}
+    kind = scheme.get("type")
+    key = _SCHEME_KEYS_BY_V03_TYPE.get(kind, "") if isinstance(kind, str) else ""
+    if not key:
+        return scheme  # a scheme type we do not know: hashed as written
+    body = {k: v for k, v in scheme.items() if k != "type"}
+    if "in" in body:  # 0.3 apiKey "in" is 1.0 "location"
+        body["location"] = body.pop("in")
+    return {key: body}
+
+
+# --- typed field access: every failure names its dotted path ------------------------------------
+
+
+def _kind(value: object) -> str:
+    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean"}
+    return "null" if value is None else names.get(type(value), "a number")
+
+
+def _str(obj: dict[str, Any], key: str, path: str) -> str:
+    value = obj.get(key)
+    if value is None:
+        return ""
+    if not isinstance(value, str):
+        raise _Invalid(_join(path, key), f"must be a string, not {_kind(value)}")
+    return value
+
+
+def _required_str(obj: dict[str, Any], key: str, path: str) -> str:
+    value = _str(obj, key, path)
+    if not value:
+        raise _Invalid(_join(path, key), "required: a non-empty string")
+    return value
+
+
+def _bool(obj: dict[str, Any], key: str, path: str) -> bool | None:
+    value = obj.get(key)
+    if value is not None and not isinstance(value, bool):
+        raise _Invalid(_join(path, key), f"must be a boolean, not {_kind(value)}")
+    return value
+
+
+def _strs(obj: dict[str, Any], key: str, path: str) -> tuple[str, ...]:
+    value = obj.get(key)
+    if value is None:
+        return ()
+    if not isinstance(value, list):
+        raise _Invalid(_join(path, key), f"must be a list of strings, not {_kind(value)}")
+    for n, item in enumerate(value):
+        if not isinstance(item, str):
+            raise _Invalid(f"{_join(path, key)}[{n}]", f"must be a string, not {_kind(item)}")
+    return tuple(value)
+
+
+def _object(obj: dict[str, Any], key: str, path: str) -> dict[str, Any]:
+    value = obj.get(key)
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise _Invalid(_join(path, key), f"must be an object, not {_kind(value)}")
+    return value
+
+
+def _objects(obj: dict[str, Any], key: str, path: str) -> list[tuple[dict[str, Any], str]]:
+    """The objects of a list field, each with its path (``skills[2]``)."""
+    value = obj.get(key)
+    if value is None:
+        return []
+    where = _join(path, key)
+    if not isinstance(value, list):
+        raise _Invalid(where, f"must be a list, not {_kind(value)}")
+    for n, item in enumerate(value):
+        if not isinstance(item, dict):
+            raise _Invalid(f"{where}[{n}]", f"must be an object, not {_kind(item)}")
+    return [(item, f"{where}[{n}]") for n, item in enumerate(value)]
+
+
+# --- media types and versions ---------------------------------------------------------------------
+
+
+def _modes_match(modes: tuple[str, ...], media_type: str) -> bool:
+    """Media ranges ``*/*`` and ``type/*`` match; parameters and case are ignored."""
+    if not modes:
+        return True
+    wanted = _essence(media_type)
+    for mode in map(_essence, modes):
+        if mode in ("*/*", "*", wanted):
+            return True
+        if mode.endswith("/*") and wanted.partition("/")[0] == mode[:-2] and "/" in wanted:
+            return True
+    return False
+
+
+def _essence(media_type: str) -> str:
+    return media_type.partition(";")[0].strip().lower()
+
+
+def _version_rank(version: str) -> int:
+    major = version.strip().partition(".")[0]
+    return 0 if major == "1" else 1 if not major else 2

@@ -1,0 +1,461 @@
+"""Reading Agent Cards safely, and recording every read (R2, R3, R4, R14).
+
+The card is published state, not configuration (seeds 000, 002, 004). Every read is bounded (total
+deadline, size cap enforced while streaming, same-origin redirects only, https except on loopback),
+conditional when a validator is stored (``If-None-Match`` / ``If-Modified-Since``; a 304 confirms
+the stored snapshot), and recorded in the agent's stream: ``CardFetched`` with the revision, or
+``DiscoveryFailed`` with its kind. Each new revision is stored once, content-addressed.
+
+Two kinds of read: ``fresh`` (creation and webhook registration: always on the wire) and memoised
+(diagnostic re-validation off the critical path: at most every ``max_card_age`` seconds).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import ipaddress
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+
+from engine import events as ev
+from engine.card import AgentCard, parse_card
+from engine.errors import CardInvalidError, ContractChangedError, DiscoveryError
+from engine.replay import State, apply_agent_event, initial_agent_state
+from store import CardSnapshot, ConcurrencyError, EventStore, NewEvent, Projection
+
+WELL_KNOWN_PATHS = ("/.well-known/agent-card.json", "/.well-known/agent.json")
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+_APPEND_RETRIES = 20
+USER_AGENT = "cardfence/0.1"
+
+
+@dataclass(frozen=True, slots=True)
+class CardLimits:
+    """Bounds on one card read (CLI: ``--card-timeout``, ``--max-card-bytes``)."""
+
+    timeout: float = 10.0
+    connect_timeout: float = 5.0
+    max_bytes: int = 1_048_576
+    max_redirects: int = 3
+    allow_insecure: bool = False  # plain http to hosts other than loopback
+
+
+@dataclass(frozen=True, slots=True)
+class CardResponse:
+    """What the wire said: a body (200) or a confirmation of the stored revision (304)."""
+
+    url: str
+    status: int
+    body: bytes = b""
+    etag: str | None = None
+    last_modified: str | None = None
+    location: str | None = None  # redirects only
+
+
+@dataclass(frozen=True, slots=True)
+class CardRead:
+    """A card in force, with where and when it was read. ``status`` 0 means from the memo."""
+
+    agent: str
+    card: AgentCard
+    url: str
+    status: int
+    etag: str | None
+    last_modified: str | None
+    fetched_at: datetime
+
+    @property
+    def revision(self) -> str:
+        return self.card.revision
+
+    @property
+    def from_memo(self) -> bool:
+        return self.status == 0
+
+
+@dataclass(frozen=True, slots=True)
+class ContractCheck:
+    """The outcome of comparing a fresh card's contract with the pinned one (R3)."""
+
+    outcome: str  # "pinned" (first use), "matched", "accepted"
+    contract_hash: str
+    previous: str | None
+
+
+def card_urls(agent_url: str) -> tuple[str, tuple[str, ...]]:
+    """The agent's origin and the card URLs to try, in order (CLI.md: ``AGENT_URL``)."""
+    url = httpx.URL(agent_url)
+    if url.scheme not in ("http", "https") or not url.host:
+        raise DiscoveryError(agent_url, "network", "not an http(s) URL")
+    origin = _origin(url)
+    if url.path.endswith(".json"):
+        return origin, (str(url.copy_with(query=None, fragment=None)),)
+    base = str(url.copy_with(query=None, fragment=None)).rstrip("/")
+    return origin, tuple(base + path for path in WELL_KNOWN_PATHS)
+
+
+def _origin(url: httpx.URL) -> str:
+    default = {"http": 80, "https": 443}[url.scheme]
+    port = url.port or default
+    host = f"[{url.host}]" if ":" in url.host else url.host
+    return f"{url.scheme}://{host}" + ("" if port == default else f":{port}")
+
+
+def is_loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _now() -> datetime:
+    return datetime.now(UTC)
+
+
+async def fetch_card(
+    client: httpx.AsyncClient,
+    urls: Sequence[str],
+    *,
+    validators: Mapping[str, tuple[str | None, str | None]] | None = None,
+    limits: CardLimits = CardLimits(),
+) -> CardResponse:
+    """GET the card from the first of ``urls`` that is not a 404, within ``limits``.
+
+    ``validators`` maps a URL to its stored ``(etag, last_modified)``, sent as a conditional
+    request. Raises :class:`DiscoveryError` (kinds: network, timeout, http_status, too_large,
+    redirect, insecure).
+    """
+    last_url = urls[0]
+    try:
+        async with asyncio.timeout(limits.timeout):
+            for index, url in enumerate(urls):
+                last_url = url
+                etag, modified = (validators or {}).get(url, (None, None))
+                response = await _get_following(client, url, etag, modified, limits)
+                if response.status == 404 and index + 1 < len(urls):
+                    continue  # 0.2/0.3 agents publish at /.well-known/agent.json
+                if response.status in (200, 304):
+                    # Recorded under the URL asked for: its validators are kept for that URL.
+                    return dataclasses.replace(response, url=url)
+                raise DiscoveryError(response.url, "http_status", str(response.status))
+    except TimeoutError:
+        raise DiscoveryError(
+            last_url, "timeout", f"no complete answer within {limits.timeout:g}s"
+        ) from None
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+async def _get_following(
+    client: httpx.AsyncClient,
+    url: str,
+    etag: str | None,
+    modified: str | None,
+    limits: CardLimits,
+) -> CardResponse:
+    current = httpx.URL(url)
+    for _ in range(limits.max_redirects + 1):
+        if (
+            current.scheme != "https"
+            and not limits.allow_insecure
+            and not is_loopback(current.host)
+        ):
+            raise DiscoveryError(
+                str(current),
+                "insecure",
+                "plain http to a non-loopback host refused (https required)",
+            )
+        headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
+        if etag:
+            headers["If-None-Match"] = etag
+        if modified:
+            headers["If-Modified-Since"] = modified
+        response = await _get_bounded(client, current, headers, limits)
+        if response.status not in _REDIRECTS:
+            return response
+        target = current.join(response.location or "")
+        if not response.location or _origin(target) != _origin(current):
+            raise DiscoveryError(
+                str(current), "redirect", f"redirect to {target} refused (another origin)"
+            )
+        current = target
+    raise DiscoveryError(url, "redirect", f"more than {limits.max_redirects} redirects")
+
+
+async def _get_bounded(
+    client: httpx.AsyncClient, url: httpx.URL, headers: dict[str, str], limits: CardLimits
+) -> CardResponse:
+    timeout = httpx.Timeout(limits.timeout, connect=limits.connect_timeout)
+    try:
+        async with client.stream(
+            "GET", url, headers=headers, timeout=timeout, follow_redirects=False
+        ) as response:
+            if response.status_code in _REDIRECTS:
+                return CardResponse(
+                    str(url), response.status_code, location=response.headers.get("location")
+                )
+            etag = response.headers.get("etag")
+            modified = response.headers.get("last-modified")
+            if response.status_code != 200:
+                return CardResponse(str(url), response.status_code, b"", etag, modified)
+            declared = response.headers.get("content-length", "")
+            if declared.isdigit() and int(declared) > limits.max_bytes:
+                raise CardInvalidError(
+                    str(url),
+                    f"card body declared {declared} bytes, over the limit of {limits.max_bytes}",
+                    kind="too_large",
+                )
+            body = bytearray()
+            async for chunk in response.aiter_bytes():  # decoded: the cap also bounds gzip
+                body += chunk
+                if len(body) > limits.max_bytes:
+                    raise CardInvalidError(
+                        str(url),
+                        f"card body over the limit of {limits.max_bytes} bytes "
+                        f"(stopped reading at {len(body)})",
+                        kind="too_large",
+                    )
+            return CardResponse(str(url), 200, bytes(body), etag, modified)
+    except httpx.TimeoutException as exc:
+        raise DiscoveryError(str(url), "timeout", f"timed out ({type(exc).__name__})") from None
+    except httpx.HTTPError as exc:
+        detail = str(exc) or type(exc).__name__
+        raise DiscoveryError(str(url), "network", f"network error: {detail}") from None
+
+
+class Discovery:
+    """Card reads for the engine: bounded, conditional, memoised where allowed, all recorded."""
+
+    def __init__(
+        self,
+        store: EventStore,
+        client: httpx.AsyncClient,
+        *,
+        limits: CardLimits = CardLimits(),
+        max_card_age: float = 120.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.store = store
+        self.client = client
+        self.limits = limits
+        self.max_card_age = max_card_age
+        self._clock = clock
+        self._memo: dict[str, tuple[CardRead, float]] = {}
+
+    # -- reading -------------------------------------------------------------------------------
+
+    async def read(self, agent_url: str, *, fresh: bool = True) -> CardRead:
+        """The agent's card: from the wire (``fresh``, or the memo is older than
+        ``max_card_age``), else from the memo. Records every wire read; raises
+        :class:`DiscoveryError` (after recording it) when the read fails.
+        """
+        origin, urls = card_urls(agent_url)
+        if not fresh:
+            memo = self._memo.get(origin)
+            if memo is not None and self._clock() - memo[1] < self.max_card_age:
+                read = memo[0]
+                return CardRead(
+                    read.agent,
+                    read.card,
+                    read.url,
+                    0,
+                    read.etag,
+                    read.last_modified,
+                    read.fetched_at,
+                )
+        state = await self._agent_state(origin)
+        validators: dict[str, tuple[str | None, str | None]] = {}
+        if state["card_url"] in urls and (state["etag"] or state["last_modified"]):
+            validators[state["card_url"]] = (state["etag"], state["last_modified"])
+        try:
+            response = await fetch_card(
+                self.client, urls, validators=validators, limits=self.limits
+            )
+            stored = None if response.status != 304 else await self._stored_card(origin, state)
+            if response.status == 304 and stored is None:
+                # The validator names a revision we do not hold: read it whole.
+                response = await fetch_card(self.client, urls, limits=self.limits)
+            card = stored or parse_card(
+                response.body, url=response.url, max_bytes=self.limits.max_bytes
+            )
+        except DiscoveryError as failure:
+            await self._record_failure(origin, failure)
+            raise
+        read = CardRead(
+            origin,
+            card,
+            response.url,
+            response.status,
+            response.etag or (state["etag"] if response.status == 304 else None),
+            response.last_modified or (state["last_modified"] if response.status == 304 else None),
+            _now(),
+        )
+        await self._record_read(read)
+        self._memo[origin] = (read, self._clock())
+        return read
+
+    async def _stored_card(self, origin: str, state: Mapping[str, Any]) -> AgentCard | None:
+        revision = state["revision"]
+        if revision is None:
+            return None
+        memo = self._memo.get(origin)
+        if memo is not None and memo[0].card.revision == revision:
+            return memo[0].card
+        snapshot = await asyncio.to_thread(self.store.get_snapshot, revision)
+        if snapshot is None:
+            return None
+        return parse_card(snapshot.body.encode(), url=snapshot.source_url, max_bytes=1 << 30)
+
+    def forget(self, agent_url: str) -> None:
+        """Drop the memo for an agent (the next non-fresh read goes to the wire)."""
+        self._memo.pop(card_urls(agent_url)[0], None)
+
+    # -- contract pinning (R3) -----------------------------------------------------------------
+
+    async def check_contract(self, read: CardRead, *, accept: bool = False) -> ContractCheck:
+        """Compare the card's contract with the one pinned for the agent, like an SSH host key.
+
+        First use pins it (``ContractPinned``). A different contract raises
+        :class:`ContractChangedError` unless ``accept`` (recorded as ``ContractAccepted``).
+        Safe when two first uses race: the loser re-reads the pin and decides again.
+        """
+        fresh = read.card.contract_hash
+        outcome: dict[str, ContractCheck] = {}
+
+        def decide(state: State) -> list[NewEvent]:
+            pinned = state["pinned_contract"]
+            outcome.clear()
+            if pinned is None:
+                outcome["v"] = ContractCheck("pinned", fresh, None)
+                return [
+                    NewEvent(
+                        ev.CONTRACT_PINNED, {"contract_hash": fresh, "revision": read.revision}
+                    )
+                ]
+            if pinned == fresh:
+                outcome["v"] = ContractCheck("matched", fresh, pinned)
+                return []
+            if not accept:
+                raise ContractChangedError(
+                    read.agent, pinned, fresh, self._contract_changes(state, read.card)
+                )
+            outcome["v"] = ContractCheck("accepted", fresh, pinned)
+            return [
+                NewEvent(
+                    ev.CONTRACT_ACCEPTED,
+                    {"previous": pinned, "contract_hash": fresh, "revision": read.revision},
+                )
+            ]
+
+        await self._append(read.agent, decide)
+        return outcome["v"]
+
+    def _contract_changes(self, state: Mapping[str, Any], card: AgentCard) -> str:
+        revision = state.get("pinned_revision")
+        snapshot = self.store.get_snapshot(revision) if revision else None
+        if snapshot is None:
+            return "contract hash differs"
+        pinned_card = parse_card(snapshot.body.encode(), max_bytes=1 << 30)
+        parts = pinned_card.contract.changed_parts(card.contract)
+        return ", ".join(parts) or "contract hash differs"
+
+    # -- recording -----------------------------------------------------------------------------
+
+    async def agent_state(self, agent_url: str) -> State:
+        """The agent stream's projection (its initial state if nothing was recorded yet)."""
+        return await self._agent_state(card_urls(agent_url)[0])
+
+    async def _agent_state(self, origin: str) -> State:
+        head = await asyncio.to_thread(self.store.stream, ev.agent_stream_id(origin))
+        return initial_agent_state(origin) if head is None else head.state
+
+    async def _record_read(self, read: CardRead) -> None:
+        card = read.card
+        data = {
+            "url": read.url,
+            "status": read.status,
+            "revision": card.revision,
+            "version": card.version,
+            "etag": read.etag,
+            "last_modified": read.last_modified,
+            "contract_hash": card.contract_hash,
+            "push_notifications": card.push_notifications,
+            "fetched_at": read.fetched_at.isoformat(),
+        }
+        snapshots = []
+        if read.status == 200:
+            snapshots.append(
+                CardSnapshot(
+                    revision=card.revision,
+                    body=card.canonical_bytes().decode(),
+                    source_url=read.url,
+                    etag=read.etag,
+                    http_status=read.status,
+                    fetched_at=read.fetched_at,
+                )
+            )
+        await self._append(read.agent, lambda _: [NewEvent(ev.CARD_FETCHED, data)], snapshots)
+
+    async def _record_failure(self, origin: str, failure: DiscoveryError) -> None:
+        data = {
+            "url": failure.url,
+            "kind": failure.kind,
+            "detail": failure.detail,
+            "at": _now().isoformat(),
+        }
+        await self._append(origin, lambda _: [NewEvent(ev.DISCOVERY_FAILED, data)])
+
+    async def record_refusal(self, agent_url: str, data: Mapping[str, Any]) -> None:
+        """Record ``TaskCreationRefused`` in the agent's stream (R2)."""
+        origin = card_urls(agent_url)[0]
+        await self._append(origin, lambda _: [NewEvent(ev.TASK_CREATION_REFUSED, dict(data))])
+
+    async def _append(
+        self,
+        origin: str,
+        decide: Callable[[State], list[NewEvent]],
+        snapshots: Sequence[CardSnapshot] = (),
+    ) -> None:
+        await asyncio.to_thread(append_agent_events, self.store, origin, decide, snapshots)
+
+
+def append_agent_events(
+    store: EventStore,
+    origin: str,
+    decide: Callable[[State], list[NewEvent]],
+    snapshots: Sequence[CardSnapshot] = (),
+) -> None:
+    """Append what ``decide`` makes of the agent's current state, folding the projection.
+
+    Another process may append to the same agent stream at the same time: on a conflict the state
+    is read again and ``decide`` asked again, so decisions (like pinning) are never made on a
+    stale state.
+    """
+    stream_id = ev.agent_stream_id(origin)
+    for _ in range(_APPEND_RETRIES):
+        head = store.stream(stream_id)
+        state = initial_agent_state(origin) if head is None else head.state
+        new_events = decide(state)
+        if not new_events:
+            return
+        for event in new_events:
+            state = apply_agent_event(state, event.type, event.data)
+        try:
+            store.append(
+                stream_id,
+                0 if head is None else head.version,
+                new_events,
+                projection=Projection(state, category=ev.AGENT_CATEGORY, alias=origin),
+                snapshots=snapshots,
+            )
+            return
+        except ConcurrencyError:
+            continue
+    raise ConcurrencyError(stream_id, -1, None)

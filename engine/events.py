@@ -1,0 +1,74 @@
+"""The event catalogue (DESIGN §5): every event type cardfence records, by stream.
+
+Names are the ones ``cardfence show`` prints and audits parse; they never change meaning.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+AGENT_STREAM_PREFIX: Final = "agent:"
+TASK_STREAM_PREFIX: Final = "task:"
+AGENT_CATEGORY: Final = "agent"
+TASK_CATEGORY: Final = "task"
+
+# Agent stream: one per agent, keyed by the card URL's origin.
+CARD_FETCHED: Final = "CardFetched"
+DISCOVERY_FAILED: Final = "DiscoveryFailed"
+CONTRACT_PINNED: Final = "ContractPinned"
+CONTRACT_ACCEPTED: Final = "ContractAccepted"
+TASK_CREATION_REFUSED: Final = "TaskCreationRefused"
+
+AGENT_EVENTS: Final = frozenset(
+    {CARD_FETCHED, DISCOVERY_FAILED, CONTRACT_PINNED, CONTRACT_ACCEPTED, TASK_CREATION_REFUSED}
+)
+
+# Task stream: one per task, keyed by a local task key made before sending.
+TASK_SUBMITTED: Final = "TaskSubmitted"
+STATE_CHANGED: Final = "StateChanged"
+OBSERVATION_IGNORED: Final = "ObservationIgnored"
+WEBHOOK_REGISTERED: Final = "WebhookRegistered"
+WEBHOOK_CONFIRMED: Final = "WebhookConfirmed"
+DELIVERY_DOWNGRADED: Final = "DeliveryDowngraded"
+DISCOVERY_UNAVAILABLE: Final = "DiscoveryUnavailable"
+CARD_REVISION_CHANGED: Final = "CardRevisionChanged"
+FLAGGED_FOR_REVIEW: Final = "FlaggedForReview"
+CONTRACT_DIVERGED: Final = "ContractDiverged"
+TASK_ORPHANED: Final = "TaskOrphaned"
+ENDPOINT_MOVED: Final = "EndpointMoved"
+ENDPOINT_UNREACHABLE: Final = "EndpointUnreachable"
+CANCEL_REQUESTED: Final = "CancelRequested"
+CANCEL_REFUSED: Final = "CancelRefused"
+REPLY_SENT: Final = "ReplySent"
+DEADLINE_EXCEEDED: Final = "DeadlineExceeded"
+ARTIFACT_RECEIVED: Final = "ArtifactReceived"
+
+TASK_EVENTS: Final = frozenset(
+    {
+        TASK_SUBMITTED,
+        STATE_CHANGED,
+        OBSERVATION_IGNORED,
+        WEBHOOK_REGISTERED,
+        WEBHOOK_CONFIRMED,
+        DELIVERY_DOWNGRADED,
+        DISCOVERY_UNAVAILABLE,
+        CARD_REVISION_CHANGED,
+        FLAGGED_FOR_REVIEW,
+        CONTRACT_DIVERGED,
+        TASK_ORPHANED,
+        ENDPOINT_MOVED,
+        ENDPOINT_UNREACHABLE,
+        CANCEL_REQUESTED,
+        CANCEL_REFUSED,
+        REPLY_SENT,
+        DEADLINE_EXCEEDED,
+        ARTIFACT_RECEIVED,
+    }
+)
+
+KNOWN_EVENTS: Final = AGENT_EVENTS | TASK_EVENTS
+
+
+def agent_stream_id(origin: str) -> str:
+    """The agent stream of the agent whose card is served from ``origin``."""
+    return f"{AGENT_STREAM_PREFIX}{origin}"
