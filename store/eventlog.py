@@ -30,6 +30,7 @@ from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL, make_url
 
 import migrations
+from store import append_sql
 from store.chain import ChainBreak, content_hash, event_hash, verify_chain
 from store.errors import (
     ConcurrencyError,
@@ -103,6 +104,9 @@ class EventStore:
     Open it with :meth:`open`, which migrates the database to the newest schema first.
     """
 
+    # Off only in the test that shows a tailing reader skips events without the lock.
+    _SERIALISE_POSITIONS = True
+
     def __init__(
         self, engine: sa.Engine, *, max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
     ) -> None:
@@ -111,6 +115,9 @@ class EventStore:
         self.max_payload_bytes = max_payload_bytes
         self._is_sqlite = engine.dialect.name == "sqlite"
         self._is_postgres = engine.dialect.name == "postgresql"
+        self._dbapi: Any = engine.dialect.loaded_dbapi
+        lock = _PG_APPEND_LOCK if self._is_postgres and self._SERIALISE_POSITIONS else None
+        self._sql = append_sql.build(engine.dialect.name, lock)
         # (version -> hash) of stream heads this process wrote or read. An event at a given
         # (stream, version) never changes, so a cached pair stays true forever; the conditional
         # update of the head row decides whether it is still the head.
@@ -199,19 +206,27 @@ class EventStore:
             raise StoreUnavailableError(self.url, _one_line(exc)) from exc
 
     def _retrying(self, operation: Callable[[], _T]) -> _T:
-        """Run a write, retrying a bounded number of times while SQLite reports it is busy."""
+        """Run a write, retrying a bounded number of times while SQLite reports it is busy, and
+        once on PostgreSQL after a dropped connection (the pool does not ping on checkout)."""
         for attempt in range(_SQLITE_BUSY_RETRIES):
             try:
                 return operation()
-            except sa.exc.OperationalError as exc:
-                if not (self._is_sqlite and _is_sqlite_busy(exc)):
+            except (sa.exc.DBAPIError, self._dbapi.Error) as exc:
+                if not self._transient(exc, attempt):
                     raise StoreUnavailableError(self.url, _one_line(exc)) from exc
-                if attempt == _SQLITE_BUSY_RETRIES - 1:
-                    raise StoreUnavailableError(
-                        self.url, f"database stayed locked after {attempt + 1} attempts"
-                    ) from exc
                 time.sleep(random.uniform(0.005, 0.05) * (attempt + 1))
-        raise AssertionError("unreachable")
+        raise StoreUnavailableError(
+            self.url, f"database stayed locked after {_SQLITE_BUSY_RETRIES} attempts"
+        )
+
+    def _transient(self, exc: BaseException, attempt: int) -> bool:
+        original = getattr(exc, "orig", exc)
+        if not isinstance(original, self._dbapi.OperationalError):
+            return False
+        if self._is_sqlite:
+            message = str(original).lower()
+            return "locked" in message or "busy" in message
+        return attempt == 0
 
     # -- appending -----------------------------------------------------------------------------
 
@@ -251,26 +266,6 @@ class EventStore:
             )
         )
 
-    def _prev_hash(self, conn: sa.Connection, stream_id: str, expected_version: int) -> str:
-        if expected_version == 0:
-            return GENESIS_HASH
-        cached = self._heads.get(stream_id)
-        if cached is not None and cached[0] == expected_version:
-            return cached[1]
-        found = conn.execute(
-            sa.select(events.c.hash).where(
-                events.c.stream_id == stream_id, events.c.version == expected_version
-            )
-        ).scalar_one_or_none()
-        if found is None:
-            raise ConcurrencyError(stream_id, expected_version, self._version(conn, stream_id))
-        return str(found)
-
-    def _version(self, conn: sa.Connection, stream_id: str) -> int | None:
-        return conn.execute(
-            sa.select(streams.c.version).where(streams.c.stream_id == stream_id)
-        ).scalar_one_or_none()
-
     def _append_once(
         self,
         stream_id: str,
@@ -281,11 +276,23 @@ class EventStore:
         state: str | None,
         cards: list[CardSnapshot],
     ) -> list[int]:
+        sql = self._sql
         now = _now()
+        stamp = sql.timestamp(now)
         new_version = expected_version + len(new_events)
-        with self._write() as conn:
-            prev = self._prev_hash(conn, stream_id, expected_version)
-            rows: list[dict[str, Any]] = []
+        raw = self.engine.raw_connection()
+        try:
+            cursor = raw.cursor()
+            if self._is_sqlite:
+                # Take the write lock up front: positions are drawn in commit order.
+                cursor.execute("BEGIN IMMEDIATE")
+            prev = self._prev_hash(cursor, stream_id, expected_version)
+            self._advance_head(
+                cursor, stream_id, expected_version, new_version, projection, state, stamp
+            )
+            for card in cards:
+                cursor.execute(sql.insert_snapshot, _snapshot_row(card, sql.timestamp))
+            rows = []
             for offset, (new, payload) in enumerate(zip(new_events, payloads, strict=True)):
                 version = expected_version + offset + 1
                 digest = event_hash(
@@ -298,57 +305,66 @@ class EventStore:
                         "type": new.type,
                         "schema_version": new.schema_version,
                         "payload": payload,
-                        "recorded_at": now,
+                        "recorded_at": stamp,
                         "prev_hash": prev,
                         "hash": digest,
                     }
                 )
                 prev = digest
-            self._advance_head(
-                conn, stream_id, expected_version, new_version, projection, state, now
-            )
-            for card in cards:
-                self._insert_snapshot(conn, card)
-            self._serialise_positions(conn)
-            try:
-                positions = self._insert_events(conn, rows)
-            except sa.exc.IntegrityError as exc:
-                raise ConcurrencyError(
-                    stream_id, expected_version, self._version(conn, stream_id)
-                ) from exc
+            positions = self._insert_events(cursor, rows)
+            raw.commit()
+        except self._dbapi.IntegrityError as exc:
+            _rollback(raw)
+            raise ConcurrencyError(stream_id, expected_version, None) from exc
+        except BaseException as exc:
+            if isinstance(exc, self._dbapi.OperationalError) and self._is_postgres:
+                raw.invalidate()  # a dropped connection must not go back to the pool
+            else:
+                _rollback(raw)
+            raise
+        finally:
+            raw.close()
         if len(self._heads) >= _HEAD_CACHE_LIMIT:
             self._heads.clear()
         self._heads[stream_id] = (new_version, prev)
         return positions
 
-    def _serialise_positions(self, conn: sa.Connection) -> None:
-        """Make positions commit in the order they are drawn (see the module docstring)."""
-        if self._is_postgres:
-            conn.execute(sa.select(sa.func.pg_advisory_xact_lock(_PG_APPEND_LOCK)))
+    def _prev_hash(self, cursor: Any, stream_id: str, expected_version: int) -> str:
+        if expected_version == 0:
+            return GENESIS_HASH
+        cached = self._heads.get(stream_id)
+        if cached is not None and cached[0] == expected_version:
+            return cached[1]
+        cursor.execute(self._sql.select_hash, {"stream_id": stream_id, "version": expected_version})
+        found = cursor.fetchone()
+        if found is None:
+            raise ConcurrencyError(
+                stream_id, expected_version, self._head_version(cursor, stream_id)
+            )
+        return str(found[0])
 
-    @staticmethod
-    def _insert_events(conn: sa.Connection, rows: list[dict[str, Any]]) -> list[int]:
-        if len(rows) == 1:
-            key = conn.execute(events.insert(), rows[0]).inserted_primary_key
-            assert key is not None
-            return [int(key[0])]
-        result = conn.execute(
-            events.insert().returning(events.c.position, sort_by_parameter_order=True), rows
-        )
-        return [int(p) for p in result.scalars()]
+    def _head_version(self, cursor: Any, stream_id: str) -> int | None:
+        cursor.execute(self._sql.select_version, {"stream_id": stream_id})
+        found = cursor.fetchone()
+        return None if found is None else int(found[0])
 
     def _advance_head(
         self,
-        conn: sa.Connection,
+        cursor: Any,
         stream_id: str,
         expected_version: int,
         new_version: int,
         projection: Projection | None,
         state: str | None,
-        now: datetime,
+        stamp: object,
     ) -> None:
         """Move the stream's head row from ``expected_version`` on, or fail with a conflict."""
-        values: dict[str, Any] = {"version": new_version, "updated_at": now}
+        values: dict[str, Any] = {
+            "stream_id": stream_id,
+            "version": new_version,
+            "updated_at": stamp,
+            "expected": expected_version,
+        }
         if projection is not None:
             values.update(
                 state=state,
@@ -358,19 +374,41 @@ class EventStore:
             )
         if expected_version == 0:
             values.setdefault("state", "{}")
-            try:
-                with conn.begin_nested() if self._is_postgres else _no_savepoint():
-                    conn.execute(streams.insert().values(stream_id=stream_id, **values))
-            except sa.exc.IntegrityError as exc:
-                raise ConcurrencyError(stream_id, 0, self._version(conn, stream_id)) from exc
-            return
-        updated = conn.execute(
-            streams.update()
-            .where(streams.c.stream_id == stream_id, streams.c.version == expected_version)
-            .values(**values)
-        )
-        if updated.rowcount != 1:
-            raise ConcurrencyError(stream_id, expected_version, self._version(conn, stream_id))
+            for name in ("category", "alias", "status"):
+                values.setdefault(name, None)
+            del values["expected"]
+            statement = self._sql.insert_head
+        elif projection is None:
+            statement = self._sql.update_head_keep_projection
+        else:
+            statement = self._sql.update_head
+        cursor.execute(statement, values)
+        if cursor.rowcount != 1:
+            raise ConcurrencyError(
+                stream_id, expected_version, self._head_version(cursor, stream_id)
+            )
+
+    def _insert_events(self, cursor: Any, rows: list[dict[str, Any]]) -> list[int]:
+        sql = self._sql
+        if self._is_sqlite:
+            if len(rows) == 1:
+                cursor.execute(sql.insert_event, rows[0])
+                return [int(cursor.lastrowid)]
+            cursor.executemany(sql.insert_event, rows)
+            # We hold the write lock: the rows took consecutive positions ending at the last.
+            cursor.execute("SELECT last_insert_rowid()")
+            last = int(cursor.fetchone()[0])
+            return list(range(last - len(rows) + 1, last + 1))
+        if len(rows) == 1:
+            cursor.execute(sql.insert_event, rows[0])
+            return [int(cursor.fetchone()[0])]
+        cursor.executemany(sql.insert_event, rows, returning=True)
+        positions = []
+        while True:
+            positions.append(int(cursor.fetchone()[0]))
+            if not cursor.nextset():
+                break
+        return positions
 
     def _insert_snapshot(self, conn: sa.Connection, card: CardSnapshot) -> bool:
         values = {
@@ -499,6 +537,24 @@ class EventStore:
         return sorted(heads | logged)
 
 
+def _rollback(raw: Any) -> None:
+    try:
+        raw.rollback()
+    except Exception:  # the connection is being discarded anyway
+        raw.invalidate()
+
+
+def _snapshot_row(card: CardSnapshot, stamp: Callable[[datetime], object]) -> dict[str, Any]:
+    return {
+        "revision": card.revision,
+        "body": card.body,
+        "source_url": card.source_url,
+        "etag": card.etag,
+        "http_status": card.http_status,
+        "fetched_at": stamp(card.fetched_at),
+    }
+
+
 def _stream_record(row: sa.Row[Any]) -> StreamRecord:
     state = json.loads(row.state)
     return StreamRecord(
@@ -524,7 +580,9 @@ def _one_line(exc: BaseException) -> str:
 
 def _create_engine(url: URL, busy_timeout_ms: int) -> sa.Engine:
     if url.get_backend_name() != "sqlite":
-        return sa.create_engine(url, pool_pre_ping=True)
+        # No ping on checkout (a round trip per append): a dropped connection is invalidated
+        # and the write retried once instead; see EventStore._retrying.
+        return sa.create_engine(url, pool_recycle=600)
     memory = url.database in (None, "", ":memory:")
     kwargs: dict[str, Any] = {"connect_args": {"check_same_thread": False}}
     if memory:

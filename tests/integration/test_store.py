@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import multiprocessing
+import random
 import threading
 import time
 from collections.abc import Iterator
@@ -393,12 +394,29 @@ def _tail_while_writing(
         return seen, everything
 
 
+@pytest.fixture
+def slow_commits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Widen the window between drawing a position and committing it, as a loaded server does."""
+    insert = EventStore._insert_events
+
+    def insert_then_dawdle(
+        self: EventStore, cursor: object, rows: list[dict[str, object]]
+    ) -> list[int]:
+        positions = insert(self, cursor, rows)
+        time.sleep(random.uniform(0, 0.004))
+        return positions
+
+    monkeypatch.setattr(EventStore, "_insert_events", insert_then_dawdle)
+
+
+@pytest.mark.usefixtures("slow_commits")
 def test_tailing_read_all_never_skips_an_event_that_commits_late(db_url: str) -> None:
     seen, everything = _tail_while_writing(db_url)
     assert seen == everything
 
 
 @pytest.mark.postgres
+@pytest.mark.usefixtures("slow_commits")
 def test_tailing_would_skip_late_commits_without_the_append_lock(
     pg_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -406,7 +424,7 @@ def test_tailing_would_skip_late_commits_without_the_append_lock(
 
     Only PostgreSQL: SQLite serialises writers by itself.
     """
-    monkeypatch.setattr(EventStore, "_serialise_positions", lambda self, conn: None)
+    monkeypatch.setattr(EventStore, "_SERIALISE_POSITIONS", False)
     for _ in range(10):
         seen, everything = _tail_while_writing(pg_url)
         if seen != everything:

@@ -1,0 +1,73 @@
+"""The benchmark entry point runs and reports well-formed figures (no timing is asserted)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BENCH = ROOT / "scripts" / "bench.py"
+PG_URL_VAR = "CARDFENCE_TEST_PG_URL"
+KEYS = {"name", "value", "unit", "baseline", "ratio", "target"}
+
+
+def _positive(value: Any) -> bool:
+    return (
+        isinstance(value, int | float)
+        and not isinstance(value, bool)
+        and math.isfinite(value)
+        and value > 0
+    )
+
+
+@pytest.mark.timeout(120)
+def test_store_section_quick_json() -> None:
+    # PostgreSQL figures come from the same server the other tests use, only when it is set.
+    env = {k: v for k, v in os.environ.items() if k != PG_URL_VAR}
+    pg_url = os.environ.get(PG_URL_VAR)
+    if pg_url:
+        env[PG_URL_VAR] = pg_url
+
+    done = subprocess.run(
+        [sys.executable, str(BENCH), "store", "--quick", "--json"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=110,
+        check=False,
+    )
+
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)  # exactly one JSON document on stdout
+    assert set(document) == {"section", "figures"}
+    assert document["section"] == "store"
+    figures = document["figures"]
+    assert figures
+    for figure in figures:
+        assert set(figure) == KEYS, figure
+        assert isinstance(figure["name"], str)
+        assert isinstance(figure["unit"], str)
+        assert figure["name"]
+        assert figure["unit"]
+        assert _positive(figure["value"]), figure
+        # Every store figure has a same-process baseline, so a ratio.
+        assert _positive(figure["baseline"]), figure
+        assert _positive(figure["ratio"]), figure
+        assert figure["target"] is None or _positive(figure["target"]), figure
+
+    names = [f["name"] for f in figures]
+    assert len(names) == len(set(names))
+    databases = {name.split()[0] for name in names}
+    assert databases == ({"sqlite", "postgresql"} if pg_url else {"sqlite"})
+    targets = {f["name"]: f["target"] for f in figures}
+    assert targets["sqlite append 1 event/txn (chain+projection)"] == 0.6
+    if not pg_url:
+        assert "PostgreSQL figures omitted" in done.stderr
