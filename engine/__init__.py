@@ -20,6 +20,7 @@ from engine.errors import (
     SnapshotMismatchError,
     StoreError,
     StoreUnavailableError,
+    TaskEndedError,
     TaskOrphanedError,
     UsageError,
 )
@@ -43,6 +44,7 @@ __all__ = [
     "SnapshotMismatchError",
     "StoreError",
     "StoreUnavailableError",
+    "TaskEndedError",
     "TaskOrphanedError",
     "UsageError",
     "__version__",

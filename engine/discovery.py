@@ -198,12 +198,14 @@ async def _get_bounded(
             "GET", url, headers=headers, timeout=timeout, follow_redirects=False
         ) as response:
             if response.status_code in _REDIRECTS:
+                await _drain(response)
                 return CardResponse(
                     str(url), response.status_code, location=response.headers.get("location")
                 )
             etag = response.headers.get("etag")
             modified = response.headers.get("last-modified")
             if response.status_code != 200:
+                await _drain(response)
                 return CardResponse(str(url), response.status_code, b"", etag, modified)
             declared = response.headers.get("content-length", "")
             if declared.isdigit() and int(declared) > limits.max_bytes:
@@ -228,6 +230,16 @@ async def _get_bounded(
     except httpx.HTTPError as exc:
         detail = str(exc) or type(exc).__name__
         raise DiscoveryError(str(url), "network", f"network error: {detail}") from None
+
+
+async def _drain(response: httpx.Response, limit: int = 64 * 1024) -> None:
+    """Read a small unwanted body so the connection goes back to the pool (a 304 or a 503 page);
+    a larger one is left unread and the connection is dropped instead."""
+    seen = 0
+    async for chunk in response.aiter_raw():
+        seen += len(chunk)
+        if seen > limit:
+            return
 
 
 class Discovery:

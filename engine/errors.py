@@ -23,6 +23,7 @@ done.
     ├── RemoteRefusedError              the agent answered with an A2A error
     ├── InvalidAgentResponseError       the agent's answer is not a valid A2A response
     ├── DeadlineExceeded                the task was not at the requested point in time
+    ├── TaskEndedError                  the remote ended the task other than completed
     └── AuditViolation                  the audit found a broken chain or a replay mismatch
 
 The store's part of the tree is defined in :mod:`store.errors` (``store`` knows nothing of A2A and
@@ -58,6 +59,7 @@ __all__ = [
     "SnapshotMismatchError",
     "StoreError",
     "StoreUnavailableError",
+    "TaskEndedError",
     "TaskOrphanedError",
     "UsageError",
 ]
@@ -145,9 +147,11 @@ class TaskOrphanedError(CardfenceError):
 class EndpointUnreachableError(CardfenceError):
     """The task's endpoint did not answer, or answered 404 without an A2A error body."""
 
-    def __init__(self, url: str, detail: str, *, task: str = "") -> None:
+    def __init__(self, url: str, detail: str, *, task: str = "", status: int | None = None) -> None:
         self.url = url
+        self.detail = detail
         self.task = task
+        self.status = status  # the HTTP status when there was one (404: gone or moved, R11)
         super().__init__(f"{url}: {detail} (nothing was changed)")
 
 
@@ -177,8 +181,19 @@ class DeadlineExceeded(CardfenceError):
         self.state = state
         self.seconds = seconds
         super().__init__(
-            f"task {task} still {state} after {seconds:g}s (the task is not marked failed)"
+            f"task {task} still {state} at the deadline ({seconds:.1f}s; "
+            "the task is not marked failed)"
         )
+
+
+class TaskEndedError(CardfenceError):
+    """The remote ended the task other than ``completed`` (failed, canceled, rejected)."""
+
+    def __init__(self, task: str, state: str, message: str | None) -> None:
+        self.task = task
+        self.state = state
+        said = f": {message}" if message else " (no diagnostic)"
+        super().__init__(f"task {task} ended {state} as the remote reported it{said}")
 
 
 class AuditViolation(CardfenceError):

@@ -12,6 +12,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from engine import events as ev
+from engine.observations import watermark_after
 
 State = dict[str, Any]
 
@@ -73,4 +74,128 @@ def fold_agent(
     current: State = initial_agent_state(origin) if state is None else state
     for type_, data in events:
         current = apply_agent_event(current, type_, data)
+    return current
+
+
+# -- task streams --------------------------------------------------------------------------------
+
+_FLAG_FOR_EVENT = {
+    ev.CONTRACT_DIVERGED: "contract_diverged",
+    ev.TASK_ORPHANED: "orphaned",
+    ev.DELIVERY_DOWNGRADED: "delivery_downgraded",
+    ev.ENDPOINT_MOVED: "endpoint_moved",
+    ev.DEADLINE_EXCEEDED: "deadline_exceeded",
+}
+
+
+def initial_task_state(key: str) -> State:
+    return {
+        "task": key,
+        "agent": None,
+        "agent_url": None,
+        "card_url": None,
+        "skill": None,
+        "message_id": None,
+        "context_id": None,
+        "remote_task_id": None,
+        "remote_context_id": None,
+        "state": "submitted",
+        "remote_timestamp": None,
+        "generation": None,
+        "delivery_mode": "polling",
+        "webhook": None,
+        "card_revision": None,
+        "card_version": None,
+        "contract_hash": None,
+        "skill_hash": None,
+        "endpoint": None,
+        "latest_card_revision": None,
+        "flags": [],
+        "artifacts": [],
+        "cancel_requested": False,
+        "transitions": 0,
+        "ignored": 0,
+        "last_message": None,
+        "submitted_at": None,
+    }
+
+
+def apply_task_event(state: Mapping[str, Any], type_: str, data: Mapping[str, Any]) -> State:
+    """The task stream's state after one event (a new dict; ``state`` is not modified)."""
+    out = dict(state)
+    if type_ == ev.TASK_SUBMITTED:
+        for name in (
+            "agent",
+            "agent_url",
+            "card_url",
+            "skill",
+            "message_id",
+            "context_id",
+            "card_revision",
+            "card_version",
+            "contract_hash",
+            "skill_hash",
+            "endpoint",
+            "submitted_at",
+            "text",
+            "media_type",
+        ):
+            out[name] = data.get(name)
+        out["latest_card_revision"] = data.get("card_revision")
+    elif type_ in (ev.STATE_CHANGED, ev.OBSERVATION_IGNORED):
+        out = _apply_observation_event(out, type_, data)
+    elif type_ == ev.ARTIFACT_RECEIVED:
+        record = {k: data.get(k) for k in ("artifact_id", "name", "parts")}
+        kept = [a for a in out["artifacts"] if a["artifact_id"] != record["artifact_id"]]
+        out["artifacts"] = [*kept, record]
+    elif type_ == ev.WEBHOOK_REGISTERED:
+        out["webhook"] = {
+            k: data.get(k) for k in ("config_id", "url", "token_sha256", "auth_sha256")
+        } | {"status": "provisional"}
+        out["delivery_mode"] = "push"
+    elif type_ == ev.WEBHOOK_CONFIRMED:
+        if out["webhook"] is not None:
+            out["webhook"] = {**out["webhook"], "status": "confirmed"}
+    elif type_ == ev.DELIVERY_DOWNGRADED:
+        out["delivery_mode"] = "polling"
+    elif type_ == ev.CARD_REVISION_CHANGED:
+        out["latest_card_revision"] = data.get("new")
+    elif type_ == ev.FLAGGED_FOR_REVIEW:
+        out["flags"] = _with_flag(out["flags"], str(data.get("reason")))
+    elif type_ == ev.ENDPOINT_MOVED:
+        out["endpoint"] = data.get("new")
+    elif type_ == ev.CANCEL_REQUESTED:
+        out["cancel_requested"] = True
+    if type_ in _FLAG_FOR_EVENT:
+        out["flags"] = _with_flag(out["flags"], _FLAG_FOR_EVENT[type_])
+    return out
+
+
+def _apply_observation_event(out: State, type_: str, data: Mapping[str, Any]) -> State:
+    timestamp, generation = watermark_after(out, type_, data)
+    out["remote_timestamp"], out["generation"] = timestamp, generation
+    if data.get("remote_task_id") and not out["remote_task_id"]:
+        out["remote_task_id"] = data["remote_task_id"]
+        out["remote_context_id"] = data.get("remote_context_id")
+    if type_ == ev.STATE_CHANGED:
+        out["state"] = data["to"]
+        out["transitions"] = out["transitions"] + 1
+        if data.get("message") is not None:
+            out["last_message"] = data["message"]
+    else:
+        out["ignored"] = out["ignored"] + 1
+    return out
+
+
+def _with_flag(flags: list[str], flag: str) -> list[str]:
+    return sorted({*flags, flag})
+
+
+def fold_task(
+    key: str, events: Iterable[tuple[str, Mapping[str, Any]]], state: State | None = None
+) -> State:
+    """Fold ``(type, data)`` pairs over a task stream's state (from its initial state)."""
+    current: State = initial_task_state(key) if state is None else state
+    for type_, data in events:
+        current = apply_task_event(current, type_, data)
     return current

@@ -71,3 +71,48 @@ def test_store_section_quick_json() -> None:
     assert targets["sqlite append 1 event/txn (chain+projection)"] == 0.6
     if not pg_url:
         assert "PostgreSQL figures omitted" in done.stderr
+
+
+@pytest.mark.timeout(60)
+def test_cards_section_quick_json() -> None:
+    # Starts two local a2a-sdk agents and a SQLite store of its own; no PostgreSQL involved.
+    done = subprocess.run(
+        [sys.executable, str(BENCH), "cards", "--quick", "--json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=50,
+        check=False,
+    )
+
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)  # exactly one JSON document on stdout
+    assert set(document) == {"section", "figures"}
+    assert document["section"] == "cards"
+    figures = document["figures"]
+    for figure in figures:
+        assert set(figure) == KEYS, figure
+        assert isinstance(figure["name"], str)
+        assert figure["name"]
+        # Every cards figure is a rate against a same-run baseline, with no stated target.
+        assert _positive(figure["value"]), figure
+        assert _positive(figure["baseline"]), figure
+        assert _positive(figure["ratio"]), figure
+        assert figure["target"] is None, figure
+
+    names = [f["name"] for f in figures]
+    assert len(names) == len(set(names))
+    units = {f["name"]: f["unit"] for f in figures}
+    parses = [n for n in names if n.startswith("parse_card ")]
+    reads = [n for n in names if n.startswith("Discovery.read ")]
+    assert len(parses) == 2
+    assert any("2 KB" in n for n in parses)
+    assert any("50 KB" in n for n in parses)
+    assert len(reads) == 2
+    assert any("304" in n for n in reads)
+    assert any("changed" in n for n in reads)
+    assert sorted(names) == sorted(parses + reads)
+    assert {units[n] for n in parses} == {"cards/s"}
+    assert {units[n] for n in reads} == {"reads/s"}
+    # Both revalidation figures are against the same plain-GET baseline, measured once.
+    assert len({f["baseline"] for f in figures if f["name"] in reads}) == 1

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from hypothesis import find, given
+from hypothesis import find, given, settings
 from hypothesis import strategies as st
 
 import engine.card
@@ -197,7 +197,9 @@ def test_accepted_cards_reparse_from_canonical_bytes_to_the_same_hashes(body: by
 
 def catches(parser: Callable[[bytes], object]) -> bytes:
     """A body on which the property rejects ``parser`` (hypothesis fails the test if none)."""
-    return find(any_bytes, lambda body: escapes(parser, body) is not None)
+    # A budget of its own: the profile's (small under `dev`) is for the property, not the hunt.
+    budget = settings(max_examples=5000, database=None, deadline=None)
+    return find(any_bytes, lambda body: escapes(parser, body) is not None, settings=budget)
 
 
 def test_property_catches_a_parser_that_lets_decoding_errors_escape(

@@ -1,0 +1,291 @@
+"""The task commands of ``cardfence``: run, reply, cancel, resume, tasks, show, audit (CLI.md)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Annotated, Any, TypeVar
+
+import httpx
+import typer
+
+from engine import errors
+from engine.audit import audit as audit_store
+from engine.cli_app import (
+    CardTimeoutOption,
+    DbOption,
+    DebugOption,
+    Globals,
+    InsecureOption,
+    JsonOption,
+    MaxCardBytesOption,
+    app,
+    emit,
+    open_store,
+    options_of,
+)
+from engine.discovery import CardLimits
+from engine.engine import Engine, EngineConfig, reached
+from engine.lifecycle import TERMINAL
+from engine.render import audit_text, event_json, task_line, task_table, timeline
+from engine.tasklog import TaskLog, task_stream_id
+from engine.views import TaskView
+
+_T = TypeVar("_T")
+
+UntilOption = Annotated[
+    str,
+    typer.Option("--until", help="interrupted (input-required, auth-required or terminal) "
+                 "or terminal."),
+]  # fmt: skip
+TimeoutOption = Annotated[float, typer.Option("--timeout", help="Seconds the command may take.")]
+PollOption = Annotated[
+    float,
+    typer.Option("--max-poll-interval", help="Safety polls are never further apart (seconds)."),
+]
+CardAgeOption = Annotated[
+    float,
+    typer.Option("--max-card-age", help="Re-validate the card at most this often (seconds)."),
+]
+TaskArgument = Annotated[str, typer.Argument(metavar="TASK", help="Local key or remote task id.")]
+
+
+def _engine_run(
+    options: Globals,
+    config: EngineConfig,
+    job: Callable[[Engine], Awaitable[_T]],
+) -> _T:
+    async def main() -> _T:
+        async with httpx.AsyncClient() as client:
+            engine = Engine(open_store(options), client, config)
+            try:
+                return await job(engine)
+            finally:
+                await engine.aclose()
+
+    return asyncio.run(main())
+
+
+def _finish(options: Globals, view: TaskView) -> None:
+    """Print the task and end as CLI.md says: 8 for a terminal state other than completed."""
+    emit(options, view.to_json(), task_line(view))
+    if view.state in TERMINAL and view.state != "completed":
+        raise errors.TaskEndedError(view.task, view.state, view.last_message)
+
+
+async def _drive_or_report(
+    engine: Engine, options: Globals, key: str, until: str, deadline: float
+) -> TaskView:
+    """Drive; on a deadline, print where the task stands before failing (exit 6)."""
+    try:
+        return await engine.drive(key, until=until, timeout=max(deadline - time.monotonic(), 0.0))
+    except errors.DeadlineExceeded:
+        emit(options, engine.task(key).to_json(), task_line(engine.task(key)))
+        raise
+
+
+@app.command()
+def run(
+    ctx: typer.Context,
+    agent_url: Annotated[str, typer.Argument(metavar="AGENT_URL")],
+    skill: Annotated[str, typer.Option("--skill", help="The skill id to use.")],
+    text: Annotated[str, typer.Option("--text", help="The message text.")],
+    webhook_url: Annotated[
+        str | None, typer.Option("--webhook-url", help="Ask for push delivery to this URL.")
+    ] = None,
+    webhook_token: Annotated[
+        str | None, typer.Option("--webhook-token", help="Token for push deliveries.")
+    ] = None,
+    until: UntilOption = "interrupted",
+    timeout: TimeoutOption = 300.0,
+    max_poll_interval: PollOption = 30.0,
+    max_card_age: CardAgeOption = 120.0,
+    card_timeout: CardTimeoutOption = 10.0,
+    max_card_bytes: MaxCardBytesOption = 1_048_576,
+    accept_contract: Annotated[
+        bool, typer.Option("--accept-contract", help="Accept a changed agent contract.")
+    ] = False,
+    allow_insecure_http: InsecureOption = False,
+    db: DbOption = None,
+    json_: JsonOption = False,
+    debug: DebugOption = False,
+) -> None:
+    """Discover the agent, check skill and contract, send the message, then drive the task."""
+    options = options_of(ctx, db, json_, debug)
+    deadline = time.monotonic() + timeout
+    config = EngineConfig(
+        max_poll_interval=max_poll_interval,
+        max_card_age=max_card_age,
+        card_limits=CardLimits(
+            timeout=min(card_timeout, timeout),
+            max_bytes=max_card_bytes,
+            allow_insecure=allow_insecure_http,
+        ),
+    )
+
+    async def job(engine: Engine) -> TaskView:
+        view = await engine.start_task(
+            agent_url, skill=skill, text=text, accept_contract=accept_contract
+        )
+        if webhook_url:
+            await engine.register_webhook(view.task, webhook_url, token=webhook_token)
+        return await _drive_or_report(engine, options, view.task, until, deadline)
+
+    _finish(options, _engine_run(options, config, job))
+
+
+@app.command()
+def reply(
+    ctx: typer.Context,
+    task: TaskArgument,
+    text: Annotated[str, typer.Option("--text", help="The answer.")],
+    until: UntilOption = "interrupted",
+    timeout: TimeoutOption = 300.0,
+    max_poll_interval: PollOption = 30.0,
+    db: DbOption = None,
+    json_: JsonOption = False,
+    debug: DebugOption = False,
+) -> None:
+    """Answer an input-required task, then drive it."""
+    options = options_of(ctx, db, json_, debug)
+    deadline = time.monotonic() + timeout
+
+    async def job(engine: Engine) -> TaskView:
+        view = await engine.reply(task, text)
+        return await _drive_or_report(engine, options, view.task, until, deadline)
+
+    _finish(options, _engine_run(options, EngineConfig(max_poll_interval=max_poll_interval), job))
+
+
+@app.command()
+def cancel(
+    ctx: typer.Context,
+    task: TaskArgument,
+    db: DbOption = None,
+    json_: JsonOption = False,
+    debug: DebugOption = False,
+) -> None:
+    """Ask the remote to cancel; the state moves only when the remote reports it."""
+    options = options_of(ctx, db, json_, debug)
+    view = _engine_run(options, EngineConfig(), lambda engine: engine.cancel(task))
+    emit(options, view.to_json(), task_line(view))
+
+
+@app.command()
+def resume(
+    ctx: typer.Context,
+    task: Annotated[str | None, typer.Argument(metavar="[TASK]")] = None,
+    all_: Annotated[bool, typer.Option("--all", help="Every task not yet terminal.")] = False,
+    until: UntilOption = "interrupted",
+    timeout: TimeoutOption = 300.0,
+    max_poll_interval: PollOption = 30.0,
+    db: DbOption = None,
+    json_: JsonOption = False,
+    debug: DebugOption = False,
+) -> None:
+    """After a restart: reconcile each task with a fresh card (R9), then drive it."""
+    options = options_of(ctx, db, json_, debug)
+    if (task is None) == (not all_):
+        raise errors.UsageError("name one TASK or pass --all")
+    deadline = time.monotonic() + timeout
+    config = EngineConfig(max_poll_interval=max_poll_interval)
+
+    async def one(engine: Engine, key: str) -> TaskView:
+        view = await engine.resume(key)
+        if reached(view.state, until):
+            return view
+        return await _drive_or_report(engine, options, view.task, until, deadline)
+
+    if task is not None:
+        _finish(options, _engine_run(options, config, lambda engine: one(engine, task)))
+        return
+
+    async def every(
+        engine: Engine,
+    ) -> tuple[list[TaskView], list[str], list[errors.CardfenceError]]:
+        views: list[TaskView] = []
+        orphaned: list[str] = []
+        failures: list[errors.CardfenceError] = []
+        for pending in [v for v in engine.tasks() if v.state not in TERMINAL]:
+            try:
+                views.append(await one(engine, pending.task))
+            except errors.TaskOrphanedError:
+                orphaned.append(pending.task)
+                views.append(engine.task(pending.task))
+            except errors.CardfenceError as failure:
+                failures.append(failure)
+                views.append(engine.task(pending.task))
+        return views, orphaned, failures
+
+    views, orphaned, failures = _engine_run(options, config, every)
+    document: dict[str, Any] = {"tasks": [v.to_json() for v in views], "orphaned": orphaned}
+    human = "\n".join(task_line(v) for v in views) or "no task to resume"
+    emit(options, document, human)
+    if orphaned:
+        raise errors.TaskOrphanedError(orphaned[0], "", "", f"{len(orphaned)} task(s) orphaned")
+    if failures:
+        raise failures[0]
+
+
+@app.command()
+def tasks(
+    ctx: typer.Context,
+    state: Annotated[str | None, typer.Option("--state", help="Only tasks in this state.")] = None,
+    db: DbOption = None,
+    json_: JsonOption = False,
+    debug: DebugOption = False,
+) -> None:
+    """One row per task."""
+    options = options_of(ctx, db, json_, debug)
+    with open_store(options) as store:
+        views = [TaskView.of(h.state, h.updated_at) for h in TaskLog(store).all(status=state)]
+    emit(options, {"tasks": [v.to_row() for v in views]}, task_table(views))
+
+
+@app.command()
+def show(
+    ctx: typer.Context,
+    task: TaskArgument,
+    db: DbOption = None,
+    json_: JsonOption = False,
+    debug: DebugOption = False,
+) -> None:
+    """The task's timeline: its own stream, versions 1..n."""
+    options = options_of(ctx, db, json_, debug)
+    with open_store(options) as store:
+        log = TaskLog(store)
+        head = log.head(log.find(task))
+        events = store.read_stream(task_stream_id(head.key))
+    view = TaskView.of(head.state, head.updated_at)
+    document = {
+        "task": view.task,
+        "remote_task_id": view.remote_task_id,
+        "state": view.state,
+        "delivery_mode": view.delivery_mode,
+        "card_revision": view.card_revision,
+        "contract_hash": view.contract_hash,
+        "flags": list(view.flags),
+        "events": [event_json(e) for e in events],
+    }
+    emit(options, document, timeline(view, events, view.contract_hash))
+
+
+@app.command()
+def audit(
+    ctx: typer.Context,
+    db: DbOption = None,
+    json_: JsonOption = False,
+    debug: DebugOption = False,
+) -> None:
+    """Verify every stream's chain and versions, replay it against its projection, and check
+    every referenced card snapshot. Exit 5 on any violation."""
+    options = options_of(ctx, db, json_, debug)
+    with open_store(options) as store:
+        report = audit_store(store)
+    emit(options, report.to_json(), audit_text(report))
+    if not report.ok:
+        first = report.violations[0]
+        raise errors.AuditViolation(
+            len(report.violations), f"{first.stream} @{first.position}: {first.kind}"
+        )

@@ -1,0 +1,593 @@
+"""The Engine: start, follow, reply to, cancel and resume A2A tasks, recording everything.
+
+Card state may gate task creation (:meth:`Engine.start_task`, R2, R3) and webhook registration
+(:meth:`Engine.register_webhook`, R4). It never gates continuation: every remote report goes
+through :func:`engine.observations.apply_observation`, which takes no card. Card re-checks (R6)
+and re-validation (R7, R8) run beside the polling, and only ever add diagnostics, flags or a switch
+to polling.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import secrets
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+
+from engine import events as ev
+from engine import guards, webhook
+from engine.card import AgentCard, Interface, parse_card, select_interface
+from engine.discovery import CardLimits, CardRead, Discovery
+from engine.errors import (
+    CardInvalidError,
+    ContractChangedError,
+    DeadlineExceeded,
+    DiscoveryError,
+    EndpointUnreachableError,
+    InvalidAgentResponseError,
+    RemoteRefusedError,
+    SkillUnavailableError,
+    TaskOrphanedError,
+    UsageError,
+)
+from engine.lifecycle import INTERRUPTED, TERMINAL
+from engine.observations import Event, Observation, apply_observation, from_message, from_task
+from engine.observations import from_update as observation_from_update
+from engine.remote import PushConfig, RemoteTask
+from engine.replay import State
+from engine.tasklog import TaskLog
+from engine.transport import A2ATransport
+from engine.views import TaskView
+from store import EventStore
+
+UNTIL = ("interrupted", "terminal")
+
+
+@dataclass(frozen=True, slots=True)
+class EngineConfig:
+    """Bounds the engine works within (CLI: ``--max-poll-interval``, ``--max-card-age``, …)."""
+
+    max_poll_interval: float = 30.0
+    first_poll_interval: float = 0.1
+    max_card_age: float = 120.0
+    card_limits: CardLimits = CardLimits()  # noqa: RUF009 - frozen, so sharing it is safe
+    request_timeout: float = 30.0
+    prefer_bindings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class WebhookOutcome:
+    """What :meth:`Engine.register_webhook` did: registered, or why the task stays on polling."""
+
+    registered: bool
+    reason: str
+    detail: str = ""
+    config_id: str | None = None
+    token: str | None = None
+
+
+def _now_iso() -> str:
+    return datetime.now(UTC).isoformat()
+
+
+def reached(state: str, until: str) -> bool:
+    """Whether a task in ``state`` is at the point ``until`` asks for."""
+    if state in TERMINAL:
+        return True
+    return until == "interrupted" and state in INTERRUPTED
+
+
+class Engine:
+    """An asyncio engine over an event store. Use :meth:`open`, then ``async with``."""
+
+    def __init__(
+        self,
+        store: EventStore,
+        client: httpx.AsyncClient,
+        config: EngineConfig = EngineConfig(),
+        *,
+        owns_client: bool = False,
+        clock: Callable[[], float] = time.monotonic,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        self.store = store
+        self.client = client
+        self.config = config
+        self.log = TaskLog(store)
+        self.discovery = Discovery(
+            store, client, limits=config.card_limits, max_card_age=config.max_card_age,
+            clock=clock,
+        )  # fmt: skip
+        self._owns_client = owns_client
+        self._clock = clock
+        self._sleep = sleep
+        self._transports: dict[tuple[str, str], A2ATransport] = {}
+        self._pushed: dict[str, asyncio.Event] = {}
+        self._background: set[asyncio.Task[None]] = set()
+
+    @classmethod
+    def open(
+        cls,
+        url: str,
+        *,
+        client: httpx.AsyncClient | None = None,
+        config: EngineConfig = EngineConfig(),
+    ) -> Engine:
+        """An engine on the store at ``url`` (migrated to head), with its own client if none."""
+        store = EventStore.open(url)
+        own = client is None
+        return cls(store, client or httpx.AsyncClient(), config, owns_client=own)
+
+    async def aclose(self) -> None:
+        for job in list(self._background):
+            job.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
+        if self._owns_client:
+            await self.client.aclose()
+        self.store.close()
+
+    async def __aenter__(self) -> Engine:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.aclose()
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def task(self, ref: str) -> TaskView:
+        head = self.log.head(self.log.find(ref))
+        return TaskView.of(head.state, head.updated_at)
+
+    def tasks(self, state: str | None = None) -> list[TaskView]:
+        return [TaskView.of(h.state, h.updated_at) for h in self.log.all(status=state)]
+
+    # -- creation (R2, R3) ---------------------------------------------------------------------
+
+    async def start_task(
+        self,
+        agent_url: str,
+        *,
+        skill: str,
+        text: str,
+        media_type: str = "text/plain",
+        accept_contract: bool = False,
+        key: str | None = None,
+    ) -> TaskView:
+        """Create a task: fresh card read, skill and media-type check, contract check, freeze,
+        record, send. Nothing is sent on any refusal (``DiscoveryError``, ``CardInvalidError``,
+        ``SkillUnavailableError``, ``ContractChangedError``), and the refusal is recorded."""
+        try:
+            read = await self.discovery.read(agent_url, fresh=True)
+        except DiscoveryError as failure:
+            failure.consequence = "nothing was sent"
+            await self._refuse(agent_url, "discovery_failed", str(failure), skill)
+            raise
+        decision = guards.creation_check(read.card, skill, media_type)
+        if not decision.allowed:
+            await self._refuse(agent_url, decision.reason, decision.detail, skill)
+            raise SkillUnavailableError(read.agent, skill, decision.detail)
+        try:
+            check = await self.discovery.check_contract(read, accept=accept_contract)
+            interface = select_interface(read.card, self.config.prefer_bindings)
+        except (ContractChangedError, CardInvalidError) as refusal:
+            if isinstance(refusal, CardInvalidError):
+                refusal.consequence = "nothing was sent"
+            await self._refuse(agent_url, type(refusal).__name__, str(refusal), skill)
+            raise
+        key = key or uuid.uuid4().hex
+        message_id, context_id = f"m-{uuid.uuid4().hex}", f"c-{uuid.uuid4().hex}"
+        self.log.create(key, [_submitted(key, agent_url, read, check.contract_hash, skill,
+                                         interface.url, interface.binding, message_id,
+                                         context_id, text, media_type)])  # fmt: skip
+        transport = self._transport({"url": interface.url, "binding": interface.binding})
+        try:
+            answer = await transport.send_message(
+                text=text,
+                message_id=message_id,
+                context_id=context_id,
+                metadata={"skillId": skill},
+                return_immediately=True,
+                media_type=media_type,
+            )
+        except (EndpointUnreachableError, InvalidAgentResponseError) as failure:
+            # Maybe sent, maybe not: `resume` finds it through ListTasks on the context id.
+            self._record(key, [(ev.ENDPOINT_UNREACHABLE, _unreachable(failure, "send"))])
+            raise
+        except RemoteRefusedError as refusal:
+            self._record(key, [_flag("send_refused", str(refusal))])
+            raise
+        observation = (
+            from_task(answer, "send")
+            if isinstance(answer, RemoteTask)
+            else from_message(answer, "send")
+        )
+        return self._observe(key, observation)
+
+    async def _refuse(self, agent_url: str, reason: str, detail: str, skill: str) -> None:
+        with contextlib.suppress(DiscoveryError):
+            await self.discovery.record_refusal(
+                agent_url, {"reason": reason, "detail": detail, "skill": skill, "at": _now_iso()}
+            )
+
+    # -- webhooks (R4, R5) ---------------------------------------------------------------------
+
+    async def register_webhook(
+        self,
+        ref: str,
+        url: str,
+        *,
+        token: str | None = None,
+        auth_scheme: str | None = None,
+        auth_credentials: str | None = None,
+    ) -> WebhookOutcome:
+        """Ask for push delivery, gated by a read made for this registration (R4).
+
+        When the read fails or says no push, nothing is registered, ``DeliveryDowngraded`` is
+        recorded and the task goes on by polling; the outcome says why. The state is untouched.
+        """
+        key = self.log.find(ref)
+        state = self.log.head(key).state
+        if not state.get("remote_task_id"):
+            raise UsageError(f"task {key} has no remote task id yet: nothing to register for")
+        card: AgentCard | None = None
+        failure: DiscoveryError | None = None
+        try:
+            card = (await self.discovery.read(state["agent_url"], fresh=True)).card
+        except DiscoveryError as error:
+            failure = error
+        decision = guards.registration_check(card, failure)
+        if not decision.allowed:
+            self._record(key, [guards.downgrade(decision.reason, decision.detail)])
+            return WebhookOutcome(False, decision.reason, decision.detail)
+        config_id = f"cf-{uuid.uuid4().hex[:16]}"  # always ours: a2a-sdk would reuse the task id
+        token = token or secrets.token_urlsafe(32)
+        config = PushConfig(config_id, url, token, auth_scheme, auth_credentials)
+        try:
+            await self._transport(state["endpoint"]).create_push_config(
+                state["remote_task_id"], config
+            )
+        except RemoteRefusedError as refusal:
+            detail = str(refusal)
+            self._record(key, [guards.downgrade("push_refused", detail)])
+            return WebhookOutcome(False, "push_refused", detail)
+        auth = f"{auth_scheme} {auth_credentials}" if auth_scheme and auth_credentials else None
+        registered = {
+            "config_id": config_id,
+            "url": url,
+            "token_sha256": webhook.digest(token),
+            "auth_sha256": webhook.digest(auth) if auth else None,
+            "status": "provisional",
+            "card_revision": card.revision if card else None,
+        }
+        self._record(key, [(ev.WEBHOOK_REGISTERED, registered)])
+        return WebhookOutcome(True, "registered", "", config_id, token)
+
+    # -- continuation (R1, R5-R12) -------------------------------------------------------------
+
+    async def poll(self, ref: str) -> TaskView:
+        """One continuation step: GetTask on the task's recorded endpoint, applied. No discovery."""
+        key = self.log.find(ref)
+        state = self.log.head(key).state
+        remote = state.get("remote_task_id")
+        if not remote:
+            raise UsageError(f"task {key} has no remote task id: run `resume` to find it")
+        try:
+            task = await self._transport(state["endpoint"]).get_task(remote)
+        except EndpointUnreachableError as failure:
+            self._record(key, [(ev.ENDPOINT_UNREACHABLE, _unreachable(failure, "poll"))])
+            raise
+        return self._observe(key, from_task(task, "poll"))
+
+    async def drive(
+        self, ref: str, *, until: str = "interrupted", timeout: float = 300.0
+    ) -> TaskView:
+        """Follow the task until ``until`` or the deadline, polling with backoff bounded by
+        ``max_poll_interval`` (R5). The deadline never ends the task (R10): it records
+        ``DeadlineExceeded`` after a last poll and raises :class:`DeadlineExceeded`."""
+        if until not in UNTIL:
+            raise UsageError(f"--until must be one of {', '.join(UNTIL)}, not {until!r}")
+        key = self.log.find(ref)
+        started = self._clock()
+        deadline = started + timeout
+        delay = self.config.first_poll_interval
+        next_revalidation = started + self.config.max_card_age
+        unreachable: EndpointUnreachableError | None = None
+        pushed = self._pushed.setdefault(key, asyncio.Event())
+        while True:
+            state = self.log.head(key).state
+            if reached(state["state"], until):
+                return TaskView.of(state)
+            try:
+                await self.poll(key)
+                unreachable = None
+            except EndpointUnreachableError as failure:
+                unreachable = failure
+                if failure.status == 404 or "404" in failure.detail:
+                    await self._reconcile_endpoint(key)  # R11: a bare 404 prompts an R9 check
+            except InvalidAgentResponseError:
+                pass  # a malformed answer changes nothing; the next poll may be better
+            state = self.log.head(key).state
+            if reached(state["state"], until):
+                return TaskView.of(state)
+            now = self._clock()
+            if now >= next_revalidation:
+                next_revalidation = now + self.config.max_card_age
+                self._spawn(self._revalidate(key))  # R7: off the critical path
+            if now >= deadline:
+                if unreachable is not None:
+                    raise unreachable
+                self._record(
+                    key,
+                    [(ev.DEADLINE_EXCEEDED, {"state": state["state"], "seconds": timeout,
+                                             "until": until})],
+                )  # fmt: skip
+                raise DeadlineExceeded(key, state["state"], timeout)
+            wait = min(delay, self.config.max_poll_interval, max(deadline - now, 0.0))
+            delay = min(delay * 2, self.config.max_poll_interval)
+            pushed.clear()
+            with contextlib.suppress(TimeoutError):
+                # A push applied in this process wakes us; the safety poll never waits longer.
+                await asyncio.wait_for(pushed.wait(), wait)
+
+    def _observe(self, key: str, observation: Observation) -> TaskView:
+        """Apply one remote report (R10, R12), then schedule what the transition calls for."""
+        agent_revision: list[str | None] = []
+
+        def decide(state: State) -> list[Event]:
+            out = apply_observation(state, observation)
+            for type_, data in list(out):
+                if type_ == ev.STATE_CHANGED and data["to"] == "failed":
+                    if not agent_revision:
+                        agent_revision.append(self._agent_revision(state))
+                    out += guards.failure_review(
+                        state, "failed", data.get("message"), agent_revision[0]
+                    )
+            return out
+
+        before, after = self.log.record(key, decide)
+        if guards.boundary_recheck_due(after, before["state"], after["state"]):
+            self._spawn(self._boundary_recheck(key))  # R6, after the transition is recorded
+        return TaskView.of(after)
+
+    def _agent_revision(self, state: Mapping[str, Any]) -> str | None:
+        head = self.store.stream(ev.agent_stream_id(str(state.get("agent"))))
+        return None if head is None else head.state.get("revision")
+
+    async def _boundary_recheck(self, key: str) -> None:
+        state = self.log.head(key).state
+        card, failure = await self._read(state["agent_url"], fresh=True)
+        self._record(key, guards.push_recheck(state, card, failure))
+
+    async def _revalidate(self, key: str) -> None:
+        state = self.log.head(key).state
+        card, failure = await self._read(state["agent_url"], fresh=False)
+        previous = self._card(state.get("latest_card_revision"))
+        self._record_with(key, lambda s: guards.reconcile_card(s, card, failure, previous))
+
+    async def _read(
+        self, agent_url: str, *, fresh: bool
+    ) -> tuple[AgentCard | None, DiscoveryError | None]:
+        try:
+            read: CardRead = await self.discovery.read(agent_url, fresh=fresh)
+        except DiscoveryError as failure:
+            return None, failure
+        return read.card, None
+
+    def _card(self, revision: str | None) -> AgentCard | None:
+        snapshot = self.store.get_snapshot(revision) if revision else None
+        if snapshot is None:
+            return None
+        return parse_card(snapshot.body.encode(), url=snapshot.source_url, max_bytes=1 << 30)
+
+    # -- replies and cancels (R10) ------------------------------------------------------------
+
+    async def reply(self, ref: str, text: str, *, media_type: str = "text/plain") -> TaskView:
+        """Answer an input-required (or auth-required) task."""
+        key = self.log.find(ref)
+        state = self.log.head(key).state
+        if state["state"] not in INTERRUPTED:
+            raise UsageError(f"task {key} is {state['state']}, not waiting for input")
+        message_id = f"m-{uuid.uuid4().hex}"
+        self._record(key, [(ev.REPLY_SENT, {"message_id": message_id, "chars": len(text)})])
+        transport = self._transport(state["endpoint"])
+        try:
+            answer = await transport.send_message(
+                text=text,
+                message_id=message_id,
+                context_id=state.get("remote_context_id") or state["context_id"],
+                task_id=state["remote_task_id"],
+                metadata={"skillId": state["skill"]},
+                media_type=media_type,
+            )
+        except EndpointUnreachableError as failure:
+            self._record(key, [(ev.ENDPOINT_UNREACHABLE, _unreachable(failure, "reply"))])
+            raise
+        if isinstance(answer, RemoteTask):
+            return self._observe(key, from_task(answer, "send"))
+        return self._observe(key, from_message(answer, "send"))
+
+    async def cancel(self, ref: str) -> TaskView:
+        """Ask the remote to cancel. The state moves only when the remote reports it (R10)."""
+        key = self.log.find(ref)
+        state = self.log.head(key).state
+        if not state.get("remote_task_id"):
+            raise UsageError(f"task {key} has no remote task id: run `resume` first")
+        self._record(key, [(ev.CANCEL_REQUESTED, {"at": _now_iso()})])
+        try:
+            answer = await self._transport(state["endpoint"]).cancel_task(state["remote_task_id"])
+        except RemoteRefusedError as refusal:
+            self._record(key, [(ev.CANCEL_REFUSED, {"code": refusal.code, "detail": str(refusal)})])
+            raise
+        except EndpointUnreachableError as failure:
+            self._record(key, [(ev.ENDPOINT_UNREACHABLE, _unreachable(failure, "cancel"))])
+            raise
+        return self._observe(key, from_task(answer, "send"))
+
+    # -- resume (R9) ---------------------------------------------------------------------------
+
+    async def resume(self, ref: str) -> TaskView:
+        """Reconcile the task with a fresh card before any request to its endpoint (R9), and
+        find its remote id if a crash fell between send and record. Raises
+        :class:`TaskOrphanedError` (the state untouched) when the card no longer carries its
+        skill compatibly. Does not drive; call :meth:`drive` next."""
+        key = self.log.find(ref)
+        state = self.log.head(key).state
+        if state["state"] in TERMINAL:
+            return TaskView.of(state)
+        await self._reconcile_endpoint(key)
+        state = self.log.head(key).state
+        if not state.get("remote_task_id"):
+            await self._rebind(key, state)
+        return TaskView.of(self.log.head(key).state)
+
+    async def _reconcile_endpoint(self, key: str) -> None:
+        state = self.log.head(key).state
+        card, failure = await self._read(state["agent_url"], fresh=True)
+        plan = guards.resume_check(state, card, failure)
+        self._record(key, plan.events)
+        if plan.orphaned:
+            revision = card.revision if card else ""
+            raise TaskOrphanedError(key, str(state["skill"]), revision, plan.detail)
+
+    async def _rebind(self, key: str, state: State) -> None:
+        """The send may or may not have reached the agent: ask it for our context's tasks."""
+        found = await self._transport(state["endpoint"]).list_tasks(context_id=state["context_id"])
+        if found:
+            self._observe(key, from_task(found[0], "poll"))
+            return
+        if state.get("text") is None:
+            raise UsageError(f"task {key} was never accepted and its message is not recorded")
+        # Never reached the agent: send the recorded message now, as creation would have.
+        answer = await self._transport(state["endpoint"]).send_message(
+            text=state["text"],
+            message_id=state["message_id"],
+            context_id=state["context_id"],
+            metadata={"skillId": state["skill"]},
+            media_type=state.get("media_type") or "text/plain",
+        )
+        if isinstance(answer, RemoteTask):
+            self._observe(key, from_task(answer, "send"))
+        else:
+            self._observe(key, from_message(answer, "send"))
+
+    # -- push deliveries (R5, R12) -------------------------------------------------------------
+
+    async def deliver(self, body: bytes, headers: Mapping[str, str]) -> webhook.Delivery:
+        """Ingest one push delivery: checked (size, type, shape, credentials), then applied like
+        any other observation. Refusals write nothing."""
+        try:
+            update = webhook.decode(body, headers)
+            key = self.log.find_remote(update.task_id or "")
+            if key is None:
+                raise webhook.Refused(404, f"no task with remote id {update.task_id!r}")
+            state = self.log.head(key).state
+            if state.get("webhook") is None:
+                raise webhook.Refused(404, f"task {key} has no webhook registered")
+            webhook.check_credentials(state["webhook"], headers)
+        except webhook.Refused as refused:
+            return refused.delivery
+        observation = observation_from_update(update, "push")
+        if observation is None:
+            return webhook.Delivery(200, "ignored", "a message, not a task update", key)
+        recorded: list[Event] = []
+
+        def decide(current: State) -> list[Event]:
+            out = apply_observation(current, observation)
+            hook = current.get("webhook") or {}
+            if hook.get("status") == "provisional":  # R5: the first valid delivery confirms it
+                out.append((ev.WEBHOOK_CONFIRMED, {"config_id": hook.get("config_id")}))
+            recorded[:] = out
+            return out
+
+        self.log.record(key, decide)
+        if key in self._pushed:
+            self._pushed[key].set()
+        return webhook.Delivery(200, _delivery_outcome(recorded), "", key)
+
+    # -- plumbing ------------------------------------------------------------------------------
+
+    def _transport(self, endpoint: Mapping[str, Any]) -> A2ATransport:
+        place = (str(endpoint["url"]), str(endpoint["binding"]))
+        if place not in self._transports:
+            self._transports[place] = A2ATransport(
+                self.client, Interface(place[0], place[1], "1.0"),
+                timeout=self.config.request_timeout,
+            )  # fmt: skip
+        return self._transports[place]
+
+    def _record(self, key: str, events: Sequence[Event]) -> None:
+        if events:
+            self.log.record(key, lambda _state: events)
+
+    def _record_with(self, key: str, decide: Callable[[State], Sequence[Event]]) -> None:
+        self.log.record(key, decide)
+
+    def _spawn(self, job: Awaitable[None]) -> None:
+        task = asyncio.ensure_future(job)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def settle(self) -> None:
+        """Wait for background re-checks and re-validations to finish (tests, shutdown)."""
+        while self._background:
+            await asyncio.gather(*list(self._background), return_exceptions=True)
+
+
+def _delivery_outcome(recorded: Sequence[Event]) -> str:
+    """``applied`` (a transition or a new artifact), ``duplicate``, ``stale`` or ``ignored``."""
+    types = {type_ for type_, _ in recorded}
+    if ev.STATE_CHANGED in types or ev.ARTIFACT_RECEIVED in types:
+        return "applied"
+    reasons = {data.get("reason") for type_, data in recorded if type_ == ev.OBSERVATION_IGNORED}
+    for reason in ("duplicate", "stale"):
+        if reason in reasons:
+            return reason
+    return "ignored" if reasons else "duplicate"
+
+
+def _submitted(
+    key: str,
+    agent_url: str,
+    read: CardRead,
+    contract_hash: str,
+    skill: str,
+    endpoint_url: str,
+    binding: str,
+    message_id: str,
+    context_id: str,
+    text: str,
+    media_type: str,
+) -> Event:
+    card = read.card
+    return ev.TASK_SUBMITTED, {
+        "task": key,
+        "agent": read.agent,
+        "agent_url": agent_url,
+        "card_url": read.url,
+        "skill": skill,
+        "message_id": message_id,
+        "context_id": context_id,
+        "text": text,
+        "media_type": media_type,
+        "card_revision": card.revision,
+        "card_version": card.version,
+        "contract_hash": contract_hash,
+        "skill_hash": card.compatibility_hash(skill),
+        "endpoint": {"url": endpoint_url, "binding": binding},
+        "submitted_at": _now_iso(),
+    }
+
+
+def _unreachable(failure: Exception, during: str) -> dict[str, Any]:
+    return {"url": getattr(failure, "url", ""), "detail": str(failure), "during": during}
+
+
+def _flag(reason: str, detail: str) -> Event:
+    return ev.FLAGGED_FOR_REVIEW, {"reason": reason, "detail": detail}

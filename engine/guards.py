@@ -1,0 +1,242 @@
+"""The decisions of rules R2-R11, as pure functions of recorded facts. No I/O.
+
+Each guard takes only what is recorded (the task's projection, its frozen card revision, contract
+and skill hashes) and, where a rule allows it, a fresh card or the discovery failure; it returns a
+decision or the events to record. The continuation guard — applying what the remote reported — is
+:func:`engine.observations.apply_observation`, and takes no discovery input at all (R1).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from engine import events as ev
+from engine.card import AgentCard, diff, select_interface
+from engine.errors import CardInvalidError, DiscoveryError
+from engine.lifecycle import TERMINAL
+from engine.observations import Event
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """Whether an operation may go ahead, and why (the reason is recorded)."""
+
+    allowed: bool
+    reason: str
+    detail: str = ""
+
+
+# -- R2: creation is gated by fresh discovery -----------------------------------------------------
+
+
+def creation_check(card: AgentCard, skill_id: str, media_type: str) -> Decision:
+    """May a task for ``skill_id`` with a ``media_type`` message be created on this fresh card?"""
+    skill = card.skill(skill_id)
+    if skill is None:
+        offered = ", ".join(s.id for s in card.skills) or "none"
+        return Decision(False, "skill_absent", f"is absent from the card (offered: {offered})")
+    if not skill.accepts(media_type):
+        modes = ", ".join(skill.input_modes)
+        return Decision(
+            False, "media_type_not_accepted", f"does not accept {media_type} (accepts: {modes})"
+        )
+    return Decision(True, "ok")
+
+
+# -- R4: webhook registration is gated by an unconditional fresh read ----------------------------
+
+
+def registration_check(card: AgentCard | None, failure: DiscoveryError | None) -> Decision:
+    """May a push webhook be registered, given the read made for this registration?"""
+    if failure is not None or card is None:
+        detail = str(failure) if failure is not None else "no card"
+        return Decision(False, "discovery_failed", detail)
+    if not card.push_notifications:
+        return Decision(False, "push_not_advertised", f"card {card.revision[:12]} says no push")
+    return Decision(True, "push_advertised")
+
+
+def downgrade(reason: str, detail: str, revision: str | None = None) -> Event:
+    """``DeliveryDowngraded``: push is off for this task, it continues by polling (R4-R7)."""
+    return ev.DELIVERY_DOWNGRADED, {
+        "reason": reason,
+        "detail": detail,
+        "card_revision": revision,
+        "to": "polling",
+    }
+
+
+# -- R6: capability re-checks are bound to state boundaries ---------------------------------------
+
+
+def boundary_recheck_due(task: Mapping[str, Any], from_state: str, to_state: str) -> bool:
+    """After ``from_state → to_state``, does the engine intend to wait for push (so re-check it)?"""
+    return (
+        task.get("delivery_mode") == "push" and from_state != to_state and to_state not in TERMINAL
+    )
+
+
+def push_recheck(
+    task: Mapping[str, Any], card: AgentCard | None, failure: DiscoveryError | None
+) -> list[Event]:
+    """The outcome of a boundary re-check (R6): the transition itself is already recorded (R1)."""
+    if failure is not None:
+        return [unavailable(failure, "boundary_recheck")]
+    if card is not None and not card.push_notifications and task.get("delivery_mode") == "push":
+        return [downgrade("push_withdrawn", "card withdrew pushNotifications", card.revision)]
+    return []
+
+
+# -- R7, R8: mid-task reconciliation, never by cancelling ----------------------------------------
+
+
+def unavailable(failure: DiscoveryError, during: str) -> Event:
+    """``DiscoveryUnavailable``: an annotation, nothing else happens (R8)."""
+    return ev.DISCOVERY_UNAVAILABLE, {
+        "kind": failure.kind,
+        "detail": failure.detail,
+        "url": failure.url,
+        "during": during,
+    }
+
+
+def reconcile_card(
+    task: Mapping[str, Any],
+    card: AgentCard | None,
+    failure: DiscoveryError | None,
+    previous: AgentCard | None,
+) -> list[Event]:
+    """What a mid-task card re-validation records (R7, R8): diagnostics, never a transition.
+
+    ``previous`` is the revision the task last saw (``latest_card_revision``), for the diff.
+    """
+    if failure is not None:
+        return [unavailable(failure, "revalidation")]
+    if card is None or card.revision == task.get("latest_card_revision"):
+        return []
+    changes = diff(previous, card).to_json() if previous is not None else {}
+    out: list[Event] = [
+        (
+            ev.CARD_REVISION_CHANGED,
+            {"old": task.get("latest_card_revision"), "new": card.revision, "changes": changes},
+        )
+    ]
+    if task.get("delivery_mode") == "push" and not card.push_notifications:
+        out.append(downgrade("push_withdrawn", "card withdrew pushNotifications", card.revision))
+    if task.get("state") not in TERMINAL:
+        out.extend(_skill_review(task, card))
+    if card.contract_hash != task.get("contract_hash"):
+        out.append(_diverged(task, card))
+    return out
+
+
+def _skill_review(task: Mapping[str, Any], card: AgentCard) -> list[Event]:
+    skill_id = str(task.get("skill"))
+    compat = card.compatibility_hash(skill_id)
+    if compat is None:
+        reason, detail = "skill_withdrawn", f"skill {skill_id!r} is absent from {card.revision}"
+    elif compat != task.get("skill_hash"):
+        reason, detail = "skill_changed", f"skill {skill_id!r} changed incompatibly"
+    else:
+        return []
+    # Seed 004 #2: a skill dropped from the card is a reason to look, not to cancel.
+    return [
+        (ev.FLAGGED_FOR_REVIEW, {"reason": reason, "detail": detail, "revision": card.revision})
+    ]
+
+
+def _diverged(task: Mapping[str, Any], card: AgentCard) -> Event:
+    # R3: the contract frozen at send governs the task; nothing is switched.
+    return ev.CONTRACT_DIVERGED, {
+        "frozen": task.get("contract_hash"),
+        "observed": card.contract_hash,
+        "revision": card.revision,
+    }
+
+
+# -- R9: resume reconciles the task with a fresh card ---------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ResumePlan:
+    """How to resume: on which endpoint, or orphaned; and what to record first."""
+
+    orphaned: bool
+    endpoint: Mapping[str, Any] | None
+    events: tuple[Event, ...]
+    detail: str = ""
+
+
+def resume_check(
+    task: Mapping[str, Any], card: AgentCard | None, failure: DiscoveryError | None
+) -> ResumePlan:
+    """Reconcile a task with a fresh read before any request to its endpoint (R9)."""
+    recorded = task.get("endpoint")
+    if failure is not None or card is None:
+        events: tuple[Event, ...] = () if failure is None else (unavailable(failure, "resume"),)
+        return ResumePlan(False, recorded, events)
+    skill_id = str(task.get("skill"))
+    compat = card.compatibility_hash(skill_id)
+    if compat is None or compat != task.get("skill_hash"):
+        reason = "skill_absent" if compat is None else "skill_incompatible"
+        detail = (
+            f"skill {skill_id!r} is absent"
+            if compat is None
+            else f"skill {skill_id!r} changed incompatibly"
+        )
+        orphaned = (
+            ev.TASK_ORPHANED,
+            {"reason": reason, "skill": skill_id, "revision": card.revision, "detail": detail},
+        )
+        return ResumePlan(True, recorded, (orphaned,), detail)
+    events_out: list[Event] = []
+    if card.revision != task.get("latest_card_revision"):
+        events_out.append(
+            (
+                ev.CARD_REVISION_CHANGED,
+                {"old": task.get("latest_card_revision"), "new": card.revision, "changes": {}},
+            )
+        )
+    if card.contract_hash != task.get("contract_hash"):
+        events_out.append(_diverged(task, card))
+    endpoint = recorded
+    binding = recorded.get("binding") if recorded else None
+    try:
+        chosen = select_interface(card, prefer=[binding] if binding else ())
+    except CardInvalidError:
+        chosen = None
+    if chosen is not None and recorded is not None and chosen.url != recorded.get("url"):
+        endpoint = {"url": chosen.url, "binding": chosen.binding}
+        events_out.append((ev.ENDPOINT_MOVED, {"old": recorded, "new": endpoint}))
+    return ResumePlan(False, endpoint, tuple(events_out))
+
+
+def card_is_stale(task: Mapping[str, Any], agent_state: Mapping[str, Any]) -> bool:
+    """R9's other trigger: the agent's latest recorded revision differs from the task's."""
+    latest = agent_state.get("revision")
+    return latest is not None and latest != task.get("latest_card_revision")
+
+
+# -- R11: a terminal `failed` without a diagnostic -----------------------------------------------
+
+
+def failure_review(
+    task: Mapping[str, Any], to_state: str, message: str | None, agent_revision: str | None
+) -> list[Event]:
+    """A bare ``failed`` is terminal, never retried; flag it if the card moved since creation."""
+    if to_state != "failed" or message:
+        return []
+    if agent_revision is None or agent_revision == task.get("card_revision"):
+        return []
+    return [
+        (
+            ev.FLAGGED_FOR_REVIEW,
+            {
+                "reason": "revision_skew",
+                "detail": "failed without a diagnostic after the card revision changed",
+                "revision": agent_revision,
+            },
+        )
+    ]

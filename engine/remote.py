@@ -1,0 +1,590 @@
+"""What a remote agent sends, read into typed immutable values. Pure: no I/O.
+
+Every report a remote makes about a task — a SendMessage, GetTask or CancelTask answer, a ListTasks
+page, a push delivery, a stream event — is read here, whatever its source (R12: observations are
+applied the same way). The input is untrusted decoded JSON; each parser returns a value or raises
+:class:`InvalidAgentResponseError` naming the field (``task.status.state: must be a string, not a
+list``), never another exception, for any input. Linear time; nothing recurses on the input.
+
+Shapes accepted (docs/wire.md):
+
+- A2A 1.0 proto JSON as a2a-sdk 1.3 speaks it: ``TASK_STATE_*`` / ``ROLE_*`` enum names (and their
+  numbers), a ``SendMessageResponse`` (``{"task"}`` | ``{"message"}``), a ``StreamResponse``
+  (exactly one of ``task``, ``statusUpdate``, ``artifactUpdate``, ``message``), parts as
+  ``{"text"}`` | ``{"raw"}`` | ``{"url"}`` | ``{"data"}``.
+- A2A 0.3: lower-case states (``input-required``…), ``user``/``agent`` roles, a bare ``Task`` or
+  ``Message`` marked ``"kind": "task"`` / ``"message"`` (0.3 SendMessage results and push bodies),
+  ``"kind": "status-update"`` / ``"artifact-update"`` events, and ``file`` parts
+  (``{"file": {"uri" | "bytes", "mimeType"}}``).
+
+Required: the ids the engine keys on (``Task.id``, ``messageId``, ``artifactId``, an update's
+``taskId``) and ``Task.status``. Everything else may be absent: proto JSON omits fields at their
+default, and ListTasks prints them as ``""`` / ``[]``, so empty means absent. A wrong JSON type is
+always refused. An unknown state reads as ``unknown`` (it changes nothing downstream); unknown
+fields are ignored; ``history`` and ``metadata`` are not read.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta, timezone
+from typing import Any, Final, Literal, TypeVar
+
+from engine.errors import InvalidAgentResponseError
+
+__all__ = [
+    "ACTIVE_STATES",
+    "INTERRUPTED_STATES",
+    "TERMINAL_STATES",
+    "Artifact",
+    "Part",
+    "PushConfig",
+    "RemoteMessage",
+    "RemoteTask",
+    "StatusMessage",
+    "StreamUpdate",
+    "TaskState",
+    "normalise_state",
+    "parse_push_config",
+    "parse_send_response",
+    "parse_stream_response",
+    "parse_task",
+    "parse_task_page",
+    "parse_timestamp",
+]
+
+
+class TaskState:
+    """Our names for A2A task states: plain strings, the lower-case 0.3 spelling."""
+
+    SUBMITTED: Final = "submitted"
+    WORKING: Final = "working"
+    INPUT_REQUIRED: Final = "input-required"
+    AUTH_REQUIRED: Final = "auth-required"
+    COMPLETED: Final = "completed"
+    FAILED: Final = "failed"
+    CANCELED: Final = "canceled"
+    REJECTED: Final = "rejected"
+    UNKNOWN: Final = "unknown"
+
+
+TERMINAL_STATES: Final = frozenset(
+    {TaskState.COMPLETED, TaskState.FAILED, TaskState.CANCELED, TaskState.REJECTED}
+)
+INTERRUPTED_STATES: Final = frozenset({TaskState.INPUT_REQUIRED, TaskState.AUTH_REQUIRED})
+# Live: every known non-terminal state, the interrupted ones included.
+ACTIVE_STATES: Final = frozenset({TaskState.SUBMITTED, TaskState.WORKING}) | INTERRUPTED_STATES
+
+_STATES: Final = frozenset(TERMINAL_STATES | ACTIVE_STATES)
+# By proto enum number (proto JSON parsers accept numbers in place of names).
+_STATE_NUMBERS: Final = (
+    TaskState.UNKNOWN,
+    TaskState.SUBMITTED,
+    TaskState.WORKING,
+    TaskState.COMPLETED,
+    TaskState.FAILED,
+    TaskState.CANCELED,
+    TaskState.INPUT_REQUIRED,
+    TaskState.REJECTED,
+    TaskState.AUTH_REQUIRED,
+)
+_ROLES: Final = {"user": "user", "agent": "agent", "1": "user", "2": "agent"}
+_CONTENT_KEYS: Final = ("text", "raw", "url", "data")
+_STREAM_KEYS: Final = ("task", "statusUpdate", "artifactUpdate", "message")
+_RFC3339: Final = re.compile(
+    r"([0-9]{4})-([0-9]{2})-([0-9]{2})[Tt ]([0-9]{2}):([0-9]{2}):([0-9]{2})"
+    r"(?:\.([0-9]+))?(?:([Zz])|([+-])([0-9]{2}):([0-9]{2}))"
+)
+_GENERATION: Final = re.compile(r"[0-9]{1,19}")
+
+
+def normalise_state(value: object) -> str:
+    """Our name for a 1.0 (``TASK_STATE_INPUT_REQUIRED``, or its enum number) or 0.3
+    (``input-required``) state; ``unknown`` for anything else, never an error.
+
+    ``cancelled`` (double L) is read as ``canceled``: neither version spells it so, but an agent
+    that does has ended the task all the same.
+    """
+    if isinstance(value, int) and not isinstance(value, bool):
+        return _STATE_NUMBERS[value] if 0 <= value < len(_STATE_NUMBERS) else TaskState.UNKNOWN
+    if not isinstance(value, str):
+        return TaskState.UNKNOWN
+    name = value.strip().lower().replace("_", "-").removeprefix("task-state-")
+    if name == "cancelled":
+        return TaskState.CANCELED
+    return name if name in _STATES else TaskState.UNKNOWN
+
+
+# --- values ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Part:
+    """One part. ``raw`` content stays base64 text in ``data`` (the engine never needs the bytes);
+    ``data`` is the decoded JSON value as received — do not mutate it."""
+
+    kind: Literal["text", "data", "url", "raw"]
+    text: str | None = None
+    data: object = field(default=None, hash=False)
+    url: str | None = None
+    media_type: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Artifact:
+    artifact_id: str
+    name: str | None
+    parts: tuple[Part, ...]
+    description: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StatusMessage:
+    """A message carried in a status (the question of input-required, a failure's diagnostic)."""
+
+    message_id: str
+    role: str  # "user", "agent" or "unknown"
+    parts: tuple[Part, ...]
+    text: str  # the text parts joined with newlines; "" when there are none
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteTask:
+    """A Task snapshot. ``timestamp`` is the status timestamp, aware UTC, when the agent sent one;
+    ``generation`` is the A2A 1.1 draft counter, when sent (R12 orders on both)."""
+
+    id: str
+    context_id: str | None
+    state: str
+    timestamp: datetime | None
+    generation: int | None
+    message: StatusMessage | None
+    artifacts: tuple[Artifact, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteMessage:
+    """A SendMessage answered with a bare Message, no task."""
+
+    message_id: str
+    context_id: str | None
+    task_id: str | None
+    role: str
+    parts: tuple[Part, ...]
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class StreamUpdate:
+    """One StreamResponse (push delivery or stream event), flattened.
+
+    ``kind`` "task": everything from the task, which is also in ``task``. "status": state,
+    timestamp, generation, message. "artifact": ``artifact`` (artifact updates carry no
+    timestamp). "message": ``message``, ids from the message.
+    """
+
+    kind: Literal["task", "status", "artifact", "message"]
+    task_id: str | None
+    context_id: str | None
+    state: str | None = None
+    timestamp: datetime | None = None
+    generation: int | None = None
+    message: StatusMessage | None = None
+    artifact: Artifact | None = None
+    task: RemoteTask | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PushConfig:
+    """A push-notification config; ``id`` is always ours (a2a-sdk would default it to the task id
+    and let a second registration overwrite the first). Secrets stay out of ``repr``."""
+
+    id: str
+    url: str
+    token: str | None = field(default=None, repr=False)
+    auth_scheme: str | None = None
+    auth_credentials: str | None = field(default=None, repr=False)
+
+    def to_json(self) -> dict[str, Any]:
+        """The 1.0 ``TaskPushNotificationConfig`` fields, without ``taskId``."""
+        body: dict[str, Any] = {"id": self.id, "url": self.url}
+        if self.token is not None:
+            body["token"] = self.token
+        if self.auth_scheme is not None:
+            auth = {"scheme": self.auth_scheme}
+            if self.auth_credentials is not None:
+                auth["credentials"] = self.auth_credentials
+            body["authentication"] = auth
+        return body
+
+
+# --- public parsers ------------------------------------------------------------------------------
+
+_T = TypeVar("_T")
+
+
+class _Bad(Exception):
+    """A field is wrong; turned into InvalidAgentResponseError where the URL is known."""
+
+    def __init__(self, path: str, detail: str) -> None:
+        super().__init__(path, detail)
+        self.path = path
+        self.detail = detail
+
+
+def _read(build: Callable[[object, str], _T], obj: object, url: str) -> _T:
+    try:
+        return build(obj, "")
+    except _Bad as bad:
+        raise InvalidAgentResponseError(url, f"{bad.path or 'body'}: {bad.detail}") from None
+
+
+def parse_task(obj: object, *, url: str = "") -> RemoteTask:
+    """A bare Task (GetTask, CancelTask results; a 0.3 SendMessage result marked ``kind``)."""
+    return _read(_task, obj, url)
+
+
+def parse_send_response(obj: object, *, url: str = "") -> RemoteTask | RemoteMessage:
+    """A SendMessageResponse: ``{"task": …}`` or ``{"message": …}`` (0.3: the bare object)."""
+    return _read(_send_response, obj, url)
+
+
+def parse_stream_response(obj: object, *, url: str = "") -> StreamUpdate:
+    """A StreamResponse: a push delivery body or one stream event (0.3 ``kind`` shapes too)."""
+    return _read(_stream, obj, url)
+
+
+def parse_task_page(obj: object, *, url: str = "") -> tuple[tuple[RemoteTask, ...], str | None]:
+    """A ListTasksResponse: its tasks and the next page token (``None`` on the last page)."""
+    return _read(_task_page, obj, url)
+
+
+def parse_push_config(obj: object, *, url: str = "") -> PushConfig:
+    """A TaskPushNotificationConfig as the agent stored and echoed it."""
+    return _read(_push_config, obj, url)
+
+
+def parse_timestamp(value: object, *, url: str = "") -> datetime:
+    """An RFC 3339 timestamp as aware UTC; any number of fractional digits (cut to µs)."""
+    return _read(lambda stamp, _: _timestamp(stamp, "timestamp"), value, url)
+
+
+# --- building ------------------------------------------------------------------------------------
+
+
+def _send_response(obj: object, path: str) -> RemoteTask | RemoteMessage:
+    doc = _obj(obj, path)
+    if "task" not in doc and "message" not in doc and "kind" in doc:
+        kind = _opt_str(doc, "kind", path)
+        if kind in ("task", "message"):
+            return _task(doc, path) if kind == "task" else _remote_message(doc, path)
+    if _one_of(doc, ("task", "message"), path) == "task":
+        return _task(doc["task"], _join(path, "task"))
+    return _remote_message(doc["message"], _join(path, "message"))
+
+
+def _task_page(obj: object, path: str) -> tuple[tuple[RemoteTask, ...], str | None]:
+    doc = _obj(obj, path)
+    tasks = tuple(_task(item, at) for item, at in _items(doc, "tasks", path))
+    return tasks, _opt_str(doc, "nextPageToken", path)
+
+
+def _push_config(obj: object, path: str) -> PushConfig:
+    doc = _obj(obj, path)
+    auth = _opt_obj(doc, "authentication", path)
+    at = _join(path, "authentication")
+    return PushConfig(
+        id=_req_str(doc, "id", path),
+        url=_req_str(doc, "url", path),
+        token=_opt_str(doc, "token", path),
+        auth_scheme=_opt_str(auth, "scheme", at),
+        auth_credentials=_opt_str(auth, "credentials", at),
+    )
+
+
+def _task(obj: object, path: str) -> RemoteTask:
+    doc = _obj(obj, path)
+    task_id = _req_str(doc, "id", path)
+    status_at = _join(path, "status")
+    status = _obj(doc.get("status"), status_at, required=True)
+    state, timestamp, message = _status(status, status_at)
+    return RemoteTask(
+        id=task_id,
+        context_id=_opt_str(doc, "contextId", path),
+        state=state,
+        timestamp=timestamp,
+        generation=_first_generation(doc, path, status, status_at),
+        message=message,
+        artifacts=tuple(_artifact(item, at) for item, at in _items(doc, "artifacts", path)),
+    )
+
+
+def _status(status: dict[str, Any], path: str) -> tuple[str, datetime | None, StatusMessage | None]:
+    """``state``, ``timestamp`` and ``message`` of a TaskStatus (1.0 and 0.3 alike)."""
+    state = status.get("state")
+    if state is not None and (isinstance(state, bool) or not isinstance(state, str | int)):
+        # An unknown *value* reads as "unknown"; a wrong *type* is a broken body.
+        raise _Bad(_join(path, "state"), f"must be a string, not {_kind(state)}")
+    stamp = status.get("timestamp")
+    message = status.get("message")
+    return (
+        normalise_state(state),
+        None if stamp in (None, "") else _timestamp(stamp, _join(path, "timestamp")),
+        None if message is None else _status_message(message, _join(path, "message")),
+    )
+
+
+def _first_generation(
+    doc: dict[str, Any], path: str, status: dict[str, Any], at: str
+) -> int | None:
+    """The 1.1 draft ``generation``: on the task (or update), else on its status."""
+    found = _generation(doc, path)
+    return found if found is not None else _generation(status, at)
+
+
+def _generation(doc: dict[str, Any], path: str) -> int | None:
+    value = doc.get("generation")
+    if value is None:
+        return None
+    # Proto JSON writes 64-bit integers as strings.
+    if isinstance(value, str) and _GENERATION.fullmatch(value):
+        return int(value)
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
+        return value
+    raise _Bad(_join(path, "generation"), "must be a non-negative integer")
+
+
+def _status_message(obj: object, path: str) -> StatusMessage:
+    message = _remote_message(obj, path)  # the same Message, read for the fields a status needs
+    return StatusMessage(message.message_id, message.role, message.parts, message.text)
+
+
+def _remote_message(obj: object, path: str) -> RemoteMessage:
+    doc = _obj(obj, path)
+    parts = _parts(doc, path)
+    return RemoteMessage(
+        message_id=_req_str(doc, "messageId", path),
+        context_id=_opt_str(doc, "contextId", path),
+        task_id=_opt_str(doc, "taskId", path),
+        role=_role(doc, path),
+        parts=parts,
+        text=_text(parts),
+    )
+
+
+def _role(doc: dict[str, Any], path: str) -> str:
+    value = doc.get("role")
+    if isinstance(value, int) and not isinstance(value, bool):
+        value = str(value)
+    elif value is not None and not isinstance(value, str):
+        raise _Bad(_join(path, "role"), f"must be a string, not {_kind(value)}")
+    name = (value or "").lower().removeprefix("role_")
+    return _ROLES.get(name, "unknown")
+
+
+def _text(parts: tuple[Part, ...]) -> str:
+    return "\n".join(p.text for p in parts if p.kind == "text" and p.text is not None)
+
+
+def _artifact(obj: object, path: str) -> Artifact:
+    doc = _obj(obj, path)
+    return Artifact(
+        artifact_id=_req_str(doc, "artifactId", path),
+        name=_opt_str(doc, "name", path),
+        parts=_parts(doc, path),
+        description=_opt_str(doc, "description", path),
+    )
+
+
+def _parts(doc: dict[str, Any], path: str) -> tuple[Part, ...]:
+    return tuple(_part(item, at) for item, at in _items(doc, "parts", path))
+
+
+def _part(obj: object, path: str) -> Part:
+    doc = _obj(obj, path)
+    if "file" in doc and not any(k in doc for k in _CONTENT_KEYS):
+        return _file_part_v03(doc, path)
+    # Proto JSON: "data" is a google.protobuf.Value, so "data": null is set; the others are not.
+    present = [k for k in _CONTENT_KEYS if (k == "data" and k in doc) or doc.get(k) is not None]
+    if len(present) != 1:
+        got = ", ".join(present) or "none"
+        raise _Bad(path, f"exactly one of text, raw, url, data is required (got {got})")
+    # 1.0 "mediaType"; 0.3 had "metadata.mimeType" only on files, handled above.
+    media_type = _opt_str(doc, "mediaType", path)
+    key = present[0]
+    if key == "data":
+        return Part("data", data=doc["data"], media_type=media_type)
+    value = _req_str(doc, key, path, allow_empty=key == "text")
+    if key == "text":
+        return Part("text", text=value, media_type=media_type)
+    if key == "url":
+        return Part("url", url=value, media_type=media_type)
+    return Part("raw", data=value, media_type=media_type)
+
+
+def _file_part_v03(doc: dict[str, Any], path: str) -> Part:
+    at = _join(path, "file")
+    file = _obj(doc["file"], at)
+    media_type = _opt_str(file, "mimeType", at)
+    if file.get("uri") is not None:
+        return Part("url", url=_req_str(file, "uri", at), media_type=media_type)
+    return Part("raw", data=_req_str(file, "bytes", at), media_type=media_type)
+
+
+def _stream(obj: object, path: str) -> StreamUpdate:
+    doc = _obj(obj, path)
+    if not any(k in doc for k in _STREAM_KEYS) and "kind" in doc:  # 0.3: the bare event, marked
+        kind = _opt_str(doc, "kind", path) or ""
+        if kind not in _V03_STREAM_KINDS:
+            raise _Bad(_join(path, "kind"), f"unknown 0.3 event kind {kind[:40]!r}")
+        return _STREAM_READERS[_V03_STREAM_KINDS[kind]](doc, path)
+    key = _one_of(doc, _STREAM_KEYS, path)
+    return _STREAM_READERS[key](doc[key], _join(path, key))
+
+
+def _task_update(obj: object, path: str) -> StreamUpdate:
+    task = _task(obj, path)
+    return StreamUpdate(
+        kind="task",
+        task_id=task.id,
+        context_id=task.context_id,
+        state=task.state,
+        timestamp=task.timestamp,
+        generation=task.generation,
+        message=task.message,
+        task=task,
+    )
+
+
+def _message_update(obj: object, path: str) -> StreamUpdate:
+    message = _remote_message(obj, path)
+    status = StatusMessage(message.message_id, message.role, message.parts, message.text)
+    return StreamUpdate("message", message.task_id, message.context_id, message=status)
+
+
+def _status_update(obj: object, path: str) -> StreamUpdate:
+    doc = _obj(obj, path)
+    task_id = _req_str(doc, "taskId", path)
+    at = _join(path, "status")
+    status = _obj(doc.get("status"), at, required=True)
+    state, timestamp, message = _status(status, at)
+    return StreamUpdate(
+        kind="status",
+        task_id=task_id,
+        context_id=_opt_str(doc, "contextId", path),
+        state=state,
+        timestamp=timestamp,
+        generation=_first_generation(doc, path, status, at),
+        message=message,
+    )
+
+
+def _artifact_update(obj: object, path: str) -> StreamUpdate:
+    doc = _obj(obj, path)
+    at = _join(path, "artifact")
+    return StreamUpdate(
+        kind="artifact",
+        task_id=_req_str(doc, "taskId", path),
+        context_id=_opt_str(doc, "contextId", path),
+        generation=_generation(doc, path),
+        artifact=_artifact(_obj(doc.get("artifact"), at, required=True), at),
+    )
+
+
+_STREAM_READERS: Final[dict[str, Callable[[object, str], StreamUpdate]]] = {
+    "task": _task_update,
+    "message": _message_update,
+    "statusUpdate": _status_update,
+    "artifactUpdate": _artifact_update,
+}
+_V03_STREAM_KINDS: Final = {
+    "task": "task",
+    "message": "message",
+    "status-update": "statusUpdate",
+    "artifact-update": "artifactUpdate",
+}
+
+
+def _timestamp(value: object, path: str) -> datetime:
+    if not isinstance(value, str):
+        raise _Bad(path, f"must be an RFC 3339 string, not {_kind(value)}")
+    match = _RFC3339.fullmatch(value)
+    if match is None:
+        raise _Bad(path, f"not an RFC 3339 timestamp: {value[:40]!r}")
+    *fields, fraction, zulu, sign, off_h, off_m = match.groups()
+    year, month, day, hour, minute, second = map(int, fields)
+    micros = int((fraction or "0")[:6].ljust(6, "0"))
+    if second == 60:  # RFC 3339 allows a leap second; datetime does not
+        second, micros = 59, 999_999
+    try:
+        offset = timedelta(0) if zulu else timedelta(hours=int(off_h), minutes=int(off_m))
+        zone = timezone(-offset if sign == "-" else offset)
+        return datetime(year, month, day, hour, minute, second, micros, zone).astimezone(UTC)
+    except (ValueError, OverflowError):
+        raise _Bad(path, f"not a valid date and time: {value[:40]!r}") from None
+
+
+# --- typed field access: every failure names its dotted path ------------------------------------
+
+
+def _kind(value: object) -> str:
+    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean"}
+    return "null" if value is None else names.get(type(value), "a number")
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _obj(value: object, path: str, *, required: bool = False) -> dict[str, Any]:
+    if value is None and required:
+        raise _Bad(path, "required: an object")
+    if not isinstance(value, dict):
+        raise _Bad(path, f"must be an object, not {_kind(value)}")
+    return value
+
+
+def _opt_obj(doc: dict[str, Any], key: str, path: str) -> dict[str, Any]:
+    value = doc.get(key)
+    return {} if value is None else _obj(value, _join(path, key))
+
+
+def _opt_str(doc: dict[str, Any], key: str, path: str) -> str | None:
+    """A string field; absent, null and "" all read as ``None`` (ListTasks prints defaults)."""
+    value = doc.get(key)
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise _Bad(_join(path, key), f"must be a string, not {_kind(value)}")
+    return value
+
+
+def _req_str(doc: dict[str, Any], key: str, path: str, *, allow_empty: bool = False) -> str:
+    value = doc.get(key)
+    if allow_empty and value == "":
+        return ""
+    found = _opt_str(doc, key, path)
+    if found is None:
+        raise _Bad(_join(path, key), "required: a non-empty string")
+    return found
+
+
+def _items(doc: dict[str, Any], key: str, path: str) -> list[tuple[object, str]]:
+    """The elements of a list field, each with its path (``artifacts[2]``); absent is empty."""
+    value = doc.get(key)
+    if value is None:
+        return []
+    where = _join(path, key)
+    if not isinstance(value, list):
+        raise _Bad(where, f"must be a list, not {_kind(value)}")
+    return [(item, f"{where}[{n}]") for n, item in enumerate(value)]
+
+
+def _one_of(doc: dict[str, Any], keys: tuple[str, ...], path: str) -> str:
+    present = [k for k in keys if doc.get(k) is not None]
+    if len(present) != 1:
+        got = ", ".join(present) or "none"
+        raise _Bad(path, f"exactly one of {', '.join(keys)} is required (got {got})")
+    return present[0]

@@ -1,0 +1,412 @@
+"""A2A requests to one agent interface, over an injected ``httpx.AsyncClient``.
+
+One :class:`A2ATransport` per :class:`~engine.card.Interface` (binding ``JSONRPC`` or ``HTTP+JSON``,
+docs/wire.md). Every request carries ``A2A-Version: 1.0`` (a 1.0 server refuses requests without it)
+and is bounded: an ``httpx.Timeout`` per request, a total deadline, and a size cap enforced while
+the body streams in. What comes back is told apart (R11):
+
+- an A2A error (a JSON-RPC ``error`` object, or a REST error whose google.rpc ``ErrorInfo`` names a
+  ``reason``) -> :class:`RemoteRefusedError` with the JSON-RPC code (:class:`A2AErrorCode`);
+- HTTP 404 *without* such a body (a route that is not there), any other non-2xx without one, a
+  network error or a timeout -> :class:`EndpointUnreachableError`: the endpoint could not be
+  reached as an A2A agent, which changes nothing and prompts an R9 check — never TaskNotFound;
+- a 2xx that is not valid JSON, not the expected shape, over the size cap, or a JSON-RPC envelope
+  with a wrong id or without result/error -> :class:`InvalidAgentResponseError`.
+
+Answers are parsed by :mod:`engine.remote`; the transport keeps no state beyond the JSON-RPC id.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+from collections.abc import Mapping
+from enum import IntEnum
+from typing import Any, Final
+from urllib.parse import quote
+
+import httpx
+
+from engine.card import HTTP_JSON, JSONRPC, Interface
+from engine.errors import (
+    EndpointUnreachableError,
+    InvalidAgentResponseError,
+    RemoteRefusedError,
+    UsageError,
+)
+from engine.remote import (
+    PushConfig,
+    RemoteMessage,
+    RemoteTask,
+    parse_push_config,
+    parse_send_response,
+    parse_task,
+    parse_task_page,
+)
+
+__all__ = [
+    "A2A_VERSION",
+    "DEFAULT_MAX_BYTES",
+    "A2AErrorCode",
+    "A2ATransport",
+]
+
+A2A_VERSION: Final = "1.0"
+DEFAULT_MAX_BYTES: Final = 8 * 1024 * 1024
+_USER_AGENT: Final = "cardfence/0.1"
+_MAX_DETAIL: Final = 200  # characters of a remote error message kept in ours
+
+
+class A2AErrorCode(IntEnum):
+    """JSON-RPC error codes; the member names are the REST ``ErrorInfo.reason`` values."""
+
+    TASK_NOT_FOUND = -32001
+    TASK_NOT_CANCELABLE = -32002
+    PUSH_NOTIFICATION_NOT_SUPPORTED = -32003
+    UNSUPPORTED_OPERATION = -32004
+    CONTENT_TYPE_NOT_SUPPORTED = -32005
+    INVALID_AGENT_RESPONSE = -32006
+    EXTENDED_AGENT_CARD_NOT_CONFIGURED = -32007
+    EXTENSION_SUPPORT_REQUIRED = -32008
+    VERSION_NOT_SUPPORTED = -32009
+    PARSE_ERROR = -32700
+    INVALID_REQUEST = -32600
+    METHOD_NOT_FOUND = -32601
+    INVALID_PARAMS = -32602
+    INTERNAL_ERROR = -32603
+
+
+class A2ATransport:
+    """The A2A operations the engine uses, on one interface of one agent.
+
+    ``headers`` are sent with every request (e.g. the frozen contract's ``Authorization``, R3);
+    ``A2A-Version`` and ``Content-Type`` are always ours. ``timeout`` bounds each request as a
+    whole, a blocking ``SendMessage`` included. ``max_pages`` bounds ``list_tasks``.
+    """
+
+    def __init__(
+        self,
+        client: httpx.AsyncClient,
+        interface: Interface,
+        *,
+        timeout: float = 30.0,
+        headers: Mapping[str, str] | None = None,
+        max_bytes: int = DEFAULT_MAX_BYTES,
+        max_pages: int = 20,
+    ) -> None:
+        if interface.binding not in (JSONRPC, HTTP_JSON):
+            raise UsageError(f"{interface.url}: binding {interface.binding!r} is not spoken")
+        if timeout <= 0 or max_bytes <= 0 or max_pages <= 0:
+            raise UsageError("timeout, max_bytes and max_pages must be positive")
+        self.client = client
+        self.interface = interface
+        self.timeout = timeout
+        self.max_bytes = max_bytes
+        self.max_pages = max_pages
+        self._headers = httpx.Headers(headers or {})
+        self._headers["A2A-Version"] = A2A_VERSION
+        self._headers["Content-Type"] = "application/json"
+        self._headers["Accept"] = "application/json, application/a2a+json"
+        self._headers.setdefault("User-Agent", _USER_AGENT)
+        self._ids = itertools.count(1)
+
+    @property
+    def binding(self) -> str:
+        return self.interface.binding
+
+    # --- operations ---------------------------------------------------------------------------
+
+    async def send_message(
+        self,
+        *,
+        text: str,
+        message_id: str,
+        context_id: str | None,
+        task_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        return_immediately: bool = True,
+        push_config: PushConfig | None = None,
+        media_type: str = "text/plain",
+    ) -> RemoteTask | RemoteMessage:
+        """SendMessage with one text part from the user.
+
+        With ``task_id`` the ``context_id`` is required: a2a-sdk 1.3 would otherwise mint a new
+        context for the reply and every later update (docs/wire.md).
+        """
+        message: dict[str, Any] = {
+            "messageId": message_id,
+            "role": "ROLE_USER",
+            "parts": [{"text": text, "mediaType": media_type}],
+        }
+        if context_id:
+            message["contextId"] = context_id
+        if task_id:
+            if not context_id:
+                raise UsageError(f"task {task_id}: a follow-up message needs its context id")
+            message["taskId"] = task_id
+        if metadata:
+            message["metadata"] = dict(metadata)
+        params: dict[str, Any] = {"message": message}
+        configuration: dict[str, Any] = {}
+        if return_immediately:
+            configuration["returnImmediately"] = True
+        if push_config is not None:
+            configuration["taskPushNotificationConfig"] = push_config.to_json()
+        if configuration:
+            params["configuration"] = configuration
+        url, result = await self._call(
+            "SendMessage", params, "POST", "/message:send", body=params, task=task_id or ""
+        )
+        answer = parse_send_response(result, url=url)
+        if task_id and isinstance(answer, RemoteTask):
+            _same_task(url, task_id, answer)
+        return answer
+
+    async def get_task(self, task_id: str, *, history_length: int = 0) -> RemoteTask:
+        """GetTask; ``history_length`` 0 leaves the history out."""
+        url, result = await self._call(
+            "GetTask",
+            {"id": task_id, "historyLength": history_length},
+            "GET",
+            f"/tasks/{_segment(task_id)}",
+            query={"historyLength": str(history_length)},
+            task=task_id,
+        )
+        return _same_task(url, task_id, parse_task(result, url=url))
+
+    async def cancel_task(self, task_id: str) -> RemoteTask:
+        """CancelTask; the answer's state is what the remote says, not necessarily ``canceled``."""
+        url, result = await self._call(
+            "CancelTask",
+            {"id": task_id},
+            "POST",
+            f"/tasks/{_segment(task_id)}:cancel",
+            body={},
+            task=task_id,
+        )
+        return _same_task(url, task_id, parse_task(result, url=url))
+
+    async def create_push_config(self, task_id: str, config: PushConfig) -> PushConfig:
+        """CreateTaskPushNotificationConfig; returns the config as the agent stored it."""
+        body = config.to_json()
+        url, result = await self._call(
+            "CreateTaskPushNotificationConfig",
+            {"taskId": task_id, **body},
+            "POST",
+            f"/tasks/{_segment(task_id)}/pushNotificationConfigs",
+            body=body,
+            task=task_id,
+        )
+        return parse_push_config(result, url=url)
+
+    async def list_tasks(self, *, context_id: str, page_size: int = 50) -> tuple[RemoteTask, ...]:
+        """ListTasks of one context, following ``nextPageToken`` for at most ``max_pages`` pages
+        (a deliberate bound: what lies beyond is not returned)."""
+        tasks: list[RemoteTask] = []
+        token: str | None = None
+        seen: set[str] = set()
+        for _ in range(self.max_pages):
+            params: dict[str, Any] = {"contextId": context_id, "pageSize": page_size}
+            if token:
+                params["pageToken"] = token
+            url, result = await self._call(
+                "ListTasks",
+                params,
+                "GET",
+                "/tasks",
+                query={k: str(v) for k, v in params.items()},
+            )
+            page, token = parse_task_page(result, url=url)
+            tasks.extend(page)
+            if token is None:
+                break
+            if token in seen:
+                raise InvalidAgentResponseError(url, f"nextPageToken {token[:40]!r} repeats")
+            seen.add(token)
+        return tuple(tasks)
+
+    # --- one request ----------------------------------------------------------------------------
+
+    async def _call(
+        self,
+        method: str,
+        params: dict[str, Any],
+        verb: str,
+        path: str,
+        *,
+        body: Mapping[str, Any] | None = None,
+        query: Mapping[str, str] | None = None,
+        task: str = "",
+    ) -> tuple[str, object]:
+        """One operation on this binding; returns the URL asked and the decoded result."""
+        if self.binding == JSONRPC:
+            request_id = next(self._ids)
+            envelope = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
+            url = self.interface.url
+            status, raw = await self._exchange("POST", url, _encode(envelope), None, task)
+            return url, self._jsonrpc_result(url, status, raw, request_id, task)
+        url = self.interface.url.rstrip("/") + path
+        content = None if body is None else _encode(body)
+        status, raw = await self._exchange(verb, url, content, query, task)
+        if 200 <= status < 300:
+            return url, self._decode(url, raw)
+        raise self._failure(url, status, raw, task, jsonrpc=False)
+
+    async def _exchange(
+        self,
+        verb: str,
+        url: str,
+        content: bytes | None,
+        query: Mapping[str, str] | None,
+        task: str,
+    ) -> tuple[int, bytes | None]:
+        """Status and body; the body is ``None`` when it is over ``max_bytes``."""
+        timeout = httpx.Timeout(self.timeout, connect=min(self.timeout, 10.0))
+        try:
+            async with asyncio.timeout(self.timeout):  # total: a slow drip cannot stall us
+                async with self.client.stream(
+                    verb,
+                    url,
+                    content=content,
+                    params=query,
+                    headers=self._headers,
+                    timeout=timeout,
+                    follow_redirects=False,
+                ) as response:
+                    declared = response.headers.get("content-length", "")
+                    if declared.isdigit() and int(declared) > self.max_bytes:
+                        return response.status_code, None
+                    body = bytearray()
+                    async for chunk in response.aiter_bytes():  # decoded: the cap bounds gzip too
+                        body += chunk
+                        if len(body) > self.max_bytes:
+                            return response.status_code, None
+                    return response.status_code, bytes(body)
+        except (TimeoutError, httpx.TimeoutException):
+            detail = f"timeout: no complete answer within {self.timeout:g}s"
+            raise EndpointUnreachableError(url, detail, task=task) from None
+        except httpx.DecodingError as exc:
+            raise InvalidAgentResponseError(url, f"body cannot be decoded: {exc}") from None
+        except (httpx.HTTPError, httpx.InvalidURL) as exc:
+            detail = f"network error: {str(exc) or type(exc).__name__}"
+            raise EndpointUnreachableError(url, detail, task=task) from None
+
+    def _jsonrpc_result(
+        self, url: str, status: int, raw: bytes | None, request_id: int, task: str
+    ) -> object:
+        if not 200 <= status < 300:
+            raise self._failure(url, status, raw, task, jsonrpc=True)
+        doc = self._decode(url, raw)
+        if not isinstance(doc, dict) or doc.get("jsonrpc") != "2.0":
+            raise InvalidAgentResponseError(url, "not a JSON-RPC 2.0 response object")
+        has_result, error = "result" in doc, doc.get("error")
+        if (error is None) == (not has_result):
+            raise InvalidAgentResponseError(
+                url, "JSON-RPC response needs exactly one of result, error"
+            )
+        got = doc.get("id")
+        id_matches = isinstance(got, int) and not isinstance(got, bool) and got == request_id
+        # A server that could not read the request id answers an error with id null.
+        if not id_matches and not (error is not None and got is None):
+            raise InvalidAgentResponseError(
+                url, f"JSON-RPC id {str(got)[:40]!r} does not answer request id {request_id}"
+            )
+        if error is None:
+            return doc["result"]
+        refused = _a2a_error(doc, jsonrpc=True)
+        if refused is None:
+            raise InvalidAgentResponseError(url, "JSON-RPC error needs an object with integer code")
+        code, message = refused
+        raise RemoteRefusedError(url, code, message, task=task)
+
+    def _failure(
+        self, url: str, status: int, raw: bytes | None, task: str, *, jsonrpc: bool
+    ) -> Exception:
+        """The error for a non-2xx answer: the agent's A2A error, else unreachable (R11)."""
+        refused = _a2a_error(_loads(raw), jsonrpc=jsonrpc)
+        if refused is not None:
+            code, message = refused
+            return RemoteRefusedError(url, code, message, task=task)
+        if status == 404:  # R11: a missing route, not a missing task
+            detail = "HTTP 404 without an A2A error body: endpoint gone or moved"
+        else:
+            detail = f"HTTP {status} without an A2A error body"
+        return EndpointUnreachableError(url, detail, task=task, status=status)
+
+    def _decode(self, url: str, raw: bytes | None) -> object:
+        if raw is None:
+            raise InvalidAgentResponseError(url, f"body over the limit of {self.max_bytes} bytes")
+        try:
+            return json.loads(raw)
+        except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError
+            raise InvalidAgentResponseError(url, f"body is not JSON ({str(exc)[:80]})") from None
+
+
+def _a2a_error(doc: object, *, jsonrpc: bool) -> tuple[int | str, str] | None:
+    """``(code, message)`` when ``doc`` is an A2A error body, else ``None`` (R11).
+
+    JSON-RPC: a 2.0 envelope whose error has an integer code (authoritative). REST: a google.rpc
+    error whose ``ErrorInfo.reason`` names the A2A error; its ``code`` is the HTTP status, so the
+    reason is mapped to the JSON-RPC code (an unknown reason is kept as the code, a string).
+    """
+    if not isinstance(doc, dict):
+        return None
+    error = doc.get("error")
+    if not isinstance(error, dict):
+        return None
+    message = error.get("message")
+    message = message[:_MAX_DETAIL] if isinstance(message, str) else ""
+    code = error.get("code")
+    if not isinstance(code, int) or isinstance(code, bool):
+        code = None
+    if jsonrpc and doc.get("jsonrpc") == "2.0" and code is not None:
+        return code, message
+    reason = _reason(error)
+    if reason:
+        known = A2AErrorCode.__members__.get(reason)
+        return (int(known) if known is not None else reason[:_MAX_DETAIL]), message
+    if code is not None and -32768 <= code <= -32000:  # a JSON-RPC code in a REST error
+        return code, message
+    return None
+
+
+def _reason(error: dict[str, Any]) -> str:
+    """The first ``ErrorInfo.reason`` in ``details`` (REST) or ``data`` (JSON-RPC)."""
+    for key in ("details", "data"):
+        entries = error.get(key)
+        if isinstance(entries, dict):
+            entries = [entries]
+        if not isinstance(entries, list):
+            continue
+        for entry in entries:
+            if isinstance(entry, dict) and isinstance(entry.get("reason"), str):
+                return str(entry["reason"])
+    return ""
+
+
+def _loads(raw: bytes | None) -> object:
+    if not raw:
+        return None
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+
+
+def _encode(payload: Mapping[str, Any]) -> bytes:
+    try:
+        return json.dumps(payload, separators=(",", ":"), allow_nan=False).encode()
+    except (TypeError, ValueError) as exc:  # e.g. metadata that is not JSON
+        raise UsageError(f"request is not JSON-serialisable: {exc}") from None
+
+
+def _segment(task_id: str) -> str:
+    return quote(task_id, safe="")
+
+
+def _same_task(url: str, task_id: str, task: RemoteTask) -> RemoteTask:
+    """An answer about another task must not be observed as this one's (R12)."""
+    if task.id != task_id:
+        raise InvalidAgentResponseError(url, f"asked about task {task_id}, answered {task.id}")
+    return task

@@ -1,0 +1,71 @@
+"""What the API returns and the CLI prints about a task: a read-only view of its projection."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class TaskView:
+    """A task as its projection stands (the fields of ``cardfence run --json`` and more)."""
+
+    task: str
+    remote_task_id: str | None
+    context_id: str | None
+    state: str
+    delivery_mode: str
+    card_revision: str | None
+    contract_hash: str | None
+    flags: tuple[str, ...]
+    artifacts: tuple[Mapping[str, Any], ...]
+    agent: str | None
+    skill: str | None
+    last_message: str | None
+    updated_at: datetime | None = None
+
+    @classmethod
+    def of(cls, state: Mapping[str, Any], updated_at: datetime | None = None) -> TaskView:
+        return cls(
+            task=state["task"],
+            remote_task_id=state.get("remote_task_id"),
+            context_id=state.get("remote_context_id") or state.get("context_id"),
+            state=state["state"],
+            delivery_mode=state.get("delivery_mode") or "polling",
+            card_revision=state.get("card_revision"),
+            contract_hash=state.get("contract_hash"),
+            flags=tuple(state.get("flags") or ()),
+            artifacts=tuple(state.get("artifacts") or ()),
+            agent=state.get("agent"),
+            skill=state.get("skill"),
+            last_message=state.get("last_message"),
+            updated_at=updated_at,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``run`` / ``reply`` / ``cancel`` / ``resume`` JSON document of CLI.md."""
+        return {
+            "task": self.task,
+            "remote_task_id": self.remote_task_id,
+            "context_id": self.context_id,
+            "state": self.state,
+            "delivery_mode": self.delivery_mode,
+            "card_revision": self.card_revision,
+            "flags": list(self.flags),
+            "artifacts": [dict(a) for a in self.artifacts],
+        }
+
+    def to_row(self) -> dict[str, Any]:
+        """One row of ``cardfence tasks --json``."""
+        return {
+            "task": self.task,
+            "remote_task_id": self.remote_task_id,
+            "agent": self.agent,
+            "skill": self.skill,
+            "state": self.state,
+            "delivery_mode": self.delivery_mode,
+            "flags": list(self.flags),
+            "updated_at": self.updated_at.isoformat() if self.updated_at else None,
+        }

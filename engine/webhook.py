@@ -1,0 +1,84 @@
+"""Push deliveries: size, content type, JSON shape and credentials checked before anything is
+applied (R12). Pure: the engine calls these, then applies the observation like any other.
+
+Secrets are never stored: a webhook's token (and ``Authorization`` credentials, when configured)
+are kept as SHA-256 digests and compared in constant time.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from engine.errors import InvalidAgentResponseError
+from engine.remote import StreamUpdate, parse_stream_response
+
+MAX_DELIVERY_BYTES = 256 * 1024
+TOKEN_HEADER = "x-a2a-notification-token"
+
+
+@dataclass(frozen=True, slots=True)
+class Delivery:
+    """How a delivery was answered: the HTTP status, an outcome word, and why."""
+
+    status: int
+    outcome: str  # applied, duplicate, ignored, stale, refused
+    detail: str = ""
+    task: str | None = None
+
+
+class Refused(Exception):
+    """A delivery refused before it touched the store."""
+
+    def __init__(self, status: int, detail: str) -> None:
+        super().__init__(detail)
+        self.delivery = Delivery(status, "refused", detail)
+
+
+def digest(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def _matches(presented: str | None, expected_digest: str | None) -> bool:
+    if presented is None or expected_digest is None:
+        return False
+    return hmac.compare_digest(digest(presented), expected_digest)
+
+
+def decode(body: bytes, headers: Mapping[str, str]) -> StreamUpdate:
+    """The delivery's StreamResponse, or :class:`Refused` (413, 415, 400)."""
+    if len(body) > MAX_DELIVERY_BYTES:
+        raise Refused(413, f"body of {len(body)} bytes is over {MAX_DELIVERY_BYTES}")
+    content_type = _header(headers, "content-type") or ""
+    essence = content_type.split(";", 1)[0].strip().lower()
+    if essence != "application/json" and not essence.endswith("+json"):
+        raise Refused(415, f"content type {content_type or 'none'!r} is not JSON")
+    try:
+        document: Any = json.loads(body)
+    except (ValueError, RecursionError) as exc:
+        raise Refused(400, f"body is not JSON: {str(exc)[:80]}") from None
+    try:
+        return parse_stream_response(document, url="webhook")
+    except InvalidAgentResponseError as exc:
+        raise Refused(400, f"not an A2A StreamResponse: {exc}") from None
+
+
+def check_credentials(webhook: Mapping[str, Any], headers: Mapping[str, str]) -> None:
+    """Raise :class:`Refused` (401) unless the token (and Authorization, when configured) match
+    the webhook registered for the task."""
+    if not _matches(_header(headers, TOKEN_HEADER), webhook.get("token_sha256")):
+        raise Refused(401, "missing or wrong X-A2A-Notification-Token")
+    expected_auth = webhook.get("auth_sha256")
+    if expected_auth is not None and not _matches(_header(headers, "authorization"), expected_auth):
+        raise Refused(401, "missing or wrong Authorization")
+
+
+def _header(headers: Mapping[str, str], name: str) -> str | None:
+    for key, value in headers.items():
+        if key.lower() == name:
+            return value
+    return None

@@ -1,0 +1,114 @@
+"""Applying remote reports (R10, R12): the continuation path, pure."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from engine import events as ev
+from engine.observations import ArtifactRecord, Observation, apply_observation
+from engine.replay import apply_task_event, initial_task_state
+
+T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
+
+
+def _task(state: str = "submitted", **extra: Any) -> dict[str, Any]:
+    return {**initial_task_state("k"), "state": state, **extra}
+
+
+def _at(seconds: float) -> datetime:
+    return T0 + timedelta(seconds=seconds)
+
+
+def _after(task: dict[str, Any], observation: Observation) -> dict[str, Any]:
+    for type_, data in apply_observation(task, observation):
+        task = apply_task_event(task, type_, data)
+    return task
+
+
+def test_a_legal_new_state_is_a_state_change_with_its_source_and_time() -> None:
+    [(kind, data)] = apply_observation(_task(), Observation("poll", "working", _at(1)))
+    assert kind == ev.STATE_CHANGED
+    assert (data["from"], data["to"], data["source"]) == ("submitted", "working", "poll")
+    assert data["remote_timestamp"] == "2026-11-29T12:00:01.000000+00:00"
+
+
+@pytest.mark.parametrize("terminal", ["completed", "failed", "canceled", "rejected"])
+@pytest.mark.parametrize("later", ["working", "input-required", "submitted", "completed", "failed"])
+def test_terminal_states_absorb_every_later_report(terminal: str, later: str) -> None:
+    task = _task(terminal, remote_timestamp=_at(5).isoformat(timespec="microseconds"))
+    [(kind, data)] = apply_observation(task, Observation("push", later, _at(9)))
+    assert kind == ev.OBSERVATION_IGNORED
+    assert data["reason"] == ("duplicate" if later == terminal else "after_terminal")
+
+
+def test_an_older_report_is_stale_and_changes_nothing() -> None:
+    task = _after(_task(), Observation("poll", "input-required", _at(5)))
+    [(kind, data)] = apply_observation(task, Observation("push", "working", _at(3)))
+    assert (kind, data["reason"]) == (ev.OBSERVATION_IGNORED, "stale")
+
+
+def test_a_redelivered_report_is_a_duplicate() -> None:
+    report = Observation("push", "working", _at(2))
+    task = _after(_task(), report)
+    [(kind, data)] = apply_observation(task, report)
+    assert (kind, data["reason"]) == (ev.OBSERVATION_IGNORED, "duplicate")
+    assert _after(task, report)["state"] == "working"
+
+
+def test_a_newer_same_state_report_moves_the_watermark_so_a_late_older_one_is_stale() -> None:
+    task = _after(_task(), Observation("poll", "working", _at(1)))
+    task = _after(task, Observation("poll", "working", _at(3)))
+    assert task["remote_timestamp"] == _at(3).isoformat(timespec="microseconds")
+    [(kind, data)] = apply_observation(task, Observation("push", "input-required", _at(2)))
+    assert (kind, data["reason"]) == (ev.OBSERVATION_IGNORED, "stale")
+
+
+def test_generation_orders_reports_before_timestamps() -> None:
+    task = _after(_task(), Observation("poll", "working", _at(9), generation=4))
+    [(kind, _)] = apply_observation(task, Observation("push", "input-required", _at(1), 5))
+    assert kind == ev.STATE_CHANGED
+    [(kind, data)] = apply_observation(task, Observation("push", "input-required", _at(20), 3))
+    assert (kind, data["reason"]) == (ev.OBSERVATION_IGNORED, "stale")
+
+
+def test_reports_without_time_are_ordered_by_arrival() -> None:
+    task = _after(_task(), Observation("poll", "working", _at(5)))
+    [(kind, _)] = apply_observation(task, Observation("push", "input-required", None))
+    assert kind == ev.STATE_CHANGED
+
+
+def test_unknown_changes_nothing_and_nothing_goes_back_to_submitted() -> None:
+    task = _after(_task(), Observation("poll", "working", _at(1)))
+    [(_, unknown)] = apply_observation(task, Observation("poll", "unknown", _at(2)))
+    [(_, back)] = apply_observation(task, Observation("poll", "submitted", _at(3)))
+    assert (unknown["reason"], back["reason"]) == ("unknown_state", "illegal")
+
+
+def test_the_first_report_naming_the_remote_task_binds_it() -> None:
+    task = _after(_task(), Observation("send", "submitted", _at(0), remote_task_id="r-1",
+                                       remote_context_id="c-1"))  # fmt: skip
+    assert (task["remote_task_id"], task["remote_context_id"]) == ("r-1", "c-1")
+    assert task["state"] == "submitted"
+    [(_, data)] = apply_observation(
+        task, Observation("poll", "working", _at(1), remote_task_id="r-1")
+    )
+    assert "remote_task_id" not in data  # bound once
+
+
+def test_new_artifacts_are_recorded_once() -> None:
+    artifact = ArtifactRecord("a1", "answer", ({"kind": "text", "text": "42"},))
+    report = Observation("poll", "completed", _at(1), artifacts=(artifact,))
+    task = _after(_task("working"), report)
+    assert [a["artifact_id"] for a in task["artifacts"]] == ["a1"]
+    types = [t for t, _ in apply_observation(task, report)]
+    assert types == [ev.OBSERVATION_IGNORED]  # same artifact again: nothing new
+
+
+def test_status_message_rides_on_the_state_change() -> None:
+    [(_, data)] = apply_observation(
+        _task("working"), Observation("poll", "input-required", _at(1), message="Which one?")
+    )
+    assert data["message"] == "Which one?"
