@@ -191,14 +191,19 @@ def resume(
     deadline = time.monotonic() + timeout
     config = EngineConfig(max_poll_interval=max_poll_interval)
 
-    async def one(engine: Engine, key: str) -> TaskView:
+    async def one(engine: Engine, key: str, *, report: bool) -> TaskView:
         view = await engine.resume(key)
         if reached(view.state, until):
             return view
-        return await _drive_or_report(engine, options, view.task, until, deadline)
+        if report:  # one task: on a deadline, its document is the one printed
+            return await _drive_or_report(engine, options, view.task, until, deadline)
+        left = max(deadline - time.monotonic(), 0.0)
+        return await engine.drive(view.task, until=until, timeout=left)
 
     if task is not None:
-        _finish(options, _engine_run(options, config, lambda engine: one(engine, task)))
+        _finish(
+            options, _engine_run(options, config, lambda engine: one(engine, task, report=True))
+        )
         return
 
     async def every(
@@ -209,7 +214,7 @@ def resume(
         failures: list[errors.CardfenceError] = []
         for pending in [v for v in engine.tasks() if v.state not in TERMINAL]:
             try:
-                views.append(await one(engine, pending.task))
+                views.append(await one(engine, pending.task, report=False))
             except errors.TaskOrphanedError:
                 orphaned.append(pending.task)
                 views.append(engine.task(pending.task))

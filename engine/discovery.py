@@ -282,7 +282,8 @@ class Discovery:
                     read.last_modified,
                     read.fetched_at,
                 )
-        state = await self._agent_state(origin)
+        known = self._agent_head(origin)
+        state = known[1]
         validators: dict[str, tuple[str | None, str | None]] = {}
         if state["card_url"] in urls and (state["etag"] or state["last_modified"]):
             validators[state["card_url"]] = (state["etag"], state["last_modified"])
@@ -309,7 +310,7 @@ class Discovery:
             response.last_modified or (state["last_modified"] if response.status == 304 else None),
             _now(),
         )
-        await self._record_read(read)
+        await self._record_read(read, known)
         self._memo[origin] = (read, self._clock())
         return read
 
@@ -320,7 +321,7 @@ class Discovery:
         memo = self._memo.get(origin)
         if memo is not None and memo[0].card.revision == revision:
             return memo[0].card
-        snapshot = await asyncio.to_thread(self.store.get_snapshot, revision)
+        snapshot = self.store.get_snapshot(revision)
         if snapshot is None:
             return None
         return parse_card(snapshot.body.encode(), url=snapshot.source_url, max_bytes=1 << 30)
@@ -385,10 +386,17 @@ class Discovery:
         return await self._agent_state(card_urls(agent_url)[0])
 
     async def _agent_state(self, origin: str) -> State:
-        head = await asyncio.to_thread(self.store.stream, ev.agent_stream_id(origin))
-        return initial_agent_state(origin) if head is None else head.state
+        return self._agent_head(origin)[1]
 
-    async def _record_read(self, read: CardRead) -> None:
+    def _agent_head(self, origin: str) -> tuple[int, State]:
+        # The store is called on the loop's thread, as the engine does: a hop to a worker
+        # thread costs more than a SQLite read.
+        head = self.store.stream(ev.agent_stream_id(origin))
+        if head is None:
+            return 0, initial_agent_state(origin)
+        return head.version, head.state
+
+    async def _record_read(self, read: CardRead, known: tuple[int, State] | None = None) -> None:
         card = read.card
         data = {
             "url": read.url,
@@ -413,7 +421,9 @@ class Discovery:
                     fetched_at=read.fetched_at,
                 )
             )
-        await self._append(read.agent, lambda _: [NewEvent(ev.CARD_FETCHED, data)], snapshots)
+        await self._append(
+            read.agent, lambda _: [NewEvent(ev.CARD_FETCHED, data)], snapshots, known
+        )
 
     async def _record_failure(self, origin: str, failure: DiscoveryError) -> None:
         data = {
@@ -434,8 +444,9 @@ class Discovery:
         origin: str,
         decide: Callable[[State], list[NewEvent]],
         snapshots: Sequence[CardSnapshot] = (),
+        known: tuple[int, State] | None = None,
     ) -> None:
-        await asyncio.to_thread(append_agent_events, self.store, origin, decide, snapshots)
+        append_agent_events(self.store, origin, decide, snapshots, known)
 
 
 def append_agent_events(
@@ -443,17 +454,21 @@ def append_agent_events(
     origin: str,
     decide: Callable[[State], list[NewEvent]],
     snapshots: Sequence[CardSnapshot] = (),
+    known: tuple[int, State] | None = None,
 ) -> None:
     """Append what ``decide`` makes of the agent's current state, folding the projection.
 
-    Another process may append to the same agent stream at the same time: on a conflict the state
-    is read again and ``decide`` asked again, so decisions (like pinning) are never made on a
-    stale state.
+    ``known`` is a (version, state) just read, tried first. Another process may append to the
+    same agent stream at the same time: on a conflict the state is read again and ``decide`` asked
+    again, so decisions (like pinning) are never made on a stale state.
     """
     stream_id = ev.agent_stream_id(origin)
     for _ in range(_APPEND_RETRIES):
-        head = store.stream(stream_id)
-        state = initial_agent_state(origin) if head is None else head.state
+        if known is None:
+            head = store.stream(stream_id)
+            known = (0, initial_agent_state(origin)) if head is None else (head.version, head.state)
+        version, state = known
+        known = None
         new_events = decide(state)
         if not new_events:
             return
@@ -462,7 +477,7 @@ def append_agent_events(
         try:
             store.append(
                 stream_id,
-                0 if head is None else head.version,
+                version,
                 new_events,
                 projection=Projection(state, category=ev.AGENT_CATEGORY, alias=origin),
                 snapshots=snapshots,

@@ -42,7 +42,7 @@ from engine.observations import Event, Observation, apply_observation, from_mess
 from engine.observations import from_update as observation_from_update
 from engine.remote import PushConfig, RemoteTask
 from engine.replay import State
-from engine.tasklog import TaskLog
+from engine.tasklog import TaskLog, task_stream_id
 from engine.transport import A2ATransport
 from engine.views import TaskView
 from store import EventStore
@@ -274,7 +274,9 @@ class Engine:
     async def poll(self, ref: str) -> TaskView:
         """One continuation step: GetTask on the task's recorded endpoint, applied. No discovery."""
         key = self.log.find(ref)
-        state = self.log.head(key).state
+        return TaskView.of(await self._poll(key, self.log.head(key).state))
+
+    async def _poll(self, key: str, state: State) -> State:
         remote = state.get("remote_task_id")
         if not remote:
             raise UsageError(f"task {key} has no remote task id: run `resume` to find it")
@@ -283,7 +285,7 @@ class Engine:
         except EndpointUnreachableError as failure:
             self._record(key, [(ev.ENDPOINT_UNREACHABLE, _unreachable(failure, "poll"))])
             raise
-        return self._observe(key, from_task(task, "poll"))
+        return self._observe_state(key, from_task(task, "poll"))
 
     async def drive(
         self, ref: str, *, until: str = "interrupted", timeout: float = 300.0
@@ -298,22 +300,25 @@ class Engine:
         deadline = started + timeout
         delay = self.config.first_poll_interval
         next_revalidation = started + self.config.max_card_age
+        next_endpoint_check = started
         unreachable: EndpointUnreachableError | None = None
         pushed = self._pushed.setdefault(key, asyncio.Event())
         while True:
+            # Read from the store: another process (`serve`) may have applied a push.
             state = self.log.head(key).state
             if reached(state["state"], until):
                 return TaskView.of(state)
             try:
-                await self.poll(key)
+                state = await self._poll(key, state)
                 unreachable = None
             except EndpointUnreachableError as failure:
                 unreachable = failure
-                if failure.status == 404 or "404" in failure.detail:
-                    await self._reconcile_endpoint(key)  # R11: a bare 404 prompts an R9 check
+                if failure.status == 404 and self._clock() >= next_endpoint_check:
+                    # R11: a bare 404 prompts an R9 check (one per max_card_age, not per poll).
+                    next_endpoint_check = self._clock() + self.config.max_card_age
+                    await self._reconcile_endpoint(key)
             except InvalidAgentResponseError:
                 pass  # a malformed answer changes nothing; the next poll may be better
-            state = self.log.head(key).state
             if reached(state["state"], until):
                 return TaskView.of(state)
             now = self._clock()
@@ -321,13 +326,13 @@ class Engine:
                 next_revalidation = now + self.config.max_card_age
                 self._spawn(self._revalidate(key))  # R7: off the critical path
             if now >= deadline:
-                if unreachable is not None:
-                    raise unreachable
                 self._record(
                     key,
                     [(ev.DEADLINE_EXCEEDED, {"state": state["state"], "seconds": timeout,
                                              "until": until})],
                 )  # fmt: skip
+                if unreachable is not None:
+                    raise unreachable  # the cause the caller can act on (CLI exit 9)
                 raise DeadlineExceeded(key, state["state"], timeout)
             wait = min(delay, self.config.max_poll_interval, max(deadline - now, 0.0))
             delay = min(delay * 2, self.config.max_poll_interval)
@@ -337,7 +342,13 @@ class Engine:
                 await asyncio.wait_for(pushed.wait(), wait)
 
     def _observe(self, key: str, observation: Observation) -> TaskView:
-        """Apply one remote report (R10, R12), then schedule what the transition calls for."""
+        return TaskView.of(self._observe_state(key, observation))
+
+    def _observe_state(
+        self, key: str, observation: Observation, recorded: list[Event] | None = None
+    ) -> State:
+        """Apply one remote report (R10, R12), whatever its source, then schedule what the
+        transition calls for. ``recorded`` receives the events written."""
         agent_revision: list[str | None] = []
 
         def decide(state: State) -> list[Event]:
@@ -349,12 +360,18 @@ class Engine:
                     out += guards.failure_review(
                         state, "failed", data.get("message"), agent_revision[0]
                     )
+            hook = state.get("webhook") or {}
+            if observation.source == "push" and hook.get("status") == "provisional":
+                # R5: the first valid delivery confirms the webhook.
+                out.append((ev.WEBHOOK_CONFIRMED, {"config_id": hook.get("config_id")}))
+            if recorded is not None:
+                recorded[:] = out
             return out
 
         before, after = self.log.record(key, decide)
         if guards.boundary_recheck_due(after, before["state"], after["state"]):
             self._spawn(self._boundary_recheck(key))  # R6, after the transition is recorded
-        return TaskView.of(after)
+        return after
 
     def _agent_revision(self, state: Mapping[str, Any]) -> str | None:
         head = self.store.stream(ev.agent_stream_id(str(state.get("agent"))))
@@ -462,11 +479,11 @@ class Engine:
         if found:
             self._observe(key, from_task(found[0], "poll"))
             return
-        if state.get("text") is None:
-            raise UsageError(f"task {key} was never accepted and its message is not recorded")
-        # Never reached the agent: send the recorded message now, as creation would have.
+        # Never reached the agent: send the recorded message now, as creation would have. Its
+        # text lives in TaskSubmitted only (kept out of the projection, rewritten every step).
+        submitted = self.store.read_stream(task_stream_id(key))[0].data
         answer = await self._transport(state["endpoint"]).send_message(
-            text=state["text"],
+            text=submitted["text"],
             message_id=state["message_id"],
             context_id=state["context_id"],
             metadata={"skillId": state["skill"]},
@@ -497,16 +514,7 @@ class Engine:
         if observation is None:
             return webhook.Delivery(200, "ignored", "a message, not a task update", key)
         recorded: list[Event] = []
-
-        def decide(current: State) -> list[Event]:
-            out = apply_observation(current, observation)
-            hook = current.get("webhook") or {}
-            if hook.get("status") == "provisional":  # R5: the first valid delivery confirms it
-                out.append((ev.WEBHOOK_CONFIRMED, {"config_id": hook.get("config_id")}))
-            recorded[:] = out
-            return out
-
-        self.log.record(key, decide)
+        self._observe_state(key, observation, recorded)
         if key in self._pushed:
             self._pushed[key].set()
         return webhook.Delivery(200, _delivery_outcome(recorded), "", key)

@@ -69,12 +69,17 @@ Event = tuple[str, dict[str, Any]]
 def apply_observation(task: Mapping[str, Any], observation: Observation) -> list[Event]:
     """The events that record ``observation`` against the task's current projection.
 
-    Exactly one state event (``StateChanged`` or ``ObservationIgnored`` with its reason) when the
-    observation carries a state, plus one ``ArtifactReceived`` per artifact not seen before.
+    One state event (``StateChanged`` or ``ObservationIgnored`` with its reason) when the
+    observation carries a state — except a poll reading back exactly the applied state, which
+    records nothing — plus one ``ArtifactReceived`` per artifact not seen before.
     """
     out: list[Event] = []
     if observation.state is not None:
-        out.append(_state_event(task, observation))
+        event = _state_event(task, observation)
+        # A poll that reads back exactly what was already applied is the same report read
+        # again, not a new one: recording it would add an event per safety poll for hours.
+        if not (observation.source == "poll" and event[1].get("reason") == IGNORED_DUPLICATE):
+            out.append(event)
     seen = {a["artifact_id"]: a for a in task.get("artifacts", ())}
     for artifact in observation.artifacts:
         record = artifact.to_json()

@@ -137,7 +137,6 @@ def apply_task_event(state: Mapping[str, Any], type_: str, data: Mapping[str, An
             "skill_hash",
             "endpoint",
             "submitted_at",
-            "text",
             "media_type",
         ):
             out[name] = data.get(name)

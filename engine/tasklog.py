@@ -50,10 +50,16 @@ def projection_of(state: State) -> Projection:
 
 
 class TaskLog:
-    """The task streams of one store."""
+    """The task streams of one store.
+
+    Heads this log wrote or read are kept: a write starts from the kept head and the append's
+    version check tells whether another writer moved it meanwhile (then it reads and decides
+    again). Reads that must see other writers (``head``) always go to the store.
+    """
 
     def __init__(self, store: EventStore) -> None:
         self.store = store
+        self._heads: dict[str, TaskHead] = {}
 
     def create(self, key: str, events: Sequence[Event]) -> State:
         """Start a task's stream with ``events`` (it must not exist yet)."""
@@ -66,19 +72,27 @@ class TaskLog:
             [NewEvent(type_, data) for type_, data in events],
             projection=projection_of(state),
         )
+        self._keep(TaskHead(key, len(events), state, None))
         return state
 
     def head(self, key: str) -> TaskHead:
+        """The task's head as the store has it now (other writers included)."""
         record = self.store.stream(task_stream_id(key))
         if record is None:
             raise UsageError(f"unknown task {key!r}")
-        return _head(record)
+        return self._keep(_head(record))
+
+    def _keep(self, head: TaskHead) -> TaskHead:
+        if len(self._heads) > 10_000:
+            self._heads.clear()
+        self._heads[head.key] = head
+        return head
 
     def record(self, key: str, decide: Callable[[State], Sequence[Event]]) -> tuple[State, State]:
         """Append what ``decide`` makes of the current projection; return (before, after)."""
         stream_id = task_stream_id(key)
+        head = self._heads.get(key) or self.head(key)
         for _ in range(_RETRIES):
-            head = self.head(key)
             before = head.state
             events = list(decide(before))
             if not events:
@@ -94,7 +108,9 @@ class TaskLog:
                     projection=projection_of(after),
                 )
             except ConcurrencyError:
+                head = self.head(key)  # another writer moved it: decide again on what is there
                 continue
+            self._keep(TaskHead(key, head.version + len(events), after, None))
             return before, after
         raise ConcurrencyError(stream_id, -1, None)
 

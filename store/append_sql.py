@@ -30,6 +30,8 @@ class AppendSQL:
     select_hash: str
     select_version: str
     insert_snapshot: str
+    select_head: str
+    update_head_state: str
 
     def timestamp(self, moment: datetime) -> object:
         """A bind value for a UTC timestamp column, as SQLAlchemy's UTCDateTime stores it."""
@@ -71,6 +73,15 @@ def build(dialect: str, lock_key: int | None) -> AppendSQL:
             f"INSERT INTO card_snapshots ({', '.join(_SNAPSHOT_COLUMNS)}) "
             f"VALUES ({_params(_SNAPSHOT_COLUMNS)}) ON CONFLICT (revision) DO NOTHING"
         ),
+        select_head=(
+            "SELECT version, state, category, alias, status, updated_at FROM streams "
+            "WHERE stream_id = :stream_id"
+        ),
+        # The indexed keys unchanged: leave them alone, or SQLite rewrites three indexes.
+        update_head_state=(
+            "UPDATE streams SET version = :version, state = :state, updated_at = :updated_at "
+            f"WHERE stream_id = :stream_id AND version = :expected{lock}"
+        ),
     )
     if dialect == "sqlite":
         return statements
@@ -86,6 +97,8 @@ def build(dialect: str, lock_key: int | None) -> AppendSQL:
                 statements.select_hash,
                 statements.select_version,
                 statements.insert_snapshot,
+                statements.select_head,
+                statements.update_head_state,
             )
         ),
     )

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 import sqlalchemy as sa
 from sqlalchemy import event as sa_event
@@ -79,9 +79,9 @@ def normalise_url(url: str | URL) -> URL:
     return parsed
 
 
-def _encode(stream_id: str, what: str, value: object, limit: int) -> str:
+def _encode(stream_id: str, what: str, value: object, limit: int, *, sort_keys: bool = True) -> str:
     try:
-        text = json.dumps(value, separators=(",", ":"), sort_keys=True, allow_nan=False)
+        text = json.dumps(value, separators=(",", ":"), sort_keys=sort_keys, allow_nan=False)
     except (TypeError, ValueError, RecursionError) as exc:
         raise PayloadError(stream_id, f"{what} is not JSON-serialisable: {exc}") from exc
     if len(text) > limit:
@@ -121,7 +121,7 @@ class EventStore:
         # (version -> hash) of stream heads this process wrote or read. An event at a given
         # (stream, version) never changes, so a cached pair stays true forever; the conditional
         # update of the head row decides whether it is still the head.
-        self._heads: dict[str, tuple[int, str]] = {}
+        self._heads: dict[str, _Head] = {}
 
     # -- opening -------------------------------------------------------------------------------
 
@@ -253,7 +253,7 @@ class EventStore:
         state = (
             None
             if projection is None
-            else _encode(stream_id, "projection", projection.state, limit)
+            else _encode(stream_id, "projection", projection.state, limit, sort_keys=False)
         )
         cards = sorted(snapshots, key=lambda s: s.revision)
         for card in cards:
@@ -326,15 +326,20 @@ class EventStore:
             raw.close()
         if len(self._heads) >= _HEAD_CACHE_LIMIT:
             self._heads.clear()
-        self._heads[stream_id] = (new_version, prev)
+        keys = (
+            _keys(projection)
+            if projection is not None
+            else self._cached_keys(stream_id, expected_version)
+        )
+        self._heads[stream_id] = _Head(new_version, prev, keys)
         return positions
 
     def _prev_hash(self, cursor: Any, stream_id: str, expected_version: int) -> str:
         if expected_version == 0:
             return GENESIS_HASH
         cached = self._heads.get(stream_id)
-        if cached is not None and cached[0] == expected_version:
-            return cached[1]
+        if cached is not None and cached.version == expected_version:
+            return cached.hash
         cursor.execute(self._sql.select_hash, {"stream_id": stream_id, "version": expected_version})
         found = cursor.fetchone()
         if found is None:
@@ -342,6 +347,11 @@ class EventStore:
                 stream_id, expected_version, self._head_version(cursor, stream_id)
             )
         return str(found[0])
+
+    def _cached_keys(self, stream_id: str, version: int) -> tuple[str | None, ...] | None:
+        """The indexed keys of the stream's head at ``version``, if this store wrote it."""
+        cached = self._heads.get(stream_id)
+        return cached.keys if cached is not None and cached.version == version else None
 
     def _head_version(self, cursor: Any, stream_id: str) -> int | None:
         cursor.execute(self._sql.select_version, {"stream_id": stream_id})
@@ -380,6 +390,8 @@ class EventStore:
             statement = self._sql.insert_head
         elif projection is None:
             statement = self._sql.update_head_keep_projection
+        elif self._cached_keys(stream_id, expected_version) == _keys(projection):
+            statement = self._sql.update_head_state
         else:
             statement = self._sql.update_head
         cursor.execute(statement, values)
@@ -498,11 +510,35 @@ class EventStore:
 
     def stream(self, stream_id: str) -> StreamRecord | None:
         """A stream's head and projection, or ``None`` if it has no events."""
+        if self._is_sqlite:
+            return self._stream_on_cursor(stream_id)
         with self._read() as conn:
             row = conn.execute(
                 sa.select(streams).where(streams.c.stream_id == stream_id)
             ).one_or_none()
         return None if row is None else _stream_record(row)
+
+    def _stream_on_cursor(self, stream_id: str) -> StreamRecord | None:
+        # On the engine's every step: a fixed query on the driver's cursor (see append_sql).
+        try:
+            raw = self.engine.raw_connection()
+            try:
+                cursor = raw.cursor()
+                cursor.execute(self._sql.select_head, {"stream_id": stream_id})
+                row = cursor.fetchone()
+            finally:
+                raw.close()
+        except self._dbapi.Error as exc:
+            raise StoreUnavailableError(self.url, _one_line(exc)) from exc
+        if row is None:
+            return None
+        version, state, category, alias, status, updated_at = row
+        moment = datetime.fromisoformat(updated_at).replace(tzinfo=UTC)
+        decoded = json.loads(state)
+        return StreamRecord(
+            stream_id, version, decoded if isinstance(decoded, dict) else {}, category, alias,
+            status, moment,
+        )  # fmt: skip
 
     def streams(
         self,
@@ -535,6 +571,19 @@ class EventStore:
             heads = set(conn.execute(sa.select(streams.c.stream_id)).scalars())
             logged = set(conn.execute(sa.select(events.c.stream_id).distinct()).scalars())
         return sorted(heads | logged)
+
+
+class _Head(NamedTuple):
+    """What this store knows of a stream head it wrote: an event at a given (stream, version)
+    never changes, so this stays true; the conditional head update decides if it is current."""
+
+    version: int
+    hash: str
+    keys: tuple[str | None, ...] | None
+
+
+def _keys(projection: Projection) -> tuple[str | None, ...]:
+    return (projection.category, projection.alias, projection.status)
 
 
 def _rollback(raw: Any) -> None:

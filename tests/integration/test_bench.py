@@ -116,3 +116,55 @@ def test_cards_section_quick_json() -> None:
     assert {units[n] for n in reads} == {"reads/s"}
     # Both revalidation figures are against the same plain-GET baseline, measured once.
     assert len({f["baseline"] for f in figures if f["name"] in reads}) == 1
+
+
+@pytest.mark.timeout(60)
+def test_engine_section_quick_json() -> None:
+    # One local a2a-sdk agent and SQLite files in a temporary folder; no PostgreSQL involved.
+    done = subprocess.run(
+        [sys.executable, str(BENCH), "engine", "--quick", "--json"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=50,
+        check=False,
+    )
+
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)  # exactly one JSON document on stdout
+    assert set(document) == {"section", "figures"}
+    assert document["section"] == "engine"
+    figures = document["figures"]
+    names = [f["name"] for f in figures]
+    assert len(names) == len(set(names))
+    for figure in figures:
+        assert set(figure) == KEYS, figure
+        assert isinstance(figure["name"], str)
+        assert figure["name"]
+        assert isinstance(figure["unit"], str)
+        assert figure["unit"]
+
+    # Card requests are counts against a budget: no baseline, no ratio (see bench_engine.py).
+    counts = [f for f in figures if f["unit"] == "requests/task"]
+    assert [f["target"] for f in counts] == [1, 1, 0]  # creation, webhook, poll path
+    for figure in counts:
+        value = figure["value"]
+        assert isinstance(value, int | float)
+        assert not isinstance(value, bool)
+        assert math.isfinite(value)
+        assert value >= 0
+        assert figure["baseline"] is None, figure
+        assert figure["ratio"] is None, figure
+
+    # Every other figure is a rate against a same-run baseline.
+    rates = [f for f in figures if f["unit"] != "requests/task"]
+    for figure in rates:
+        assert _positive(figure["value"]), figure
+        assert _positive(figure["baseline"]), figure
+        assert _positive(figure["ratio"]), figure
+        assert figure["target"] is None or _positive(figure["target"]), figure
+    units = {f["unit"] for f in rates}
+    assert units == {"observations/s", "calls/s", "tasks/s", "events/s"}
+    targets = {f["unit"]: f["target"] for f in rates if f["target"] is not None}
+    assert targets == {"observations/s": 0.5, "tasks/s": 0.85, "events/s": 1.5}
+    assert [f["target"] for f in rates if f["unit"] == "calls/s"] == [None, None]

@@ -103,8 +103,16 @@ def test_new_artifacts_are_recorded_once() -> None:
     report = Observation("poll", "completed", _at(1), artifacts=(artifact,))
     task = _after(_task("working"), report)
     assert [a["artifact_id"] for a in task["artifacts"]] == ["a1"]
-    types = [t for t, _ in apply_observation(task, report)]
+    again = Observation("push", "completed", _at(1), artifacts=(artifact,))
+    types = [t for t, _ in apply_observation(task, again)]
     assert types == [ev.OBSERVATION_IGNORED]  # same artifact again: nothing new
+
+
+def test_a_redelivered_push_is_recorded_but_a_poll_reading_back_the_same_is_not() -> None:
+    task = _after(_task(), Observation("poll", "working", _at(2)))
+    assert apply_observation(task, Observation("poll", "working", _at(2))) == []
+    [(kind, data)] = apply_observation(task, Observation("push", "working", _at(2)))
+    assert (kind, data["reason"]) == (ev.OBSERVATION_IGNORED, "duplicate")
 
 
 def test_status_message_rides_on_the_state_change() -> None:

@@ -1,0 +1,310 @@
+"""Helpers for the engine's integration tests (``test_rules.py``, ``test_cli_tasks.py``).
+
+Plain functions and classes, no pytest fixtures: the test modules define their fixtures from these.
+
+- :data:`FAST` — an :class:`EngineConfig` with small intervals, so a test takes well under a second
+  of polling; :func:`audited_engine` opens an engine on a store and, when the block ends without an
+  error, waits for its background re-checks and asserts the audit passes (R13).
+- Reading what was recorded: :func:`events`, :func:`types`, :func:`transitions`, :func:`data_of`,
+  :func:`agent_events`, :func:`write_marks` (to prove a refusal wrote nothing).
+- :func:`restored` — one agent shared by a module, back to normal service for every test.
+- Card edits for ``Peer.mutate_card``: :func:`drop_skill`, :func:`withdraw_push`,
+  :func:`rotate_security`, :func:`drop_jsonrpc_interface`.
+- :class:`PushReceiver` — a webhook on 127.0.0.1 that records what the agent POSTs and, once told
+  to, hands each delivery to ``Engine.deliver`` on the test's event loop.
+- :class:`MovableEndpoint` — a JSON-RPC endpoint of its own that relays to the agent's until it is
+  retired (then a plain 404, seed 002): the old endpoint of an agent that moved.
+- Crafted push bodies: :func:`status_update_body`, :data:`JSON`, :func:`push_headers`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import copy
+import json
+import time
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from datetime import datetime
+from typing import Any
+
+import httpx
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import Route
+from support import Peer, ServerThread
+
+from engine import events as ev
+from engine.audit import audit
+from engine.discovery import CardLimits, card_urls
+from engine.engine import Engine, EngineConfig
+from engine.tasklog import task_stream_id
+from engine.webhook import Delivery
+from store import EventStore, RecordedEvent
+
+FAST = EngineConfig(
+    max_poll_interval=0.2,
+    first_poll_interval=0.02,
+    max_card_age=0.3,
+    card_limits=CardLimits(timeout=1.0, connect_timeout=0.5),
+    request_timeout=5.0,
+)
+
+JSON = "application/json"
+
+
+# -- engines and the audit ------------------------------------------------------------------------
+
+
+def assert_audit_ok(store: EventStore) -> None:
+    """R13: every chain intact, every projection equal to its replay, every snapshot present."""
+    report = audit(store)
+    assert report.ok, "audit found: " + "; ".join(
+        f"{v.stream}@{v.position} {v.kind}: {v.detail}" for v in report.violations
+    )
+    assert report.events_checked > 0
+
+
+@contextlib.asynccontextmanager
+async def audited_engine(url: str, config: EngineConfig = FAST) -> AsyncIterator[Engine]:
+    """An engine on the store at ``url``; audited once its background work has settled."""
+    async with Engine.open(url, config=config) as engine:
+        yield engine
+        await engine.settle()
+        assert_audit_ok(engine.store)
+
+
+async def wait_until(
+    predicate: Callable[[], bool], timeout: float = 5.0, what: str = "condition"
+) -> None:
+    """Yield to the loop until ``predicate()`` holds; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        await asyncio.sleep(0.01)
+
+
+@contextlib.contextmanager
+def restored(peer: Peer) -> Iterator[Peer]:
+    """A shared agent in normal service with zeroed counters, its card restored afterwards (one
+    agent per module: starting one costs a quarter of a second)."""
+    original = copy.deepcopy(peer.card)
+    peer.reset()
+    try:
+        yield peer
+    finally:
+        peer.reset()
+        peer.card = original
+
+
+# -- what was recorded ----------------------------------------------------------------------------
+
+
+def events(store: EventStore, key: str) -> list[RecordedEvent]:
+    """The task's own stream, versions 1..n."""
+    return store.read_stream(task_stream_id(key))
+
+
+def types(store: EventStore, key: str) -> list[str]:
+    return [e.type for e in events(store, key)]
+
+
+def data_of(store: EventStore, key: str, type_: str) -> list[dict[str, Any]]:
+    """The payloads of the task's events of one type, in order."""
+    return [e.data for e in events(store, key) if e.type == type_]
+
+
+def transitions(store: EventStore, key: str) -> list[tuple[str, str]]:
+    """The task's ``StateChanged`` sequence as (from, to) pairs."""
+    return [(d["from"], d["to"]) for d in data_of(store, key, ev.STATE_CHANGED)]
+
+
+def agent_events(store: EventStore, peer: Peer) -> list[tuple[str, dict[str, Any]]]:
+    stream = ev.agent_stream_id(card_urls(peer.base_url)[0])
+    return [(e.type, e.data) for e in store.read_stream(stream)]
+
+
+def write_marks(store: EventStore) -> tuple[int, dict[str, int]]:
+    """The global position and every stream's version: unchanged means nothing was written."""
+    versions = {}
+    for stream_id in store.stream_ids():
+        head = store.stream(stream_id)
+        versions[stream_id] = head.version if head else 0
+    return store.last_position(), versions
+
+
+def calls(peer: Peer, method: str, binding: str | None = None) -> int:
+    """How many ``method`` requests the agent received (on ``binding``, or either)."""
+    return sum(1 for b, m in peer.calls if m == method and binding in (None, b))
+
+
+# -- card edits (for Peer.mutate_card) ------------------------------------------------------------
+
+
+def drop_skill(skill_id: str) -> Callable[[dict[str, Any]], None]:
+    def edit(card: dict[str, Any]) -> None:
+        card["skills"] = [s for s in card["skills"] if s["id"] != skill_id]
+        card["version"] = "1.1.0"
+
+    return edit
+
+
+def withdraw_push(card: dict[str, Any]) -> None:
+    card["capabilities"]["pushNotifications"] = False
+    card["version"] = "1.1.0"
+
+
+def rotate_security(card: dict[str, Any]) -> None:
+    """Seed 004 #1: the agent moves to mTLS-only between two reads."""
+    card["securitySchemes"] = {"mtls": {"mtlsSecurityScheme": {"description": "mTLS only"}}}
+    card["securityRequirements"] = [{"schemes": {"mtls": {"list": []}}}]
+    card["version"] = "2.0.0"
+
+
+def drop_jsonrpc_interface(card: dict[str, Any]) -> None:
+    """The JSON-RPC endpoint is retired: only the HTTP+JSON one is left (same skills, contract)."""
+    card["supportedInterfaces"] = [
+        i for i in card["supportedInterfaces"] if i["protocolBinding"] != "JSONRPC"
+    ]
+    card["version"] = "1.2.0"
+
+
+# -- push deliveries ------------------------------------------------------------------------------
+
+
+def push_headers(
+    token: str | None, content_type: str = JSON, authorization: str | None = None
+) -> dict[str, str]:
+    """Headers as a2a-sdk's push sender sends them."""
+    headers = {"content-type": content_type}
+    if token is not None:
+        headers["x-a2a-notification-token"] = token
+    if authorization is not None:
+        headers["authorization"] = authorization
+    return headers
+
+
+def status_update_body(
+    remote_task_id: str, context_id: str | None, state: str, timestamp: datetime
+) -> bytes:
+    """A 1.0 ``StreamResponse`` status update, as a2a-sdk's push sender posts it."""
+    wire_state = "TASK_STATE_" + state.upper().replace("-", "_")
+    update = {
+        "taskId": remote_task_id,
+        "contextId": context_id,
+        "status": {"state": wire_state, "timestamp": timestamp.isoformat()},
+    }
+    return json.dumps({"statusUpdate": update}).encode()
+
+
+class PushReceiver:
+    """A webhook on 127.0.0.1 (``url``) in its own thread and event loop.
+
+    It records every POST in ``deliveries`` as (body, headers). After :meth:`forward_to`, each
+    delivery is handed to ``engine.deliver`` on the engine's loop (the test's), the answer is kept
+    in ``answers`` and its status returned to the agent. Use as ``with PushReceiver() as hook:``.
+    """
+
+    def __init__(self) -> None:
+        self.deliveries: list[tuple[bytes, dict[str, str]]] = []
+        self.answers: list[Delivery] = []
+        self._target: tuple[Engine, asyncio.AbstractEventLoop] | None = None
+        app = Starlette(routes=[Route("/webhook", self._endpoint, methods=["POST"])])
+        self._server = ServerThread(app)
+        self.url = self._server.base_url + "/webhook"
+
+    def forward_to(self, engine: Engine) -> None:
+        """From now on, apply deliveries through ``engine`` (call from the engine's loop)."""
+        self._target = (engine, asyncio.get_running_loop())
+
+    def stop_forwarding(self) -> None:
+        self._target = None
+
+    async def _endpoint(self, request: Request) -> Response:
+        body = await request.body()
+        headers = dict(request.headers)
+        self.deliveries.append((body, headers))
+        target = self._target
+        if target is None:
+            return Response(status_code=200)
+        engine, loop = target
+        future = asyncio.run_coroutine_threadsafe(engine.deliver(body, headers), loop)
+        delivery = await asyncio.wrap_future(future)
+        self.answers.append(delivery)
+        return JSONResponse({"outcome": delivery.outcome}, status_code=delivery.status)
+
+    def states_delivered(self) -> list[str]:
+        """The wire states of the status updates and tasks received, in order."""
+        out = []
+        for body, _ in self.deliveries:
+            doc = json.loads(body)
+            status = (doc.get("statusUpdate") or doc.get("task") or {}).get("status") or {}
+            if "state" in status:
+                out.append(str(status["state"]))
+        return out
+
+    def __enter__(self) -> PushReceiver:
+        self._server.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._target = None
+        self._server.stop()
+
+
+def state_of(engine: Engine, key: str) -> Mapping[str, Any]:
+    """The task's stored projection."""
+    head = engine.store.stream(task_stream_id(key))
+    assert head is not None
+    return head.state
+
+
+class MovableEndpoint:
+    """A JSON-RPC endpoint on its own port (``url``) that relays every request to ``target`` (the
+    agent's real one) until :attr:`gone` is set; from then on it answers a plain HTTP 404 with no
+    A2A body, as a retired endpoint does. ``relayed`` lists the methods it passed on."""
+
+    def __init__(self, target: str) -> None:
+        self.target = target
+        self.gone = False
+        self.relayed: list[str] = []
+        self.refused: list[str] = []
+        self._server = ServerThread(
+            Starlette(routes=[Route("/rpc", self._relay, methods=["POST"])])
+        )
+        self.url = self._server.base_url + "/rpc"
+
+    async def _relay(self, request: Request) -> Response:
+        body = await request.body()
+        method = str(json.loads(body).get("method"))
+        if self.gone:
+            self.refused.append(method)
+            return PlainTextResponse("Not Found", status_code=404)
+        self.relayed.append(method)
+        keep = ("content-type", "a2a-version", "accept")
+        headers = {k: v for k, v in request.headers.items() if k in keep}
+        async with httpx.AsyncClient() as client:
+            answer = await client.post(self.target, content=body, headers=headers, timeout=10)
+        return Response(
+            answer.content, answer.status_code, media_type=answer.headers["content-type"]
+        )
+
+    def __enter__(self) -> MovableEndpoint:
+        self._server.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._server.stop()
+
+
+def point_jsonrpc_at(url: str) -> Callable[[dict[str, Any]], None]:
+    """A card edit: the JSON-RPC interface now lives at ``url`` (same skills, same contract)."""
+
+    def edit(card: dict[str, Any]) -> None:
+        for interface in card["supportedInterfaces"]:
+            if interface["protocolBinding"] == "JSONRPC":
+                interface["url"] = url
+
+    return edit

@@ -1,0 +1,463 @@
+"""The task commands through the real ``cardfence`` console script, against a real a2a-sdk agent.
+
+What CLI.md fixes is checked here as an operator's script would see it: the JSON documents (exactly
+one on stdout under ``--json``), the exit codes, and the last stderr line naming the error's type.
+Tasks the commands only read are made in-process (an :class:`Engine` on the same store), which is
+faster than another subprocess and exercises the same store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import shutil
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from engine_fixtures import (
+    assert_audit_ok,
+    audited_engine,
+    data_of,
+    drop_skill,
+    restored,
+    transitions,
+    withdraw_push,
+)
+from support import Peer
+
+from engine import events as ev
+from engine.tasklog import TaskLog
+from store import EventStore
+
+CARDFENCE = shutil.which("cardfence", path=str(Path(sys.executable).parent)) or "cardfence"
+POLL = ("--max-poll-interval", "0.2")
+RUN_FAST = (*POLL, "--max-card-age", "0.3", "--card-timeout", "1")
+RUN_KEYS = {
+    "task",
+    "remote_task_id",
+    "context_id",
+    "state",
+    "delivery_mode",
+    "card_revision",
+    "flags",
+    "artifacts",
+}
+ROW_KEYS = {
+    "task",
+    "remote_task_id",
+    "agent",
+    "skill",
+    "state",
+    "delivery_mode",
+    "flags",
+    "updated_at",
+}
+HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+@pytest.fixture(scope="module")
+def shared_peer() -> Iterator[Peer]:
+    with Peer() as running:
+        yield running
+
+
+@pytest.fixture
+def peer(shared_peer: Peer) -> Iterator[Peer]:
+    with restored(shared_peer) as fresh:
+        yield fresh
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Iterator[str]:
+    """A SQLite store for the commands; audited in-process once the test is done (R13)."""
+    url = f"sqlite:///{tmp_path / 'cardfence.db'}"
+    yield url
+    if (tmp_path / "cardfence.db").exists():
+        with EventStore.open(url) as store:
+            assert_audit_ok(store)
+
+
+def cardfence(db: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [CARDFENCE, *args, "--db", db], capture_output=True, text=True, timeout=timeout
+    )
+
+
+def document(result: subprocess.CompletedProcess[str]) -> Any:
+    """The one JSON document on stdout: nothing before it, nothing after it."""
+    decoded, end = json.JSONDecoder().raw_decode(result.stdout.lstrip())
+    assert result.stdout.lstrip()[end:].strip() == "", f"more than one document: {result.stdout}"
+    return decoded
+
+
+def last_line(result: subprocess.CompletedProcess[str]) -> str:
+    lines = result.stderr.strip().splitlines()
+    return lines[-1] if lines else ""
+
+
+def failed_with(
+    result: subprocess.CompletedProcess[str], code: int, type_name: str
+) -> dict[str, Any]:
+    """Assert the exit code and the closing stderr line; return the JSON document."""
+    assert result.returncode == code, (result.returncode, result.stdout, result.stderr)
+    assert last_line(result).startswith(f"{type_name}: "), result.stderr
+    return dict(document(result))
+
+
+def stored(db: str, ref: str) -> dict[str, Any]:
+    """The task's projection, read straight from the store."""
+    with EventStore.open(db) as store:
+        log = TaskLog(store)
+        return dict(log.head(log.find(ref)).state)
+
+
+def stored_events(db: str, ref: str, type_: str) -> list[dict[str, Any]]:
+    with EventStore.open(db) as store:
+        return data_of(store, TaskLog(store).find(ref), type_)
+
+
+def make_tasks(db: str, peer: Peer, *specs: tuple[str, str, str]) -> list[str]:
+    """Create and drive tasks in-process: (skill, text, until) each; returns their keys."""
+
+    async def main() -> list[str]:
+        keys = []
+        async with audited_engine(db) as engine:
+            for skill, text, until in specs:
+                view = await engine.start_task(peer.base_url, skill=skill, text=text)
+                await engine.drive(view.task, until=until, timeout=10)
+                keys.append(view.task)
+        return keys
+
+    return asyncio.run(main())
+
+
+# -- run -------------------------------------------------------------------------------------------
+
+
+def test_run_prints_the_task_as_json_and_exits_0_when_completed(peer: Peer, db: str) -> None:
+    # Global options before the command name work too.
+    argv = [
+        CARDFENCE, "--db", db, "--json", "run", peer.base_url, "--skill", "echo",
+        "--text", "echo hi", "--until", "terminal", *RUN_FAST,
+    ]  # fmt: skip
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+
+    assert result.returncode == 0, result.stderr
+    task = document(result)
+    assert set(task) >= RUN_KEYS
+    assert task["state"] == "completed"
+    assert task["delivery_mode"] == "polling"
+    assert HEX64.fullmatch(task["card_revision"])
+    assert task["context_id"].startswith("c-")  # chosen before sending (crash safety)
+    assert task["flags"] == []
+    assert [p["text"] for a in task["artifacts"] for p in a["parts"]] == ["hi"]
+    assert stored(db, task["task"])["remote_task_id"] == task["remote_task_id"]
+
+
+def test_run_stops_at_input_required_and_reply_by_prefix_completes_it(peer: Peer, db: str) -> None:
+    asked = cardfence(db, "run", peer.base_url, "--skill", "ask", "--text", "ask", "--json")
+    assert asked.returncode == 0, asked.stderr
+    waiting = document(asked)
+    assert waiting["state"] == "input-required"
+
+    replied = cardfence(
+        db, "reply", waiting["task"][:8], "--text", "42", "--until", "terminal", *POLL, "--json"
+    )
+
+    assert replied.returncode == 0, replied.stderr
+    done = document(replied)
+    assert set(done) >= RUN_KEYS
+    assert (done["task"], done["state"]) == (waiting["task"], "completed")
+    assert [p["text"] for a in done["artifacts"] for p in a["parts"]] == ["answer: 42"]
+    assert stored_events(db, done["task"], ev.REPLY_SENT)
+
+
+@pytest.mark.parametrize(
+    ("breakage", "type_name"),
+    [
+        ("503", "DiscoveryError"),
+        ("invalid_json", "CardInvalidError"),
+        ("skill_absent", "SkillUnavailableError"),
+    ],
+)
+def test_run_refused_before_sending_exits_3(
+    peer: Peer, db: str, breakage: str, type_name: str
+) -> None:
+    skill = "translate" if breakage == "skill_absent" else "echo"
+    if breakage != "skill_absent":
+        peer.set_card_fault(breakage)
+
+    result = cardfence(db, "run", peer.base_url, "--skill", skill, "--text", "hi", "--json")
+
+    error = failed_with(result, 3, type_name)["error"]
+    assert (error["type"], error["exit_code"]) == (type_name, 3)
+    assert last_line(result).endswith("(nothing was sent)")
+    if breakage == "503":
+        assert last_line(result) == (
+            f"DiscoveryError: GET {peer.card_url} -> 503 (nothing was sent)"
+        )
+    assert peer.calls == []
+    with EventStore.open(db) as store:
+        assert TaskLog(store).all() == []
+
+
+def test_run_past_its_deadline_exits_6_and_the_task_is_not_failed(peer: Peer, db: str) -> None:
+    result = cardfence(
+        db, "run", peer.base_url, "--skill", "ask", "--text", "ask", "--until", "terminal",
+        "--timeout", "1", *RUN_FAST, "--json",
+    )  # fmt: skip
+
+    task = failed_with(result, 6, "DeadlineExceeded")
+    assert task["state"] == "input-required"  # the run document, printed before the error
+    assert "not marked failed" in last_line(result)
+    state = stored(db, task["task"])
+    assert state["state"] == "input-required"
+    assert "deadline_exceeded" in state["flags"]
+    assert stored_events(db, task["task"], ev.DEADLINE_EXCEEDED)
+    assert ("JSONRPC", "CancelTask") not in peer.calls
+
+
+def test_run_of_a_task_the_remote_failed_exits_8(peer: Peer, db: str) -> None:
+    result = cardfence(
+        db, "run", peer.base_url, "--skill", "fail", "--text", "fail", "--until", "terminal",
+        *RUN_FAST, "--json",
+    )  # fmt: skip
+
+    # CLI.md's list of type names does not name the one exit 8 uses; the engine says TaskEndedError.
+    task = failed_with(result, 8, "TaskEndedError")
+    assert task["state"] == "failed"
+    assert "no diagnostic" in last_line(result)
+    assert [m for _, m in peer.calls].count("SendMessage") == 1  # never retried
+
+
+def test_run_with_a_webhook_on_a_card_without_push_runs_on_polling_and_exits_0(
+    peer: Peer, db: str
+) -> None:
+    peer.mutate_card(withdraw_push)
+
+    result = cardfence(
+        db, "run", peer.base_url, "--skill", "slow", "--text", "slow 0.2", "--until", "terminal",
+        "--webhook-url", "http://127.0.0.1:9/webhook", *RUN_FAST, "--json",
+    )  # fmt: skip
+
+    assert result.returncode == 0, result.stderr
+    task = document(result)
+    assert (task["state"], task["delivery_mode"]) == ("completed", "polling")
+    assert "delivery_downgraded" in task["flags"]
+    [downgraded] = stored_events(db, task["task"], ev.DELIVERY_DOWNGRADED)
+    assert downgraded["reason"] == "push_not_advertised"
+    assert ("JSONRPC", "CreateTaskPushNotificationConfig") not in peer.calls
+
+
+# -- cancel ----------------------------------------------------------------------------------------
+
+
+def test_cancel_exits_0_when_accepted_and_7_when_the_remote_refuses(peer: Peer, db: str) -> None:
+    started = cardfence(
+        db, "run", peer.base_url, "--skill", "slow", "--text", "slow 3", "--until", "terminal",
+        "--timeout", "0.5", *RUN_FAST, "--json",
+    )  # fmt: skip
+    working = failed_with(started, 6, "DeadlineExceeded")
+    assert working["state"] == "working"
+    by_remote_id = working["remote_task_id"][:13]  # TASK may be a prefix of the remote id
+
+    canceled = cardfence(db, "cancel", by_remote_id, "--json")
+    again = cardfence(db, "cancel", by_remote_id, "--json")
+
+    assert canceled.returncode == 0, canceled.stderr
+    assert set(document(canceled)) >= RUN_KEYS
+    assert document(canceled)["state"] == "canceled"  # as the remote answered
+    error = failed_with(again, 7, "RemoteRefusedError")["error"]
+    assert "-32002" in error["message"]
+    [refused] = stored_events(db, working["task"], ev.CANCEL_REFUSED)
+    assert refused["code"] == -32002
+    assert stored(db, working["task"])["state"] == "canceled"
+
+
+# -- resume ----------------------------------------------------------------------------------------
+
+
+def test_endpoint_gone_exits_9_on_run_and_resume_and_resume_all_recovers(
+    peer: Peer, db: str
+) -> None:
+    started = cardfence(
+        db, "run", peer.base_url, "--skill", "slow", "--text", "slow 1.5", "--until", "terminal",
+        "--timeout", "0.3", *RUN_FAST, "--json",
+    )  # fmt: skip
+    live = failed_with(started, 6, "DeadlineExceeded")
+    peer.set_endpoint_gone(True)  # plain 404 without an A2A body (seed 002)
+
+    sent = cardfence(db, "run", peer.base_url, "--skill", "echo", "--text", "echo later", "--json")
+    one = cardfence(db, "resume", live["task"][:8], "--timeout", "0.5", *POLL, "--json")
+    every = cardfence(db, "resume", "--all", "--timeout", "0.5", *POLL, "--json")
+
+    assert "404" in failed_with(sent, 9, "EndpointUnreachableError")["error"]["message"]
+    failed_with(one, 9, "EndpointUnreachableError")
+    listed = failed_with(every, 9, "EndpointUnreachableError")
+    assert listed["orphaned"] == []
+    assert sorted(t["state"] for t in listed["tasks"]) == ["submitted", "working"]
+    assert stored(db, live["task"])["state"] == "working"  # nothing was changed
+    assert transitions_in(db, live["task"]) == [("submitted", "working")]
+
+    peer.set_endpoint_gone(False)
+    recovered = cardfence(
+        db, "resume", "--all", "--until", "terminal", "--timeout", "20", *POLL, "--json"
+    )
+
+    assert recovered.returncode == 0, recovered.stderr
+    result = document(recovered)
+    assert set(result) == {"tasks", "orphaned"}
+    assert result["orphaned"] == []
+    assert all(set(t) >= RUN_KEYS for t in result["tasks"])
+    assert sorted(t["state"] for t in result["tasks"]) == ["completed", "completed"]
+    assert all(t["remote_task_id"] for t in result["tasks"])  # the unsent one was found or sent
+
+
+def transitions_in(db: str, ref: str) -> list[tuple[str, str]]:
+    with EventStore.open(db) as store:
+        return transitions(store, TaskLog(store).find(ref))
+
+
+def test_resume_of_a_task_whose_skill_vanished_exits_4_and_keeps_its_state(
+    peer: Peer, db: str
+) -> None:
+    [key] = make_tasks(db, peer, ("ask", "ask", "interrupted"))
+    peer.mutate_card(drop_skill("ask"))
+    sent_before = len(peer.calls)
+
+    one = cardfence(db, "resume", key, *POLL, "--json")
+    every = cardfence(db, "resume", "--all", *POLL, "--json")
+
+    failed_with(one, 4, "TaskOrphanedError")
+    listed = failed_with(every, 4, "TaskOrphanedError")
+    assert listed["orphaned"] == [key]
+    [row] = listed["tasks"]
+    assert (row["task"], row["state"]) == (key, "input-required")
+    assert "orphaned" in row["flags"]
+    assert peer.calls[sent_before:] == []  # nothing asked of the endpoint after the fresh read
+    assert stored(db, key)["state"] == "input-required"
+
+
+# -- tasks, show, audit ----------------------------------------------------------------------------
+
+
+def test_tasks_lists_one_row_per_task_and_filters_by_state(peer: Peer, db: str) -> None:
+    done, waiting = make_tasks(
+        db, peer, ("echo", "echo a", "terminal"), ("ask", "ask", "interrupted")
+    )
+
+    everything = cardfence(db, "tasks", "--json")
+    completed = cardfence(db, "tasks", "--state", "completed", "--json")
+    human = cardfence(db, "tasks")
+
+    assert everything.returncode == completed.returncode == human.returncode == 0
+    rows = {r["task"]: r for r in document(everything)["tasks"]}
+    assert set(rows) == {done, waiting}
+    assert all(set(r) == ROW_KEYS for r in rows.values())
+    assert (rows[done]["state"], rows[waiting]["state"]) == ("completed", "input-required")
+    assert (rows[done]["skill"], rows[done]["agent"]) == ("echo", peer.base_url)
+    assert [r["task"] for r in document(completed)["tasks"]] == [done]
+    assert done[:12] in human.stdout
+    assert "input-required" in human.stdout
+
+
+def test_show_prints_the_task_stream_in_order_with_catalogue_types(peer: Peer, db: str) -> None:
+    [key] = make_tasks(db, peer, ("slow", "slow 0.2", "terminal"))
+
+    shown = cardfence(db, "show", key[:6], "--json")
+    human = cardfence(db, "show", key[:6])
+
+    assert shown.returncode == human.returncode == 0, shown.stderr
+    timeline = document(shown)
+    assert set(timeline) >= {"task", "remote_task_id", "state", "delivery_mode", "card_revision"}
+    assert {"contract_hash", "flags", "events"} <= set(timeline)
+    assert (timeline["task"], timeline["state"]) == (key, "completed")
+    assert HEX64.fullmatch(timeline["card_revision"])
+    assert HEX64.fullmatch(timeline["contract_hash"])
+    recorded = timeline["events"]
+    assert [e["version"] for e in recorded] == list(range(1, len(recorded) + 1))
+    assert [e["position"] for e in recorded] == sorted(e["position"] for e in recorded)
+    assert {e["type"] for e in recorded} <= ev.TASK_EVENTS
+    assert recorded[0]["type"] == ev.TASK_SUBMITTED
+    changed = [e["data"] for e in recorded if e["type"] == ev.STATE_CHANGED]
+    assert [(c["from"], c["to"]) for c in changed] == [
+        ("submitted", "working"),
+        ("working", "completed"),
+    ]
+    assert all({"from", "to", "source", "remote_timestamp"} <= set(c) for c in changed)
+    assert all(c["remote_timestamp"] for c in changed)
+    assert all(e["recorded_at"].endswith("+00:00") for e in recorded)
+    assert f"task {key}" in human.stdout
+    assert "StateChanged" in human.stdout
+    assert "working → completed" in human.stdout
+
+
+def test_audit_exits_0_then_5_after_an_event_payload_is_edited(peer: Peer, tmp_path: Path) -> None:
+    path = tmp_path / "tampered.db"  # not the audited `db` fixture: this one is broken on purpose
+    db = f"sqlite:///{path}"
+    [key] = make_tasks(db, peer, ("echo", "echo honest", "terminal"))
+
+    clean = cardfence(db, "audit", "--json")
+
+    assert clean.returncode == 0, clean.stderr
+    report = document(clean)
+    assert report["violations"] == []
+    assert report["streams_checked"] == 2  # the agent's stream and the task's
+    assert report["events_checked"] >= 4
+
+    with sqlite3.connect(path) as raw:
+        edited = raw.execute(
+            "UPDATE events SET payload = replace(payload, 'echo honest', 'echo forged') "
+            "WHERE stream_id = ? AND type = ?",
+            (f"task:{key}", ev.TASK_SUBMITTED),
+        ).rowcount
+    assert edited == 1
+
+    tampered = cardfence(db, "audit", "--json")
+
+    violations = failed_with(tampered, 5, "AuditViolation")["violations"]
+    assert violations
+    assert {v["stream"] for v in violations} == {f"task:{key}"}
+
+
+def test_unknown_or_ambiguous_task_exits_2_with_usage_error(peer: Peer, db: str) -> None:
+    async def two_tasks_sharing_a_prefix() -> None:
+        async with audited_engine(db) as engine:
+            for key in ("abc1" + "0" * 28, "abc2" + "0" * 28):
+                await engine.start_task(peer.base_url, skill="echo", text="echo x", key=key)
+
+    asyncio.run(two_tasks_sharing_a_prefix())
+
+    unknown = cardfence(db, "show", "no-such-task", "--json")
+    ambiguous = cardfence(db, "cancel", "abc", "--json")
+
+    error = failed_with(unknown, 2, "UsageError")["error"]
+    assert error == {
+        "type": "UsageError",
+        "message": "unknown task 'no-such-task'",
+        "exit_code": 2,
+    }
+    assert "ambiguous" in failed_with(ambiguous, 2, "UsageError")["error"]["message"]
+    assert ("JSONRPC", "CancelTask") not in peer.calls
+
+
+def test_resume_all_past_its_deadline_prints_one_json_document_and_exits_6(
+    peer: Peer, db: str
+) -> None:
+    [key] = make_tasks(db, peer, ("ask", "ask", "interrupted"))
+
+    result = cardfence(
+        db, "resume", "--all", "--until", "terminal", "--timeout", "0.5", *POLL, "--json"
+    )
+
+    assert result.returncode == 6
+    assert last_line(result).startswith("DeadlineExceeded: ")
+    listed = document(result)  # exactly one document
+    assert [t["task"] for t in listed["tasks"]] == [key]
+    assert listed["tasks"][0]["state"] == "input-required"
