@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import random
+import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -108,9 +109,14 @@ class EventStore:
     _SERIALISE_POSITIONS = True
 
     def __init__(
-        self, engine: sa.Engine, *, max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES
+        self,
+        engine: sa.Engine,
+        *,
+        max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        busy_timeout_ms: int = 5000,
     ) -> None:
         self.engine = engine
+        self._busy_timeout_ms = busy_timeout_ms
         self.url = engine.url.render_as_string(hide_password=True)
         self.max_payload_bytes = max_payload_bytes
         self._is_sqlite = engine.dialect.name == "sqlite"
@@ -122,6 +128,14 @@ class EventStore:
         # (stream, version) never changes, so a cached pair stays true forever; the conditional
         # update of the head row decides whether it is still the head.
         self._heads: dict[str, _Head] = {}
+        # SQLite file: each thread keeps one connection for the hot path (appends, head reads);
+        # a pool checkout and return cost a quarter of an append. None elsewhere.
+        self._own: threading.local | None = None
+        self._own_connections: list[Any] = []
+        self._own_lock = threading.Lock()
+        database = engine.url.database
+        if self._is_sqlite and database not in (None, "", ":memory:") and not engine.url.query:
+            self._own = threading.local()
 
     # -- opening -------------------------------------------------------------------------------
 
@@ -141,7 +155,7 @@ class EventStore:
             engine = _create_engine(parsed, busy_timeout_ms)
         except (sa.exc.ArgumentError, sa.exc.NoSuchModuleError, ImportError) as exc:
             raise StoreUnavailableError(shown, f"cannot use this URL: {exc}") from exc
-        store = cls(engine, max_payload_bytes=max_payload_bytes)
+        store = cls(engine, max_payload_bytes=max_payload_bytes, busy_timeout_ms=busy_timeout_ms)
         if migrate:
             store.migrate()
         return store
@@ -171,7 +185,44 @@ class EventStore:
             return migrations.current_revision(conn)
 
     def close(self) -> None:
+        with self._own_lock:
+            for connection in self._own_connections:
+                connection.close()
+            self._own_connections.clear()
+            self._own = threading.local() if self._own is not None else None
         self.engine.dispose()
+
+    def _rollback(self, raw: Any) -> None:
+        try:
+            raw.rollback()
+        except Exception:  # a broken connection: drop it rather than use it again
+            if hasattr(raw, "invalidate"):
+                raw.invalidate()
+                return
+            if self._own is not None and getattr(self._own, "connection", None) is raw:
+                self._own.connection = None
+            raw.close()
+
+    @contextmanager
+    def _driver_connection(self) -> Iterator[Any]:
+        """A DBAPI connection for the hot path: this thread's own (SQLite file), else pooled."""
+        if self._own is None:
+            raw = self.engine.raw_connection()
+            try:
+                yield raw
+            finally:
+                raw.close()
+            return
+        connection = getattr(self._own, "connection", None)
+        if connection is None:
+            connection = self._dbapi.connect(
+                self.engine.url.database, check_same_thread=False, isolation_level=None
+            )
+            configure_sqlite(connection, self._busy_timeout_ms, wal=True)
+            with self._own_lock:
+                self._own_connections.append(connection)
+            self._own.connection = connection
+        yield connection
 
     def __enter__(self) -> EventStore:
         return self
@@ -280,7 +331,27 @@ class EventStore:
         now = _now()
         stamp = sql.timestamp(now)
         new_version = expected_version + len(new_events)
-        raw = self.engine.raw_connection()
+        with self._driver_connection() as raw:
+            return self._append_on(
+                raw, stream_id, expected_version, new_events, payloads, projection, state, cards,
+                now, stamp, new_version,
+            )  # fmt: skip
+
+    def _append_on(
+        self,
+        raw: Any,
+        stream_id: str,
+        expected_version: int,
+        new_events: Sequence[NewEvent],
+        payloads: list[str],
+        projection: Projection | None,
+        state: str | None,
+        cards: list[CardSnapshot],
+        now: datetime,
+        stamp: object,
+        new_version: int,
+    ) -> list[int]:
+        sql = self._sql
         try:
             cursor = raw.cursor()
             if self._is_sqlite:
@@ -314,16 +385,14 @@ class EventStore:
             positions = self._insert_events(cursor, rows)
             raw.commit()
         except self._dbapi.IntegrityError as exc:
-            _rollback(raw)
+            self._rollback(raw)
             raise ConcurrencyError(stream_id, expected_version, None) from exc
         except BaseException as exc:
             if isinstance(exc, self._dbapi.OperationalError) and self._is_postgres:
                 raw.invalidate()  # a dropped connection must not go back to the pool
             else:
-                _rollback(raw)
+                self._rollback(raw)
             raise
-        finally:
-            raw.close()
         if len(self._heads) >= _HEAD_CACHE_LIMIT:
             self._heads.clear()
         keys = (
@@ -521,13 +590,10 @@ class EventStore:
     def _stream_on_cursor(self, stream_id: str) -> StreamRecord | None:
         # On the engine's every step: a fixed query on the driver's cursor (see append_sql).
         try:
-            raw = self.engine.raw_connection()
-            try:
+            with self._driver_connection() as raw:
                 cursor = raw.cursor()
                 cursor.execute(self._sql.select_head, {"stream_id": stream_id})
                 row = cursor.fetchone()
-            finally:
-                raw.close()
         except self._dbapi.Error as exc:
             raise StoreUnavailableError(self.url, _one_line(exc)) from exc
         if row is None:
@@ -586,13 +652,6 @@ def _keys(projection: Projection) -> tuple[str | None, ...]:
     return (projection.category, projection.alias, projection.status)
 
 
-def _rollback(raw: Any) -> None:
-    try:
-        raw.rollback()
-    except Exception:  # the connection is being discarded anyway
-        raw.invalidate()
-
-
 def _snapshot_row(card: CardSnapshot, stamp: Callable[[datetime], object]) -> dict[str, Any]:
     return {
         "revision": card.revision,
@@ -627,6 +686,22 @@ def _one_line(exc: BaseException) -> str:
     return text[0] if text else type(exc).__name__
 
 
+def configure_sqlite(connection: Any, busy_timeout_ms: int, *, wal: bool) -> None:
+    """Our settings on a pysqlite connection."""
+    # We emit BEGIN ourselves (pysqlite's implicit transactions would defer the write lock and
+    # make two writers deadlock-upgrade into SQLITE_BUSY).
+    connection.isolation_level = None
+    cursor = connection.cursor()
+    try:
+        cursor.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
+        if wal:
+            cursor.execute("PRAGMA journal_mode = WAL")
+        cursor.execute("PRAGMA synchronous = NORMAL")
+        cursor.execute("PRAGMA foreign_keys = ON")
+    finally:
+        cursor.close()
+
+
 def _create_engine(url: URL, busy_timeout_ms: int) -> sa.Engine:
     if url.get_backend_name() != "sqlite":
         # No ping on checkout (a round trip per append): a dropped connection is invalidated
@@ -640,18 +715,7 @@ def _create_engine(url: URL, busy_timeout_ms: int) -> sa.Engine:
 
     @sa_event.listens_for(engine, "connect")
     def _configure(dbapi_connection: Any, _record: Any) -> None:
-        # We emit BEGIN ourselves (pysqlite's implicit transactions would defer the write lock
-        # and make two writers deadlock-upgrade into SQLITE_BUSY).
-        dbapi_connection.isolation_level = None
-        cursor = dbapi_connection.cursor()
-        try:
-            cursor.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
-            if not memory:
-                cursor.execute("PRAGMA journal_mode = WAL")
-            cursor.execute("PRAGMA synchronous = NORMAL")
-            cursor.execute("PRAGMA foreign_keys = ON")
-        finally:
-            cursor.close()
+        configure_sqlite(dbapi_connection, busy_timeout_ms, wal=not memory)
 
     @sa_event.listens_for(engine, "begin")
     def _begin(conn: sa.Connection) -> None:
