@@ -1,8 +1,16 @@
 """cardfence: a lifecycle engine for A2A v1.0 tasks.
 
 Card state may gate task creation and webhook registration. It never gates task continuation.
+
+The public API: :class:`Engine` (start, follow, reply to, cancel, resume tasks, ingest push
+deliveries), :func:`audit` and :func:`replay` (no network), the card model
+(:func:`parse_card`), and the one error tree under :class:`CardfenceError`.
 """
 
+from engine.audit import AuditReport, Violation, audit, replay
+from engine.card import AgentCard, parse_card
+from engine.discovery import CardLimits
+from engine.engine import Engine, EngineConfig, WebhookOutcome
 from engine.errors import (
     AuditViolation,
     CardfenceError,
@@ -24,18 +32,26 @@ from engine.errors import (
     TaskOrphanedError,
     UsageError,
 )
+from engine.views import TaskView
+from engine.webhook import Delivery
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AgentCard",
+    "AuditReport",
     "AuditViolation",
     "CardInvalidError",
+    "CardLimits",
     "CardfenceError",
     "ConcurrencyError",
     "ContractChangedError",
     "DeadlineExceeded",
+    "Delivery",
     "DiscoveryError",
     "EndpointUnreachableError",
+    "Engine",
+    "EngineConfig",
     "InvalidAgentResponseError",
     "PayloadError",
     "RemoteRefusedError",
@@ -46,6 +62,12 @@ __all__ = [
     "StoreUnavailableError",
     "TaskEndedError",
     "TaskOrphanedError",
+    "TaskView",
     "UsageError",
+    "Violation",
+    "WebhookOutcome",
     "__version__",
+    "audit",
+    "parse_card",
+    "replay",
 ]

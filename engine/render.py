@@ -68,6 +68,11 @@ def summary(event: RecordedEvent) -> str:
         return f"{str(data.get('old'))[:12]} → {str(data.get('new'))[:12]} ({changed})"
     if event.type in (ev.DELIVERY_DOWNGRADED, ev.FLAGGED_FOR_REVIEW, ev.TASK_ORPHANED):
         return f"{data.get('reason')}: {data.get('detail', '')}"
+    if event.type == ev.DISCOVERY_UNAVAILABLE:
+        failure = f"{data.get('kind')} {data.get('detail')}"
+        return f"card read failed ({failure}) during {data.get('during')}"
+    if event.type == ev.WEBHOOK_REGISTERED:
+        return f"config {data.get('config_id')} → {data.get('url')} (provisional)"
     if event.type == ev.ARTIFACT_RECEIVED:
         return f"{data.get('name') or data.get('artifact_id')}"
     keep = {k: v for k, v in data.items() if k not in ("at",)}
