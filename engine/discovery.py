@@ -16,6 +16,7 @@ import asyncio
 import dataclasses
 import ipaddress
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -236,10 +237,13 @@ async def _drain(response: httpx.Response, limit: int = 64 * 1024) -> None:
     """Read a small unwanted body so the connection goes back to the pool (a 304 or a 503 page);
     a larger one is left unread and the connection is dropped instead."""
     seen = 0
-    async for chunk in response.aiter_raw():
-        seen += len(chunk)
-        if seen > limit:
-            return
+    try:
+        async for chunk in response.aiter_raw():
+            seen += len(chunk)
+            if seen > limit:
+                return
+    except httpx.StreamError:
+        return  # already read (or closed): nothing left to drain
 
 
 class Discovery:
@@ -260,6 +264,7 @@ class Discovery:
         self.max_card_age = max_card_age
         self._clock = clock
         self._memo: dict[str, tuple[CardRead, float]] = {}
+        self._parsed: OrderedDict[tuple[str, bytes], AgentCard] = OrderedDict()
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -295,9 +300,7 @@ class Discovery:
             if response.status == 304 and stored is None:
                 # The validator names a revision we do not hold: read it whole.
                 response = await fetch_card(self.client, urls, limits=self.limits)
-            card = stored or parse_card(
-                response.body, url=response.url, max_bytes=self.limits.max_bytes
-            )
+            card = stored or self._parse(response.body, response.url)
         except DiscoveryError as failure:
             await self._record_failure(origin, failure)
             raise
@@ -313,6 +316,20 @@ class Discovery:
         await self._record_read(read, known)
         self._memo[origin] = (read, self._clock())
         return read
+
+    def _parse(self, body: bytes, url: str) -> AgentCard:
+        """Parse a card body; the same bytes from the same URL parse to the same card, so the
+        last few are kept (an agent without validators sends the whole card every time)."""
+        key = (url, body)
+        card = self._parsed.get(key)
+        if card is None:
+            card = parse_card(body, url=url, max_bytes=self.limits.max_bytes)
+            self._parsed[key] = card
+            if len(self._parsed) > 16:
+                self._parsed.popitem(last=False)
+        else:
+            self._parsed.move_to_end(key)
+        return card
 
     async def _stored_card(self, origin: str, state: Mapping[str, Any]) -> AgentCard | None:
         revision = state["revision"]

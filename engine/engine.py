@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import secrets
 import time
 import uuid
@@ -48,6 +49,7 @@ from engine.views import TaskView
 from store import EventStore
 
 UNTIL = ("interrupted", "terminal")
+_log = logging.getLogger("cardfence.engine")
 
 
 @dataclass(frozen=True, slots=True)
@@ -111,6 +113,7 @@ class Engine:
         self._transports: dict[tuple[str, str], A2ATransport] = {}
         self._pushed: dict[str, asyncio.Event] = {}
         self._background: set[asyncio.Task[None]] = set()
+        self.background_errors: list[Exception] = []
 
     @classmethod
     def open(
@@ -538,14 +541,28 @@ class Engine:
         self.log.record(key, decide)
 
     def _spawn(self, job: Awaitable[None]) -> None:
-        task = asyncio.ensure_future(job)
+        task = asyncio.ensure_future(self._contained(job))
         self._background.add(task)
         task.add_done_callback(self._background.discard)
 
+    async def _contained(self, job: Awaitable[None]) -> None:
+        """A re-check or re-validation never takes the task down with it: a failure there is a
+        bug to report (logged, kept for :meth:`settle`), not an input to the task (R1)."""
+        try:
+            await job
+        except asyncio.CancelledError:
+            raise
+        except Exception as error:
+            _log.exception("background card check failed")
+            self.background_errors.append(error)
+
     async def settle(self) -> None:
-        """Wait for background re-checks and re-validations to finish (tests, shutdown)."""
+        """Wait for background re-checks and re-validations to finish; raise the first error
+        one of them hit (tests, shutdown)."""
         while self._background:
             await asyncio.gather(*list(self._background), return_exceptions=True)
+        if self.background_errors:
+            raise self.background_errors.pop(0)
 
 
 def _delivery_outcome(recorded: Sequence[Event]) -> str:

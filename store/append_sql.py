@@ -32,6 +32,8 @@ class AppendSQL:
     insert_snapshot: str
     select_head: str
     update_head_state: str
+    select_stream: str
+    select_after: str
 
     def timestamp(self, moment: datetime) -> object:
         """A bind value for a UTC timestamp column, as SQLAlchemy's UTCDateTime stores it."""
@@ -77,6 +79,14 @@ def build(dialect: str, lock_key: int | None) -> AppendSQL:
             "SELECT version, state, category, alias, status, updated_at FROM streams "
             "WHERE stream_id = :stream_id"
         ),
+        select_stream=(
+            f"SELECT position, {', '.join(_EVENT_COLUMNS)} FROM events "
+            "WHERE stream_id = :stream_id AND version >= :version ORDER BY version"
+        ),
+        select_after=(
+            f"SELECT position, {', '.join(_EVENT_COLUMNS)} FROM events "
+            "WHERE position > :position ORDER BY position LIMIT :limit"
+        ),
         # The indexed keys unchanged: leave them alone, or SQLite rewrites three indexes.
         update_head_state=(
             "UPDATE streams SET version = :version, state = :state, updated_at = :updated_at "
@@ -99,6 +109,8 @@ def build(dialect: str, lock_key: int | None) -> AppendSQL:
                 statements.insert_snapshot,
                 statements.select_head,
                 statements.update_head_state,
+                statements.select_stream,
+                statements.select_after,
             )
         ),
     )

@@ -547,6 +547,10 @@ class EventStore:
 
     def read_stream(self, stream_id: str, from_version: int = 1) -> list[RecordedEvent]:
         """A stream's events from ``from_version`` on, in version order."""
+        if self._is_sqlite:
+            return self._events_on_cursor(
+                self._sql.select_stream, {"stream_id": stream_id, "version": from_version}
+            )
         with self._read() as conn:
             rows = conn.execute(
                 sa.select(*_EVENT_COLUMNS)
@@ -560,6 +564,10 @@ class EventStore:
 
         Safe to tail: see the module docstring for why no late commit is ever skipped.
         """
+        if self._is_sqlite:
+            return self._events_on_cursor(
+                self._sql.select_after, {"position": after, "limit": limit}
+            )
         with self._read() as conn:
             rows = conn.execute(
                 sa.select(*_EVENT_COLUMNS)
@@ -586,6 +594,17 @@ class EventStore:
                 sa.select(streams).where(streams.c.stream_id == stream_id)
             ).one_or_none()
         return None if row is None else _stream_record(row)
+
+    def _events_on_cursor(self, query: str, params: dict[str, Any]) -> list[RecordedEvent]:
+        # SQLite: the driver's cursor, as for the stream head (reads sit on every engine step).
+        try:
+            with self._driver_connection() as raw:
+                cursor = raw.cursor()
+                cursor.execute(query, params)
+                rows = cursor.fetchall()
+        except self._dbapi.Error as exc:
+            raise StoreUnavailableError(self.url, _one_line(exc)) from exc
+        return [_recorded_event(row) for row in rows]
 
     def _stream_on_cursor(self, stream_id: str) -> StreamRecord | None:
         # On the engine's every step: a fixed query on the driver's cursor (see append_sql).
@@ -661,6 +680,15 @@ def _snapshot_row(card: CardSnapshot, stamp: Callable[[datetime], object]) -> di
         "http_status": card.http_status,
         "fetched_at": stamp(card.fetched_at),
     }
+
+
+def _recorded_event(row: tuple[Any, ...]) -> RecordedEvent:
+    """A row of the cursor queries (SQLite: timestamps as stored text, naive UTC)."""
+    position, stream_id, version, type_, schema_version, payload, recorded_at, prev, digest = row
+    moment = datetime.fromisoformat(recorded_at).replace(tzinfo=UTC)
+    return RecordedEvent(
+        position, stream_id, version, type_, schema_version, payload, moment, prev, digest
+    )
 
 
 def _stream_record(row: sa.Row[Any]) -> StreamRecord:

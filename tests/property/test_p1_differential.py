@@ -1,0 +1,370 @@
+"""P1, P2, P3: continuation is never gated by discovery — proved differentially.
+
+One rule machine drives three engines ("worlds") with identical remote behaviour — the same task
+histories reported by sends, polls and pushes, in any interleaving, duplicates, stale and
+out-of-order ones included — and different discovery outcomes:
+
+- ``reference``: the card never changes and never fails;
+- ``changed``: the card is changed in every way (push withdrawn, skill dropped or changed, contract
+  rotated, endpoint moved, version bumped);
+- ``failing``: every card read fails in every way (network, timeout, 503, invalid, too large).
+
+Invariants after every step: every task's ``StateChanged`` sequence is identical in every world
+(P1), no world sends a ``CancelTask`` the test did not ask for (P1), replay equals the stored
+projection and is deterministic (P2), terminal states absorb and every terminal state was reported
+by the remote (P3). Teeth: planted bugs that gate continuation on the card are caught.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
+from datetime import UTC
+from typing import Any, TypeVar
+
+import httpx
+import pytest
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    Bundle,
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+from worlds import (
+    AGENT,
+    CARD_FAILURES,
+    CARD_VARIANTS,
+    MAX_CARD_BYTES,
+    TERMINAL,
+    FakeAgent,
+    Remote,
+    status_update_body,
+)
+
+from engine import events as ev
+from engine.audit import replay
+from engine.discovery import CardLimits
+from engine.engine import Engine, EngineConfig
+from engine.errors import DiscoveryError, RemoteRefusedError, TaskOrphanedError
+from engine.observations import Observation
+from engine.replay import State
+from engine.tasklog import task_stream_id
+from store import EventStore, RecordedEvent
+from store.schema import metadata
+
+_T = TypeVar("_T")
+
+CONFIG = EngineConfig(
+    max_poll_interval=0.01,
+    first_poll_interval=0.001,
+    max_card_age=0.0,  # every re-validation goes to the wire: discovery outcomes always bite
+    card_limits=CardLimits(timeout=1.0, max_bytes=MAX_CARD_BYTES),
+)
+WORLDS = ("reference", "changed", "failing")
+REMOTE_STATES = (
+    "submitted", "working", "input-required", "auth-required",
+    "completed", "failed", "canceled", "rejected", "unknown",
+)  # fmt: skip
+
+
+@dataclass
+class World:
+    name: str
+    engine: Engine
+    agent: FakeAgent
+    keys: dict[str, str]
+    tokens: dict[str, str]
+    cancels_asked: int = 0
+
+
+def _store() -> EventStore:
+    # The schema from the models (the migrations are proved equal to them elsewhere): an alembic
+    # run per world per example would cost more than the example.
+    store = EventStore.open("sqlite://", migrate=False)
+    metadata.create_all(store.engine)
+    return store
+
+
+class Differential(RuleBasedStateMachine):
+    tasks = Bundle("tasks")
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.loop = asyncio.new_event_loop()
+        self.remote = Remote()
+        self.labels = 0
+        self.seen: dict[int, dict[str, list[RecordedEvent]]] = {}
+        self.after: dict[int, int] = {}
+        self.worlds: list[World] = []
+        for name in WORLDS:
+            agent = FakeAgent(self.remote)
+            client = httpx.AsyncClient(transport=agent.transport())
+            self.worlds.append(World(name, Engine(_store(), client, CONFIG), agent, {}, {}))
+
+    def run(self, job: Coroutine[Any, Any, _T]) -> _T:
+        return self.loop.run_until_complete(job)
+
+    def each(self, job: Callable[[World], Awaitable[object]]) -> None:
+        """Run ``job`` in every world, then let background re-checks finish."""
+        for world in self.worlds:
+            self.run(_awaited(job(world)))
+            self.run(world.engine.settle())
+
+    def teardown(self) -> None:
+        for world in self.worlds:
+            self.run(world.engine.aclose())
+            self.run(world.engine.client.aclose())
+        self.loop.close()
+
+    # -- rules ---------------------------------------------------------------------------------
+
+    @rule(target=tasks)
+    def start_task(self) -> str:
+        label = f"t{self.labels}"
+        self.labels += 1
+        self.remote.create(label)
+        for world in self.worlds:
+            # Creation and registration are gated by discovery (R2, R4): done on a healthy card in
+            # every world, so the worlds follow the same tasks the same way.
+            kept, world.agent.card = world.agent.card, "same"
+            view = self.run(world.engine.start_task(AGENT, skill="work", text=label))
+            outcome = self.run(world.engine.register_webhook(view.task, "http://hook.test/"))
+            assert outcome.registered
+            assert outcome.token
+            world.keys[label], world.tokens[label] = view.task, outcome.token
+            world.agent.card = kept
+            self.run(world.engine.settle())
+        return label
+
+    @rule(
+        label=tasks,
+        state=st.sampled_from(REMOTE_STATES),
+        seconds=st.sampled_from([0.0, 0.001, 0.5, 3.0]),
+        message=st.none() | st.just("Which one?"),
+    )
+    def remote_moves(self, label: str, state: str, seconds: float, message: str | None) -> None:
+        """The agent's truth changes (even out of a terminal state: a misbehaving agent)."""
+        self.remote.step(f"r-{label}", state, seconds, message)
+
+    @rule(label=tasks)
+    def poll(self, label: str) -> None:
+        self.each(lambda w: w.engine.poll(w.keys[label]))
+
+    @rule(label=tasks, back=st.integers(min_value=0, max_value=3))
+    def push(self, label: str, back: int) -> None:
+        """A delivery of the latest report (``back`` 0, also a redelivery) or an older one."""
+        remote = self.remote.tasks[f"r-{label}"]
+        index = max(-len(remote.history), -1 - back)
+
+        async def deliver(world: World) -> None:
+            context = world.agent.contexts.get(remote.remote_id)
+            body = status_update_body(remote, context, index)
+            headers = {
+                "content-type": "application/json",
+                "x-a2a-notification-token": world.tokens[label],
+            }
+            delivery = await world.engine.deliver(body, headers)
+            assert delivery.status == 200, delivery
+
+        self.each(deliver)
+
+    @rule(variant=st.sampled_from(CARD_VARIANTS), failure=st.sampled_from(CARD_FAILURES))
+    def discovery_changes(self, variant: str, failure: str) -> None:
+        self.worlds[1].agent.card = variant
+        self.worlds[2].agent.card = failure
+
+    @rule(label=tasks)
+    def revalidate(self, label: str) -> None:
+        """R7's off-path re-validation (in `drive` it runs every `max_card_age`)."""
+        self.each(lambda w: w.engine._revalidate(w.keys[label]))
+
+    @rule(label=tasks)
+    def resume(self, label: str) -> None:
+        async def resume(world: World) -> None:
+            with contextlib.suppress(TaskOrphanedError):  # R9: recorded, state untouched
+                await world.engine.resume(world.keys[label])
+
+        self.each(resume)
+
+    @precondition(lambda self: bool(self.labels))
+    @rule(data=st.data())
+    def reply(self, data: st.DataObject) -> None:
+        reference = self.worlds[0]
+        waiting = [
+            label for label, key in reference.keys.items()
+            if reference.engine.task(key).state in ("input-required", "auth-required")
+        ]  # fmt: skip
+        if not waiting:
+            return
+        label = data.draw(st.sampled_from(sorted(waiting)))
+        self.remote.step(f"r-{label}", "working", 0.001, None)
+        self.each(lambda w: w.engine.reply(w.keys[label], "an answer"))
+
+    @rule(label=tasks)
+    def cancel(self, label: str) -> None:
+        remote = self.remote.tasks[f"r-{label}"]
+        accepted = remote.current[0] not in TERMINAL
+        if accepted:
+            self.remote.step(remote.remote_id, "canceled", 0.001, None)
+
+        async def cancel(world: World) -> None:
+            world.cancels_asked += 1
+            if accepted:
+                world.agent.cancel_answers[remote.remote_id] = len(remote.history) - 1
+            else:
+                world.agent.cancel_answers.pop(remote.remote_id, None)
+            with contextlib.suppress(RemoteRefusedError):  # refused: recorded, state untouched
+                await world.engine.cancel(world.keys[label])
+
+        self.each(cancel)
+
+    # -- invariants ------------------------------------------------------------------------------
+
+    def _catch_up(self) -> set[tuple[int, str]]:
+        """Read each world's new events (one query per world); return the streams touched."""
+        touched: set[tuple[int, str]] = set()
+        for index, world in enumerate(self.worlds):
+            seen = self.seen.setdefault(index, {})
+            for event in world.engine.store.read_all(after=self.after.get(index, 0), limit=10_000):
+                seen.setdefault(event.stream_id, []).append(event)
+                self.after[index] = event.position
+                touched.add((index, event.stream_id))
+        return touched
+
+    def changes(self, index: int, label: str) -> list[dict[str, Any]]:
+        stream = task_stream_id(self.worlds[index].keys[label])
+        logged = self.seen.get(index, {}).get(stream, [])
+        return [e.data for e in logged if e.type == ev.STATE_CHANGED]
+
+    @invariant()
+    def after_every_step(self) -> None:
+        touched = self._catch_up()
+        self.p1_every_world_records_the_same_transitions()
+        self.p1_no_world_cancels_on_its_own()
+        self.p2_replay_equals_the_projection_and_is_deterministic(touched)
+        self.p3_terminal_states_absorb_and_were_reported_by_the_remote()
+
+    def p1_every_world_records_the_same_transitions(self) -> None:
+        for label in self.worlds[0].keys:
+            sequences = [
+                [(d["from"], d["to"], d["source"], d["remote_timestamp"]) for d in changes]
+                for changes in (self.changes(i, label) for i in range(len(self.worlds)))
+            ]
+            assert sequences[1] == sequences[0], f"{label}: changed card altered transitions"
+            assert sequences[2] == sequences[0], f"{label}: failing card altered transitions"
+
+    def p1_no_world_cancels_on_its_own(self) -> None:
+        for world in self.worlds:
+            assert world.agent.calls.count("CancelTask") == world.cancels_asked, world.name
+
+    def p2_replay_equals_the_projection_and_is_deterministic(
+        self, touched: set[tuple[int, str]]
+    ) -> None:
+        for index, stream_id in touched:
+            world = self.worlds[index]
+            logged = self.seen[index][stream_id]
+            head = world.engine.store.stream(stream_id)
+            assert head is not None
+            first: State | None = replay(stream_id, logged)
+            assert first == head.state, f"{world.name} {stream_id}: replay != projection"
+            assert replay(stream_id, logged) == first
+
+    def p3_terminal_states_absorb_and_were_reported_by_the_remote(self) -> None:
+        for label in self.worlds[0].keys:
+            reported = {
+                (state, moment.astimezone(UTC).isoformat(timespec="microseconds"))
+                for state, moment, _ in self.remote.tasks[f"r-{label}"].history
+            }
+            for index, world in enumerate(self.worlds):
+                changes = self.changes(index, label)
+                ended = [i for i, d in enumerate(changes) if d["to"] in TERMINAL]
+                if ended:
+                    assert ended[0] == len(changes) - 1, f"{world.name}: left a terminal state"
+                    last = changes[-1]
+                    assert (last["to"], last["remote_timestamp"]) in reported, world.name
+
+
+async def _awaited(value: Awaitable[object]) -> None:
+    await value
+
+
+TestDifferential = Differential.TestCase
+
+
+# -- teeth: planted bugs that gate continuation on the card are caught ---------------------------
+
+HUNT = settings(
+    max_examples=300,
+    stateful_step_count=30,
+    deadline=None,
+    database=None,
+    phases=(Phase.generate,),  # finding the bug is the point; shrinking it is not
+    suppress_health_check=list(HealthCheck),
+)
+
+
+def _caught(monkeypatch: pytest.MonkeyPatch, name: str, planted: Callable[..., Any]) -> str:
+    monkeypatch.setattr(Engine, name, planted)
+    with pytest.raises(AssertionError) as failure:
+        run_state_machine_as_test(Differential, settings=HUNT)
+    return str(failure.value)
+
+
+def test_p1_catches_a_poll_that_reads_the_card_and_fails_the_task_on_a_503(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    original = Engine._poll
+
+    async def poll_reading_the_card(self: Engine, key: str, state: State) -> State:
+        try:
+            await self.discovery.read(state["agent_url"], fresh=True)
+        except DiscoveryError:  # the seed 000 client: no card, so the task must be dead
+            return self._observe_state(key, Observation("poll", "failed", None))
+        return await original(self, key, state)
+
+    assert "failing card altered transitions" in _caught(
+        monkeypatch, "_poll", poll_reading_the_card
+    )
+
+
+def test_p1_catches_a_continuation_guard_that_reads_the_latest_card(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    original = Engine._poll
+
+    async def poll_gated_by_the_latest_card(self: Engine, key: str, state: State) -> State:
+        agent = self.store.stream(ev.agent_stream_id(state["agent"]))
+        latest = self._card(agent.state["revision"]) if agent is not None else None
+        if latest is not None and latest.skill(state["skill"]) is None:
+            return state  # "the skill is gone": stop following the task
+        return await original(self, key, state)
+
+    assert "changed card altered transitions" in _caught(
+        monkeypatch, "_poll", poll_gated_by_the_latest_card
+    )
+
+
+def test_p1_catches_a_client_that_cancels_when_revalidation_fails(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    original = Engine._revalidate
+
+    async def revalidate_then_cancel(self: Engine, key: str) -> None:
+        state = self.log.head(key).state
+        try:
+            await self.discovery.read(state["agent_url"], fresh=True)
+        except DiscoveryError:  # seed 000 #2: a card 503 read as "the task is unreachable"
+            if state["state"] not in TERMINAL:
+                with contextlib.suppress(RemoteRefusedError):
+                    await self.cancel(key)
+            return
+        await original(self, key)
+
+    message = _caught(monkeypatch, "_revalidate", revalidate_then_cancel)
+    assert "failing" in message or "transitions" in message
