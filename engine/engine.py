@@ -465,6 +465,9 @@ class Engine:
         state = self.log.head(key).state
         if not state.get("remote_task_id"):
             await self._rebind(key, state)
+        else:
+            # What the log says may be stale (a reply answered after the process died): ask.
+            state = await self._poll(key, self.log.head(key).state)
         return TaskView.of(self.log.head(key).state)
 
     async def _reconcile_endpoint(self, key: str) -> None:
@@ -478,9 +481,12 @@ class Engine:
 
     async def _rebind(self, key: str, state: State) -> None:
         """The send may or may not have reached the agent: ask it for our context's tasks."""
-        found = await self._transport(state["endpoint"]).list_tasks(context_id=state["context_id"])
+        transport = self._transport(state["endpoint"])
+        found = await transport.list_tasks(context_id=state["context_id"])
         if found:
-            self._observe(key, from_task(found[0], "poll"))
+            # ListTasks may leave artifacts out (a2a-sdk does by default): read the whole task.
+            whole = await transport.get_task(found[0].id)
+            self._observe(key, from_task(whole, "poll"))
             return
         # Never reached the agent: send the recorded message now, as creation would have. Its
         # text lives in TaskSubmitted only (kept out of the projection, rewritten every step).

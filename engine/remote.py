@@ -26,6 +26,7 @@ fields are ignored; ``history`` and ``metadata`` are not read.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -296,7 +297,7 @@ def _push_config(obj: object, path: str) -> PushConfig:
     auth = _opt_obj(doc, "authentication", path)
     at = _join(path, "authentication")
     return PushConfig(
-        id=_req_str(doc, "id", path),
+        id=_req_id(doc, "id", path),
         url=_req_str(doc, "url", path),
         token=_opt_str(doc, "token", path),
         auth_scheme=_opt_str(auth, "scheme", at),
@@ -306,13 +307,13 @@ def _push_config(obj: object, path: str) -> PushConfig:
 
 def _task(obj: object, path: str) -> RemoteTask:
     doc = _obj(obj, path)
-    task_id = _req_str(doc, "id", path)
+    task_id = _req_id(doc, "id", path)
     status_at = _join(path, "status")
     status = _obj(doc.get("status"), status_at, required=True)
     state, timestamp, message = _status(status, status_at)
     return RemoteTask(
         id=task_id,
-        context_id=_opt_str(doc, "contextId", path),
+        context_id=_opt_id(doc, "contextId", path),
         state=state,
         timestamp=timestamp,
         generation=_first_generation(doc, path, status, status_at),
@@ -366,8 +367,8 @@ def _remote_message(obj: object, path: str) -> RemoteMessage:
     parts = _parts(doc, path)
     return RemoteMessage(
         message_id=_req_str(doc, "messageId", path),
-        context_id=_opt_str(doc, "contextId", path),
-        task_id=_opt_str(doc, "taskId", path),
+        context_id=_opt_id(doc, "contextId", path),
+        task_id=_opt_id(doc, "taskId", path),
         role=_role(doc, path),
         parts=parts,
         text=_text(parts),
@@ -466,14 +467,14 @@ def _message_update(obj: object, path: str) -> StreamUpdate:
 
 def _status_update(obj: object, path: str) -> StreamUpdate:
     doc = _obj(obj, path)
-    task_id = _req_str(doc, "taskId", path)
+    task_id = _req_id(doc, "taskId", path)
     at = _join(path, "status")
     status = _obj(doc.get("status"), at, required=True)
     state, timestamp, message = _status(status, at)
     return StreamUpdate(
         kind="status",
         task_id=task_id,
-        context_id=_opt_str(doc, "contextId", path),
+        context_id=_opt_id(doc, "contextId", path),
         state=state,
         timestamp=timestamp,
         generation=_first_generation(doc, path, status, at),
@@ -486,8 +487,8 @@ def _artifact_update(obj: object, path: str) -> StreamUpdate:
     at = _join(path, "artifact")
     return StreamUpdate(
         kind="artifact",
-        task_id=_req_str(doc, "taskId", path),
-        context_id=_opt_str(doc, "contextId", path),
+        task_id=_req_id(doc, "taskId", path),
+        context_id=_opt_id(doc, "contextId", path),
         generation=_generation(doc, path),
         artifact=_artifact(_obj(doc.get("artifact"), at, required=True), at),
     )
@@ -558,6 +559,54 @@ def _opt_str(doc: dict[str, Any], key: str, path: str) -> str | None:
         return None
     if not isinstance(value, str):
         raise _Bad(_join(path, key), f"must be a string, not {_kind(value)}")
+    return value
+
+
+MAX_ID_CHARS: Final = 256
+
+
+def _req_id(doc: dict[str, Any], key: str, path: str) -> str:
+    found = _opt_id(doc, key, path)
+    if found is None:
+        raise _Bad(_join(path, key), "required: a non-empty string")
+    return found
+
+
+def _opt_id(doc: dict[str, Any], key: str, path: str) -> str | None:
+    """An identifier we store and look up by: printable text of bounded length (a NUL or a lone
+    surrogate cannot be stored in PostgreSQL text nor encoded for a query)."""
+    value = _opt_str(doc, key, path)
+    if value is None:
+        return None
+    if len(value) > MAX_ID_CHARS:
+        raise _Bad(_join(path, key), f"longer than {MAX_ID_CHARS} characters")
+    if "\x00" in value or not value.isprintable() or not _is_utf8(value):
+        raise _Bad(_join(path, key), "must be printable text")
+    return value
+
+
+def _is_utf8(value: str) -> bool:
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def loads(raw: bytes) -> object:
+    """JSON as I-JSON reads it: NaN, Infinity and numbers out of the float range are refused
+    (they cannot be stored as JSON again), as is nesting deep enough to exhaust the stack."""
+    return json.loads(raw, parse_constant=_refuse_constant, parse_float=_finite_float)
+
+
+def _refuse_constant(name: str) -> object:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _finite_float(text: str) -> float:
+    value = float(text)
+    if value in (float("inf"), float("-inf")):
+        raise ValueError(f"number {text[:20]} is out of range")
     return value
 
 

@@ -44,6 +44,7 @@ from engine.remote import (
     parse_task,
     parse_task_page,
 )
+from engine.remote import loads as remote_loads
 
 __all__ = [
     "A2A_VERSION",
@@ -338,7 +339,7 @@ class A2ATransport:
         if raw is None:
             raise InvalidAgentResponseError(url, f"body over the limit of {self.max_bytes} bytes")
         try:
-            return json.loads(raw)
+            return remote_loads(raw)
         except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError
             raise InvalidAgentResponseError(url, f"body is not JSON ({str(exc)[:80]})") from None
 
@@ -389,7 +390,7 @@ def _loads(raw: bytes | None) -> object:
     if not raw:
         return None
     try:
-        return json.loads(raw)
+        return remote_loads(raw)
     except (ValueError, RecursionError):
         return None
 

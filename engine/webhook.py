@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from engine.errors import InvalidAgentResponseError
-from engine.remote import StreamUpdate, parse_stream_response
+from engine.remote import StreamUpdate, loads, parse_stream_response
 
 MAX_DELIVERY_BYTES = 256 * 1024
 TOKEN_HEADER = "x-a2a-notification-token"
@@ -58,7 +57,7 @@ def decode(body: bytes, headers: Mapping[str, str]) -> StreamUpdate:
     if essence != "application/json" and not essence.endswith("+json"):
         raise Refused(415, f"content type {content_type or 'none'!r} is not JSON")
     try:
-        document: Any = json.loads(body)
+        document: Any = loads(body)
     except (ValueError, RecursionError) as exc:
         raise Refused(400, f"body is not JSON: {str(exc)[:80]}") from None
     try:
