@@ -26,7 +26,7 @@ from engine.cli_app import (
     options_of,
 )
 from engine.discovery import CardLimits
-from engine.engine import Engine, EngineConfig, reached
+from engine.engine import Engine, EngineConfig
 from engine.lifecycle import TERMINAL
 from engine.render import audit_text, event_json, task_line, task_table, timeline
 from engine.tasklog import TaskLog, task_stream_id
@@ -193,8 +193,6 @@ def resume(
 
     async def one(engine: Engine, key: str, *, report: bool) -> TaskView:
         view = await engine.resume(key)
-        if reached(view.state, until):
-            return view
         if report:  # one task: on a deadline, its document is the one printed
             return await _drive_or_report(engine, options, view.task, until, deadline)
         left = max(deadline - time.monotonic(), 0.0)

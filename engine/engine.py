@@ -294,8 +294,9 @@ class Engine:
         self, ref: str, *, until: str = "interrupted", timeout: float = 300.0
     ) -> TaskView:
         """Follow the task until ``until`` or the deadline, polling with backoff bounded by
-        ``max_poll_interval`` (R5). The deadline never ends the task (R10): it records
-        ``DeadlineExceeded`` after a last poll and raises :class:`DeadlineExceeded`."""
+        ``max_poll_interval`` (R5); a task not yet ended is polled at least once. The deadline
+        never ends the task (R10): it records ``DeadlineExceeded`` after a last poll and raises
+        :class:`DeadlineExceeded`."""
         if until not in UNTIL:
             raise UsageError(f"--until must be one of {', '.join(UNTIL)}, not {until!r}")
         key = self.log.find(ref)
@@ -306,11 +307,15 @@ class Engine:
         next_endpoint_check = started
         unreachable: EndpointUnreachableError | None = None
         pushed = self._pushed.setdefault(key, asyncio.Event())
+        asked = False
         while True:
             # Read from the store: another process (`serve`) may have applied a push.
             state = self.log.head(key).state
-            if reached(state["state"], until):
+            # The log may be stale (a reply answered after a crash): unless the task has ended,
+            # ask the agent once before believing it is already where it was asked to stop.
+            if state["state"] in TERMINAL or (asked and reached(state["state"], until)):
                 return TaskView.of(state)
+            asked = True
             try:
                 state = await self._poll(key, state)
                 unreachable = None
@@ -465,9 +470,6 @@ class Engine:
         state = self.log.head(key).state
         if not state.get("remote_task_id"):
             await self._rebind(key, state)
-        else:
-            # What the log says may be stale (a reply answered after the process died): ask.
-            state = await self._poll(key, self.log.head(key).state)
         return TaskView.of(self.log.head(key).state)
 
     async def _reconcile_endpoint(self, key: str) -> None:
