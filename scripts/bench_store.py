@@ -47,7 +47,7 @@ from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from store import EventStore, NewEvent, Projection
-from store.eventlog import normalise_url
+from store.database import normalise_url
 
 _T = TypeVar("_T")
 

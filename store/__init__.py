@@ -4,6 +4,7 @@ It knows nothing of A2A: streams, events, projections and content-addressed snap
 """
 
 from store.chain import ChainBreak, verify_chain
+from store.database import normalise_url
 from store.errors import (
     CardfenceError,
     ConcurrencyError,
@@ -13,7 +14,7 @@ from store.errors import (
     StoreError,
     StoreUnavailableError,
 )
-from store.eventlog import EventStore, iter_all, normalise_url
+from store.eventlog import EventStore, iter_all
 from store.records import (
     GENESIS_HASH,
     CardSnapshot,

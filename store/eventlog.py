@@ -26,13 +26,23 @@ from datetime import UTC, datetime
 from typing import Any, NamedTuple, TypeVar
 
 import sqlalchemy as sa
-from sqlalchemy import event as sa_event
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.engine import URL, make_url
+from sqlalchemy.engine import URL
 
 import migrations
 from store import append_sql
 from store.chain import ChainBreak, content_hash, event_hash, verify_chain
+from store.database import (
+    WRITE,
+    configure_sqlite,
+    create_engine,
+    is_sqlite_busy,
+    normalise_url,
+    one_line,
+    recorded_event,
+    snapshot_row,
+    stream_record,
+)
 from store.errors import (
     ConcurrencyError,
     PayloadError,
@@ -57,7 +67,6 @@ _PG_APPEND_LOCK = 0x63617264_66656E63 & 0x7FFF_FFFF_FFFF_FFFF  # "cardfenc"
 _PG_MIGRATE_LOCK = _PG_APPEND_LOCK - 1
 _SQLITE_BUSY_RETRIES = 8
 _HEAD_CACHE_LIMIT = 50_000
-_WRITE = "cardfence_write"
 
 _EVENT_COLUMNS = (
     events.c.position,
@@ -72,14 +81,6 @@ _EVENT_COLUMNS = (
 )
 
 
-def normalise_url(url: str | URL) -> URL:
-    """Pin the driver: PostgreSQL goes through psycopg 3, whatever the URL says."""
-    parsed = make_url(url)
-    if parsed.drivername in ("postgresql", "postgres"):
-        parsed = parsed.set(drivername="postgresql+psycopg")
-    return parsed
-
-
 def _encode(stream_id: str, what: str, value: object, limit: int, *, sort_keys: bool = True) -> str:
     try:
         text = json.dumps(value, separators=(",", ":"), sort_keys=sort_keys, allow_nan=False)
@@ -92,11 +93,6 @@ def _encode(stream_id: str, what: str, value: object, limit: int, *, sort_keys: 
 
 def _now() -> datetime:
     return datetime.now(UTC)
-
-
-def _is_sqlite_busy(exc: sa.exc.OperationalError) -> bool:
-    message = str(exc.orig).lower()
-    return "locked" in message or "busy" in message
 
 
 class EventStore:
@@ -152,7 +148,7 @@ class EventStore:
         parsed = normalise_url(url)
         shown = parsed.render_as_string(hide_password=True)
         try:
-            engine = _create_engine(parsed, busy_timeout_ms)
+            engine = create_engine(parsed, busy_timeout_ms)
         except (sa.exc.ArgumentError, sa.exc.NoSuchModuleError, ImportError) as exc:
             raise StoreUnavailableError(shown, f"cannot use this URL: {exc}") from exc
         store = cls(engine, max_payload_bytes=max_payload_bytes, busy_timeout_ms=busy_timeout_ms)
@@ -236,17 +232,13 @@ class EventStore:
     def _write(self) -> Iterator[sa.Connection]:
         try:
             with self.engine.connect() as conn:
-                conn.execution_options(**{_WRITE: True})
+                conn.execution_options(**{WRITE: True})
                 with conn.begin():
                     yield conn
         except sa.exc.DBAPIError as exc:
-            if (
-                isinstance(exc, sa.exc.OperationalError)
-                and self._is_sqlite
-                and _is_sqlite_busy(exc)
-            ):
+            if isinstance(exc, sa.exc.OperationalError) and self._is_sqlite and is_sqlite_busy(exc):
                 raise  # _retrying decides
-            raise StoreUnavailableError(self.url, _one_line(exc)) from exc
+            raise StoreUnavailableError(self.url, one_line(exc)) from exc
 
     @contextmanager
     def _read(self) -> Iterator[sa.Connection]:
@@ -254,7 +246,7 @@ class EventStore:
             with self.engine.connect() as conn, conn.begin():
                 yield conn
         except sa.exc.DBAPIError as exc:
-            raise StoreUnavailableError(self.url, _one_line(exc)) from exc
+            raise StoreUnavailableError(self.url, one_line(exc)) from exc
 
     def _retrying(self, operation: Callable[[], _T]) -> _T:
         """Run a write, retrying a bounded number of times while SQLite reports it is busy, and
@@ -264,7 +256,7 @@ class EventStore:
                 return operation()
             except (sa.exc.DBAPIError, self._dbapi.Error) as exc:
                 if not self._transient(exc, attempt):
-                    raise StoreUnavailableError(self.url, _one_line(exc)) from exc
+                    raise StoreUnavailableError(self.url, one_line(exc)) from exc
                 time.sleep(random.uniform(0.005, 0.05) * (attempt + 1))
         raise StoreUnavailableError(
             self.url, f"database stayed locked after {_SQLITE_BUSY_RETRIES} attempts"
@@ -362,7 +354,7 @@ class EventStore:
                 cursor, stream_id, expected_version, new_version, projection, state, stamp
             )
             for card in cards:
-                cursor.execute(sql.insert_snapshot, _snapshot_row(card, sql.timestamp))
+                cursor.execute(sql.insert_snapshot, snapshot_row(card, sql.timestamp))
             rows = []
             for offset, (new, payload) in enumerate(zip(new_events, payloads, strict=True)):
                 version = expected_version + offset + 1
@@ -593,7 +585,7 @@ class EventStore:
             row = conn.execute(
                 sa.select(streams).where(streams.c.stream_id == stream_id)
             ).one_or_none()
-        return None if row is None else _stream_record(row)
+        return None if row is None else stream_record(row)
 
     def _events_on_cursor(self, query: str, params: dict[str, Any]) -> list[RecordedEvent]:
         # SQLite: the driver's cursor, as for the stream head (reads sit on every engine step).
@@ -603,8 +595,8 @@ class EventStore:
                 cursor.execute(query, params)
                 rows = cursor.fetchall()
         except self._dbapi.Error as exc:
-            raise StoreUnavailableError(self.url, _one_line(exc)) from exc
-        return [_recorded_event(row) for row in rows]
+            raise StoreUnavailableError(self.url, one_line(exc)) from exc
+        return [recorded_event(row) for row in rows]
 
     def _stream_on_cursor(self, stream_id: str) -> StreamRecord | None:
         # On the engine's every step: a fixed query on the driver's cursor (see append_sql).
@@ -614,7 +606,7 @@ class EventStore:
                 cursor.execute(self._sql.select_head, {"stream_id": stream_id})
                 row = cursor.fetchone()
         except self._dbapi.Error as exc:
-            raise StoreUnavailableError(self.url, _one_line(exc)) from exc
+            raise StoreUnavailableError(self.url, one_line(exc)) from exc
         if row is None:
             return None
         version, state, category, alias, status, updated_at = row
@@ -641,7 +633,7 @@ class EventStore:
         if alias is not None:
             query = query.where(streams.c.alias == alias)
         with self._read() as conn:
-            return [_stream_record(row) for row in conn.execute(query)]
+            return [stream_record(row) for row in conn.execute(query)]
 
     def verify_stream(self, stream_id: str) -> ChainBreak | None:
         """Check a stream's hash chain, version sequence and head; the first break or ``None``."""
@@ -669,89 +661,6 @@ class _Head(NamedTuple):
 
 def _keys(projection: Projection) -> tuple[str | None, ...]:
     return (projection.category, projection.alias, projection.status)
-
-
-def _snapshot_row(card: CardSnapshot, stamp: Callable[[datetime], object]) -> dict[str, Any]:
-    return {
-        "revision": card.revision,
-        "body": card.body,
-        "source_url": card.source_url,
-        "etag": card.etag,
-        "http_status": card.http_status,
-        "fetched_at": stamp(card.fetched_at),
-    }
-
-
-def _recorded_event(row: tuple[Any, ...]) -> RecordedEvent:
-    """A row of the cursor queries (SQLite: timestamps as stored text, naive UTC)."""
-    position, stream_id, version, type_, schema_version, payload, recorded_at, prev, digest = row
-    moment = datetime.fromisoformat(recorded_at).replace(tzinfo=UTC)
-    return RecordedEvent(
-        position, stream_id, version, type_, schema_version, payload, moment, prev, digest
-    )
-
-
-def _stream_record(row: sa.Row[Any]) -> StreamRecord:
-    state = json.loads(row.state)
-    return StreamRecord(
-        stream_id=row.stream_id,
-        version=row.version,
-        state=state if isinstance(state, dict) else {},
-        category=row.category,
-        alias=row.alias,
-        status=row.status,
-        updated_at=row.updated_at,
-    )
-
-
-@contextmanager
-def _no_savepoint() -> Iterator[None]:
-    yield
-
-
-def _one_line(exc: BaseException) -> str:
-    text = str(getattr(exc, "orig", None) or exc).strip().splitlines()
-    return text[0] if text else type(exc).__name__
-
-
-def configure_sqlite(connection: Any, busy_timeout_ms: int, *, wal: bool) -> None:
-    """Our settings on a pysqlite connection."""
-    # We emit BEGIN ourselves (pysqlite's implicit transactions would defer the write lock and
-    # make two writers deadlock-upgrade into SQLITE_BUSY).
-    connection.isolation_level = None
-    cursor = connection.cursor()
-    try:
-        cursor.execute(f"PRAGMA busy_timeout = {int(busy_timeout_ms)}")
-        if wal:
-            cursor.execute("PRAGMA journal_mode = WAL")
-        cursor.execute("PRAGMA synchronous = NORMAL")
-        cursor.execute("PRAGMA foreign_keys = ON")
-    finally:
-        cursor.close()
-
-
-def _create_engine(url: URL, busy_timeout_ms: int) -> sa.Engine:
-    if url.get_backend_name() != "sqlite":
-        # No ping on checkout (a round trip per append): a dropped connection is invalidated
-        # and the write retried once instead; see EventStore._retrying.
-        return sa.create_engine(url, pool_recycle=600)
-    memory = url.database in (None, "", ":memory:")
-    kwargs: dict[str, Any] = {"connect_args": {"check_same_thread": False}}
-    if memory:
-        kwargs["poolclass"] = sa.pool.StaticPool
-    engine = sa.create_engine(url, **kwargs)
-
-    @sa_event.listens_for(engine, "connect")
-    def _configure(dbapi_connection: Any, _record: Any) -> None:
-        configure_sqlite(dbapi_connection, busy_timeout_ms, wal=not memory)
-
-    @sa_event.listens_for(engine, "begin")
-    def _begin(conn: sa.Connection) -> None:
-        # Writers take the write lock up front, so positions are drawn in commit order.
-        immediate = conn.get_execution_options().get(_WRITE, False)
-        conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
-
-    return engine
 
 
 def iter_all(store: EventStore, after: int = 0, batch: int = 1000) -> Iterator[RecordedEvent]:
