@@ -17,15 +17,16 @@ from __future__ import annotations
 
 import copy
 import hashlib
-import json
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-import rfc8785
-
 from engine.card_diff import CardDiff, diff
+from engine.card_json import Invalid as _Invalid
+from engine.card_json import canonical as _canonical
+from engine.card_json import decode as _decode
+from engine.card_json import join as _join
+from engine.card_json import sha256 as _sha256
 from engine.errors import CardInvalidError
 
 __all__ = [
@@ -58,7 +59,6 @@ _SCHEME_KEYS_BY_V03_TYPE: Final = {
     "openIdConnect": "openIdConnectSecurityScheme",
     "mutualTLS": "mtlsSecurityScheme",
 }
-_JSON_NUMBER_LIMIT: Final = 2**53 - 1  # I-JSON: integers beyond lose precision as doubles
 
 
 @dataclass(frozen=True, slots=True)
@@ -245,119 +245,6 @@ def select_interface(card: AgentCard, prefer: Sequence[str] = ()) -> Interface:
             field="supportedInterfaces",
         )
     return min(speakable, key=lambda entry: entry[:3])[3]
-
-
-# --- decoding: bytes -> JSON value, with every limit checked --------------------------------------
-
-
-class _Invalid(Exception):
-    """Raised inside the parser; parse_card turns it into CardInvalidError with the URL."""
-
-    def __init__(self, path: str, problem: str) -> None:
-        super().__init__(path, problem)
-        self.field = path
-        self.problem = problem
-
-
-class _DuplicateKeys(dict[str, Any]):
-    """An object that repeated a key; reported with its path by the tree check."""
-
-    duplicate: str = ""
-
-
-def _object_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    obj = dict(pairs)
-    if len(obj) == len(pairs):
-        return obj
-    marked = _DuplicateKeys(obj)
-    seen: set[str] = set()
-    for key, _ in pairs:
-        if key in seen:
-            marked.duplicate = key
-            break
-        seen.add(key)
-    return marked
-
-
-def _decode(body: bytes, max_depth: int) -> object:
-    try:
-        text = bytes(body).decode("utf-8-sig")  # a leading BOM is tolerated (RFC 8259 §8.1)
-    except UnicodeDecodeError as exc:
-        raise _Invalid("", f"body is not UTF-8 (byte {exc.start})") from None
-    try:
-        # NaN/Infinity become floats here so the tree check can reject them with their path.
-        doc = json.loads(text, object_pairs_hook=_object_pairs, parse_constant=float)
-    except json.JSONDecodeError as exc:
-        raise _Invalid("", f"body is not JSON ({exc.msg} at line {exc.lineno})") from None
-    except RecursionError:
-        raise _Invalid("", f"nested deeper than {max_depth} levels") from None
-    except ValueError as exc:  # e.g. an integer literal over Python's digit limit
-        raise _Invalid("", f"body is not acceptable JSON ({exc})") from None
-    _check_tree(doc, max_depth)
-    return doc
-
-
-def _check_tree(doc: object, max_depth: int) -> None:
-    """Depth, numbers and strings, iteratively (no recursion on hostile nesting)."""
-    # Paths are linked (parent, key) pairs, turned into text only when something is wrong.
-    stack: list[tuple[object, Any, int]] = [(doc, None, 1)]
-    while stack:
-        value, at, depth = stack.pop()
-        if isinstance(value, dict | list):
-            if depth > max_depth:
-                raise _Invalid(_path(at), f"nested deeper than {max_depth} levels")
-            if isinstance(value, _DuplicateKeys):
-                raise _Invalid(_path((at, value.duplicate)), "duplicate key")
-            items = value.items() if isinstance(value, dict) else enumerate(value)
-            for key, child in items:
-                if isinstance(key, str) and not _is_utf8(key):
-                    raise _Invalid(_path((at, key)), "key is not valid Unicode")
-                stack.append((child, (at, key), depth + 1))
-        elif isinstance(value, bool):
-            continue
-        elif isinstance(value, float) and not math.isfinite(value):
-            raise _Invalid(_path(at), "NaN and Infinity are not JSON numbers")
-        elif isinstance(value, int | float) and abs(value) > _JSON_NUMBER_LIMIT:
-            # Floats too: RFC 8785 writes 2.0**60 as integer digits, which would not re-parse.
-            raise _Invalid(_path(at), "number outside the I-JSON range ±(2**53-1)")
-        elif isinstance(value, str) and not _is_utf8(value):
-            raise _Invalid(_path(at), "string is not valid Unicode (lone surrogate)")
-
-
-def _is_utf8(text: str) -> bool:
-    if text.isascii():
-        return True
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-def _path(at: Any) -> str:
-    keys: list[str | int] = []
-    while at is not None:
-        at, key = at
-        keys.append(key)
-    text = ""
-    for key in reversed(keys):
-        text = f"{text}[{key}]" if isinstance(key, int) else _join(text, key)
-    return text
-
-
-def _join(path: str, key: str) -> str:
-    return f"{path}.{key}" if path else key
-
-
-def _canonical(value: Any, path: str) -> bytes:
-    try:
-        return bytes(rfc8785.dumps(value))
-    except (rfc8785.CanonicalizationError, RecursionError, ValueError, TypeError) as exc:
-        raise _Invalid(path, f"cannot be canonicalised (RFC 8785): {exc}") from None
-
-
-def _sha256(value: Any, path: str) -> str:
-    return hashlib.sha256(_canonical(value, path)).hexdigest()
 
 
 # --- building: JSON value -> AgentCard ------------------------------------------------------------
