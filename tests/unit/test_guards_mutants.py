@@ -1,0 +1,406 @@
+"""The guards' decisions and events, field by field (R2-R11).
+
+Written to kill the mutants of ``engine/guards.py`` that ``scripts/mutation`` found alive: the
+events a guard returns are recorded and audited, so their exact payloads — keys, reasons, details,
+revisions — are the contract, not just their types.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+
+from engine import events as ev
+from engine.card import AgentCard, diff, parse_card
+from engine.errors import DiscoveryError
+from engine.guards import (
+    Decision,
+    ResumePlan,
+    card_is_stale,
+    creation_check,
+    downgrade,
+    failure_review,
+    push_recheck,
+    reconcile_card,
+    registration_check,
+    resume_check,
+    unavailable,
+)
+from engine.replay import initial_task_state
+
+CARD_URL = "http://a.test/.well-known/agent-card.json"
+RPC = {"url": "http://a.test/rpc", "binding": "JSONRPC"}
+REST = {"url": "http://a.test/rest", "binding": "HTTP+JSON"}
+BASE: dict[str, Any] = {
+    "name": "agent",
+    "version": "1.0.0",
+    "supportedInterfaces": [
+        {"url": "http://a.test/rpc", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
+        {"url": "http://a.test/rest", "protocolBinding": "HTTP+JSON", "protocolVersion": "1.0"},
+    ],
+    "capabilities": {"pushNotifications": True},
+    "defaultInputModes": ["text/plain"],
+    "defaultOutputModes": ["text/plain"],
+    "skills": [
+        {"id": "echo", "name": "Echo", "description": "echoes"},
+        {
+            "id": "ask",
+            "name": "Ask",
+            "description": "asks",
+            "inputModes": ["application/json", "image/png"],
+        },
+    ],
+}
+FAILED = DiscoveryError(CARD_URL, "http_status", "503")
+
+
+def card(change: Any = None) -> AgentCard:
+    doc = copy.deepcopy(BASE)
+    if change is not None:
+        change(doc)
+    return parse_card(json.dumps(doc).encode(), url=CARD_URL)
+
+
+def no_push(doc: dict[str, Any]) -> None:
+    doc["capabilities"]["pushNotifications"] = False
+
+
+def drop_echo(doc: dict[str, Any]) -> None:
+    doc["skills"].pop(0)
+
+
+def change_echo(doc: dict[str, Any]) -> None:
+    doc["skills"][0]["inputModes"] = ["image/png"]
+
+
+def rotate_contract(doc: dict[str, Any]) -> None:
+    doc["securitySchemes"] = {"m": {"mtlsSecurityScheme": {}}}
+
+
+def task_on(c: AgentCard, skill: str = "echo", **extra: Any) -> dict[str, Any]:
+    return {
+        **initial_task_state("k"),
+        "skill": skill,
+        "card_revision": c.revision,
+        "latest_card_revision": c.revision,
+        "contract_hash": c.contract_hash,
+        "skill_hash": c.compatibility_hash(skill),
+        "endpoint": dict(RPC),
+        **extra,
+    }
+
+
+def downgraded(revision: str | None) -> tuple[str, dict[str, Any]]:
+    return ev.DELIVERY_DOWNGRADED, {
+        "reason": "push_withdrawn",
+        "detail": "card withdrew pushNotifications",
+        "card_revision": revision,
+        "to": "polling",
+    }
+
+
+def unavailable_during(during: str) -> tuple[str, dict[str, Any]]:
+    return ev.DISCOVERY_UNAVAILABLE, {
+        "kind": "http_status",
+        "detail": "503",
+        "url": CARD_URL,
+        "during": during,
+    }
+
+
+# -- R2 creation ----------------------------------------------------------------------------------
+
+
+def test_creation_refusal_names_the_skills_the_card_offers() -> None:
+    assert creation_check(card(), "translate", "text/plain") == Decision(
+        False, "skill_absent", "is absent from the card (offered: echo, ask)"
+    )
+
+
+def test_creation_refusal_on_a_card_without_skills_says_none_are_offered() -> None:
+    empty = card(lambda d: d.update(skills=[]))
+    assert creation_check(empty, "echo", "text/plain") == Decision(
+        False, "skill_absent", "is absent from the card (offered: none)"
+    )
+
+
+def test_creation_refusal_names_the_media_types_the_skill_accepts() -> None:
+    assert creation_check(card(), "ask", "text/plain") == Decision(
+        False,
+        "media_type_not_accepted",
+        "does not accept text/plain (accepts: application/json, image/png)",
+    )
+
+
+def test_creation_allowed_is_recorded_as_ok() -> None:
+    assert creation_check(card(), "ask", "image/png") == Decision(True, "ok", "")
+
+
+# -- R4 registration ------------------------------------------------------------------------------
+
+
+def test_registration_refused_on_a_failed_read_carries_the_failure() -> None:
+    expected = Decision(False, "discovery_failed", f"GET {CARD_URL} -> 503")
+    assert registration_check(None, FAILED) == expected
+    # A failure wins even if some card is at hand: the read made for this registration failed.
+    assert registration_check(card(), FAILED) == expected
+
+
+def test_registration_refused_without_a_card_or_a_failure_says_no_card() -> None:
+    assert registration_check(None, None) == Decision(False, "discovery_failed", "no card")
+
+
+def test_registration_refused_names_the_revision_that_says_no_push() -> None:
+    withdrawn = card(no_push)
+    assert registration_check(withdrawn, None) == Decision(
+        False, "push_not_advertised", f"card {withdrawn.revision[:12]} says no push"
+    )
+
+
+def test_registration_allowed_is_recorded_as_push_advertised() -> None:
+    assert registration_check(card(), None) == Decision(True, "push_advertised", "")
+
+
+def test_downgrade_and_unavailable_events_have_their_recorded_shape() -> None:
+    assert downgrade("why", "what", "rev") == (
+        ev.DELIVERY_DOWNGRADED,
+        {"reason": "why", "detail": "what", "card_revision": "rev", "to": "polling"},
+    )
+    assert downgrade("why", "what") == (
+        ev.DELIVERY_DOWNGRADED,
+        {"reason": "why", "detail": "what", "card_revision": None, "to": "polling"},
+    )
+    assert unavailable(FAILED, "somewhen") == unavailable_during("somewhen")
+
+
+# -- R6 boundary re-check -------------------------------------------------------------------------
+
+
+def test_boundary_recheck_events_in_full() -> None:
+    fresh = card()
+    task = task_on(fresh, delivery_mode="push")
+    withdrawn = card(no_push)
+    assert push_recheck(task, withdrawn, None) == [downgraded(withdrawn.revision)]
+    assert push_recheck(task, None, FAILED) == [unavailable_during("boundary_recheck")]
+    assert push_recheck(task_on(fresh), withdrawn, None) == []  # already polling
+
+
+# -- R7, R8 mid-task reconciliation ---------------------------------------------------------------
+
+
+def test_a_mid_task_card_change_is_recorded_with_the_diff_from_the_previous_revision() -> None:
+    fresh = card()
+    task = task_on(fresh, state="working", delivery_mode="push")
+    dropped = card(lambda d: (drop_echo(d), no_push(d)))
+    assert reconcile_card(task, dropped, None, fresh) == [
+        (
+            ev.CARD_REVISION_CHANGED,
+            {
+                "old": fresh.revision,
+                "new": dropped.revision,
+                "changes": diff(fresh, dropped).to_json(),
+            },
+        ),
+        downgraded(dropped.revision),
+        (
+            ev.FLAGGED_FOR_REVIEW,
+            {
+                "reason": "skill_withdrawn",
+                "detail": f"skill 'echo' is absent from {dropped.revision}",
+                "revision": dropped.revision,
+            },
+        ),
+    ]
+    assert diff(fresh, dropped).to_json()  # the diff is not empty
+
+
+def test_a_card_change_without_the_previous_revision_records_no_changes() -> None:
+    fresh = card()
+    renamed = card(lambda d: d.update(name="renamed"))
+    task = task_on(fresh, state="working")
+    assert reconcile_card(task, renamed, None, None) == [
+        (
+            ev.CARD_REVISION_CHANGED,
+            {"old": fresh.revision, "new": renamed.revision, "changes": {}},
+        ),
+    ]
+
+
+def test_an_incompatible_skill_change_mid_task_is_flagged_as_changed() -> None:
+    fresh = card()
+    changed = card(change_echo)
+    events = reconcile_card(task_on(fresh, state="working"), changed, None, fresh)
+    assert events[1:] == [
+        (
+            ev.FLAGGED_FOR_REVIEW,
+            {
+                "reason": "skill_changed",
+                "detail": "skill 'echo' changed incompatibly",
+                "revision": changed.revision,
+            },
+        )
+    ]
+
+
+def test_a_polling_task_is_not_downgraded_when_the_card_drops_push() -> None:
+    fresh = card()
+    withdrawn = card(no_push)
+    events = reconcile_card(task_on(fresh, state="working"), withdrawn, None, fresh)
+    assert [kind for kind, _ in events] == [ev.CARD_REVISION_CHANGED]
+
+
+@pytest.mark.parametrize("terminal", ["completed", "failed", "canceled", "rejected"])
+def test_a_skill_dropped_after_the_task_ended_is_not_flagged(terminal: str) -> None:
+    fresh = card()
+    dropped = card(drop_echo)
+    events = reconcile_card(task_on(fresh, state=terminal), dropped, None, fresh)
+    assert [kind for kind, _ in events] == [ev.CARD_REVISION_CHANGED]
+
+
+def test_a_contract_divergence_names_the_frozen_and_the_observed_contract() -> None:
+    fresh = card()
+    rotated = card(rotate_contract)
+    events = reconcile_card(task_on(fresh, state="working"), rotated, None, fresh)
+    assert events[-1] == (
+        ev.CONTRACT_DIVERGED,
+        {
+            "frozen": fresh.contract_hash,
+            "observed": rotated.contract_hash,
+            "revision": rotated.revision,
+        },
+    )
+    assert fresh.contract_hash != rotated.contract_hash
+
+
+# -- R9 resume ------------------------------------------------------------------------------------
+
+
+def test_resume_on_the_same_card_stays_where_it_was_and_records_nothing() -> None:
+    fresh = card()
+    task = task_on(fresh)
+    assert resume_check(task, fresh, None) == ResumePlan(False, RPC, (), "")
+
+
+def test_resume_keeps_the_recorded_binding_when_the_card_prefers_another() -> None:
+    fresh = card()
+    task = task_on(fresh, endpoint=dict(REST))  # the card lists JSON-RPC first
+    assert resume_check(task, fresh, None) == ResumePlan(False, REST, (), "")
+
+
+def test_resume_of_a_task_without_a_recorded_endpoint_moves_nowhere() -> None:
+    fresh = card()
+    task = task_on(fresh, endpoint=None)
+    assert resume_check(task, fresh, None) == ResumePlan(False, None, (), "")
+
+
+def test_resume_on_a_card_with_no_speakable_interface_stays_on_the_recorded_endpoint() -> None:
+    fresh = card()
+    grpc_only = card(
+        lambda d: d.update(
+            supportedInterfaces=[
+                {"url": "grpc://a.test", "protocolBinding": "GRPC", "protocolVersion": "1.0"}
+            ]
+        )
+    )
+    plan = resume_check(task_on(fresh), grpc_only, None)
+    assert (plan.orphaned, plan.endpoint) == (False, RPC)
+    assert ev.ENDPOINT_MOVED not in [kind for kind, _ in plan.events]
+
+
+def test_resume_without_a_card_or_a_failure_goes_on_and_records_nothing() -> None:
+    task = task_on(card())
+    assert resume_check(task, None, None) == ResumePlan(False, RPC, (), "")
+
+
+def test_resume_on_a_failed_read_records_it_as_during_resume() -> None:
+    task = task_on(card())
+    assert resume_check(task, None, FAILED) == ResumePlan(
+        False, RPC, (unavailable_during("resume"),), ""
+    )
+
+
+def test_resume_orphans_a_task_whose_skill_is_absent_with_the_reason_recorded() -> None:
+    fresh = card()
+    dropped = card(drop_echo)
+    detail = "skill 'echo' is absent"
+    orphaned = (
+        ev.TASK_ORPHANED,
+        {"reason": "skill_absent", "skill": "echo", "revision": dropped.revision, "detail": detail},
+    )
+    assert resume_check(task_on(fresh), dropped, None) == ResumePlan(True, RPC, (orphaned,), detail)
+
+
+def test_resume_orphans_a_task_whose_skill_changed_with_the_reason_recorded() -> None:
+    fresh = card()
+    changed = card(change_echo)
+    detail = "skill 'echo' changed incompatibly"
+    orphaned = (
+        ev.TASK_ORPHANED,
+        {
+            "reason": "skill_incompatible",
+            "skill": "echo",
+            "revision": changed.revision,
+            "detail": detail,
+        },
+    )
+    assert resume_check(task_on(fresh), changed, None) == ResumePlan(True, RPC, (orphaned,), detail)
+
+
+def test_resume_records_a_new_revision_a_divergence_and_a_move_in_full() -> None:
+    fresh = card()
+
+    def move_and_rotate(doc: dict[str, Any]) -> None:
+        rotate_contract(doc)
+        doc["supportedInterfaces"][0]["url"] = "http://b.test/rpc"
+
+    moved = card(move_and_rotate)
+    new_endpoint = {"url": "http://b.test/rpc", "binding": "JSONRPC"}
+    assert resume_check(task_on(fresh), moved, None) == ResumePlan(
+        False,
+        new_endpoint,
+        (
+            (
+                ev.CARD_REVISION_CHANGED,
+                {"old": fresh.revision, "new": moved.revision, "changes": {}},
+            ),
+            (
+                ev.CONTRACT_DIVERGED,
+                {
+                    "frozen": fresh.contract_hash,
+                    "observed": moved.contract_hash,
+                    "revision": moved.revision,
+                },
+            ),
+            (ev.ENDPOINT_MOVED, {"old": RPC, "new": new_endpoint}),
+        ),
+        "",
+    )
+
+
+# -- R9's other trigger, R11 ----------------------------------------------------------------------
+
+
+def test_the_card_is_stale_when_the_agent_recorded_another_revision() -> None:
+    task = task_on(card())
+    assert card_is_stale(task, {"revision": "f" * 64})
+    assert not card_is_stale(task, {"revision": task["latest_card_revision"]})
+    assert not card_is_stale(task, {"revision": None})
+    assert not card_is_stale(task, {})
+
+
+def test_a_bare_failure_after_a_revision_change_is_flagged_in_full() -> None:
+    task = task_on(card())
+    assert failure_review(task, "failed", "", "f" * 64) == [
+        (
+            ev.FLAGGED_FOR_REVIEW,
+            {
+                "reason": "revision_skew",
+                "detail": "failed without a diagnostic after the card revision changed",
+                "revision": "f" * 64,
+            },
+        )
+    ]
+    assert failure_review(task, "failed", None, None) == []
