@@ -343,10 +343,6 @@ class Discovery:
             return None
         return parse_card(snapshot.body.encode(), url=snapshot.source_url, max_bytes=1 << 30)
 
-    def forget(self, agent_url: str) -> None:
-        """Drop the memo for an agent (the next non-fresh read goes to the wire)."""
-        self._memo.pop(card_urls(agent_url)[0], None)
-
     # -- contract pinning (R3) -----------------------------------------------------------------
 
     async def check_contract(self, read: CardRead, *, accept: bool = False) -> ContractCheck:

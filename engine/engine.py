@@ -394,7 +394,7 @@ class Engine:
         state = self.log.head(key).state
         card, failure = await self._read(state["agent_url"], fresh=False)
         previous = self._card(state.get("latest_card_revision"))
-        self._record_with(key, lambda s: guards.reconcile_card(s, card, failure, previous))
+        self.log.record(key, lambda s: guards.reconcile_card(s, card, failure, previous))
 
     async def _read(
         self, agent_url: str, *, fresh: bool
@@ -544,9 +544,6 @@ class Engine:
     def _record(self, key: str, events: Sequence[Event]) -> None:
         if events:
             self.log.record(key, lambda _state: events)
-
-    def _record_with(self, key: str, decide: Callable[[State], Sequence[Event]]) -> None:
-        self.log.record(key, decide)
 
     def _spawn(self, job: Awaitable[None]) -> None:
         task = asyncio.ensure_future(self._contained(job))

@@ -10,15 +10,13 @@ reports alone (R1), and the property tests prove it.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from engine import events as ev
 from engine.lifecycle import TERMINAL, is_legal
-from engine.remote import Artifact, RemoteMessage, RemoteTask, StreamUpdate
-
-UNKNOWN = "unknown"
+from engine.remote import Artifact, RemoteMessage, RemoteTask, StreamUpdate, TaskState
 
 # Why an observation changed no state (ObservationIgnored.reason).
 IGNORED_UNKNOWN = "unknown_state"  # the remote reported `unknown` / an unrecognised state
@@ -27,8 +25,6 @@ IGNORED_DUPLICATE = "duplicate"  # the same state at the same time: a redelivery
 IGNORED_STALE = "stale"  # older than what was already applied (R12)
 IGNORED_SAME_STATE = "same_state"  # newer, but no transition (e.g. a new status message)
 IGNORED_ILLEGAL = "illegal"  # not a transition the lifecycle allows (e.g. back to submitted)
-
-SOURCES = frozenset({"send", "poll", "push", "stream"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +56,6 @@ class Observation:
     artifacts: tuple[ArtifactRecord, ...] = ()
     remote_task_id: str | None = None
     remote_context_id: str | None = None
-    extra: Mapping[str, Any] = field(default_factory=dict)
 
 
 Event = tuple[str, dict[str, Any]]
@@ -116,7 +111,7 @@ def _state_event(task: Mapping[str, Any], observation: Observation) -> Event:
 def _ignored_reason(task: Mapping[str, Any], observation: Observation) -> str | None:
     current = task["state"]
     state = observation.state
-    if state == UNKNOWN:
+    if state == TaskState.UNKNOWN:
         return IGNORED_UNKNOWN
     if current in TERMINAL:
         return IGNORED_DUPLICATE if state == current else IGNORED_AFTER_TERMINAL

@@ -27,6 +27,28 @@ def _positive(value: Any) -> bool:
     )
 
 
+def _run_section(
+    section: str, *, timeout: int, env: dict[str, str] | None = None
+) -> tuple[subprocess.CompletedProcess[str], list[dict[str, Any]]]:
+    """Run ``bench.py SECTION --quick --json``; it must succeed with exactly one JSON document
+    on stdout naming the section. Returns the run and its figures."""
+    done = subprocess.run(
+        [sys.executable, str(BENCH), section, "--quick", "--json"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    document = json.loads(done.stdout)  # exactly one JSON document on stdout
+    assert set(document) == {"section", "figures"}
+    assert document["section"] == section
+    figures: list[dict[str, Any]] = document["figures"]
+    return done, figures
+
+
 @pytest.mark.timeout(120)
 def test_store_section_quick_json() -> None:
     # PostgreSQL figures come from the same server the other tests use, only when it is set.
@@ -35,21 +57,7 @@ def test_store_section_quick_json() -> None:
     if pg_url:
         env[PG_URL_VAR] = pg_url
 
-    done = subprocess.run(
-        [sys.executable, str(BENCH), "store", "--quick", "--json"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=110,
-        check=False,
-    )
-
-    assert done.returncode == 0, done.stderr
-    document = json.loads(done.stdout)  # exactly one JSON document on stdout
-    assert set(document) == {"section", "figures"}
-    assert document["section"] == "store"
-    figures = document["figures"]
+    done, figures = _run_section("store", timeout=110, env=env)
     assert figures
     for figure in figures:
         assert set(figure) == KEYS, figure
@@ -76,20 +84,7 @@ def test_store_section_quick_json() -> None:
 @pytest.mark.timeout(60)
 def test_cards_section_quick_json() -> None:
     # Starts two local a2a-sdk agents and a SQLite store of its own; no PostgreSQL involved.
-    done = subprocess.run(
-        [sys.executable, str(BENCH), "cards", "--quick", "--json"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=50,
-        check=False,
-    )
-
-    assert done.returncode == 0, done.stderr
-    document = json.loads(done.stdout)  # exactly one JSON document on stdout
-    assert set(document) == {"section", "figures"}
-    assert document["section"] == "cards"
-    figures = document["figures"]
+    _, figures = _run_section("cards", timeout=50)
     for figure in figures:
         assert set(figure) == KEYS, figure
         assert isinstance(figure["name"], str)
@@ -121,20 +116,7 @@ def test_cards_section_quick_json() -> None:
 @pytest.mark.timeout(60)
 def test_engine_section_quick_json() -> None:
     # One local a2a-sdk agent and SQLite files in a temporary folder; no PostgreSQL involved.
-    done = subprocess.run(
-        [sys.executable, str(BENCH), "engine", "--quick", "--json"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=50,
-        check=False,
-    )
-
-    assert done.returncode == 0, done.stderr
-    document = json.loads(done.stdout)  # exactly one JSON document on stdout
-    assert set(document) == {"section", "figures"}
-    assert document["section"] == "engine"
-    figures = document["figures"]
+    _, figures = _run_section("engine", timeout=50)
     names = [f["name"] for f in figures]
     assert len(names) == len(set(names))
     for figure in figures:
