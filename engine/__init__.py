@@ -1,73 +1,11 @@
-"""cardfence: a lifecycle engine for A2A v1.0 tasks.
+"""The engine: A2A tasks driven under the rule that card state never gates continuation.
 
-Card state may gate task creation and webhook registration. It never gates task continuation.
+The pure core does no I/O: the lifecycle (``lifecycle``), the decisions of rules R2-R11
+(``guards``), the one path every remote report takes (``observations``), event types
+(``events``) and the replay fold (``replay``). The edges touch the world: ``transport`` and
+``remote`` speak A2A over httpx, ``tasklog`` keeps task streams in the store, ``engine`` is the
+facade that ties them together. Two wings have folders of their own: ``cards`` (the Agent Card
+model, canonical hashing, diffs and discovery) and ``cli`` (the command line and its renderings).
 
-The public API: :class:`Engine` (start, follow, reply to, cancel, resume tasks, ingest push
-deliveries), :func:`audit` and :func:`replay` (no network), the card model
-(:func:`parse_card`), and the one error tree under :class:`CardfenceError`.
+The public API is re-exported from the top-level package: ``from cardfence import Engine``.
 """
-
-from engine.audit import AuditReport, Violation, audit, replay
-from engine.card import AgentCard, parse_card
-from engine.discovery import CardLimits
-from engine.engine import Engine, EngineConfig, WebhookOutcome
-from engine.errors import (
-    AuditViolation,
-    CardfenceError,
-    CardInvalidError,
-    ConcurrencyError,
-    ContractChangedError,
-    DeadlineExceeded,
-    DiscoveryError,
-    EndpointUnreachableError,
-    InvalidAgentResponseError,
-    PayloadError,
-    RemoteRefusedError,
-    SchemaTooNewError,
-    SkillUnavailableError,
-    SnapshotMismatchError,
-    StoreError,
-    StoreUnavailableError,
-    TaskEndedError,
-    TaskOrphanedError,
-    UsageError,
-)
-from engine.views import TaskView
-from engine.webhook import Delivery
-
-__version__ = "0.1.0"
-
-__all__ = [
-    "AgentCard",
-    "AuditReport",
-    "AuditViolation",
-    "CardInvalidError",
-    "CardLimits",
-    "CardfenceError",
-    "ConcurrencyError",
-    "ContractChangedError",
-    "DeadlineExceeded",
-    "Delivery",
-    "DiscoveryError",
-    "EndpointUnreachableError",
-    "Engine",
-    "EngineConfig",
-    "InvalidAgentResponseError",
-    "PayloadError",
-    "RemoteRefusedError",
-    "SchemaTooNewError",
-    "SkillUnavailableError",
-    "SnapshotMismatchError",
-    "StoreError",
-    "StoreUnavailableError",
-    "TaskEndedError",
-    "TaskOrphanedError",
-    "TaskView",
-    "UsageError",
-    "Violation",
-    "WebhookOutcome",
-    "__version__",
-    "audit",
-    "parse_card",
-    "replay",
-]

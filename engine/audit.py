@@ -11,10 +11,10 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from engine import events as ev
-from engine.replay import State, fold_agent, fold_task
-from store import EventStore, RecordedEvent
-from store.chain import content_hash, verify_chain
+from cardfence.engine import events as ev
+from cardfence.engine.replay import State, fold_agent, fold_task
+from cardfence.store import EventStore, RecordedEvent
+from cardfence.store.chain import content_hash, verify_chain
 
 # Payload fields that name a card revision, by event type (R14: events refer to revisions).
 _REVISION_FIELDS: Mapping[str, tuple[str, ...]] = {

@@ -22,11 +22,11 @@ from typing import Any
 
 import httpx
 
-from engine import events as ev
-from engine import guards, webhook
-from engine.card import AgentCard, Interface, parse_card, select_interface
-from engine.discovery import CardLimits, CardRead, Discovery
-from engine.errors import (
+from cardfence.engine import events as ev
+from cardfence.engine import guards, webhook
+from cardfence.engine.cards.discovery import CardLimits, CardRead, Discovery
+from cardfence.engine.cards.model import AgentCard, Interface, parse_card, select_interface
+from cardfence.engine.errors import (
     CardInvalidError,
     ContractChangedError,
     DeadlineExceeded,
@@ -38,15 +38,21 @@ from engine.errors import (
     TaskOrphanedError,
     UsageError,
 )
-from engine.lifecycle import INTERRUPTED, TERMINAL
-from engine.observations import Event, Observation, apply_observation, from_message, from_task
-from engine.observations import from_update as observation_from_update
-from engine.remote import PushConfig, RemoteTask
-from engine.replay import State
-from engine.tasklog import TaskLog, task_stream_id
-from engine.transport import A2ATransport
-from engine.views import TaskView
-from store import EventStore
+from cardfence.engine.lifecycle import INTERRUPTED, TERMINAL
+from cardfence.engine.observations import (
+    Event,
+    Observation,
+    apply_observation,
+    from_message,
+    from_task,
+)
+from cardfence.engine.observations import from_update as observation_from_update
+from cardfence.engine.remote import PushConfig, RemoteTask
+from cardfence.engine.replay import State
+from cardfence.engine.tasklog import TaskLog, task_stream_id
+from cardfence.engine.transport import A2ATransport
+from cardfence.engine.views import TaskView
+from cardfence.store import EventStore
 
 UNTIL = ("interrupted", "terminal")
 _log = logging.getLogger("cardfence.engine")

@@ -32,7 +32,7 @@ cannot import ``engine``) and re-exported here.
 
 from __future__ import annotations
 
-from store.errors import (
+from cardfence.store.errors import (
     CardfenceError,
     ConcurrencyError,
     PayloadError,

@@ -12,11 +12,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from engine import events as ev
-from engine.card import AgentCard, diff, select_interface
-from engine.errors import CardInvalidError, DiscoveryError
-from engine.lifecycle import TERMINAL
-from engine.observations import Event
+from cardfence.engine import events as ev
+from cardfence.engine.cards.model import AgentCard, diff, select_interface
+from cardfence.engine.errors import CardInvalidError, DiscoveryError
+from cardfence.engine.lifecycle import TERMINAL
+from cardfence.engine.observations import Event
 
 
 @dataclass(frozen=True, slots=True)

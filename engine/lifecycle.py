@@ -21,7 +21,7 @@ more), an ``is_legal`` lookup ~0.1 µs. At import the declaration is compiled, b
 into plain data (``TRANSITIONS``, ``STATES``, ``TERMINAL``, ``ACTIVE``, ``INTERRUPTED``,
 ``EVENTS``); the unit tests prove, pair by pair, that the table allows exactly what a live machine
 allows. The diagram in ``docs/lifecycle.md`` is generated from the same declaration:
-``python -m engine.lifecycle`` prints the page.
+``python -m cardfence.engine.lifecycle`` prints the page.
 """
 
 from __future__ import annotations
@@ -211,7 +211,7 @@ def mermaid() -> str:
 _PAGE_HEAD: Final = """\
 # The task lifecycle
 
-<!-- Generated from engine/lifecycle.py by `python -m engine.lifecycle > docs/lifecycle.md`.
+<!-- Generated from engine/lifecycle.py: `python -m cardfence.engine.lifecycle > docs/lifecycle.md`.
      Do not edit: tests/unit/test_lifecycle.py fails when this page is stale. -->
 
 Every A2A v1.0 task the engine follows moves through these states. `engine/lifecycle.py` declares

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from engine import events as ev
-from engine.lifecycle import TERMINAL, is_legal
-from engine.remote import Artifact, RemoteMessage, RemoteTask, StreamUpdate, TaskState
+from cardfence.engine import events as ev
+from cardfence.engine.lifecycle import TERMINAL, is_legal
+from cardfence.engine.remote import Artifact, RemoteMessage, RemoteTask, StreamUpdate, TaskState
 
 # Why an observation changed no state (ObservationIgnored.reason).
 IGNORED_UNKNOWN = "unknown_state"  # the remote reported `unknown` / an unrecognised state

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any, Final, Literal, TypeVar
 
-from engine.errors import InvalidAgentResponseError
+from cardfence.engine.errors import InvalidAgentResponseError
 
 __all__ = [
     "ACTIVE_STATES",

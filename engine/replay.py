@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from engine import events as ev
-from engine.observations import watermark_after
+from cardfence.engine import events as ev
+from cardfence.engine.observations import watermark_after
 
 State = dict[str, Any]
 

@@ -13,11 +13,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from engine import events as ev
-from engine.errors import UsageError
-from engine.observations import Event
-from engine.replay import State, apply_task_event, initial_task_state
-from store import ConcurrencyError, EventStore, NewEvent, Projection, StreamRecord
+from cardfence.engine import events as ev
+from cardfence.engine.errors import UsageError
+from cardfence.engine.observations import Event
+from cardfence.engine.replay import State, apply_task_event, initial_task_state
+from cardfence.store import ConcurrencyError, EventStore, NewEvent, Projection, StreamRecord
 
 _RETRIES = 50
 

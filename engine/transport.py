@@ -1,6 +1,6 @@
 """A2A requests to one agent interface, over an injected ``httpx.AsyncClient``.
 
-One :class:`A2ATransport` per :class:`~engine.card.Interface` (binding ``JSONRPC`` or ``HTTP+JSON``,
+One :class:`A2ATransport` per card :class:`Interface` (binding ``JSONRPC`` or ``HTTP+JSON``,
 docs/wire.md). Every request carries ``A2A-Version: 1.0`` (a 1.0 server refuses requests without it)
 and is bounded: an ``httpx.Timeout`` per request, a total deadline, and a size cap enforced while
 the body streams in. What comes back is told apart (R11):
@@ -28,14 +28,14 @@ from urllib.parse import quote
 
 import httpx
 
-from engine.card import HTTP_JSON, JSONRPC, Interface
-from engine.errors import (
+from cardfence.engine.cards.model import HTTP_JSON, JSONRPC, Interface
+from cardfence.engine.errors import (
     EndpointUnreachableError,
     InvalidAgentResponseError,
     RemoteRefusedError,
     UsageError,
 )
-from engine.remote import (
+from cardfence.engine.remote import (
     PushConfig,
     RemoteMessage,
     RemoteTask,
@@ -44,7 +44,7 @@ from engine.remote import (
     parse_task,
     parse_task_page,
 )
-from engine.remote import loads as remote_loads
+from cardfence.engine.remote import loads as remote_loads
 
 __all__ = [
     "A2A_VERSION",

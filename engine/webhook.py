@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from engine.errors import InvalidAgentResponseError
-from engine.remote import StreamUpdate, loads, parse_stream_response
+from cardfence.engine.errors import InvalidAgentResponseError
+from cardfence.engine.remote import StreamUpdate, loads, parse_stream_response
 
 MAX_DELIVERY_BYTES = 256 * 1024
 TOKEN_HEADER = "x-a2a-notification-token"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from alembic import context
 
-from migrations import VERSION_TABLE
-from store.schema import metadata
+from cardfence.migrations import VERSION_TABLE
+from cardfence.store.schema import metadata
 
 connection = context.config.attributes.get("connection")
 if connection is None:  # pragma: no cover - cardfence always passes its connection

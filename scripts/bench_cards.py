@@ -43,9 +43,9 @@ from typing import TYPE_CHECKING, Any
 import httpx
 from bench import BenchContext, Figure, Workload, median_rates, register
 
-from engine.card import parse_card
-from engine.discovery import CardLimits, Discovery
-from store import EventStore
+from cardfence.engine.cards.discovery import CardLimits, Discovery
+from cardfence.engine.cards.model import parse_card
+from cardfence.store import EventStore
 
 if TYPE_CHECKING:
     from support import Peer

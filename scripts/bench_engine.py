@@ -102,15 +102,15 @@ from bench_store import (
 )
 from eventsourcing.application import Application
 
-from engine import events as ev
-from engine.audit import replay
-from engine.engine import Engine, EngineConfig, reached
-from engine.lifecycle import TERMINAL, TaskLifecycle, is_legal, machine_at
-from engine.observations import ArtifactRecord, Event, Observation, apply_observation
-from engine.replay import apply_task_event, fold_task
-from engine.tasklog import TaskLog, projection_of, task_stream_id
-from store import EventStore, NewEvent
-from store.records import RecordedEvent
+from cardfence.engine import events as ev
+from cardfence.engine.audit import replay
+from cardfence.engine.engine import Engine, EngineConfig, reached
+from cardfence.engine.lifecycle import TERMINAL, TaskLifecycle, is_legal, machine_at
+from cardfence.engine.observations import ArtifactRecord, Event, Observation, apply_observation
+from cardfence.engine.replay import apply_task_event, fold_task
+from cardfence.engine.tasklog import TaskLog, projection_of, task_stream_id
+from cardfence.store import EventStore, NewEvent
+from cardfence.store.records import RecordedEvent
 
 if TYPE_CHECKING:
     from support import Peer

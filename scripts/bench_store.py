@@ -46,8 +46,8 @@ from sqlalchemy import event as sa_event
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from store import EventStore, NewEvent, Projection
-from store.database import normalise_url
+from cardfence.store import EventStore, NewEvent, Projection
+from cardfence.store.database import normalise_url
 
 _T = TypeVar("_T")
 

@@ -21,13 +21,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 from support import Peer
 
-from engine.audit import audit
-from engine.discovery import CardLimits
-from engine.engine import Engine, EngineConfig
-from engine.errors import ContractChangedError
-from engine.render import audit_text, timeline
-from engine.tasklog import task_stream_id
-from store import EventStore
+from cardfence.engine.audit import audit
+from cardfence.engine.cards.discovery import CardLimits
+from cardfence.engine.cli.render import audit_text, timeline
+from cardfence.engine.engine import Engine, EngineConfig
+from cardfence.engine.errors import ContractChangedError
+from cardfence.engine.tasklog import task_stream_id
+from cardfence.store import EventStore
 
 CONFIG = EngineConfig(
     max_poll_interval=0.2, first_poll_interval=0.05, max_card_age=0.3,

@@ -3,9 +3,9 @@
 It knows nothing of A2A: streams, events, projections and content-addressed snapshots.
 """
 
-from store.chain import ChainBreak, verify_chain
-from store.database import normalise_url
-from store.errors import (
+from cardfence.store.chain import ChainBreak, verify_chain
+from cardfence.store.database import normalise_url
+from cardfence.store.errors import (
     CardfenceError,
     ConcurrencyError,
     PayloadError,
@@ -14,8 +14,8 @@ from store.errors import (
     StoreError,
     StoreUnavailableError,
 )
-from store.eventlog import EventStore, iter_all
-from store.records import (
+from cardfence.store.eventlog import EventStore, iter_all
+from cardfence.store.records import (
     GENESIS_HASH,
     CardSnapshot,
     NewEvent,

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
-from store.records import GENESIS_HASH, RecordedEvent
+from cardfence.store.records import GENESIS_HASH, RecordedEvent
 
 
 def timestamp_text(moment: datetime) -> str:

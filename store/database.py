@@ -13,7 +13,7 @@ import sqlalchemy as sa
 from sqlalchemy import event as sa_event
 from sqlalchemy.engine import URL, make_url
 
-from store.records import CardSnapshot, RecordedEvent, StreamRecord
+from cardfence.store.records import CardSnapshot, RecordedEvent, StreamRecord
 
 # Execution option marking a SQLAlchemy connection that will write (SQLite: BEGIN IMMEDIATE).
 WRITE = "cardfence_write"

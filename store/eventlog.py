@@ -29,10 +29,10 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL
 
-import migrations
-from store import append_sql
-from store.chain import ChainBreak, content_hash, event_hash, verify_chain
-from store.database import (
+import cardfence.migrations as migrations
+from cardfence.store import append_sql
+from cardfence.store.chain import ChainBreak, content_hash, event_hash, verify_chain
+from cardfence.store.database import (
     WRITE,
     configure_sqlite,
     create_engine,
@@ -43,14 +43,14 @@ from store.database import (
     snapshot_row,
     stream_record,
 )
-from store.errors import (
+from cardfence.store.errors import (
     ConcurrencyError,
     PayloadError,
     SchemaTooNewError,
     SnapshotMismatchError,
     StoreUnavailableError,
 )
-from store.records import (
+from cardfence.store.records import (
     GENESIS_HASH,
     CardSnapshot,
     NewEvent,
@@ -58,7 +58,7 @@ from store.records import (
     RecordedEvent,
     StreamRecord,
 )
-from store.schema import card_snapshots, events, streams
+from cardfence.store.schema import card_snapshots, events, streams
 
 _T = TypeVar("_T")
 

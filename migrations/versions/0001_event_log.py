@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-from store.schema import UTCDateTime
+from cardfence.store.schema import UTCDateTime
 
 revision: str = "0001_event_log"
 down_revision: str | None = None

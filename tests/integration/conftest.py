@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from support import Peer
 
-from store import EventStore
+from cardfence.store import EventStore
 
 
 @pytest.fixture

@@ -35,13 +35,13 @@ from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 from support import Peer, ServerThread
 
-from engine import events as ev
-from engine.audit import audit
-from engine.discovery import CardLimits, card_urls
-from engine.engine import Engine, EngineConfig
-from engine.tasklog import task_stream_id
-from engine.webhook import Delivery
-from store import EventStore, RecordedEvent
+from cardfence.engine import events as ev
+from cardfence.engine.audit import audit
+from cardfence.engine.cards.discovery import CardLimits, card_urls
+from cardfence.engine.engine import Engine, EngineConfig
+from cardfence.engine.tasklog import task_stream_id
+from cardfence.engine.webhook import Delivery
+from cardfence.store import EventStore, RecordedEvent
 
 FAST = EngineConfig(
     max_poll_interval=0.2,

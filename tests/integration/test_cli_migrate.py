@@ -9,7 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-import migrations
+import cardfence.migrations as migrations
 
 CARDFENCE = shutil.which("cardfence", path=str(Path(sys.executable).parent)) or "cardfence"
 
@@ -83,12 +83,12 @@ def test_bad_flags_exit_2_with_a_usage_error_line(tmp_path: Path) -> None:
     assert done.stderr.strip().splitlines()[-1].startswith("UsageError: ")
 
 
-def test_python_dash_m_engine_is_the_same_command_line(tmp_path: Path) -> None:
+def test_python_dash_m_cardfence_is_the_same_command_line(tmp_path: Path) -> None:
     done = subprocess.run(
         [
             sys.executable,
             "-m",
-            "engine",
+            "cardfence",
             "migrate",
             "--db",
             f"sqlite:///{tmp_path / 'm.db'}",

@@ -31,9 +31,9 @@ from engine_fixtures import (
 )
 from support import Peer
 
-from engine import events as ev
-from engine.tasklog import TaskLog
-from store import EventStore
+from cardfence.engine import events as ev
+from cardfence.engine.tasklog import TaskLog
+from cardfence.store import EventStore
 
 CARDFENCE = shutil.which("cardfence", path=str(Path(sys.executable).parent)) or "cardfence"
 POLL = ("--max-poll-interval", "0.2")

@@ -58,18 +58,18 @@ from engine_fixtures import FAST, calls, data_of, restored, types
 from support import Peer
 from support.crash_driver import PAUSE  # how long the child stands still after each probe line
 
-import migrations
-from engine import events as ev
-from engine.audit import AuditReport, audit
-from engine.card import JSONRPC, Interface
-from engine.engine import Engine
-from engine.lifecycle import TERMINAL
-from engine.remote import RemoteTask
-from engine.tasklog import task_stream_id
-from engine.transport import A2ATransport
-from engine.views import TaskView
-from store import EventStore, RecordedEvent
-from store.eventlog import iter_all
+import cardfence.migrations as migrations
+from cardfence.engine import events as ev
+from cardfence.engine.audit import AuditReport, audit
+from cardfence.engine.cards.model import JSONRPC, Interface
+from cardfence.engine.engine import Engine
+from cardfence.engine.lifecycle import TERMINAL
+from cardfence.engine.remote import RemoteTask
+from cardfence.engine.tasklog import task_stream_id
+from cardfence.engine.transport import A2ATransport
+from cardfence.engine.views import TaskView
+from cardfence.store import EventStore, RecordedEvent
+from cardfence.store.eventlog import iter_all
 
 ROOT = Path(__file__).resolve().parents[2]
 DRIVER = ROOT / "tests" / "support" / "crash_driver.py"

@@ -11,10 +11,10 @@ import httpx
 import pytest
 from support import Peer
 
-from engine import events as ev
-from engine.discovery import CardLimits, Discovery, card_urls
-from engine.errors import CardInvalidError, ContractChangedError, DiscoveryError
-from store import EventStore
+from cardfence.engine import events as ev
+from cardfence.engine.cards.discovery import CardLimits, Discovery, card_urls
+from cardfence.engine.errors import CardInvalidError, ContractChangedError, DiscoveryError
+from cardfence.store import EventStore
 
 FAST = CardLimits(timeout=1.0, connect_timeout=0.5)
 

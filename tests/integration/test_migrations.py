@@ -10,9 +10,9 @@ import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
-import migrations
-from store import EventStore, NewEvent, SchemaTooNewError, StoreUnavailableError
-from store.schema import metadata
+import cardfence.migrations as migrations
+from cardfence.store import EventStore, NewEvent, SchemaTooNewError, StoreUnavailableError
+from cardfence.store.schema import metadata
 
 
 def _tables(url: str) -> set[str]:

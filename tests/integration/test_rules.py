@@ -44,10 +44,10 @@ from engine_fixtures import (
 )
 from support import Peer
 
-from engine import events as ev
-from engine.card import JSONRPC, Interface
-from engine.engine import Engine
-from engine.errors import (
+from cardfence.engine import events as ev
+from cardfence.engine.cards.model import JSONRPC, Interface
+from cardfence.engine.engine import Engine
+from cardfence.engine.errors import (
     CardInvalidError,
     ContractChangedError,
     DeadlineExceeded,
@@ -57,7 +57,7 @@ from engine.errors import (
     SkillUnavailableError,
     TaskOrphanedError,
 )
-from engine.transport import A2ATransport
+from cardfence.engine.transport import A2ATransport
 
 # What the agent reports for `slow N` when nothing interferes: the reference for R1.
 SLOW = [("submitted", "working"), ("working", "completed")]

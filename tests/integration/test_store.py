@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 import pytest
 import sqlalchemy as sa
 
-from store import (
+from cardfence.store import (
     CardSnapshot,
     ConcurrencyError,
     EventStore,
@@ -21,9 +21,9 @@ from store import (
     Projection,
     SnapshotMismatchError,
 )
-from store.chain import content_hash
-from store.schema import events as events_table
-from store.schema import streams as streams_table
+from cardfence.store.chain import content_hash
+from cardfence.store.schema import events as events_table
+from cardfence.store.schema import streams as streams_table
 
 
 @pytest.fixture

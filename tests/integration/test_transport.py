@@ -13,15 +13,15 @@ import httpx
 import pytest
 from support import Peer
 
-from engine.card import HTTP_JSON, JSONRPC, Interface
-from engine.errors import (
+from cardfence.engine.cards.model import HTTP_JSON, JSONRPC, Interface
+from cardfence.engine.errors import (
     EndpointUnreachableError,
     InvalidAgentResponseError,
     RemoteRefusedError,
     UsageError,
 )
-from engine.remote import PushConfig, RemoteMessage, RemoteTask, TaskState
-from engine.transport import A2AErrorCode, A2ATransport
+from cardfence.engine.remote import PushConfig, RemoteMessage, RemoteTask, TaskState
+from cardfence.engine.transport import A2AErrorCode, A2ATransport
 
 BINDINGS = [JSONRPC, HTTP_JSON]
 

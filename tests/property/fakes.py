@@ -33,13 +33,13 @@ from typing import Any
 import httpx
 from hypothesis import Phase, settings
 
-from engine import events as ev
-from engine.audit import audit
-from engine.card import AgentCard, parse_card
-from engine.discovery import CardLimits, card_urls
-from engine.engine import Engine, EngineConfig
-from engine.tasklog import task_stream_id
-from store import EventStore, RecordedEvent
+from cardfence.engine import events as ev
+from cardfence.engine.audit import audit
+from cardfence.engine.cards.discovery import CardLimits, card_urls
+from cardfence.engine.cards.model import AgentCard, parse_card
+from cardfence.engine.engine import Engine, EngineConfig
+from cardfence.engine.tasklog import task_stream_id
+from cardfence.store import EventStore, RecordedEvent
 
 AGENT_URL = "http://agent.test"
 ORIGIN = card_urls(AGENT_URL)[0]

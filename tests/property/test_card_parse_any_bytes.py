@@ -15,9 +15,9 @@ import pytest
 from hypothesis import find, given, settings
 from hypothesis import strategies as st
 
-import engine.card
-from engine.card import AgentCard, parse_card
-from engine.errors import CardInvalidError
+import cardfence.engine.cards.model
+from cardfence.engine.cards.model import AgentCard, parse_card
+from cardfence.engine.errors import CardInvalidError
 
 DEPTH_LIMIT = 32  # parse_card's default max_depth
 
@@ -205,7 +205,9 @@ def catches(parser: Callable[[bytes], object]) -> bytes:
 def test_property_catches_a_parser_that_lets_decoding_errors_escape(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(engine.card, "_decode", lambda body, max_depth: json.loads(body))
+    monkeypatch.setattr(
+        cardfence.engine.cards.model, "_decode", lambda body, max_depth: json.loads(body)
+    )
     assert escapes(parse_card, catches(parse_card)) is not None
 
 
@@ -215,7 +217,7 @@ def test_property_catches_a_parser_that_lets_a_key_error_escape(
     def required_str(obj: dict[str, Any], key: str, path: str) -> str:
         return str(obj[key])  # the planted bug: trusts the field to be there
 
-    monkeypatch.setattr(engine.card, "_required_str", required_str)
+    monkeypatch.setattr(cardfence.engine.cards.model, "_required_str", required_str)
     body = catches(parse_card)
     assert "KeyError" in (escapes(parse_card, body) or "")
 

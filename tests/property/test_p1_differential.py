@@ -47,16 +47,16 @@ from worlds import (
     status_update_body,
 )
 
-from engine import events as ev
-from engine.audit import replay
-from engine.discovery import CardLimits
-from engine.engine import Engine, EngineConfig
-from engine.errors import DiscoveryError, RemoteRefusedError, TaskOrphanedError
-from engine.observations import Observation
-from engine.replay import State
-from engine.tasklog import task_stream_id
-from store import EventStore, RecordedEvent
-from store.schema import metadata
+from cardfence.engine import events as ev
+from cardfence.engine.audit import replay
+from cardfence.engine.cards.discovery import CardLimits
+from cardfence.engine.engine import Engine, EngineConfig
+from cardfence.engine.errors import DiscoveryError, RemoteRefusedError, TaskOrphanedError
+from cardfence.engine.observations import Observation
+from cardfence.engine.replay import State
+from cardfence.engine.tasklog import task_stream_id
+from cardfence.store import EventStore, RecordedEvent
+from cardfence.store.schema import metadata
 
 _T = TypeVar("_T")
 

@@ -39,10 +39,10 @@ from fakes import (
 from hypothesis import find, given
 from hypothesis import strategies as st
 
-from engine import events as ev
-from engine.discovery import CardRead, Discovery, card_urls
-from engine.engine import Engine
-from engine.errors import DeadlineExceeded, TaskOrphanedError
+from cardfence.engine import events as ev
+from cardfence.engine.cards.discovery import CardRead, Discovery, card_urls
+from cardfence.engine.engine import Engine
+from cardfence.engine.errors import DeadlineExceeded, TaskOrphanedError
 
 # --- strategies ----------------------------------------------------------------------------------
 

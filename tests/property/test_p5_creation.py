@@ -46,18 +46,18 @@ from fakes import (
 from hypothesis import find, given
 from hypothesis import strategies as st
 
-import engine.guards
-from engine import events as ev
-from engine.discovery import CardRead, ContractCheck, Discovery
-from engine.engine import Engine
-from engine.errors import (
+from cardfence.engine import events as ev
+from cardfence.engine import guards as guards_module
+from cardfence.engine.cards.discovery import CardRead, ContractCheck, Discovery
+from cardfence.engine.engine import Engine
+from cardfence.engine.errors import (
     CardInvalidError,
     ContractChangedError,
     DiscoveryError,
     SkillUnavailableError,
 )
-from engine.guards import Decision
-from engine.tasklog import key_of
+from cardfence.engine.guards import Decision
+from cardfence.engine.tasklog import key_of
 
 REFUSALS = (DiscoveryError, SkillUnavailableError, ContractChangedError)  # CardInvalid: Discovery
 ACCEPTED_MEDIA = "text/plain"  # what the fake's skill takes
@@ -210,7 +210,7 @@ def test_property_catches_a_creation_guard_that_ignores_the_skill(
     def allow_all(card: object, skill_id: str, media_type: str) -> Decision:
         return Decision(True, "ok")  # the planted bug: no skill or media-type check
 
-    monkeypatch.setattr(engine.guards, "creation_check", allow_all)
+    monkeypatch.setattr(guards_module, "creation_check", allow_all)
     problem = violation(catches())
     assert problem is not None
     assert "SkillUnavailableError" in problem  # sent, or refused for another reason

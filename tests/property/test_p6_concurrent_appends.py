@@ -30,7 +30,7 @@ from fakes import hunt
 from hypothesis import HealthCheck, find, given, settings
 from hypothesis import strategies as st
 
-from store import ConcurrencyError, EventStore, NewEvent
+from cardfence.store import ConcurrencyError, EventStore, NewEvent
 
 MAX_WRITERS = 5
 Plan = tuple[tuple[int, ...], ...]  # per round, each writer's batch size

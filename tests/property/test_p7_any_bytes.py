@@ -43,12 +43,12 @@ from fakes import (
 from hypothesis import find, given
 from hypothesis import strategies as st
 
-import engine.webhook
-from engine.engine import Engine
-from engine.errors import InvalidAgentResponseError
-from engine.remote import StreamUpdate, parse_stream_response
-from engine.webhook import MAX_DELIVERY_BYTES, Delivery, Refused
-from store import EventStore
+from cardfence.engine import webhook as webhook_module
+from cardfence.engine.engine import Engine
+from cardfence.engine.errors import InvalidAgentResponseError
+from cardfence.engine.remote import StreamUpdate, parse_stream_response
+from cardfence.engine.webhook import MAX_DELIVERY_BYTES, Delivery, Refused
+from cardfence.store import EventStore
 
 ALLOWED = frozenset({200, 400, 401, 404, 413, 415})
 TOKEN = "tok-right"
@@ -327,7 +327,7 @@ def test_property_catches_a_decoder_that_lets_a_json_error_escape(
         except InvalidAgentResponseError as exc:
             raise Refused(400, str(exc)) from None
 
-    monkeypatch.setattr(engine.webhook, "decode", trusting_decode)
+    monkeypatch.setattr(webhook_module, "decode", trusting_decode)
     problem = violation(catches())
     assert problem is not None
     assert "escaped" in problem
@@ -341,7 +341,7 @@ def test_property_catches_a_stream_parser_that_lets_a_key_error_escape(
             next(iter(obj.values()))["taskId"]
         return parse_stream_response(obj, url=url)
 
-    monkeypatch.setattr(engine.webhook, "parse_stream_response", trusting_parse)
+    monkeypatch.setattr(webhook_module, "parse_stream_response", trusting_parse)
     problem = violation(catches())
     assert problem is not None
     assert "escaped" in problem

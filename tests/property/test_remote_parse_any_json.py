@@ -15,9 +15,9 @@ import pytest
 from hypothesis import find, given, settings
 from hypothesis import strategies as st
 
-import engine.remote
-from engine.errors import InvalidAgentResponseError
-from engine.remote import (
+from cardfence.engine import remote as remote_module
+from cardfence.engine.errors import InvalidAgentResponseError
+from cardfence.engine.remote import (
     RemoteMessage,
     RemoteTask,
     StreamUpdate,
@@ -220,7 +220,7 @@ def test_property_catches_a_type_check_left_out(monkeypatch: pytest.MonkeyPatch)
     def trusting_obj(value: object, path: str, *, required: bool = False) -> Any:
         return value  # the planted bug: no isinstance(value, dict)
 
-    monkeypatch.setattr(engine.remote, "_obj", trusting_obj)
+    monkeypatch.setattr(remote_module, "_obj", trusting_obj)
     doc = catches(parse_stream_response)
     assert "escaped" in (escapes(parse_stream_response, doc) or "")
 
@@ -231,6 +231,6 @@ def test_property_catches_a_timestamp_read_without_a_guard(
     def trusting_timestamp(value: object, path: str) -> datetime:
         return datetime.fromisoformat(value)  # type: ignore[arg-type]  # the planted bug
 
-    monkeypatch.setattr(engine.remote, "_timestamp", trusting_timestamp)
+    monkeypatch.setattr(remote_module, "_timestamp", trusting_timestamp)
     doc = catches(parse_task)
     assert "escaped" in (escapes(parse_task, doc) or "")

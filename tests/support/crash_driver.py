@@ -48,14 +48,14 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-import migrations
-from engine import discovery as discovery_module
-from engine.discovery import CardLimits, Discovery
-from engine.engine import Engine, EngineConfig
-from engine.lifecycle import TERMINAL
-from engine.tasklog import TaskLog
-from engine.transport import A2ATransport
-from store import EventStore
+import cardfence.migrations as migrations
+from cardfence.engine.cards import discovery as discovery_module
+from cardfence.engine.cards.discovery import CardLimits, Discovery
+from cardfence.engine.engine import Engine, EngineConfig
+from cardfence.engine.lifecycle import TERMINAL
+from cardfence.engine.tasklog import TaskLog
+from cardfence.engine.transport import A2ATransport
+from cardfence.store import EventStore
 
 PAUSE = 0.003  # seconds the process stands still after each probe line
 HOLD_SECONDS = 120.0  # "for good": the parent kills long before

@@ -7,12 +7,12 @@ from datetime import UTC, datetime
 
 import pytest
 
-from engine import events as ev
-from engine.audit import audit, replay
-from engine.tasklog import TaskLog, task_stream_id
-from store import CardSnapshot, EventStore, NewEvent, Projection
-from store.chain import content_hash
-from store.schema import card_snapshots, streams
+from cardfence.engine import events as ev
+from cardfence.engine.audit import audit, replay
+from cardfence.engine.tasklog import TaskLog, task_stream_id
+from cardfence.store import CardSnapshot, EventStore, NewEvent, Projection
+from cardfence.store.chain import content_hash
+from cardfence.store.schema import card_snapshots, streams
 
 BODY = '{"name":"agent"}'
 REVISION = content_hash(BODY)

@@ -15,7 +15,7 @@ from a2a.types import a2a_pb2 as pb
 from google.protobuf.json_format import MessageToDict
 from starlette.applications import Starlette
 
-from engine.card import (
+from cardfence.engine.cards.model import (
     HTTP_JSON,
     JSONRPC,
     AgentCard,
@@ -27,7 +27,7 @@ from engine.card import (
     parse_card,
     select_interface,
 )
-from engine.errors import CardInvalidError
+from cardfence.engine.errors import CardInvalidError
 
 CARD_URL = "http://agent.test/.well-known/agent-card.json"
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from engine import errors
-from engine.cli import exit_code_for
+from cardfence.engine import errors
+from cardfence.engine.cli.app import exit_code_for
 
 
 @pytest.mark.parametrize(

@@ -6,10 +6,10 @@ import copy
 import json
 from typing import Any
 
-from engine import events as ev
-from engine.card import AgentCard, parse_card
-from engine.errors import DiscoveryError
-from engine.guards import (
+from cardfence.engine import events as ev
+from cardfence.engine.cards.model import AgentCard, parse_card
+from cardfence.engine.errors import DiscoveryError
+from cardfence.engine.guards import (
     boundary_recheck_due,
     creation_check,
     failure_review,
@@ -18,7 +18,7 @@ from engine.guards import (
     registration_check,
     resume_check,
 )
-from engine.replay import initial_task_state
+from cardfence.engine.replay import initial_task_state
 
 BASE: dict[str, Any] = {
     "name": "agent",

@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from engine import events as ev
-from engine.card import AgentCard, diff, parse_card
-from engine.errors import DiscoveryError
-from engine.guards import (
+from cardfence.engine import events as ev
+from cardfence.engine.cards.model import AgentCard, diff, parse_card
+from cardfence.engine.errors import DiscoveryError
+from cardfence.engine.guards import (
     Decision,
     ResumePlan,
     card_is_stale,
@@ -29,7 +29,7 @@ from engine.guards import (
     resume_check,
     unavailable,
 )
-from engine.replay import initial_task_state
+from cardfence.engine.replay import initial_task_state
 
 CARD_URL = "http://a.test/.well-known/agent-card.json"
 RPC = {"url": "http://a.test/rpc", "binding": "JSONRPC"}

@@ -15,8 +15,8 @@ import pytest
 from statemachine import State, StateChart
 from statemachine.exceptions import InvalidDefinition
 
-from engine import lifecycle
-from engine.lifecycle import page, write_docs
+from cardfence.engine import lifecycle
+from cardfence.engine.lifecycle import page, write_docs
 
 TERMINAL = ("completed", "failed", "canceled", "rejected")
 INTERRUPTIBLE = ("working", "input-required", "auth-required")

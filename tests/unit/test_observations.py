@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from engine import events as ev
-from engine.observations import ArtifactRecord, Observation, apply_observation
-from engine.replay import apply_task_event, initial_task_state
+from cardfence.engine import events as ev
+from cardfence.engine.observations import ArtifactRecord, Observation, apply_observation
+from cardfence.engine.replay import apply_task_event, initial_task_state
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 

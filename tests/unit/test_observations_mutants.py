@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from engine import events as ev
-from engine.observations import (
+from cardfence.engine import events as ev
+from cardfence.engine.observations import (
     ArtifactRecord,
     Observation,
     apply_observation,
@@ -25,8 +25,15 @@ from engine.observations import (
     from_update,
     watermark_after,
 )
-from engine.remote import Artifact, Part, RemoteMessage, RemoteTask, StatusMessage, StreamUpdate
-from engine.replay import initial_task_state
+from cardfence.engine.remote import (
+    Artifact,
+    Part,
+    RemoteMessage,
+    RemoteTask,
+    StatusMessage,
+    StreamUpdate,
+)
+from cardfence.engine.replay import initial_task_state
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 T0_ISO = "2026-11-29T12:00:00.000000+00:00"

@@ -6,12 +6,12 @@ import types
 
 import pytest
 
-import engine
-import engine.errors
-import store
+import cardfence
+from cardfence import store
+from cardfence.engine import errors
 
 
-@pytest.mark.parametrize("module", [engine, engine.errors, store], ids=lambda m: m.__name__)
+@pytest.mark.parametrize("module", [cardfence, errors, store], ids=lambda m: m.__name__)
 def test_all_is_sorted_and_every_name_exists(module: types.ModuleType) -> None:
     names = module.__all__
     # isort style, as ruff's RUF022 keeps it: CONSTANTS, then Classes, then the rest.
@@ -20,7 +20,7 @@ def test_all_is_sorted_and_every_name_exists(module: types.ModuleType) -> None:
         assert hasattr(module, name), name
 
 
-@pytest.mark.parametrize("module", [engine, store], ids=lambda m: m.__name__)
+@pytest.mark.parametrize("module", [cardfence, store], ids=lambda m: m.__name__)
 def test_every_public_name_is_exported(module: types.ModuleType) -> None:
     public = {
         name
@@ -31,12 +31,12 @@ def test_every_public_name_is_exported(module: types.ModuleType) -> None:
 
 
 def test_every_error_derives_from_the_one_root() -> None:
-    for name in engine.errors.__all__:
-        error = getattr(engine.errors, name)
-        assert issubclass(error, engine.CardfenceError), name
+    for name in errors.__all__:
+        error = getattr(errors, name)
+        assert issubclass(error, cardfence.CardfenceError), name
 
 
 def test_the_error_tree_is_drawn_in_the_module_docstring() -> None:
-    doc = engine.errors.__doc__ or ""
-    for name in engine.errors.__all__:
+    doc = errors.__doc__ or ""
+    for name in errors.__all__:
         assert name in doc, f"{name} missing from the drawn tree"

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from engine.errors import InvalidAgentResponseError
-from engine.remote import (
+from cardfence.engine.errors import InvalidAgentResponseError
+from cardfence.engine.remote import (
     ACTIVE_STATES,
     INTERRUPTED_STATES,
     TERMINAL_STATES,

@@ -10,10 +10,10 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from engine import events as ev
-from engine.audit import AuditReport
-from engine.views import TaskView
-from store import RecordedEvent
+from cardfence.engine import events as ev
+from cardfence.engine.audit import AuditReport
+from cardfence.engine.views import TaskView
+from cardfence.store import RecordedEvent
 
 _STYLE = {
     ev.STATE_CHANGED: "bold",

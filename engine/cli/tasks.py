@@ -10,9 +10,10 @@ from typing import Annotated, Any, TypeVar
 import httpx
 import typer
 
-from engine import errors
-from engine.audit import audit as audit_store
-from engine.cli_app import (
+from cardfence.engine import errors
+from cardfence.engine.audit import audit as audit_store
+from cardfence.engine.cards.discovery import CardLimits
+from cardfence.engine.cli.app import (
     CardTimeoutOption,
     DbOption,
     DebugOption,
@@ -25,12 +26,11 @@ from engine.cli_app import (
     open_store,
     options_of,
 )
-from engine.discovery import CardLimits
-from engine.engine import Engine, EngineConfig
-from engine.lifecycle import TERMINAL
-from engine.render import audit_text, event_json, task_line, task_table, timeline
-from engine.tasklog import TaskLog, task_stream_id
-from engine.views import TaskView
+from cardfence.engine.cli.render import audit_text, event_json, task_line, task_table, timeline
+from cardfence.engine.engine import Engine, EngineConfig
+from cardfence.engine.lifecycle import TERMINAL
+from cardfence.engine.tasklog import TaskLog, task_stream_id
+from cardfence.engine.views import TaskView
 
 _T = TypeVar("_T")
 

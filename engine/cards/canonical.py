@@ -1,6 +1,6 @@
 """Card bytes to a JSON value with every limit checked, and the RFC 8785 hashes (pure).
 
-Split from :mod:`engine.card`: decoding untrusted bytes (UTF-8, JSON, nesting depth, duplicate
+Split from :mod:`.model`: decoding untrusted bytes (UTF-8, JSON, nesting depth, duplicate
 keys, I-JSON numbers, lone surrogates) is checked iteratively, so hostile nesting cannot exhaust
 the stack, and every refusal names the field it is about.
 """

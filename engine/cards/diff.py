@@ -1,4 +1,4 @@
-"""What changed between two Agent Card revisions (pure; re-exported by :mod:`engine.card`).
+"""What changed between two Agent Card revisions (pure; re-exported by :mod:`.model`).
 
 The result is the payload of ``CardRevisionChanged`` (R7) and of ``cardfence cards --json``
 "changes". Skills are compared by their R9 compatibility hash, the contract by its R3 hash.
@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from engine.card import AgentCard, Extension, Interface
+    from cardfence.engine.cards.model import AgentCard, Extension, Interface
 
 __all__ = [
     "CapabilityChanges",

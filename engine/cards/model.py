@@ -21,13 +21,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from engine.card_diff import CardDiff, diff
-from engine.card_json import Invalid as _Invalid
-from engine.card_json import canonical as _canonical
-from engine.card_json import decode as _decode
-from engine.card_json import join as _join
-from engine.card_json import sha256 as _sha256
-from engine.errors import CardInvalidError
+from cardfence.engine.cards.canonical import Invalid as _Invalid
+from cardfence.engine.cards.canonical import canonical as _canonical
+from cardfence.engine.cards.canonical import decode as _decode
+from cardfence.engine.cards.canonical import join as _join
+from cardfence.engine.cards.canonical import sha256 as _sha256
+from cardfence.engine.cards.diff import CardDiff, diff
+from cardfence.engine.errors import CardInvalidError
 
 __all__ = [
     "HTTP_JSON",

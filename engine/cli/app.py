@@ -13,8 +13,8 @@ from typing import Annotated, Any
 
 import typer
 
-from engine import errors
-from store import EventStore
+from cardfence.engine import errors
+from cardfence.store import EventStore
 
 DEFAULT_DB = "sqlite:///cardfence.db"
 

@@ -16,9 +16,11 @@ from typing import Annotated, Any
 import httpx
 import typer
 
-from engine import cli_tasks, errors
-from engine.card_history import RevisionEntry, revision_history
-from engine.cli_app import (
+from cardfence.engine import errors
+from cardfence.engine.cards.discovery import CardLimits, CardRead, Discovery, card_urls
+from cardfence.engine.cards.history import RevisionEntry, revision_history
+from cardfence.engine.cli import tasks as task_commands
+from cardfence.engine.cli.app import (
     EXIT_OK,
     EXIT_UNEXPECTED,
     EXIT_USAGE,
@@ -35,10 +37,9 @@ from engine.cli_app import (
     open_store,
     options_of,
 )
-from engine.discovery import CardLimits, CardRead, Discovery, card_urls
-from store import EventStore
+from cardfence.store import EventStore
 
-__all__ = ["app", "cli_tasks", "main", "run"]
+__all__ = ["app", "main", "run", "task_commands"]
 
 
 @app.command()

@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from engine import events as ev
-from engine.card import AgentCard, diff, parse_card
-from store import EventStore
+from cardfence.engine import events as ev
+from cardfence.engine.cards.model import AgentCard, diff, parse_card
+from cardfence.store import EventStore
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,11 +24,11 @@ from typing import Any
 
 import httpx
 
-from engine import events as ev
-from engine.card import AgentCard, parse_card
-from engine.errors import CardInvalidError, ContractChangedError, DiscoveryError
-from engine.replay import State, apply_agent_event, initial_agent_state
-from store import CardSnapshot, ConcurrencyError, EventStore, NewEvent, Projection
+from cardfence.engine import events as ev
+from cardfence.engine.cards.model import AgentCard, parse_card
+from cardfence.engine.errors import CardInvalidError, ContractChangedError, DiscoveryError
+from cardfence.engine.replay import State, apply_agent_event, initial_agent_state
+from cardfence.store import CardSnapshot, ConcurrencyError, EventStore, NewEvent, Projection
 
 WELL_KNOWN_PATHS = ("/.well-known/agent-card.json", "/.well-known/agent.json")
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})

@@ -1,0 +1,7 @@
+"""Agent Cards as versioned, content-addressed dependencies (rules R2, R3, R7, R9, R14).
+
+``model`` parses untrusted bytes into one card model for A2A 1.0 and 0.3 cards, ``canonical``
+decodes card JSON and computes the RFC 8785 hashes, ``diff`` names what changed between two
+revisions, ``history`` lists the revisions a store has seen, and ``discovery`` reads cards:
+bounded, conditional, recorded, with the contract pinned per agent.
+"""
