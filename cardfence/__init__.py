@@ -32,6 +32,7 @@ from cardfence.engine.errors import (
     TaskOrphanedError,
     UsageError,
 )
+from cardfence.engine.tasklog import AsOf
 from cardfence.engine.views import TaskView
 from cardfence.engine.webhook import Delivery
 
@@ -39,6 +40,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AgentCard",
+    "AsOf",
     "AuditReport",
     "AuditViolation",
     "CardInvalidError",

@@ -25,7 +25,15 @@ import httpx
 from cardfence.engine import events as ev
 from cardfence.engine import guards, webhook
 from cardfence.engine.cards.discovery import CardLimits, CardRead, Discovery
-from cardfence.engine.cards.model import AgentCard, Interface, parse_card, select_interface
+from cardfence.engine.cards.model import (
+    AgentCard,
+    Interface,
+    parse_card,
+    select_interface,
+    url_refusal,
+)
+from cardfence.engine.deadline import left as time_left
+from cardfence.engine.deadline import within as deadline_within
 from cardfence.engine.errors import (
     CardInvalidError,
     ContractChangedError,
@@ -49,12 +57,15 @@ from cardfence.engine.observations import (
 from cardfence.engine.observations import from_update as observation_from_update
 from cardfence.engine.remote import PushConfig, RemoteTask
 from cardfence.engine.replay import State
-from cardfence.engine.tasklog import TaskLog, task_stream_id
+from cardfence.engine.tasklog import AsOf, TaskLog, task_stream_id
 from cardfence.engine.transport import A2ATransport
 from cardfence.engine.views import TaskView
 from cardfence.store import EventStore
 
 UNTIL = ("interrupted", "terminal")
+# Seconds a poll is given at least (a quarter of a shorter timeout): no poll but the first
+# starts closer to the deadline than that (R16).
+_LAST_POLL = 1.0
 _log = logging.getLogger("cardfence.engine")
 
 
@@ -150,12 +161,17 @@ class Engine:
 
     # -- reading -------------------------------------------------------------------------------
 
-    def task(self, ref: str) -> TaskView:
-        head = self.log.head(self.log.find(ref))
+    def task(self, ref: str, *, as_of: AsOf | None = None) -> TaskView:
+        """The task ``ref`` names (key, remote id, or a prefix of either); with ``as_of``, as
+        it stood at that point of the log, by replaying its events up to there."""
+        key = self.log.find(ref)
+        head = self.log.head(key) if as_of is None else self.log.as_of(key, as_of)[0]
         return TaskView.of(head.state, head.updated_at)
 
-    def tasks(self, state: str | None = None) -> list[TaskView]:
-        return [TaskView.of(h.state, h.updated_at) for h in self.log.all(status=state)]
+    def tasks(self, state: str | None = None, *, as_of: AsOf | None = None) -> list[TaskView]:
+        """Every task (only those in ``state`` if given); with ``as_of``, as they stood then."""
+        heads = self.log.all(status=state) if as_of is None else self.log.all_as_of(as_of, state)
+        return [TaskView.of(h.state, h.updated_at) for h in heads]
 
     # -- creation (R2, R3) ---------------------------------------------------------------------
 
@@ -184,7 +200,9 @@ class Engine:
             raise SkillUnavailableError(read.agent, skill, decision.detail)
         try:
             check = await self.discovery.check_contract(read, accept=accept_contract)
-            interface = select_interface(read.card, self.config.prefer_bindings)
+            interface = select_interface(
+                read.card, self.config.prefer_bindings, allow_insecure=self._allow_insecure
+            )
         except (ContractChangedError, CardInvalidError) as refusal:
             if isinstance(refusal, CardInvalidError):
                 refusal.consequence = "nothing was sent"
@@ -238,13 +256,19 @@ class Engine:
     ) -> WebhookOutcome:
         """Ask for push delivery, gated by a read made for this registration (R4).
 
-        When the read fails or says no push, nothing is registered, ``DeliveryDowngraded`` is
-        recorded and the task goes on by polling; the outcome says why. The state is untouched.
+        When the read fails or says no push, or ``url`` is plain http to a host other than
+        loopback (R16), nothing is registered, ``DeliveryDowngraded`` is recorded and the task
+        goes on by polling; the outcome says why. The state is untouched.
         """
         key = self.log.find(ref)
         state = self.log.head(key).state
         if not state.get("remote_task_id"):
             raise UsageError(f"task {key} has no remote task id yet: nothing to register for")
+        refusal = url_refusal(url, allow_insecure=self._allow_insecure)
+        if refusal is not None:  # R16: the agent would push the task's updates in clear text
+            detail = f"webhook URL {url}: {refusal}; nothing was registered"
+            self._record(key, [guards.downgrade("insecure_url", detail)])
+            return WebhookOutcome(False, "insecure_url", detail)
         card: AgentCard | None = None
         failure: DiscoveryError | None = None
         try:
@@ -300,9 +324,16 @@ class Engine:
         self, ref: str, *, until: str = "interrupted", timeout: float = 300.0
     ) -> TaskView:
         """Follow the task until ``until`` or the deadline, polling with backoff bounded by
-        ``max_poll_interval`` (R5); a task not yet ended is polled at least once. The deadline
-        never ends the task (R10): it records ``DeadlineExceeded`` after a last poll and raises
-        :class:`DeadlineExceeded`."""
+        ``max_poll_interval`` (R5). Every poll and card check ends by the deadline (R16): a task
+        not yet ended is polled at least once (given a second if ``timeout`` is shorter) unless
+        a deadline already in force has passed; later polls start only with a second left (a
+        quarter of ``timeout`` if less), and the time after the last one is waited out for
+        pushes. The deadline never ends the task (R10): it records ``DeadlineExceeded`` after a
+        last poll and raises :class:`DeadlineExceeded`."""
+        with deadline_within(max(timeout, _LAST_POLL)):
+            return await self._drive(ref, until, timeout)
+
+    async def _drive(self, ref: str, until: str, timeout: float) -> TaskView:
         if until not in UNTIL:
             raise UsageError(f"--until must be one of {', '.join(UNTIL)}, not {until!r}")
         key = self.log.find(ref)
@@ -314,6 +345,8 @@ class Engine:
         unreachable: EndpointUnreachableError | None = None
         pushed = self._pushed.setdefault(key, asyncio.Event())
         asked = False
+        # A poll after the first starts only with this much time left to answer in (R16).
+        last_poll = min(_LAST_POLL, self.config.request_timeout, timeout / 4)
         while True:
             # Read from the store: another process (`serve`) may have applied a push.
             state = self.log.head(key).state
@@ -321,25 +354,28 @@ class Engine:
             # ask the agent once before believing it is already where it was asked to stop.
             if state["state"] in TERMINAL or (asked and reached(state["state"], until)):
                 return TaskView.of(state)
-            asked = True
-            try:
-                state = await self._poll(key, state)
-                unreachable = None
-            except EndpointUnreachableError as failure:
-                unreachable = failure
-                if failure.status == 404 and self._clock() >= next_endpoint_check:
-                    # R11: a bare 404 prompts an R9 check (one per max_card_age, not per poll).
-                    next_endpoint_check = self._clock() + self.config.max_card_age
-                    await self._reconcile_endpoint(key)
-            except InvalidAgentResponseError:
-                pass  # a malformed answer changes nothing; the next poll may be better
-            if reached(state["state"], until):
-                return TaskView.of(state)
+            # R16: a poll starts only with time left to answer (the first: any time at all).
+            if time_left() > (last_poll / 2 if asked else 0.0):
+                asked = True
+                try:
+                    state = await self._poll(key, state)
+                    unreachable = None
+                except EndpointUnreachableError as failure:
+                    unreachable = failure
+                    if failure.status == 404 and self._clock() >= next_endpoint_check:
+                        # R11: a bare 404 prompts an R9 check (one per max_card_age, not per poll).
+                        next_endpoint_check = self._clock() + self.config.max_card_age
+                        await self._reconcile_endpoint(key)
+                except InvalidAgentResponseError:
+                    pass  # a malformed answer changes nothing; the next poll may be better
+                if reached(state["state"], until):
+                    return TaskView.of(state)
             now = self._clock()
             if now >= next_revalidation:
                 next_revalidation = now + self.config.max_card_age
                 self._spawn(self._revalidate(key))  # R7: off the critical path
-            if now >= deadline:
+            room = time_left()
+            if now >= deadline or room <= 0:
                 self._record(
                     key,
                     [(ev.DEADLINE_EXCEEDED, {"state": state["state"], "seconds": timeout,
@@ -348,7 +384,10 @@ class Engine:
                 if unreachable is not None:
                     raise unreachable  # the cause the caller can act on (CLI exit 9)
                 raise DeadlineExceeded(key, state["state"], timeout)
-            wait = min(delay, self.config.max_poll_interval, max(deadline - now, 0.0))
+            wait = min(delay, self.config.max_poll_interval, deadline - now)
+            # The next poll starts while it still has `last_poll` seconds; after the last one,
+            # the rest of the time is waited out for pushes.
+            wait = min(wait, room - last_poll) if room > last_poll else min(deadline - now, room)
             delay = min(delay * 2, self.config.max_poll_interval)
             pushed.clear()
             with contextlib.suppress(TimeoutError):
@@ -481,7 +520,7 @@ class Engine:
     async def _reconcile_endpoint(self, key: str) -> None:
         state = self.log.head(key).state
         card, failure = await self._read(state["agent_url"], fresh=True)
-        plan = guards.resume_check(state, card, failure)
+        plan = guards.resume_check(state, card, failure, allow_insecure=self._allow_insecure)
         self._record(key, plan.events)
         if plan.orphaned:
             revision = card.revision if card else ""
@@ -537,6 +576,11 @@ class Engine:
         return webhook.Delivery(200, _delivery_outcome(recorded), "", key)
 
     # -- plumbing ------------------------------------------------------------------------------
+
+    @property
+    def _allow_insecure(self) -> bool:
+        """Plain http to hosts other than loopback, for cards, interfaces and webhooks (R16)."""
+        return self.config.card_limits.allow_insecure
 
     def _transport(self, endpoint: Mapping[str, Any]) -> A2ATransport:
         place = (str(endpoint["url"]), str(endpoint["binding"]))

@@ -1,4 +1,4 @@
-"""The event catalogue (DESIGN §5): every event type cardfence records, by stream.
+"""The event catalogue (docs/events.md): every event type cardfence records, by stream.
 
 Names are the ones ``cardfence show`` prints and audits parse; they never change meaning.
 """

@@ -170,9 +170,15 @@ class ResumePlan:
 
 
 def resume_check(
-    task: Mapping[str, Any], card: AgentCard | None, failure: DiscoveryError | None
+    task: Mapping[str, Any],
+    card: AgentCard | None,
+    failure: DiscoveryError | None,
+    *,
+    allow_insecure: bool = False,
 ) -> ResumePlan:
-    """Reconcile a task with a fresh read before any request to its endpoint (R9)."""
+    """Reconcile a task with a fresh read before any request to its endpoint (R9). The endpoint
+    moves only to an interface that may be used (R16: plain http only to loopback unless
+    ``allow_insecure``)."""
     recorded = task.get("endpoint")
     if failure is not None or card is None:
         events: tuple[Event, ...] = () if failure is None else (unavailable(failure, "resume"),)
@@ -204,7 +210,9 @@ def resume_check(
     endpoint = recorded
     binding = recorded.get("binding") if recorded else None
     try:
-        chosen = select_interface(card, prefer=[binding] if binding else ())
+        chosen = select_interface(
+            card, prefer=[binding] if binding else (), allow_insecure=allow_insecure
+        )
     except CardInvalidError:
         chosen = None
     if chosen is not None and recorded is not None and chosen.url != recorded.get("url"):

@@ -1,4 +1,4 @@
-"""The A2A v1.0 task lifecycle, declared once (DESIGN.md section 4, "The lifecycle").
+"""The A2A v1.0 task lifecycle, declared once (docs/rules.md, "The lifecycle").
 
 ``TaskLifecycle`` is the declaration: a python-statemachine ``StateChart`` whose states persist
 A2A's lower-case names (``input-required``, not ``input_required``). Polls see snapshots, so

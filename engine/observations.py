@@ -95,7 +95,8 @@ def _state_event(task: Mapping[str, Any], observation: Observation) -> Event:
     if observation.generation is not None:
         base["generation"] = observation.generation
     if observation.remote_task_id and not task.get("remote_task_id"):
-        # The observation that first names the remote task binds it (crash safety, CLI.md `run`).
+        # The observation that first names the remote task binds it (crash safety: docs/cli.md,
+        # `run`).
         base["remote_task_id"] = observation.remote_task_id
         base["remote_context_id"] = observation.remote_context_id
 

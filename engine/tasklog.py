@@ -4,20 +4,31 @@ Every write goes through :meth:`TaskLog.record`: it reads the stream's head, ask
 events to append given the current projection, folds them into the new projection
 (:func:`engine.replay.apply_task_event`) and appends both in one transaction. When another writer
 got there first, it reads again and asks again, so no decision is made on a stale projection.
+
+Reads of the past (:meth:`TaskLog.as_of`, :meth:`TaskLog.all_as_of`) replay a stream's events up to
+an :class:`AsOf` point with the same fold the audit uses; nothing stored is consulted but the log.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 from cardfence.engine import events as ev
 from cardfence.engine.errors import UsageError
 from cardfence.engine.observations import Event
-from cardfence.engine.replay import State, apply_task_event, initial_task_state
-from cardfence.store import ConcurrencyError, EventStore, NewEvent, Projection, StreamRecord
+from cardfence.engine.replay import State, apply_task_event, fold_task, initial_task_state
+from cardfence.store import (
+    ConcurrencyError,
+    EventStore,
+    NewEvent,
+    Projection,
+    RecordedEvent,
+    StreamRecord,
+    iter_all,
+)
 
 _RETRIES = 50
 
@@ -30,6 +41,62 @@ class TaskHead:
     version: int
     state: State
     updated_at: datetime | None
+
+
+@dataclass(frozen=True, slots=True)
+class AsOf:
+    """A point in the log's past: a global position (``@N``) or a recording time (UTC).
+
+    A stream as it stood then is the prefix of its events recorded at or before that point
+    (``position <= N``, or ``recorded_at <= time``): a prefix, never a selection, so what is
+    replayed is always a gap-free start of the stream.
+    """
+
+    position: int | None = None
+    time: datetime | None = None
+
+    FORMS = "an ISO 8601 time (2025-01-31T12:00:00Z; without an offset, UTC) or a position @N"
+
+    def __post_init__(self) -> None:
+        if (self.position is None) == (self.time is None):
+            raise ValueError("an AsOf names a position or a time, exactly one")
+        if self.time is not None and self.time.tzinfo is None:
+            raise ValueError("an AsOf time must be timezone-aware")
+
+    @classmethod
+    def parse(cls, text: str) -> AsOf:
+        """``@N`` (a global position, N >= 0) or an ISO 8601 time (naive means UTC).
+
+        Raises :class:`UsageError` naming the accepted forms when ``text`` is neither.
+        """
+        value = text.strip()
+        if value.startswith("@"):
+            digits = value[1:].strip()
+            if digits.isdigit():
+                return cls(position=int(digits))
+        else:
+            try:
+                moment = datetime.fromisoformat(value)
+            except ValueError:
+                pass
+            else:
+                if moment.tzinfo is None:
+                    return cls(time=moment.replace(tzinfo=UTC))
+                return cls(time=moment.astimezone(UTC))
+        raise UsageError(f"--as-of {text!r} is not {cls.FORMS}")
+
+    def includes(self, event: RecordedEvent) -> bool:
+        """Whether ``event`` was recorded at or before this point."""
+        if self.position is not None:
+            return event.position <= self.position
+        assert self.time is not None
+        return event.recorded_at <= self.time
+
+    def __str__(self) -> str:
+        if self.position is not None:
+            return f"@{self.position}"
+        assert self.time is not None
+        return self.time.isoformat()
 
 
 def task_stream_id(key: str) -> str:
@@ -145,6 +212,62 @@ class TaskLog:
         return [
             _head(record) for record in self.store.streams(category=ev.TASK_CATEGORY, status=status)
         ]
+
+    def as_of(self, key: str, point: AsOf) -> tuple[TaskHead, list[RecordedEvent]]:
+        """The task as it stood at ``point`` and the events that made it so (versions 1..k).
+
+        The head's ``updated_at`` is the recording time of the last of those events. Raises
+        :class:`UsageError` when the task did not exist yet at ``point``.
+        """
+        logged = self.store.read_stream(task_stream_id(key))
+        kept = list(_prefix(logged, point))
+        if not kept:
+            if not logged:
+                raise UsageError(f"unknown task {key!r}")
+            first = logged[0]
+            raise UsageError(
+                f"task {key} did not exist yet at {point}: its first event was recorded at "
+                f"{first.recorded_at.isoformat()} (position {first.position})"
+            )
+        state = fold_task(key, ((e.type, e.data) for e in kept))
+        return TaskHead(key, len(kept), state, kept[-1].recorded_at), kept
+
+    def all_as_of(self, point: AsOf, status: str | None = None) -> list[TaskHead]:
+        """Every task as it stood at ``point`` (tasks that did not exist yet are left out),
+        optionally only those then in ``status``; ordered by stream id, like :meth:`all`.
+
+        One pass over the global log (up to ``point`` when it is a position), folding each task
+        stream's prefix as it goes: no read per task.
+        """
+        heads: dict[str, TaskHead] = {}
+        closed: set[str] = set()  # streams already past the point: the rest is not theirs then
+        for event in iter_all(self.store):
+            if point.position is not None and event.position > point.position:
+                break
+            stream_id = event.stream_id
+            if not stream_id.startswith(ev.TASK_STREAM_PREFIX) or stream_id in closed:
+                continue
+            if not point.includes(event):
+                closed.add(stream_id)
+                continue
+            key = key_of(stream_id)
+            head = heads.get(stream_id)
+            before = initial_task_state(key) if head is None else head.state
+            state = apply_task_event(before, event.type, event.data)
+            heads[stream_id] = TaskHead(key, event.version, state, event.recorded_at)
+        return [
+            heads[stream_id]
+            for stream_id in sorted(heads)
+            if status is None or heads[stream_id].state.get("state") == status
+        ]
+
+
+def _prefix(events: Iterable[RecordedEvent], point: AsOf) -> Iterable[RecordedEvent]:
+    """The leading events of a stream recorded at or before ``point``."""
+    for event in events:
+        if not point.includes(event):
+            return
+        yield event
 
 
 def _head(record: StreamRecord) -> TaskHead:

@@ -2,8 +2,9 @@
 
 One :class:`A2ATransport` per card :class:`Interface` (binding ``JSONRPC`` or ``HTTP+JSON``,
 docs/wire.md). Every request carries ``A2A-Version: 1.0`` (a 1.0 server refuses requests without it)
-and is bounded: an ``httpx.Timeout`` per request, a total deadline, and a size cap enforced while
-the body streams in. What comes back is told apart (R11):
+and is bounded (R16): each request ends within its timeout and by the deadline in force
+(:mod:`engine.deadline`), and its body is capped once decoded, while it streams in
+(:mod:`engine.bodies`). What comes back is told apart (R11):
 
 - an A2A error (a JSON-RPC ``error`` object, or a REST error whose google.rpc ``ErrorInfo`` names a
   ``reason``) -> :class:`RemoteRefusedError` with the JSON-RPC code (:class:`A2AErrorCode`);
@@ -11,7 +12,8 @@ the body streams in. What comes back is told apart (R11):
   network error or a timeout -> :class:`EndpointUnreachableError`: the endpoint could not be
   reached as an A2A agent, which changes nothing and prompts an R9 check — never TaskNotFound;
 - a 2xx that is not valid JSON, not the expected shape, over the size cap, or a JSON-RPC envelope
-  with a wrong id or without result/error -> :class:`InvalidAgentResponseError`.
+  with a wrong id or without result/error, or whose content encoding is refused (stacked,
+  unknown or corrupt) -> :class:`InvalidAgentResponseError`.
 
 Answers are parsed by :mod:`engine.remote`; the transport keeps no state beyond the JSON-RPC id.
 """
@@ -28,6 +30,8 @@ from urllib.parse import quote
 
 import httpx
 
+from cardfence.engine import deadline
+from cardfence.engine.bodies import ACCEPT_ENCODING, BodyRefused, read_body
 from cardfence.engine.cards.model import HTTP_JSON, JSONRPC, Interface
 from cardfence.engine.errors import (
     EndpointUnreachableError,
@@ -109,6 +113,7 @@ class A2ATransport:
         self._headers["A2A-Version"] = A2A_VERSION
         self._headers["Content-Type"] = "application/json"
         self._headers["Accept"] = "application/json, application/a2a+json"
+        self._headers["Accept-Encoding"] = ACCEPT_ENCODING  # what engine.bodies decodes
         self._headers.setdefault("User-Agent", _USER_AGENT)
         self._ids = itertools.count(1)
 
@@ -262,10 +267,19 @@ class A2ATransport:
         query: Mapping[str, str] | None,
         task: str,
     ) -> tuple[int, bytes | None]:
-        """Status and body; the body is ``None`` when it is over ``max_bytes``."""
-        timeout = httpx.Timeout(self.timeout, connect=min(self.timeout, 10.0))
+        """Status and body; the body is ``None`` when it is over ``max_bytes`` once decoded, or
+        when the body of a non-2xx cannot be decoded (R16).
+
+        The whole exchange, body included, ends within ``timeout`` and by the deadline in force
+        (:mod:`engine.deadline`): a body that drips is cut there.
+        """
+        budget = deadline.left(self.timeout)
+        if budget <= 0:
+            detail = "timeout: the deadline passed before the request could be sent (not sent)"
+            raise EndpointUnreachableError(url, detail, task=task)
+        timeout = httpx.Timeout(budget, connect=min(budget, 10.0))
         try:
-            async with asyncio.timeout(self.timeout):  # total: a slow drip cannot stall us
+            async with asyncio.timeout(budget):  # total: a slow drip cannot stall us
                 async with self.client.stream(
                     verb,
                     url,
@@ -275,20 +289,18 @@ class A2ATransport:
                     timeout=timeout,
                     follow_redirects=False,
                 ) as response:
-                    declared = response.headers.get("content-length", "")
-                    if declared.isdigit() and int(declared) > self.max_bytes:
-                        return response.status_code, None
-                    body = bytearray()
-                    async for chunk in response.aiter_bytes():  # decoded: the cap bounds gzip too
-                        body += chunk
-                        if len(body) > self.max_bytes:
-                            return response.status_code, None
-                    return response.status_code, bytes(body)
+                    try:
+                        body = await read_body(response, self.max_bytes)
+                    except BodyRefused as refused:
+                        ok = 200 <= response.status_code < 300
+                        if ok and refused.kind != "too_large":
+                            raise InvalidAgentResponseError(url, refused.detail) from None
+                        return response.status_code, None  # no body to read (R11: no A2A error)
+                    return response.status_code, body
         except (TimeoutError, httpx.TimeoutException):
-            detail = f"timeout: no complete answer within {self.timeout:g}s"
+            cut = "" if budget == self.timeout else " (the deadline)"
+            detail = f"timeout: no complete answer within {budget:.3g}s{cut}"
             raise EndpointUnreachableError(url, detail, task=task) from None
-        except httpx.DecodingError as exc:
-            raise InvalidAgentResponseError(url, f"body cannot be decoded: {exc}") from None
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
             detail = f"network error: {str(exc) or type(exc).__name__}"
             raise EndpointUnreachableError(url, detail, task=task) from None

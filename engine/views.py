@@ -45,7 +45,7 @@ class TaskView:
         )
 
     def to_json(self) -> dict[str, Any]:
-        """The ``run`` / ``reply`` / ``cancel`` / ``resume`` JSON document of CLI.md."""
+        """The ``run`` / ``reply`` / ``cancel`` / ``resume`` JSON document of docs/cli.md."""
         return {
             "task": self.task,
             "remote_task_id": self.remote_task_id,

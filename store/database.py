@@ -5,6 +5,8 @@ the driver's cursor returns turned into records.
 from __future__ import annotations
 
 import json
+import math
+import os
 from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
@@ -17,6 +19,9 @@ from cardfence.store.records import CardSnapshot, RecordedEvent, StreamRecord
 
 # Execution option marking a SQLAlchemy connection that will write (SQLite: BEGIN IMMEDIATE).
 WRITE = "cardfence_write"
+# PostgreSQL: a server that accepts the connection and never answers must not hang us.
+DEFAULT_CONNECT_TIMEOUT = 10.0
+DEFAULT_STATEMENT_TIMEOUT = 30.0
 
 
 def normalise_url(url: str | URL) -> URL:
@@ -25,6 +30,16 @@ def normalise_url(url: str | URL) -> URL:
     if parsed.drivername in ("postgresql", "postgres"):
         parsed = parsed.set(drivername="postgresql+psycopg")
     return parsed
+
+
+def missing_driver(url: URL, exc: ImportError) -> str:
+    """What to install when the driver for ``url`` cannot be imported."""
+    if url.get_backend_name() == "postgresql":
+        return (
+            f"PostgreSQL needs the psycopg driver, which is not installed ({exc}): "
+            "pip install 'cardfence[postgres]'"
+        )
+    return f"the driver for {url.drivername} is not installed ({exc})"
 
 
 def is_sqlite_busy(exc: sa.exc.OperationalError) -> bool:
@@ -65,7 +80,42 @@ def stream_record(row: sa.Row[Any]) -> StreamRecord:
     )
 
 
+def postgres_connect_args(
+    url: URL, connect_timeout: float | None, statement_timeout: float | None
+) -> dict[str, Any]:
+    """psycopg's connection timeout and the server's statement timeout, unless the URL (or
+    libpq's environment) sets its own; None or 0 sets none."""
+    args: dict[str, Any] = {}
+    if (
+        connect_timeout
+        and "connect_timeout" not in url.query
+        and not os.environ.get("PGCONNECT_TIMEOUT")
+    ):
+        args["connect_timeout"] = max(math.ceil(connect_timeout), 2)  # libpq: seconds, >= 2
+    given = url.query.get("options")
+    options = " ".join(given) if isinstance(given, tuple) else given
+    if options is None:
+        options = os.environ.get("PGOPTIONS", "")
+    if statement_timeout and "statement_timeout" not in options:
+        setting = f"-c statement_timeout={math.ceil(statement_timeout * 1000)}"
+        args["options"] = f"{options} {setting}".strip()
+    return args
+
+
+def timeout_detail(exc: BaseException) -> str | None:
+    """What timed out, when ``exc`` is PostgreSQL's connect or statement timeout."""
+    original = getattr(exc, "orig", None) or exc
+    if getattr(original, "sqlstate", None) == "57014" and "statement timeout" in str(original):
+        return "a statement timed out: it ran past statement_timeout and was cancelled"
+    if type(original).__name__ == "ConnectionTimeout" or "timeout expired" in str(original):
+        return "connecting timed out: no answer from the server within connect_timeout"
+    return None
+
+
 def one_line(exc: BaseException) -> str:
+    timed_out = timeout_detail(exc)
+    if timed_out is not None:
+        return timed_out
     text = str(getattr(exc, "orig", None) or exc).strip().splitlines()
     return text[0] if text else type(exc).__name__
 
@@ -86,11 +136,22 @@ def configure_sqlite(connection: Any, busy_timeout_ms: int, *, wal: bool) -> Non
         cursor.close()
 
 
-def create_engine(url: URL, busy_timeout_ms: int) -> sa.Engine:
+def create_engine(
+    url: URL,
+    busy_timeout_ms: int,
+    *,
+    connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT,
+    statement_timeout: float | None = DEFAULT_STATEMENT_TIMEOUT,
+) -> sa.Engine:
     if url.get_backend_name() != "sqlite":
+        connect_args = (
+            postgres_connect_args(url, connect_timeout, statement_timeout)
+            if url.get_backend_name() == "postgresql"
+            else {}
+        )
         # No ping on checkout (a round trip per append): a dropped connection is invalidated
         # and the write retried once instead; see EventStore._retrying.
-        return sa.create_engine(url, pool_recycle=600)
+        return sa.create_engine(url, pool_recycle=600, connect_args=connect_args)
     memory = url.database in (None, "", ":memory:")
     kwargs: dict[str, Any] = {"connect_args": {"check_same_thread": False}}
     if memory:

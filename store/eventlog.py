@@ -29,19 +29,23 @@ import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import URL
 
-import cardfence.migrations as migrations
+from cardfence import migrations
 from cardfence.store import append_sql
 from cardfence.store.chain import ChainBreak, content_hash, event_hash, verify_chain
 from cardfence.store.database import (
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_STATEMENT_TIMEOUT,
     WRITE,
     configure_sqlite,
     create_engine,
     is_sqlite_busy,
+    missing_driver,
     normalise_url,
     one_line,
     recorded_event,
     snapshot_row,
     stream_record,
+    timeout_detail,
 )
 from cardfence.store.errors import (
     ConcurrencyError,
@@ -143,13 +147,28 @@ class EventStore:
         migrate: bool = True,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         busy_timeout_ms: int = 5000,
+        connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT,
+        statement_timeout: float | None = DEFAULT_STATEMENT_TIMEOUT,
     ) -> EventStore:
-        """Connect to ``url`` and (by default) migrate it to the newest schema."""
+        """Connect to ``url`` and (by default) migrate it to the newest schema.
+
+        PostgreSQL: connecting gives up after ``connect_timeout`` seconds and the server cancels
+        any statement running past ``statement_timeout`` (None: no limit), unless the URL sets
+        its own (``?connect_timeout=…``, ``options=-c statement_timeout=…``); either timing out
+        raises :class:`StoreUnavailableError` saying which.
+        """
         parsed = normalise_url(url)
         shown = parsed.render_as_string(hide_password=True)
         try:
-            engine = create_engine(parsed, busy_timeout_ms)
-        except (sa.exc.ArgumentError, sa.exc.NoSuchModuleError, ImportError) as exc:
+            engine = create_engine(
+                parsed,
+                busy_timeout_ms,
+                connect_timeout=connect_timeout,
+                statement_timeout=statement_timeout,
+            )
+        except ImportError as exc:  # the URL names a driver that is not installed
+            raise StoreUnavailableError(shown, missing_driver(parsed, exc)) from exc
+        except (sa.exc.ArgumentError, sa.exc.NoSuchModuleError) as exc:
             raise StoreUnavailableError(shown, f"cannot use this URL: {exc}") from exc
         store = cls(engine, max_payload_bytes=max_payload_bytes, busy_timeout_ms=busy_timeout_ms)
         if migrate:
@@ -264,8 +283,8 @@ class EventStore:
 
     def _transient(self, exc: BaseException, attempt: int) -> bool:
         original = getattr(exc, "orig", exc)
-        if not isinstance(original, self._dbapi.OperationalError):
-            return False
+        if not isinstance(original, self._dbapi.OperationalError) or timeout_detail(exc):
+            return False  # a timeout is not retried: it would only take as long again
         if self._is_sqlite:
             message = str(original).lower()
             return "locked" in message or "busy" in message

@@ -1,7 +1,8 @@
 """Reading Agent Cards safely, and recording every read (R2, R3, R4, R14).
 
-The card is published state, not configuration (seeds 000, 002, 004). Every read is bounded (total
-deadline, size cap enforced while streaming, same-origin redirects only, https except on loopback),
+The card is published state, not configuration (incidents 000, 002, 004). Every read is bounded
+(R16: a total timeout, never past the deadline in force; a size cap on the decoded body, enforced
+while streaming; same-origin redirects only; https except on loopback, :func:`url_refusal`),
 conditional when a validator is stored (``If-None-Match`` / ``If-Modified-Since``; a 304 confirms
 the stored snapshot), and recorded in the agent's stream: ``CardFetched`` with the revision, or
 ``DiscoveryFailed`` with its kind. Each new revision is stored once, content-addressed.
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import ipaddress
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
@@ -24,8 +24,10 @@ from typing import Any
 
 import httpx
 
+from cardfence.engine import deadline
 from cardfence.engine import events as ev
-from cardfence.engine.cards.model import AgentCard, parse_card
+from cardfence.engine.bodies import ACCEPT_ENCODING, BodyRefused, read_body
+from cardfence.engine.cards.model import AgentCard, parse_card, url_refusal
 from cardfence.engine.errors import CardInvalidError, ContractChangedError, DiscoveryError
 from cardfence.engine.replay import State, apply_agent_event, initial_agent_state
 from cardfence.store import CardSnapshot, ConcurrencyError, EventStore, NewEvent, Projection
@@ -90,7 +92,7 @@ class ContractCheck:
 
 
 def card_urls(agent_url: str) -> tuple[str, tuple[str, ...]]:
-    """The agent's origin and the card URLs to try, in order (CLI.md: ``AGENT_URL``)."""
+    """The agent's origin and the card URLs to try, in order (docs/cli.md: ``AGENT_URL``)."""
     url = httpx.URL(agent_url)
     if url.scheme not in ("http", "https") or not url.host:
         raise DiscoveryError(agent_url, "network", "not an http(s) URL")
@@ -106,15 +108,6 @@ def _origin(url: httpx.URL) -> str:
     port = url.port or default
     host = f"[{url.host}]" if ":" in url.host else url.host
     return f"{url.scheme}://{host}" + ("" if port == default else f":{port}")
-
-
-def is_loopback(host: str) -> bool:
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
 
 
 def _now() -> datetime:
@@ -135,8 +128,11 @@ async def fetch_card(
     redirect, insecure).
     """
     last_url = urls[0]
+    budget = deadline.left(limits.timeout)  # R16: by the deadline in force, too
+    if budget <= 0:
+        raise DiscoveryError(last_url, "timeout", "the deadline passed before the card was read")
     try:
-        async with asyncio.timeout(limits.timeout):
+        async with asyncio.timeout(budget):
             for index, url in enumerate(urls):
                 last_url = url
                 etag, modified = (validators or {}).get(url, (None, None))
@@ -149,7 +145,7 @@ async def fetch_card(
                 raise DiscoveryError(response.url, "http_status", str(response.status))
     except TimeoutError:
         raise DiscoveryError(
-            last_url, "timeout", f"no complete answer within {limits.timeout:g}s"
+            last_url, "timeout", f"no complete answer within {budget:.3g}s"
         ) from None
     raise AssertionError("unreachable")  # pragma: no cover
 
@@ -163,17 +159,14 @@ async def _get_following(
 ) -> CardResponse:
     current = httpx.URL(url)
     for _ in range(limits.max_redirects + 1):
-        if (
-            current.scheme != "https"
-            and not limits.allow_insecure
-            and not is_loopback(current.host)
-        ):
-            raise DiscoveryError(
-                str(current),
-                "insecure",
-                "plain http to a non-loopback host refused (https required)",
-            )
-        headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
+        refusal = url_refusal(str(current), allow_insecure=limits.allow_insecure)
+        if refusal is not None:
+            raise DiscoveryError(str(current), "insecure", refusal)
+        headers = {
+            "Accept": "application/json",
+            "Accept-Encoding": ACCEPT_ENCODING,  # what engine.bodies decodes
+            "User-Agent": USER_AGENT,
+        }
         if etag:
             headers["If-None-Match"] = etag
         if modified:
@@ -193,7 +186,8 @@ async def _get_following(
 async def _get_bounded(
     client: httpx.AsyncClient, url: httpx.URL, headers: dict[str, str], limits: CardLimits
 ) -> CardResponse:
-    timeout = httpx.Timeout(limits.timeout, connect=limits.connect_timeout)
+    budget = max(deadline.left(limits.timeout), 0.001)  # fetch_card's total bound holds too
+    timeout = httpx.Timeout(budget, connect=min(budget, limits.connect_timeout))
     try:
         async with client.stream(
             "GET", url, headers=headers, timeout=timeout, follow_redirects=False
@@ -208,24 +202,12 @@ async def _get_bounded(
             if response.status_code != 200:
                 await _drain(response)
                 return CardResponse(str(url), response.status_code, b"", etag, modified)
-            declared = response.headers.get("content-length", "")
-            if declared.isdigit() and int(declared) > limits.max_bytes:
-                raise CardInvalidError(
-                    str(url),
-                    f"card body declared {declared} bytes, over the limit of {limits.max_bytes}",
-                    kind="too_large",
-                )
-            body = bytearray()
-            async for chunk in response.aiter_bytes():  # decoded: the cap also bounds gzip
-                body += chunk
-                if len(body) > limits.max_bytes:
-                    raise CardInvalidError(
-                        str(url),
-                        f"card body over the limit of {limits.max_bytes} bytes "
-                        f"(stopped reading at {len(body)})",
-                        kind="too_large",
-                    )
-            return CardResponse(str(url), 200, bytes(body), etag, modified)
+            try:
+                body = await read_body(response, limits.max_bytes)  # capped once decoded (R16)
+            except BodyRefused as refused:
+                kind = "too_large" if refused.kind == "too_large" else "invalid_card"
+                raise CardInvalidError(str(url), f"card {refused.detail}", kind=kind) from None
+            return CardResponse(str(url), 200, body, etag, modified)
     except httpx.TimeoutException as exc:
         raise DiscoveryError(str(url), "timeout", f"timed out ({type(exc).__name__})") from None
     except httpx.HTTPError as exc:
@@ -293,13 +275,14 @@ class Discovery:
         if state["card_url"] in urls and (state["etag"] or state["last_modified"]):
             validators[state["card_url"]] = (state["etag"], state["last_modified"])
         try:
-            response = await fetch_card(
-                self.client, urls, validators=validators, limits=self.limits
-            )
-            stored = None if response.status != 304 else await self._stored_card(origin, state)
-            if response.status == 304 and stored is None:
-                # The validator names a revision we do not hold: read it whole.
-                response = await fetch_card(self.client, urls, limits=self.limits)
+            with deadline.within(self.limits.timeout):  # one read, all in: its re-read too
+                response = await fetch_card(
+                    self.client, urls, validators=validators, limits=self.limits
+                )
+                stored = None if response.status != 304 else await self._stored_card(origin, state)
+                if response.status == 304 and stored is None:
+                    # The validator names a revision we do not hold: read it whole.
+                    response = await fetch_card(self.client, urls, limits=self.limits)
             card = stored or self._parse(response.body, response.url)
         except DiscoveryError as failure:
             await self._record_failure(origin, failure)

@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import copy
 import hashlib
+import ipaddress
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
+from urllib.parse import urlsplit
 
 from cardfence.engine.cards.canonical import Invalid as _Invalid
 from cardfence.engine.cards.canonical import canonical as _canonical
@@ -42,8 +44,10 @@ __all__ = [
     "SecurityRequirement",
     "Skill",
     "diff",
+    "is_loopback",
     "parse_card",
     "select_interface",
+    "url_refusal",
 ]
 
 JSONRPC: Final = "JSONRPC"
@@ -214,17 +218,50 @@ def parse_card(
         raise CardInvalidError(url, detail, field=exc.field) from None
 
 
-def select_interface(card: AgentCard, prefer: Sequence[str] = ()) -> Interface:
-    """Choose the endpoint to talk to (DESIGN §3).
+def is_loopback(host: str) -> bool:
+    """``localhost`` or a loopback address (IPv6 with or without its brackets)."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
 
-    Among interfaces we speak (JSON-RPC or HTTP+JSON over http(s)), 1.x protocol versions come
-    first (we send ``A2A-Version: 1.0``), then the caller's ``prefer`` order of bindings (a
-    preference: unlisted bindings still qualify after the listed ones), then the card's order,
-    which is the agent's preference.
+
+def url_refusal(url: str, *, allow_insecure: bool = False) -> str | None:
+    """Why a remote URL may not be used, or None when it may: the one rule for card, interface
+    and webhook URLs (R16): plain ``http`` only to loopback, else ``https``. ``allow_insecure``
+    lifts the loopback condition (CLI: ``--allow-insecure-http``)."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+    except ValueError:
+        return "not a valid URL"
+    scheme = parts.scheme.lower()
+    if scheme == "https" and host:
+        return None
+    if scheme != "http" or not host:
+        return "not an http(s) URL with a host"
+    if allow_insecure or is_loopback(host):
+        return None
+    return "plain http to a non-loopback host refused (https required)"
+
+
+def select_interface(
+    card: AgentCard, prefer: Sequence[str] = (), *, allow_insecure: bool = False
+) -> Interface:
+    """Choose the endpoint to talk to.
+
+    Among interfaces we speak (JSON-RPC or HTTP+JSON over http(s)) and may use (:func:`url_refusal`:
+    plain ``http`` only to loopback unless ``allow_insecure``), 1.x protocol versions come first
+    (we send ``A2A-Version: 1.0``), then the caller's ``prefer`` order of bindings (a preference:
+    unlisted bindings still qualify after the listed ones), then the card's order, which is the
+    agent's preference.
 
     Raises:
         ValueError: ``prefer`` names a binding we do not speak.
-        CardInvalidError: no interface is speakable (field ``supportedInterfaces``).
+        CardInvalidError: no interface is speakable (field ``supportedInterfaces``), or none of
+            them may be used (kind ``insecure``).
     """
     rank: dict[str, int] = {}
     for name in prefer:
@@ -244,7 +281,18 @@ def select_interface(card: AgentCard, prefer: Sequence[str] = ()) -> Interface:
             f"invalid Agent Card: supportedInterfaces: none we speak ({offered})",
             field="supportedInterfaces",
         )
-    return min(speakable, key=lambda entry: entry[:3])[3]
+    refused = [(i, url_refusal(i.url, allow_insecure=allow_insecure)) for *_, i in speakable]
+    usable = [entry for entry, (_, why) in zip(speakable, refused, strict=True) if why is None]
+    if not usable:
+        named = "; ".join(f"{i.binding} {i.url}: {why}" for i, why in refused[:3])
+        more = f" (and {len(refused) - 3} more)" if len(refused) > 3 else ""
+        raise CardInvalidError(
+            card.source_url,
+            f"no interface may be used: {named}{more}",
+            field="supportedInterfaces",
+            kind="insecure",
+        )
+    return min(usable, key=lambda entry: entry[:3])[3]
 
 
 # --- building: JSON value -> AgentCard ------------------------------------------------------------

@@ -28,6 +28,7 @@ EXIT_DEADLINE = 6
 EXIT_REMOTE_REFUSED = 7
 EXIT_TERMINAL_NOT_COMPLETED = 8
 EXIT_UNREACHABLE = 9
+EXIT_STORE_UNAVAILABLE = 10
 
 # Most specific first: CardInvalidError is a DiscoveryError.
 _EXIT_CODES: tuple[tuple[type[errors.CardfenceError], int], ...] = (
@@ -40,12 +41,15 @@ _EXIT_CODES: tuple[tuple[type[errors.CardfenceError], int], ...] = (
     (errors.DeadlineExceeded, EXIT_DEADLINE),
     (errors.RemoteRefusedError, EXIT_REMOTE_REFUSED),
     (errors.EndpointUnreachableError, EXIT_UNREACHABLE),
+    (errors.InvalidAgentResponseError, EXIT_UNREACHABLE),
+    (errors.StoreUnavailableError, EXIT_STORE_UNAVAILABLE),
+    (errors.SchemaTooNewError, EXIT_STORE_UNAVAILABLE),
     (errors.TaskEndedError, EXIT_TERMINAL_NOT_COMPLETED),
 )
 
 
 def exit_code_for(error: errors.CardfenceError) -> int:
-    """The exit code CLI.md assigns to an error (1 for errors it does not name)."""
+    """The exit code docs/cli.md assigns to an error (1 for errors it does not name)."""
     for kind, code in _EXIT_CODES:
         if isinstance(error, kind):
             return code

@@ -1,4 +1,4 @@
-"""The ``cardfence`` command line: a thin layer over the Python API (see CLI.md).
+"""The ``cardfence`` command line: a thin layer over the Python API (docs/cli.md).
 
 Global options (``--db``, ``--json``, ``--debug``) are accepted before and after the command name.
 Every non-zero exit ends stderr with one line that starts with the error's type name.
@@ -19,6 +19,7 @@ import typer
 from cardfence.engine import errors
 from cardfence.engine.cards.discovery import CardLimits, CardRead, Discovery, card_urls
 from cardfence.engine.cards.history import RevisionEntry, revision_history
+from cardfence.engine.cli import demo as demo_commands
 from cardfence.engine.cli import tasks as task_commands
 from cardfence.engine.cli.app import (
     EXIT_OK,
@@ -39,7 +40,7 @@ from cardfence.engine.cli.app import (
 )
 from cardfence.store import EventStore
 
-__all__ = ["app", "main", "run", "task_commands"]
+__all__ = ["app", "demo_commands", "main", "run", "task_commands"]
 
 
 @app.command()

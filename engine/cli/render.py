@@ -1,17 +1,25 @@
-"""Human renderings for the terminal: a task's timeline, the task list, an audit. Text only."""
+"""Human renderings for the terminal: a task's timeline, the task list, an audit, and a task's
+path as a mermaid state diagram. Text only.
+
+Every event type of the catalogue (``engine/events.py``) is put in words by :func:`describe`; a type
+this version does not know (written by a newer cardfence) is shown as its compact JSON instead, and
+nothing an event carries (a remote's message included) can break a rendering.
+"""
 
 from __future__ import annotations
 
 import io
 import json
-from collections.abc import Sequence
-from typing import Any
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Final
 
 from rich.console import Console
 from rich.table import Table
 
 from cardfence.engine import events as ev
 from cardfence.engine.audit import AuditReport
+from cardfence.engine.lifecycle import TERMINAL, TaskLifecycle
 from cardfence.engine.views import TaskView
 from cardfence.store import RecordedEvent
 
@@ -29,8 +37,21 @@ _STYLE = {
 
 def _text(table: Table) -> str:
     buffer = io.StringIO()
-    Console(file=buffer, width=160, color_system=None, soft_wrap=False).print(table)
+    # Cells carry what remote agents said: never read them as rich markup or emoji codes.
+    Console(
+        file=buffer, width=160, color_system=None, soft_wrap=False, markup=False, emoji=False,
+        highlight=False,
+    ).print(table)  # fmt: skip
     return buffer.getvalue()
+
+
+_UNPRINTABLE: Final = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def _line(value: object) -> str:
+    """``value`` as one printable line: control characters (terminal escapes, newlines) shown
+    escaped, never interpreted."""
+    return _UNPRINTABLE.sub(lambda m: f"\\x{ord(m.group()):02x}", str(value))
 
 
 def task_line(view: TaskView) -> str:
@@ -40,54 +61,228 @@ def task_line(view: TaskView) -> str:
         parts.insert(1, f"remote {view.remote_task_id}")
     if view.flags:
         parts.append(f"flags {', '.join(view.flags)}")
-    lines = ["  ".join(parts)]
+    lines = [_line("  ".join(parts))]
     if view.last_message:
-        lines.append(f"  message: {view.last_message}")
+        lines.append(f"  message: {_line(view.last_message)}")
     for artifact in view.artifacts:
         texts = [p.get("text") for p in artifact.get("parts", ()) if p.get("text")]
-        lines.append(f"  artifact {artifact.get('name') or artifact.get('artifact_id')}: "
-                     + " | ".join(str(t) for t in texts))  # fmt: skip
+        lines.append(_line(f"  artifact {artifact.get('name') or artifact.get('artifact_id')}: "
+                           + " | ".join(str(t) for t in texts)))  # fmt: skip
     return "\n".join(lines)
 
 
+# -- events in words ----------------------------------------------------------------------------
+
+Describe = Callable[[Mapping[str, Any]], str]
+
+
+def _short(value: Any, width: int = 12) -> str:
+    """A hash or id cut to ``width`` characters; ``-`` when absent."""
+    return "-" if value is None or value == "" else str(value)[:width]
+
+
+def _endpoint(value: Any) -> str:
+    if isinstance(value, Mapping):
+        binding = value.get("binding")
+        return f"{value.get('url')}" + (f" ({binding})" if binding else "")
+    return _short(value, 200)
+
+
+def _quoted(text: Any) -> str:
+    return f"  “{text}”" if text else ""
+
+
+def _task_submitted(d: Mapping[str, Any]) -> str:
+    return (
+        f"skill {d.get('skill')} on {d.get('agent')}  card {_short(d.get('card_revision'))} "
+        f"v{d.get('card_version')}  contract {_short(d.get('contract_hash'))}"
+    )
+
+
+def _state_changed(d: Mapping[str, Any]) -> str:
+    return f"{d.get('from')} → {d.get('to')}  via {d.get('source')}" + _quoted(d.get("message"))
+
+
+def _observation_ignored(d: Mapping[str, Any]) -> str:
+    return f"{d.get('state')} via {d.get('source')} ignored: {d.get('reason')}"
+
+
+def _webhook_registered(d: Mapping[str, Any]) -> str:
+    return f"config {d.get('config_id')} → {d.get('url')} (provisional)"
+
+
+def _webhook_confirmed(d: Mapping[str, Any]) -> str:
+    return f"config {d.get('config_id')} confirmed by its first valid delivery"
+
+
+def _delivery_downgraded(d: Mapping[str, Any]) -> str:
+    return f"push off, {d.get('to') or 'polling'} from now: {d.get('reason')}: {d.get('detail')}"
+
+
+def _discovery_unavailable(d: Mapping[str, Any]) -> str:
+    return f"card read failed ({d.get('kind')} {d.get('detail')}) during {d.get('during')}"
+
+
+def _card_revision_changed(d: Mapping[str, Any]) -> str:
+    changes = d.get("changes")
+    changed = ", ".join(sorted(changes)) if isinstance(changes, Mapping) and changes else "revision"
+    return f"{_short(d.get('old'))} → {_short(d.get('new'))} ({changed})"
+
+
+def _flagged_for_review(d: Mapping[str, Any]) -> str:
+    revision = f"  card {_short(d.get('revision'))}" if d.get("revision") else ""
+    return f"{d.get('reason')}: {d.get('detail')}{revision}"
+
+
+def _contract_diverged(d: Mapping[str, Any]) -> str:
+    return (
+        f"card {_short(d.get('revision'))} has contract {_short(d.get('observed'))}; "
+        f"the task keeps {_short(d.get('frozen'))}"
+    )
+
+
+def _task_orphaned(d: Mapping[str, Any]) -> str:
+    return f"{d.get('reason')}: {d.get('detail')}  card {_short(d.get('revision'))}"
+
+
+def _endpoint_moved(d: Mapping[str, Any]) -> str:
+    return f"{_endpoint(d.get('old'))} → {_endpoint(d.get('new'))}"
+
+
+def _endpoint_unreachable(d: Mapping[str, Any]) -> str:
+    return f"{d.get('url')} unreachable during {d.get('during')}: {d.get('detail')}"
+
+
+def _cancel_requested(d: Mapping[str, Any]) -> str:
+    return "cancel asked of the remote (the state moves only when it reports canceled)"
+
+
+def _cancel_refused(d: Mapping[str, Any]) -> str:
+    return f"the remote refused to cancel (code {d.get('code')}): {d.get('detail')}"
+
+
+def _reply_sent(d: Mapping[str, Any]) -> str:
+    return f"reply of {d.get('chars')} characters sent (message {d.get('message_id')})"
+
+
+def _deadline_exceeded(d: Mapping[str, Any]) -> str:
+    return f"still {d.get('state')} after {d.get('seconds')}s waiting for {d.get('until')}"
+
+
+def _artifact_received(d: Mapping[str, Any]) -> str:
+    parts = d.get("parts")
+    texts = [
+        str(p["text"]) for p in (parts if isinstance(parts, list) else ())
+        if isinstance(p, Mapping) and p.get("text")
+    ]  # fmt: skip
+    shown = f": {' | '.join(texts)}"[:80] if texts else ""
+    return f"{d.get('name') or d.get('artifact_id')} via {d.get('source')}{shown}"
+
+
+def _card_fetched(d: Mapping[str, Any]) -> str:
+    what = "extended card" if d.get("extended") else "card"
+    how = "unchanged (304)" if d.get("status") == 304 else f"read ({d.get('status')})"
+    push = "push" if d.get("push_notifications") else "no push"
+    return (
+        f"{what} {_short(d.get('revision'))} v{d.get('version')} {how} from {d.get('url')}  "
+        f"contract {_short(d.get('contract_hash'))}, {push}"
+    )
+
+
+def _discovery_failed(d: Mapping[str, Any]) -> str:
+    return f"card read of {d.get('url')} failed: {d.get('kind')} {d.get('detail')}"
+
+
+def _contract_pinned(d: Mapping[str, Any]) -> str:
+    return f"contract {_short(d.get('contract_hash'))} pinned (card {_short(d.get('revision'))})"
+
+
+def _contract_accepted(d: Mapping[str, Any]) -> str:
+    return (
+        f"contract {_short(d.get('previous'))} → {_short(d.get('contract_hash'))} accepted "
+        f"(card {_short(d.get('revision'))})"
+    )
+
+
+def _task_creation_refused(d: Mapping[str, Any]) -> str:
+    return f"skill {d.get('skill')} refused before sending: {d.get('reason')}: {d.get('detail')}"
+
+
+_DESCRIBE: Final[Mapping[str, Describe]] = {
+    ev.CARD_FETCHED: _card_fetched,
+    ev.DISCOVERY_FAILED: _discovery_failed,
+    ev.CONTRACT_PINNED: _contract_pinned,
+    ev.CONTRACT_ACCEPTED: _contract_accepted,
+    ev.TASK_CREATION_REFUSED: _task_creation_refused,
+    ev.TASK_SUBMITTED: _task_submitted,
+    ev.STATE_CHANGED: _state_changed,
+    ev.OBSERVATION_IGNORED: _observation_ignored,
+    ev.WEBHOOK_REGISTERED: _webhook_registered,
+    ev.WEBHOOK_CONFIRMED: _webhook_confirmed,
+    ev.DELIVERY_DOWNGRADED: _delivery_downgraded,
+    ev.DISCOVERY_UNAVAILABLE: _discovery_unavailable,
+    ev.CARD_REVISION_CHANGED: _card_revision_changed,
+    ev.FLAGGED_FOR_REVIEW: _flagged_for_review,
+    ev.CONTRACT_DIVERGED: _contract_diverged,
+    ev.TASK_ORPHANED: _task_orphaned,
+    ev.ENDPOINT_MOVED: _endpoint_moved,
+    ev.ENDPOINT_UNREACHABLE: _endpoint_unreachable,
+    ev.CANCEL_REQUESTED: _cancel_requested,
+    ev.CANCEL_REFUSED: _cancel_refused,
+    ev.REPLY_SENT: _reply_sent,
+    ev.DEADLINE_EXCEEDED: _deadline_exceeded,
+    ev.ARTIFACT_RECEIVED: _artifact_received,
+}
+
+
+def describe(type_: str, data: Mapping[str, Any]) -> str | None:
+    """An event in words, or ``None`` for a type this version has no words for."""
+    words = _DESCRIBE.get(type_)
+    if words is None:
+        return None
+    try:
+        return _line(words(data))
+    except Exception:  # a payload of an unexpected shape: shown raw, never a crash
+        return None
+
+
+def fallback(type_: str, payload: str) -> str:
+    """A type without words: the type and its compact JSON payload, cut short."""
+    try:
+        decoded = json.loads(payload)
+        text = json.dumps(decoded, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    except ValueError:
+        text = payload
+    text = _line(text)
+    return f"{type_} {text[:100]}{'…' if len(text) > 100 else ''}"
+
+
 def summary(event: RecordedEvent) -> str:
-    """What an event says, in a few words."""
-    data = event.data
-    if event.type == ev.STATE_CHANGED:
-        text = f"{data.get('from')} → {data.get('to')}  via {data.get('source')}"
-        return text + (f"  “{data['message']}”" if data.get("message") else "")
-    if event.type == ev.OBSERVATION_IGNORED:
-        return f"{data.get('state')} via {data.get('source')}: {data.get('reason')}"
-    if event.type == ev.TASK_SUBMITTED:
-        return (
-            f"skill {data.get('skill')} on {data.get('agent')}  card "
-            f"{str(data.get('card_revision'))[:12]} v{data.get('card_version')}"
-        )
-    if event.type == ev.CARD_REVISION_CHANGED:
-        changed = ", ".join(sorted((data.get("changes") or {}).keys())) or "revision"
-        return f"{str(data.get('old'))[:12]} → {str(data.get('new'))[:12]} ({changed})"
-    if event.type in (ev.DELIVERY_DOWNGRADED, ev.FLAGGED_FOR_REVIEW, ev.TASK_ORPHANED):
-        return f"{data.get('reason')}: {data.get('detail', '')}"
-    if event.type == ev.DISCOVERY_UNAVAILABLE:
-        failure = f"{data.get('kind')} {data.get('detail')}"
-        return f"card read failed ({failure}) during {data.get('during')}"
-    if event.type == ev.WEBHOOK_REGISTERED:
-        return f"config {data.get('config_id')} → {data.get('url')} (provisional)"
-    if event.type == ev.ARTIFACT_RECEIVED:
-        return f"{data.get('name') or data.get('artifact_id')}"
-    keep = {k: v for k, v in data.items() if k not in ("at",)}
-    return json.dumps(keep, sort_keys=True)[:100]
+    """What an event says, in a few words (its type and compact JSON if it has none)."""
+    try:
+        data = event.data
+    except (ValueError, AssertionError):  # not a JSON object: shown raw
+        return fallback(event.type, event.payload)
+    return describe(event.type, data) or fallback(event.type, event.payload)
 
 
-def timeline(view: TaskView, events: Sequence[RecordedEvent], contract_hash: str | None) -> str:
+def timeline(
+    view: TaskView,
+    events: Sequence[RecordedEvent],
+    contract_hash: str | None,
+    *,
+    as_of: str | None = None,
+) -> str:
+    """The task's header and its events, one row each (``as_of``: the point it is shown at)."""
     table = Table(title=None, show_edge=False, pad_edge=False)
-    for column in ("v", "recorded", "event", "what"):
+    for column in ("v", "pos", "recorded (UTC)", "event", "what"):
         table.add_column(column)
     for event in events:
         table.add_row(
             str(event.version),
-            event.recorded_at.strftime("%H:%M:%S.%f")[:-3],
-            event.type,
+            f"@{event.position}",
+            event.recorded_at.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3],
+            _line(event.type),
             summary(event),
             style=_STYLE.get(event.type),
         )
@@ -96,10 +291,73 @@ def timeline(view: TaskView, events: Sequence[RecordedEvent], contract_hash: str
         f"  card revision {view.card_revision}  contract {contract_hash}",
         "",
     ]
+    if as_of is not None:
+        head.insert(0, f"as of {as_of}: the task as it stood then, and its events up to there")
     return "\n".join(head) + _text(table)
 
 
-def task_table(views: Sequence[TaskView]) -> str:
+# -- the task's path as a mermaid state diagram ----------------------------------------------------
+
+_MERMAID_IDS: Final[Mapping[str, str]] = {str(s.value): s.id for s in TaskLifecycle.states}
+
+
+def _mermaid_id(state: str) -> str:
+    """The lifecycle's own state id (``input-required`` -> ``input_required``, as in
+    ``docs/lifecycle.md``); any other name made a safe identifier."""
+    known = _MERMAID_IDS.get(state)
+    if known is not None:
+        return known
+    return "s_" + (re.sub(r"[^0-9A-Za-z_]", "_", state) or "empty")
+
+
+def _mermaid_label(state: str) -> str:
+    return re.sub(r'["\\\x00-\x1f\x7f-\x9f]', "_", state)
+
+
+def _mermaid_word(text: str) -> str:
+    """A transition label word: nothing mermaid could read as syntax."""
+    return re.sub(r"[^0-9A-Za-z_-]", "_", text) or "-"
+
+
+def task_path(events: Sequence[RecordedEvent]) -> str:
+    """The task's actual path as a mermaid ``stateDiagram-v2``.
+
+    ``[*] --> submitted``, then one edge per applied ``StateChanged``, labelled with its order and
+    source (``working --> input_required : 2 poll``), and ``--> [*]`` after a terminal state. Only
+    the states the task went through are declared, with their A2A names as labels.
+    """
+    steps: list[tuple[str, str, str]] = []
+    for event in events:
+        if event.type != ev.STATE_CHANGED:
+            continue
+        try:
+            data = event.data
+        except (ValueError, AssertionError):
+            continue
+        steps.append((str(data.get("from")), str(data.get("to")), str(data.get("source"))))
+    start = steps[0][0] if steps else "submitted"
+    visited = [start]
+    for _, to, _ in steps:
+        if to not in visited:
+            visited.append(to)
+    lines = ["stateDiagram-v2"]
+    lines += [f'    state "{_mermaid_label(s)}" as {_mermaid_id(s)}' for s in visited]
+    lines.append(f"    [*] --> {_mermaid_id(start)}")
+    for order, (from_, to, source) in enumerate(steps, start=1):
+        lines.append(
+            f"    {_mermaid_id(from_)} --> {_mermaid_id(to)} : {order} {_mermaid_word(source)}"
+        )
+    last = steps[-1][1] if steps else start
+    if last in TERMINAL:
+        lines.append(f"    {_mermaid_id(last)} --> [*]")
+    return "\n".join(lines) + "\n"
+
+
+def task_table(views: Sequence[TaskView], *, as_of: str | None = None) -> str:
+    """One row per task (``as_of``: the point the tasks are shown at)."""
+    if as_of is not None:
+        head = f"as of {as_of}: every task as it stood then"
+        return head + ("\n" + task_table(views) if views else ": no tasks")
     if not views:
         return "no tasks"
     table = Table(show_edge=False, pad_edge=False)

@@ -1,4 +1,5 @@
-"""The task commands of ``cardfence``: run, reply, cancel, resume, tasks, show, audit (CLI.md)."""
+"""The task commands of ``cardfence``: run, reply, cancel, resume, tasks, show, audit
+(``docs/cli.md``)."""
 
 from __future__ import annotations
 
@@ -26,10 +27,19 @@ from cardfence.engine.cli.app import (
     open_store,
     options_of,
 )
-from cardfence.engine.cli.render import audit_text, event_json, task_line, task_table, timeline
+from cardfence.engine.cli.render import (
+    audit_text,
+    event_json,
+    task_line,
+    task_path,
+    task_table,
+    timeline,
+)
+from cardfence.engine.deadline import until as requests_until
 from cardfence.engine.engine import Engine, EngineConfig
-from cardfence.engine.lifecycle import TERMINAL
-from cardfence.engine.tasklog import TaskLog, task_stream_id
+from cardfence.engine.lifecycle import STATES, TERMINAL
+from cardfence.engine.remote import TaskState
+from cardfence.engine.tasklog import AsOf, TaskLog, task_stream_id
 from cardfence.engine.views import TaskView
 
 _T = TypeVar("_T")
@@ -49,26 +59,48 @@ CardAgeOption = Annotated[
     typer.Option("--max-card-age", help="Re-validate the card at most this often (seconds)."),
 ]
 TaskArgument = Annotated[str, typer.Argument(metavar="TASK", help="Local key or remote task id.")]
+AsOfOption = Annotated[
+    str | None,
+    typer.Option(
+        "--as-of",
+        metavar="TIME|@POSITION",
+        help="As it stood then: an ISO 8601 time (without an offset, UTC) or a global position "
+        "@N; replays the events recorded up to there.",
+    ),
+]
+
+# `--state` takes A2A's lower-case names; `unknown` is one, though no task is ever left in it.
+STATE_NAMES = (*STATES, TaskState.UNKNOWN)
+FORMATS = ("text", "mermaid")
 
 
 def _engine_run(
     options: Globals,
     config: EngineConfig,
     job: Callable[[Engine], Awaitable[_T]],
+    deadline: float | None = None,
 ) -> _T:
+    """Run ``job`` on an engine; every request it makes ends by ``deadline`` (R16)."""
+
     async def main() -> _T:
         async with httpx.AsyncClient() as client:
             engine = Engine(open_store(options), client, config)
             try:
-                return await job(engine)
+                with requests_until(deadline):
+                    return await job(engine)
             finally:
                 await engine.aclose()
 
     return asyncio.run(main())
 
 
+def _human(options: Globals, render: Callable[[], str]) -> str:
+    """The human text, rendered only when it is what gets printed (not under ``--json``)."""
+    return "" if options.json else render()
+
+
 def _finish(options: Globals, view: TaskView) -> None:
-    """Print the task and end as CLI.md says: 8 for a terminal state other than completed."""
+    """Print the task and end as docs/cli.md says: 8 for a terminal state other than completed."""
     emit(options, view.to_json(), task_line(view))
     if view.state in TERMINAL and view.state != "completed":
         raise errors.TaskEndedError(view.task, view.state, view.last_message)
@@ -132,7 +164,7 @@ def run(
             await engine.register_webhook(view.task, webhook_url, token=webhook_token)
         return await _drive_or_report(engine, options, view.task, until, deadline)
 
-    _finish(options, _engine_run(options, config, job))
+    _finish(options, _engine_run(options, config, job, deadline))
 
 
 @app.command()
@@ -155,7 +187,8 @@ def reply(
         view = await engine.reply(task, text)
         return await _drive_or_report(engine, options, view.task, until, deadline)
 
-    _finish(options, _engine_run(options, EngineConfig(max_poll_interval=max_poll_interval), job))
+    config = EngineConfig(max_poll_interval=max_poll_interval)
+    _finish(options, _engine_run(options, config, job, deadline))
 
 
 @app.command()
@@ -200,7 +233,8 @@ def resume(
 
     if task is not None:
         _finish(
-            options, _engine_run(options, config, lambda engine: one(engine, task, report=True))
+            options,
+            _engine_run(options, config, lambda engine: one(engine, task, report=True), deadline),
         )
         return
 
@@ -221,7 +255,7 @@ def resume(
                 views.append(engine.task(pending.task))
         return views, orphaned, failures
 
-    views, orphaned, failures = _engine_run(options, config, every)
+    views, orphaned, failures = _engine_run(options, config, every, deadline)
     document: dict[str, Any] = {"tasks": [v.to_json() for v in views], "orphaned": orphaned}
     human = "\n".join(task_line(v) for v in views) or "no task to resume"
     emit(options, document, human)
@@ -234,34 +268,65 @@ def resume(
 @app.command()
 def tasks(
     ctx: typer.Context,
-    state: Annotated[str | None, typer.Option("--state", help="Only tasks in this state.")] = None,
+    state: Annotated[
+        str | None,
+        typer.Option("--state", help=f"Only tasks in this state: {', '.join(STATE_NAMES)}."),
+    ] = None,
+    as_of: AsOfOption = None,
     db: DbOption = None,
     json_: JsonOption = False,
     debug: DebugOption = False,
 ) -> None:
-    """One row per task."""
+    """One row per task (--as-of: every task as it stood then)."""
     options = options_of(ctx, db, json_, debug)
+    if state is not None and state not in STATE_NAMES:
+        raise errors.UsageError(
+            f"unknown state {state!r} for --state: expected one of {', '.join(STATE_NAMES)}"
+        )
+    point = None if as_of is None else AsOf.parse(as_of)
     with open_store(options) as store:
-        views = [TaskView.of(h.state, h.updated_at) for h in TaskLog(store).all(status=state)]
-    emit(options, {"tasks": [v.to_row() for v in views]}, task_table(views))
+        log = TaskLog(store)
+        heads = log.all(status=state) if point is None else log.all_as_of(point, status=state)
+    views = [TaskView.of(h.state, h.updated_at) for h in heads]
+    document: dict[str, Any] = {"tasks": [v.to_row() for v in views]}
+    as_of_text = None if point is None else str(point)
+    if as_of_text is not None:
+        document["as_of"] = as_of_text
+    emit(options, document, _human(options, lambda: task_table(views, as_of=as_of_text)))
 
 
 @app.command()
 def show(
     ctx: typer.Context,
     task: TaskArgument,
+    as_of: AsOfOption = None,
+    format_: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            metavar="text|mermaid",
+            help="text: the timeline; mermaid: the task's path as a mermaid state diagram.",
+        ),
+    ] = "text",
     db: DbOption = None,
     json_: JsonOption = False,
     debug: DebugOption = False,
 ) -> None:
-    """The task's timeline: its own stream, versions 1..n."""
+    """The task's timeline: its own stream, versions 1..n (--as-of: up to a past point)."""
     options = options_of(ctx, db, json_, debug)
+    if format_ not in FORMATS:
+        raise errors.UsageError(f"unknown --format {format_!r}: expected text or mermaid")
+    point = None if as_of is None else AsOf.parse(as_of)
     with open_store(options) as store:
         log = TaskLog(store)
-        head = log.head(log.find(task))
-        events = store.read_stream(task_stream_id(head.key))
+        key = log.find(task)
+        if point is None:
+            head = log.head(key)
+            events = store.read_stream(task_stream_id(head.key))
+        else:
+            head, events = log.as_of(key, point)
     view = TaskView.of(head.state, head.updated_at)
-    document = {
+    document: dict[str, Any] = {
         "task": view.task,
         "remote_task_id": view.remote_task_id,
         "state": view.state,
@@ -271,7 +336,19 @@ def show(
         "flags": list(view.flags),
         "events": [event_json(e) for e in events],
     }
-    emit(options, document, timeline(view, events, view.contract_hash))
+    as_of_text = None if point is None else str(point)
+    if as_of_text is not None:
+        document["as_of"] = as_of_text
+    if format_ == "mermaid":
+        diagram = task_path(events)
+        document["mermaid"] = diagram
+        emit(options, document, diagram)
+        return
+    emit(
+        options,
+        document,
+        _human(options, lambda: timeline(view, events, view.contract_hash, as_of=as_of_text)),
+    )
 
 
 @app.command()

@@ -13,7 +13,7 @@ Plain functions and classes, no pytest fixtures: the test modules define their f
 - :class:`PushReceiver` — a webhook on 127.0.0.1 that records what the agent POSTs and, once told
   to, hands each delivery to ``Engine.deliver`` on the test's event loop.
 - :class:`MovableEndpoint` — a JSON-RPC endpoint of its own that relays to the agent's until it is
-  retired (then a plain 404, seed 002): the old endpoint of an agent that moved.
+  retired (then a plain 404, incident 002): the old endpoint of an agent that moved.
 - Crafted push bodies: :func:`status_update_body`, :data:`JSON`, :func:`push_headers`.
 """
 
@@ -31,16 +31,16 @@ from typing import Any
 import httpx
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.responses import PlainTextResponse, Response
 from starlette.routing import Route
 from support import Peer, ServerThread
 
 from cardfence.engine import events as ev
 from cardfence.engine.audit import audit
 from cardfence.engine.cards.discovery import CardLimits, card_urls
+from cardfence.engine.demo.receiver import WebhookReceiver
 from cardfence.engine.engine import Engine, EngineConfig
 from cardfence.engine.tasklog import task_stream_id
-from cardfence.engine.webhook import Delivery
 from cardfence.store import EventStore, RecordedEvent
 
 FAST = EngineConfig(
@@ -199,41 +199,10 @@ def status_update_body(
     return json.dumps({"statusUpdate": update}).encode()
 
 
-class PushReceiver:
-    """A webhook on 127.0.0.1 (``url``) in its own thread and event loop.
-
-    It records every POST in ``deliveries`` as (body, headers). After :meth:`forward_to`, each
-    delivery is handed to ``engine.deliver`` on the engine's loop (the test's), the answer is kept
-    in ``answers`` and its status returned to the agent. Use as ``with PushReceiver() as hook:``.
-    """
-
-    def __init__(self) -> None:
-        self.deliveries: list[tuple[bytes, dict[str, str]]] = []
-        self.answers: list[Delivery] = []
-        self._target: tuple[Engine, asyncio.AbstractEventLoop] | None = None
-        app = Starlette(routes=[Route("/webhook", self._endpoint, methods=["POST"])])
-        self._server = ServerThread(app)
-        self.url = self._server.base_url + "/webhook"
-
-    def forward_to(self, engine: Engine) -> None:
-        """From now on, apply deliveries through ``engine`` (call from the engine's loop)."""
-        self._target = (engine, asyncio.get_running_loop())
-
-    def stop_forwarding(self) -> None:
-        self._target = None
-
-    async def _endpoint(self, request: Request) -> Response:
-        body = await request.body()
-        headers = dict(request.headers)
-        self.deliveries.append((body, headers))
-        target = self._target
-        if target is None:
-            return Response(status_code=200)
-        engine, loop = target
-        future = asyncio.run_coroutine_threadsafe(engine.deliver(body, headers), loop)
-        delivery = await asyncio.wrap_future(future)
-        self.answers.append(delivery)
-        return JSONResponse({"outcome": delivery.outcome}, status_code=delivery.status)
+class PushReceiver(WebhookReceiver):
+    """The demo's webhook (``cardfence.engine.demo.receiver``): records what the agent POSTs and,
+    after :meth:`forward_to`, hands each delivery to ``engine.deliver`` on the test's event loop.
+    Use as ``with PushReceiver() as hook:``."""
 
     def states_delivered(self) -> list[str]:
         """The wire states of the status updates and tasks received, in order."""
@@ -244,14 +213,6 @@ class PushReceiver:
             if "state" in status:
                 out.append(str(status["state"]))
         return out
-
-    def __enter__(self) -> PushReceiver:
-        self._server.start()
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self._target = None
-        self._server.stop()
 
 
 def state_of(engine: Engine, key: str) -> Mapping[str, Any]:

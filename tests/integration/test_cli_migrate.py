@@ -54,11 +54,11 @@ def test_migrate_reads_the_store_url_from_the_environment(tmp_path: Path) -> Non
     assert target.exists()
 
 
-def test_unreachable_store_exits_1_with_a_typed_one_line_error(tmp_path: Path) -> None:
+def test_unreachable_store_exits_10_with_a_typed_one_line_error(tmp_path: Path) -> None:
     done = _run(
         "migrate", "--db", "postgresql://nobody@127.0.0.1:1/x?connect_timeout=2", cwd=tmp_path
     )
-    assert done.returncode == 1
+    assert done.returncode == 10
     last = done.stderr.strip().splitlines()[-1]
     assert last.startswith("StoreUnavailableError: ")
     assert "Traceback" not in done.stderr
@@ -72,7 +72,7 @@ def test_too_new_store_is_refused_with_its_revision(tmp_path: Path) -> None:
     with sqlite3.connect(db) as conn:
         conn.execute(f"UPDATE {migrations.VERSION_TABLE} SET version_num = 'zz_future'")
     done = _run("migrate", "--db", f"sqlite:///{db}", cwd=tmp_path)
-    assert done.returncode == 1
+    assert done.returncode == 10
     assert done.stderr.strip().splitlines()[-1].startswith("SchemaTooNewError: ")
     assert "zz_future" in done.stderr
 
@@ -100,3 +100,19 @@ def test_python_dash_m_cardfence_is_the_same_command_line(tmp_path: Path) -> Non
     )
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["revision"] == migrations.head_revision()
+
+
+def test_postgresql_url_without_psycopg_names_the_extra_to_install(tmp_path: Path) -> None:
+    blocked = (
+        "import sys; sys.modules['psycopg'] = None; "  # as if psycopg were not installed
+        "from cardfence.engine.cli import main; "
+        "sys.argv = ['cardfence', 'migrate', '--db', 'postgresql://u@127.0.0.1:1/x']; main()"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", blocked], capture_output=True, text=True, timeout=60, cwd=tmp_path
+    )
+    assert done.returncode == 10
+    last = done.stderr.strip().splitlines()[-1]
+    assert last.startswith("StoreUnavailableError: ")
+    assert "pip install 'cardfence[postgres]'" in last
+    assert "nothing was written" in last

@@ -1,9 +1,9 @@
 """The task commands through the real ``cardfence`` console script, against a real a2a-sdk agent.
 
-What CLI.md fixes is checked here as an operator's script would see it: the JSON documents (exactly
-one on stdout under ``--json``), the exit codes, and the last stderr line naming the error's type.
-Tasks the commands only read are made in-process (an :class:`Engine` on the same store), which is
-faster than another subprocess and exercises the same store.
+What docs/cli.md fixes is checked here as an operator's script would see it: the JSON documents
+(exactly one on stdout under ``--json``), the exit codes, and the last stderr line naming the
+error's type. Tasks the commands only read are made in-process (an :class:`Engine` on the same
+store), which is faster than another subprocess and exercises the same store.
 """
 
 from __future__ import annotations
@@ -229,7 +229,7 @@ def test_run_of_a_task_the_remote_failed_exits_8(peer: Peer, db: str) -> None:
         *RUN_FAST, "--json",
     )  # fmt: skip
 
-    # CLI.md's list of type names does not name the one exit 8 uses; the engine says TaskEndedError.
+    # Exit 8 is reported as TaskEndedError (docs/cli.md, "Exit codes").
     task = failed_with(result, 8, "TaskEndedError")
     assert task["state"] == "failed"
     assert "no diagnostic" in last_line(result)
@@ -291,7 +291,7 @@ def test_endpoint_gone_exits_9_on_run_and_resume_and_resume_all_recovers(
         "--timeout", "0.3", *RUN_FAST, "--json",
     )  # fmt: skip
     live = failed_with(started, 6, "DeadlineExceeded")
-    peer.set_endpoint_gone(True)  # plain 404 without an A2A body (seed 002)
+    peer.set_endpoint_gone(True)  # plain 404 without an A2A body (incident 002)
 
     sent = cardfence(db, "run", peer.base_url, "--skill", "echo", "--text", "echo later", "--json")
     one = cardfence(db, "resume", live["task"][:8], "--timeout", "0.5", *POLL, "--json")

@@ -1,4 +1,4 @@
-"""Crash consistency (R9, R10, R13; CLI.md `run`, "Crash safety"), on SQLite and PostgreSQL.
+"""Crash consistency (R9, R10, R13; docs/cli.md `run`, "Crash safety"), on SQLite and PostgreSQL.
 
 The engine runs in a child process (``tests/support/crash_driver.py``) that starts and drives
 tasks against a real a2a-sdk agent (:class:`support.Peer`, in this process, so it outlives the

@@ -2,35 +2,10 @@
 
 from __future__ import annotations
 
-import shutil
-import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def build_wheel(out: Path) -> Path:
-    """Build the wheel from a copy of the sources, so a stale ``build/`` folder cannot leak in."""
-    source = out / "source"
-    shutil.copytree(
-        ROOT,
-        source,
-        symlinks=True,
-        ignore=shutil.ignore_patterns(
-            ".venv", "build", "dist", "*.egg-info", ".git", "mutants", "__pycache__", ".*_cache"
-        ),
-    )
-    subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
-         "-w", str(out), str(source)],
-        check=True,
-        capture_output=True,
-        timeout=300,
-    )  # fmt: skip
-    (wheel,) = out.glob("cardfence-*.whl")
-    return wheel
+from support.wheel import build_wheel
 
 
 def test_wheel_installs_only_cardfence_at_the_top_with_its_wings_and_migrations(

@@ -374,7 +374,7 @@ def test_skill_id_in_message_metadata_selects_the_script(peer: Peer, client: htt
     assert asked["status"]["state"] == "TASK_STATE_INPUT_REQUIRED"
     unknown = send(client, peer, "hello", metadata={"skillId": "invoice.reconcile"})
     assert unknown["status"]["state"] == "TASK_STATE_FAILED"
-    assert "message" not in unknown["status"]  # seed 002: failed, no diagnostic
+    assert "message" not in unknown["status"]  # incident 002: failed, no diagnostic
 
 
 def test_select_script_convention() -> None:

@@ -1,6 +1,6 @@
-"""Rules R1-R12 of DESIGN.md against a real a2a-sdk 1.3 agent, one incident at a time.
+"""Rules R1-R12 of docs/rules.md against a real a2a-sdk 1.3 agent, one incident at a time.
 
-Each test replays what a seed incident did (a card that breaks, changes or withdraws something
+Each test replays what a incident did (a card that breaks, changes or withdraws something
 while a task is live; a webhook that goes silent; an endpoint that moves) and asserts the bad
 outcome of the seed does not happen: no cancel is sent, no task is failed or ended locally, nothing
 is sent or registered on a card that could not confirm it, every remote report is applied once.
@@ -103,7 +103,7 @@ async def healthy_reference(engine: Engine, peer: Peer, text: str) -> list[tuple
     return transitions(engine.store, view.task)
 
 
-# -- R1: continuation is never gated by discovery (seed 000 #2) -----------------------------------
+# -- R1: continuation is never gated by discovery (incident 000 #2) --------------------------------
 
 
 async def test_card_503_mid_task_never_sends_cancel(peer: Peer, db_url: str) -> None:
@@ -124,7 +124,7 @@ async def test_card_503_mid_task_never_sends_cancel(peer: Peer, db_url: str) -> 
         assert transitions(engine.store, view.task) == reference == SLOW
 
 
-# -- R2: creation is gated by fresh discovery (seed 000) ------------------------------------------
+# -- R2: creation is gated by fresh discovery (incident 000) ---------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -180,7 +180,7 @@ async def test_creation_reads_the_card_fresh_so_a_skill_dropped_since_the_last_t
     first_etag = peer.card_etag
     first = await engine.start_task(peer.base_url, skill="echo", text="echo one")
     await engine.drive(first.task, until="terminal", timeout=5)
-    peer.mutate_card(drop_skill("echo"))  # a memoised card would still offer it (seed 000)
+    peer.mutate_card(drop_skill("echo"))  # a memoised card would still offer it (incident 000)
 
     with pytest.raises(SkillUnavailableError):
         await engine.start_task(peer.base_url, skill="echo", text="echo two")
@@ -191,7 +191,7 @@ async def test_creation_reads_the_card_fresh_so_a_skill_dropped_since_the_last_t
     assert peer.card_log[-1].if_none_match == first_etag  # conditional, on the wire all the same
 
 
-# -- R3: the contract is frozen at send (seed 004) ------------------------------------------------
+# -- R3: the contract is frozen at send (incident 004) ---------------------------------------------
 
 
 async def test_contract_rotated_between_reads_sends_nothing(peer: Peer, engine: Engine) -> None:
@@ -257,7 +257,7 @@ async def test_contract_rotated_mid_task_is_recorded_as_diverged_and_the_task_co
     assert "contract_diverged" in done.flags
 
 
-# -- R4: webhook registration is gated by an unconditional fresh read (seeds 000 #1, 001) ---------
+# -- R4: webhook registration is gated by an unconditional fresh read (incidents 000 #1, 001) ------
 
 
 @pytest.mark.parametrize(
@@ -319,7 +319,7 @@ async def test_registration_with_push_advertised_is_provisional_and_uses_our_con
     assert done.state == "completed"
 
 
-# -- R5: push is provisional until the first delivery (seed 001) ----------------------------------
+# -- R5: push is provisional until the first delivery (incident 001) -------------------------------
 
 
 async def test_push_withdrawn_after_registration_still_reaches_terminal_within_max_poll_interval(
@@ -368,7 +368,7 @@ async def test_first_valid_delivery_confirms_the_webhook(
     assert calls(peer, "GetTask") == 0
 
 
-# -- R6: capability re-checks are bound to state boundaries (seed 001) ----------------------------
+# -- R6: capability re-checks are bound to state boundaries (incident 001) -------------------------
 
 
 async def test_push_withdrawn_before_submitted_to_working_downgrades_after_the_transition(
@@ -401,7 +401,7 @@ async def test_push_withdrawn_before_submitted_to_working_downgrades_after_the_t
         assert peer.card_requests == reads_before + 1  # into a terminal state: no re-check
 
 
-# -- R7: a card change mid-task is reconciled, never acted on by cancelling (seed 004 #2) ---------
+# -- R7: a card change mid-task is reconciled, never acted on by cancelling (incident 004 #2) ------
 
 
 async def test_skill_dropped_mid_task_never_cancels(peer: Peer, engine: Engine) -> None:
@@ -443,7 +443,7 @@ async def test_endpoint_moved_mid_task_is_recorded_but_the_task_stays_on_its_end
     assert calls(peer, "GetTask", "JSONRPC") > 0
 
 
-# -- R8: a discovery failure mid-task is an annotation (seed 000) ---------------------------------
+# -- R8: a discovery failure mid-task is an annotation (incident 000) ------------------------------
 
 
 @pytest.mark.parametrize(
@@ -476,7 +476,7 @@ async def test_discovery_failing_mid_task_only_annotates(
     assert calls(peer, "CancelTask") == 0
 
 
-# -- R9: resume reconciles the task with a fresh card (seed 002) ----------------------------------
+# -- R9: resume reconciles the task with a fresh card (incident 002) -------------------------------
 
 
 async def test_resume_after_skill_vanished_raises_orphaned_and_leaves_state(
@@ -577,7 +577,7 @@ async def test_resume_with_the_card_unreadable_goes_on_at_the_recorded_endpoint(
     assert ev.TASK_ORPHANED not in types(engine.store, view.task)
 
 
-# -- R10: only the remote ends a task (seed 000) --------------------------------------------------
+# -- R10: only the remote ends a task (incident 000) -----------------------------------------------
 
 
 async def test_deadline_records_deadline_exceeded_and_does_not_fail_the_task(
@@ -654,7 +654,7 @@ async def test_terminal_state_absorbs_a_late_non_terminal_push(
     assert transitions(engine.store, view.task) == SLOW
 
 
-# -- R11: errors are told apart (seed 002) --------------------------------------------------------
+# -- R11: errors are told apart (incident 002) -----------------------------------------------------
 
 
 async def test_endpoint_gone_is_unreachable_not_task_not_found_and_changes_nothing(
@@ -731,7 +731,7 @@ async def test_cancel_at_a_moved_endpoint_is_unreachable_not_task_not_found(
     old_endpoint.gone = True
 
     with pytest.raises(EndpointUnreachableError) as caught:
-        await engine.cancel(view.task)  # seed 002: this 404 was read as "task not found"
+        await engine.cancel(view.task)  # incident 002: this 404 was read as "task not found"
 
     assert not isinstance(caught.value, RemoteRefusedError)
     assert engine.task(view.task).state == "working"
@@ -770,7 +770,7 @@ async def test_failed_without_diagnostic_after_a_card_change_is_flagged_for_revi
     peer: Peer, engine: Engine
 ) -> None:
     view = await engine.start_task(peer.base_url, skill="fail", text="fail")
-    peer.mutate_card(drop_skill("fail"))  # the vendor rolled a new card (seed 002)
+    peer.mutate_card(drop_skill("fail"))  # the vendor rolled a new card (incident 002)
     fresh = await engine.discovery.read(peer.base_url, fresh=True)
 
     done = await engine.drive(view.task, until="terminal", timeout=5)
@@ -968,7 +968,7 @@ async def test_failed_without_diagnostic_by_push_after_a_card_change_is_flagged_
     outcome = await engine.register_webhook(view.task, hook.url)
     assert outcome.registered
     await engine.drive(view.task, until="interrupted", timeout=5)
-    peer.mutate_card(drop_skill("fail"))  # the vendor rolled a new card (seed 002)
+    peer.mutate_card(drop_skill("fail"))  # the vendor rolled a new card (incident 002)
     fresh = await engine.discovery.read(peer.base_url, fresh=True)
     applied_at = datetime.fromisoformat(state_of(engine, view.task)["remote_timestamp"])
 

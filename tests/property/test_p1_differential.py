@@ -134,7 +134,7 @@ class Differential(RuleBasedStateMachine):
             # every world, so the worlds follow the same tasks the same way.
             kept, world.agent.card = world.agent.card, "same"
             view = self.run(world.engine.start_task(AGENT, skill="work", text=label))
-            outcome = self.run(world.engine.register_webhook(view.task, "http://hook.test/"))
+            outcome = self.run(world.engine.register_webhook(view.task, "https://hook.test/"))
             assert outcome.registered
             assert outcome.token
             world.keys[label], world.tokens[label] = view.task, outcome.token
@@ -325,7 +325,7 @@ def test_p1_catches_a_poll_that_reads_the_card_and_fails_the_task_on_a_503(
     async def poll_reading_the_card(self: Engine, key: str, state: State) -> State:
         try:
             await self.discovery.read(state["agent_url"], fresh=True)
-        except DiscoveryError:  # the seed 000 client: no card, so the task must be dead
+        except DiscoveryError:  # the incident 000 client: no card, so the task must be dead
             return self._observe_state(key, Observation("poll", "failed", None))
         return await original(self, key, state)
 
@@ -360,7 +360,7 @@ def test_p1_catches_a_client_that_cancels_when_revalidation_fails(
         state = self.log.head(key).state
         try:
             await self.discovery.read(state["agent_url"], fresh=True)
-        except DiscoveryError:  # seed 000 #2: a card 503 read as "the task is unreachable"
+        except DiscoveryError:  # incident 000 #2: a card 503 read as "the task is unreachable"
             if state["state"] not in TERMINAL:
                 with contextlib.suppress(RemoteRefusedError):
                     await self.cancel(key)

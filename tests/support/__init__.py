@@ -1,4 +1,5 @@
-"""Test support: a real in-process A2A agent (`Peer`) and a threaded uvicorn server.
+"""Test support: a real in-process A2A agent (`Peer`, the demo agent with test-only faults)
+and a threaded uvicorn server.
 
 `tests/` is on ``sys.path`` under pytest (``tests/conftest.py`` puts it there), so
 tests import this package as ``support``; scripts that add the repository root to

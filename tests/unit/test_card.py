@@ -502,31 +502,31 @@ def interfaces(*entries: tuple[str, str, str]) -> AgentCard:
 
 def test_selection_follows_the_card_order_among_bindings_we_speak() -> None:
     card = interfaces(
-        ("http://a.test/grpc", "GRPC", "1.0"),
-        ("http://a.test/rest", "HTTP+JSON", "1.0"),
-        ("http://a.test/rpc", "JSONRPC", "1.0"),
+        ("https://a.test/grpc", "GRPC", "1.0"),
+        ("https://a.test/rest", "HTTP+JSON", "1.0"),
+        ("https://a.test/rpc", "JSONRPC", "1.0"),
     )
-    assert select_interface(card) == Interface("http://a.test/rest", HTTP_JSON, "1.0")
+    assert select_interface(card) == Interface("https://a.test/rest", HTTP_JSON, "1.0")
 
 
 def test_selection_honours_the_caller_preference() -> None:
     card = interfaces(
-        ("http://a.test/rest", "HTTP+JSON", "1.0"), ("http://a.test/rpc", "JSONRPC", "1.0")
+        ("https://a.test/rest", "HTTP+JSON", "1.0"), ("https://a.test/rpc", "JSONRPC", "1.0")
     )
-    assert select_interface(card, prefer=["JSONRPC"]).url == "http://a.test/rpc"
-    assert select_interface(card, prefer=["REST", "JSONRPC"]).url == "http://a.test/rest"
+    assert select_interface(card, prefer=["JSONRPC"]).url == "https://a.test/rpc"
+    assert select_interface(card, prefer=["REST", "JSONRPC"]).url == "https://a.test/rest"
 
 
 def test_selection_falls_back_past_an_unavailable_preferred_binding() -> None:
-    card = interfaces(("http://a.test/rpc", "JSONRPC", "1.0"))
+    card = interfaces(("https://a.test/rpc", "JSONRPC", "1.0"))
     assert select_interface(card, prefer=["HTTP+JSON"]).binding == JSONRPC
 
 
 def test_selection_puts_v10_interfaces_before_legacy_ones() -> None:
     card = interfaces(
-        ("http://a.test/v03", "JSONRPC", "0.3"), ("http://a.test/v10", "HTTP+JSON", "1.0")
+        ("https://a.test/v03", "JSONRPC", "0.3"), ("https://a.test/v10", "HTTP+JSON", "1.0")
     )
-    assert select_interface(card, prefer=["JSONRPC"]).url == "http://a.test/v10"
+    assert select_interface(card, prefer=["JSONRPC"]).url == "https://a.test/v10"
 
 
 def test_selection_refuses_a_card_with_nothing_we_speak() -> None:
@@ -543,7 +543,7 @@ def test_preferring_a_binding_we_do_not_speak_is_a_usage_error() -> None:
 
 
 def test_lower_case_binding_names_are_normalised() -> None:
-    card = interfaces(("http://a.test/rest", "http+json", "1.0"))
+    card = interfaces(("https://a.test/rest", "http+json", "1.0"))
     assert select_interface(card).binding == HTTP_JSON
 
 

@@ -1,4 +1,4 @@
-"""Exit codes and error lines as CLI.md fixes them."""
+"""Exit codes and error lines as docs/cli.md fixes them."""
 
 from __future__ import annotations
 
@@ -21,7 +21,10 @@ from cardfence.engine.cli.app import exit_code_for
         (errors.DeadlineExceeded("t1", "working", 5), 6),
         (errors.RemoteRefusedError("http://a", -32002, "not cancelable"), 7),
         (errors.EndpointUnreachableError("http://a", "404"), 9),
-        (errors.StoreUnavailableError("sqlite://", "disk I/O error"), 1),
+        (errors.InvalidAgentResponseError("http://a", "not a Task"), 9),
+        (errors.StoreUnavailableError("sqlite://", "disk I/O error"), 10),
+        (errors.SchemaTooNewError("sqlite://", "zz_future"), 10),
+        (errors.ConcurrencyError("task:t1", 3, 4), 1),
     ],
     ids=lambda v: type(v).__name__ if isinstance(v, Exception) else str(v),
 )

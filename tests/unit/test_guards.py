@@ -139,11 +139,11 @@ def test_resume_ignores_descriptive_edits_and_follows_a_moved_endpoint() -> None
 
     def move(d: dict[str, Any]) -> None:
         d["skills"][0]["description"] = "now with more words"
-        d["supportedInterfaces"][0]["url"] = "http://b.test/rpc"
+        d["supportedInterfaces"][0]["url"] = "https://b.test/rpc"
 
     plan = resume_check(task, card(move), None)
     assert not plan.orphaned
-    assert plan.endpoint == {"url": "http://b.test/rpc", "binding": "JSONRPC"}
+    assert plan.endpoint == {"url": "https://b.test/rpc", "binding": "JSONRPC"}
     assert [k for k, _ in plan.events] == [ev.CARD_REVISION_CHANGED, ev.ENDPOINT_MOVED]
 
 

@@ -354,10 +354,10 @@ def test_resume_records_a_new_revision_a_divergence_and_a_move_in_full() -> None
 
     def move_and_rotate(doc: dict[str, Any]) -> None:
         rotate_contract(doc)
-        doc["supportedInterfaces"][0]["url"] = "http://b.test/rpc"
+        doc["supportedInterfaces"][0]["url"] = "https://b.test/rpc"
 
     moved = card(move_and_rotate)
-    new_endpoint = {"url": "http://b.test/rpc", "binding": "JSONRPC"}
+    new_endpoint = {"url": "https://b.test/rpc", "binding": "JSONRPC"}
     assert resume_check(task_on(fresh), moved, None) == ResumePlan(
         False,
         new_endpoint,

@@ -1,0 +1,154 @@
+"""The agent's behaviour: each task follows the script its first message selects.
+
+Skill selection (A2A v1.0 has no skill field on a message): the executor reads
+``metadata["skillId"]`` from the message, then from the SendMessage request; if neither is set,
+the first word of the message text names the script when it is one of `SCRIPTS`, and anything
+else is echoed. The script's argument is the text after the script name (the whole text when the
+skill came from metadata and the text does not start with the skill name). A ``skillId`` that
+names no script fails the task with no diagnostic, like the gateway in incident 002.
+
+Scripts: ``echo TEXT`` completes at once with an artifact holding TEXT; ``ask`` goes working, then
+input-required with a question, and the next message on that task (same ``taskId``) completes it
+with an artifact; ``slow N`` goes working and completes after N seconds (float, default 1) -- or,
+while its `Hold` is held, once released -- cancellable meanwhile; ``fail`` fails with no status
+message; ``fail-diag`` fails with a status message; ``reject`` is rejected with a status message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from datetime import UTC, datetime
+from typing import Any
+
+from a2a.server.agent_execution import AgentExecutor, RequestContext
+from a2a.server.events import EventQueue
+from a2a.server.tasks import TaskUpdater
+from a2a.types import Message, Part, Task, TaskState, TaskStatus
+from google.protobuf.json_format import MessageToDict  # type: ignore[import-untyped]
+
+__all__ = ["SCRIPTS", "SKILL_METADATA_KEY", "Hold", "ScriptedExecutor", "select_script"]
+
+SCRIPTS = ("echo", "ask", "slow", "fail", "fail-diag", "reject")
+SKILL_METADATA_KEY = "skillId"
+_HOLD_CHECK_SECONDS = 0.01
+
+
+def select_script(message: Message | None, request_metadata: dict[str, Any]) -> tuple[str, str]:
+    """Return ``(script, argument)`` for a message (see the module docstring).
+
+    ``script`` is ``"unknown"`` when a ``skillId`` in metadata names no script.
+    """
+    text = ""
+    skill: Any = None
+    if message is not None:
+        text = "\n".join(part.text for part in message.parts if part.HasField("text")).strip()
+        skill = MessageToDict(message.metadata).get(SKILL_METADATA_KEY)
+    if skill is None:
+        skill = request_metadata.get(SKILL_METADATA_KEY)
+    first, _, rest = text.partition(" ")
+    if skill is not None:
+        skill = str(skill)
+        argument = rest.strip() if first == skill else text
+        return (skill if skill in SCRIPTS else "unknown"), argument
+    if first in SCRIPTS:
+        return first, rest.strip()
+    return "echo", text
+
+
+class Hold:
+    """Keeps ``slow`` tasks working past their N seconds until released.
+
+    It lets a caller stage an incident while a task is certainly still live (a card change, a
+    restart), whatever the machine's load, then let the task finish. Released by default; safe to
+    use from any thread.
+    """
+
+    def __init__(self) -> None:
+        self._released = threading.Event()
+        self._released.set()
+
+    @property
+    def held(self) -> bool:
+        return not self._released.is_set()
+
+    def hold(self) -> None:
+        self._released.clear()
+
+    def release(self) -> None:
+        self._released.set()
+
+    async def passed(self) -> None:
+        """Return once released (at once when not held)."""
+        while not self._released.is_set():
+            await asyncio.sleep(_HOLD_CHECK_SECONDS)
+
+
+def _text(updater: TaskUpdater, text: str) -> Message:
+    return updater.new_agent_message([Part(text=text)])
+
+
+def _seconds(argument: str) -> float:
+    try:
+        return max(0.0, float(argument.split()[0]))
+    except (IndexError, ValueError):
+        return 1.0
+
+
+class ScriptedExecutor(AgentExecutor):
+    """Drives each task through the script its first message selects."""
+
+    def __init__(self, hold: Hold | None = None) -> None:
+        self.hold = hold or Hold()
+
+    async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        task_id, context_id = context.task_id, context.context_id
+        assert task_id is not None
+        assert context_id is not None
+        updater = TaskUpdater(event_queue, task_id, context_id)
+        current = context.current_task
+        script, argument = select_script(context.message, context.metadata)
+
+        if current is None:
+            status = TaskStatus(state=TaskState.TASK_STATE_SUBMITTED)
+            status.timestamp.FromDatetime(datetime.now(UTC))
+            task = Task(id=task_id, context_id=context_id, status=status)
+            if context.message is not None:
+                task.history.append(context.message)
+            await event_queue.enqueue_event(task)
+        elif current.status.state == TaskState.TASK_STATE_INPUT_REQUIRED:
+            # The reply to `ask`.
+            reply = context.get_user_input().strip()
+            await updater.start_work()
+            await updater.add_artifact([Part(text=f"answer: {reply}")], name="answer")
+            await updater.complete()
+            return
+
+        if script == "echo":
+            await updater.add_artifact([Part(text=argument)], name="echo")
+            await updater.complete()
+        elif script == "ask":
+            await updater.start_work()
+            await updater.requires_input(_text(updater, "What is your answer?"))
+        elif script == "slow":
+            seconds = _seconds(argument)
+            await updater.start_work()
+            await asyncio.sleep(seconds)
+            await self.hold.passed()
+            await updater.add_artifact([Part(text=f"slept {seconds:g}s")], name="slow")
+            await updater.complete()
+        elif script == "fail":
+            await updater.start_work()
+            await updater.failed()
+        elif script == "fail-diag":
+            await updater.start_work()
+            await updater.failed(_text(updater, f"scripted failure: {argument or 'fail-diag'}"))
+        elif script == "reject":
+            await updater.reject(_text(updater, f"scripted rejection: {argument or 'reject'}"))
+        else:  # a skillId in metadata that names no script (incident 002's gateway)
+            await updater.failed()
+
+    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        assert context.task_id is not None
+        assert context.context_id is not None
+        await TaskUpdater(event_queue, context.task_id, context.context_id).cancel()

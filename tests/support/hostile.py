@@ -1,0 +1,245 @@
+"""Hostile remotes for the R16 bound tests: a raw HTTP/1.1 server that answers as a minimal A2A
+agent unless told to misbehave (stacked encodings, compression bombs, bodies that drip forever),
+and a TCP listener that accepts connections and never says a word.
+
+Both run on 127.0.0.1, port 0, in a thread of their own, so the code under test (an engine, or the
+command line with its own ``asyncio.run``) can run in the test's thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+import socket
+import threading
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+SKILL = "echo"
+RPC_PATH = "/rpc"
+CARD_PATH = "/.well-known/agent-card.json"
+
+
+@dataclass(frozen=True)
+class Request:
+    method: str
+    path: str
+    headers: dict[str, str]
+    body: bytes
+
+    @property
+    def rpc_method(self) -> str:
+        try:
+            return str(json.loads(self.body).get("method", ""))
+        except ValueError:
+            return ""
+
+
+@dataclass(frozen=True)
+class Reply:
+    """An answer. ``drip``: seconds between bytes; the body is sent chunked, a byte at a time, and
+    then whitespace follows forever."""
+
+    status: int = 200
+    body: bytes = b""
+    headers: dict[str, str] = field(default_factory=lambda: {"Content-Type": "application/json"})
+    drip: float | None = None
+
+
+def gzip_layers(data: bytes, layers: int) -> bytes:
+    for _ in range(layers):
+        data = zlib.compress(data, 9, wbits=31)
+    return data
+
+
+@functools.cache
+def zeros_gzip(size: int, layers: int = 1) -> bytes:
+    """``size`` zero bytes, gzipped ``layers`` times, built without holding them (1 GiB: 1 MB
+    once, about 1.8 KB twice)."""
+    if layers > 1:
+        return gzip_layers(zeros_gzip(size), layers - 1)
+    packer = zlib.compressobj(9, zlib.DEFLATED, 31)
+    block = bytes(min(size, 1 << 20))
+    parts, left = [], size
+    while left > 0:
+        parts.append(packer.compress(block[: min(left, len(block))]))
+        left -= len(block)
+    parts.append(packer.flush())
+    return b"".join(parts)
+
+
+class HostileServer:
+    """``answer(request) -> Reply`` for each request; ``requests`` keeps what came in."""
+
+    def __init__(self, answer: Callable[[Request], Reply]) -> None:
+        self.answer = answer
+        self.requests: list[Request] = []
+        self.port = 0
+        self._loop = asyncio.new_event_loop()
+        self._ready = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._handlers: set[asyncio.Task[Any]] = set()
+        self._server: asyncio.Server | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def __enter__(self) -> HostileServer:
+        self._thread.start()
+        if not self._ready.wait(10):
+            raise RuntimeError("hostile server did not start")
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        asyncio.run_coroutine_threadsafe(self._shutdown(), self._loop).result(10)
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(10)
+        self._loop.close()
+
+    def _serve(self) -> None:
+        asyncio.set_event_loop(self._loop)
+        self._server = self._loop.run_until_complete(
+            asyncio.start_server(self._handle, "127.0.0.1", 0)
+        )
+        self.port = self._server.sockets[0].getsockname()[1]
+        self._ready.set()
+        self._loop.run_forever()
+
+    async def _shutdown(self) -> None:
+        assert self._server is not None
+        self._server.close()
+        for handler in list(self._handlers):
+            handler.cancel()
+        await asyncio.gather(*self._handlers, return_exceptions=True)
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        me = asyncio.current_task()
+        assert me is not None
+        self._handlers.add(me)
+        try:
+            head = (await reader.readuntil(b"\r\n\r\n")).decode("latin-1").split("\r\n")
+            method, path, _ = head[0].split(" ", 2)
+            headers = {
+                name.strip().lower(): value.strip()
+                for name, value in (line.split(":", 1) for line in head[1:] if ":" in line)
+            }
+            length = int(headers.get("content-length", "0") or 0)
+            body = await reader.readexactly(length) if length else b""
+            request = Request(method, path, headers, body)
+            self.requests.append(request)
+            await self._send(writer, self.answer(request))
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            self._handlers.discard(me)
+            writer.close()
+
+    @staticmethod
+    async def _send(writer: asyncio.StreamWriter, reply: Reply) -> None:
+        framing = (
+            f"Content-Length: {len(reply.body)}"
+            if reply.drip is None
+            else "Transfer-Encoding: chunked"
+        )
+        lines = [f"HTTP/1.1 {reply.status} Hostile"]
+        lines += [f"{name}: {value}" for name, value in reply.headers.items()]
+        lines += [framing, "Connection: close"]
+        writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
+        if reply.drip is None:
+            writer.write(reply.body)
+            await writer.drain()
+            return
+        for index in range(len(reply.body)):
+            writer.write(b"1\r\n" + reply.body[index : index + 1] + b"\r\n")
+            await writer.drain()
+            await asyncio.sleep(reply.drip)
+        while True:  # never done: JSON may carry any amount of trailing whitespace
+            writer.write(b"1\r\n \r\n")
+            await writer.drain()
+            await asyncio.sleep(reply.drip)
+
+
+class HostileAgent(HostileServer):
+    """A minimal A2A 1.0 agent (JSON-RPC, one skill) whose card and methods tests replace:
+    ``card`` (a Reply, or None for the honest card) and ``rpc[method]`` (a Reply factory given
+    the JSON-RPC id)."""
+
+    def __init__(self) -> None:
+        super().__init__(self._answer)
+        self.card: Reply | None = None
+        self.interfaces: list[str] | None = None  # None: this server's own /rpc
+        self.rpc: dict[str, Callable[[object], Reply]] = {}
+
+    @property
+    def rpc_url(self) -> str:
+        return self.url + RPC_PATH
+
+    def card_document(self) -> dict[str, Any]:
+        urls = [self.rpc_url] if self.interfaces is None else self.interfaces
+        return {
+            "name": "hostile-agent",
+            "description": "an A2A agent that misbehaves on request",
+            "version": "1.0.0",
+            "supportedInterfaces": [
+                {"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"} for url in urls
+            ],
+            "capabilities": {"streaming": False, "pushNotifications": True},
+            "defaultInputModes": ["text/plain"],
+            "defaultOutputModes": ["text/plain"],
+            "skills": [{"id": SKILL, "name": "Echo", "description": "echo", "tags": []}],
+        }
+
+    def posts(self, method: str) -> list[Request]:
+        return [r for r in self.requests if r.method == "POST" and r.rpc_method == method]
+
+    def _answer(self, request: Request) -> Reply:
+        if request.method == "GET" and request.path.startswith("/.well-known/"):
+            if self.card is not None:
+                return self.card
+            return Reply(body=json.dumps(self.card_document()).encode())
+        if request.method == "POST" and request.path == RPC_PATH:
+            envelope = json.loads(request.body)
+            rid, method = envelope.get("id"), envelope.get("method")
+            if method in self.rpc:
+                return self.rpc[method](rid)
+            task = {
+                "id": "t-1",
+                "contextId": envelope.get("params", {}).get("message", {}).get("contextId", "c"),
+                "status": {"state": "TASK_STATE_WORKING", "timestamp": "2026-01-01T00:00:00Z"},
+            }
+            result: dict[str, Any] = {"task": task} if method == "SendMessage" else task
+            return Reply(body=json.dumps({"jsonrpc": "2.0", "id": rid, "result": result}).encode())
+        return Reply(status=404, body=b"not here", headers={"Content-Type": "text/plain"})
+
+
+class SilentListener:
+    """Accepts TCP connections on 127.0.0.1 and never answers (a port that hangs)."""
+
+    def __init__(self) -> None:
+        self._socket = socket.create_server(("127.0.0.1", 0))
+        self.port = self._socket.getsockname()[1]
+        self._accepted: list[socket.socket] = []
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+        self._closed = False
+
+    def __enter__(self) -> SilentListener:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._closed = True
+        self._socket.close()
+        for connection in self._accepted:
+            connection.close()
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                connection, _ = self._socket.accept()
+            except OSError:
+                return
+            self._accepted.append(connection)  # kept open, never read, never written

@@ -1,0 +1,305 @@
+"""The human renderings: every catalogued event in words, anything else shown safely, and a task's
+path as a mermaid state diagram with the lifecycle's own state ids."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from cardfence.engine import events as ev
+from cardfence.engine.cards.model import AgentCard, parse_card
+from cardfence.engine.cli.render import describe, summary, task_path, timeline
+from cardfence.engine.errors import DiscoveryError
+from cardfence.engine.guards import downgrade, reconcile_card, resume_check, unavailable
+from cardfence.engine.lifecycle import mermaid as lifecycle_mermaid
+from cardfence.engine.observations import ArtifactRecord, Observation, apply_observation
+from cardfence.engine.replay import fold_task, initial_task_state
+from cardfence.engine.views import TaskView
+from cardfence.store import GENESIS_HASH, RecordedEvent
+
+CARD_URL = "http://a.test/.well-known/agent-card.json"
+BASE: dict[str, Any] = {
+    "name": "agent",
+    "version": "1.0.0",
+    "supportedInterfaces": [
+        {"url": "http://a.test/rpc", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
+    ],
+    "capabilities": {"pushNotifications": True},
+    "defaultInputModes": ["text/plain"],
+    "defaultOutputModes": ["text/plain"],
+    "skills": [{"id": "echo", "name": "Echo", "description": "echoes"}],
+}
+T0 = datetime(2025, 1, 31, 12, 0, tzinfo=UTC)
+
+
+def card(change: Any = None) -> AgentCard:
+    doc = copy.deepcopy(BASE)
+    if change is not None:
+        change(doc)
+    return parse_card(json.dumps(doc).encode(), url=CARD_URL)
+
+
+def recorded(
+    type_: str, data: Any, version: int = 1, *, payload: str | None = None
+) -> RecordedEvent:
+    return RecordedEvent(
+        position=version + 10, stream_id="task:k", version=version, type=type_, schema_version=1,
+        payload=json.dumps(data) if payload is None else payload,
+        recorded_at=T0 + timedelta(seconds=version), prev_hash=GENESIS_HASH, hash="0" * 64,
+    )  # fmt: skip
+
+
+def _first(events: list[tuple[str, dict[str, Any]]], type_: str) -> dict[str, Any]:
+    return next(data for t, data in events if t == type_)
+
+
+def representative_payloads() -> dict[str, dict[str, Any]]:
+    """One payload per catalogued type, made by the recording code itself where it is pure, else
+    with exactly the fields the engine and discovery record (engine/engine.py,
+    engine/cards/discovery.py)."""
+    old, new = card(), card()
+    task = {
+        **initial_task_state("k"),
+        "skill": "echo",
+        "card_revision": old.revision,
+        "latest_card_revision": old.revision,
+        "contract_hash": old.contract_hash,
+        "skill_hash": old.compatibility_hash("echo"),
+        "endpoint": {"url": "http://a.test/rpc", "binding": "JSONRPC"},
+        "delivery_mode": "push",
+        "state": "working",
+    }
+
+    def rotate(doc: dict[str, Any]) -> None:
+        doc["capabilities"]["pushNotifications"] = False
+        doc["skills"] = [{"id": "other", "name": "Other", "description": "other"}]
+        doc["securitySchemes"] = {"mtls": {"mtlsSecurityScheme": {}}}
+
+    new = card(rotate)
+    reconciled = reconcile_card(task, new, None, old)
+    moved = card(lambda d: d["supportedInterfaces"][0].update(url="https://b.test/rpc"))
+    orphaned = resume_check(task, new, None).events
+    relocated = resume_check(task, moved, None).events
+    failure = DiscoveryError(CARD_URL, "http_status", "503")
+    observed = apply_observation(
+        {**initial_task_state("k")},
+        Observation(
+            source="poll", state="working", remote_timestamp=T0, message="on it",
+            artifacts=(ArtifactRecord("a1", "answer", ({"text": "42"},)),),
+            remote_task_id="r1", remote_context_id="c1",
+        ),
+    )  # fmt: skip
+    ignored = apply_observation(task, Observation(source="push", state="unknown"))
+    payloads: dict[str, dict[str, Any]] = {
+        ev.CARD_FETCHED: {
+            "url": CARD_URL, "status": 200, "revision": old.revision, "version": "1.0.0",
+            "etag": '"e1"', "last_modified": None, "contract_hash": old.contract_hash,
+            "push_notifications": True, "fetched_at": T0.isoformat(),
+        },
+        ev.DISCOVERY_FAILED: {
+            "url": CARD_URL, "kind": "http_status", "detail": "503", "at": T0.isoformat()
+        },
+        ev.CONTRACT_PINNED: {"contract_hash": old.contract_hash, "revision": old.revision},
+        ev.CONTRACT_ACCEPTED: {
+            "previous": old.contract_hash, "contract_hash": new.contract_hash,
+            "revision": new.revision,
+        },
+        ev.TASK_CREATION_REFUSED: {
+            "reason": "skill_absent", "detail": "skill 'x' is absent", "skill": "x",
+            "at": T0.isoformat(),
+        },
+        ev.TASK_SUBMITTED: {
+            "task": "k", "agent": "http://a.test", "agent_url": "http://a.test",
+            "card_url": CARD_URL, "skill": "echo", "message_id": "m-1", "context_id": "c-1",
+            "text": "echo hi", "media_type": "text/plain", "card_revision": old.revision,
+            "card_version": "1.0.0", "contract_hash": old.contract_hash,
+            "skill_hash": old.compatibility_hash("echo"),
+            "endpoint": {"url": "http://a.test/rpc", "binding": "JSONRPC"},
+            "submitted_at": T0.isoformat(),
+        },
+        ev.STATE_CHANGED: _first(observed, ev.STATE_CHANGED),
+        ev.ARTIFACT_RECEIVED: _first(observed, ev.ARTIFACT_RECEIVED),
+        ev.OBSERVATION_IGNORED: _first(ignored, ev.OBSERVATION_IGNORED),
+        ev.WEBHOOK_REGISTERED: {
+            "config_id": "cf-1", "url": "http://me.test/webhook", "token_sha256": "t" * 64,
+            "auth_sha256": None, "status": "provisional", "card_revision": old.revision,
+        },
+        ev.WEBHOOK_CONFIRMED: {"config_id": "cf-1"},
+        ev.DELIVERY_DOWNGRADED: downgrade("push_not_advertised", "card says no push")[1],
+        ev.DISCOVERY_UNAVAILABLE: unavailable(failure, "revalidation")[1],
+        ev.CARD_REVISION_CHANGED: _first(reconciled, ev.CARD_REVISION_CHANGED),
+        ev.FLAGGED_FOR_REVIEW: _first(reconciled, ev.FLAGGED_FOR_REVIEW),
+        ev.CONTRACT_DIVERGED: _first(reconciled, ev.CONTRACT_DIVERGED),
+        ev.TASK_ORPHANED: _first(list(orphaned), ev.TASK_ORPHANED),
+        ev.ENDPOINT_MOVED: _first(list(relocated), ev.ENDPOINT_MOVED),
+        ev.ENDPOINT_UNREACHABLE: {
+            "url": "http://a.test/rpc", "detail": "http://a.test/rpc: HTTP 404", "during": "poll"
+        },
+        ev.CANCEL_REQUESTED: {"at": T0.isoformat()},
+        ev.CANCEL_REFUSED: {"code": -32002, "detail": "task is not cancelable"},
+        ev.REPLY_SENT: {"message_id": "m-2", "chars": 2},
+        ev.DEADLINE_EXCEEDED: {"state": "working", "seconds": 5.0, "until": "terminal"},
+    }  # fmt: skip
+    return payloads
+
+
+PAYLOADS = representative_payloads()
+
+
+def test_the_payloads_cover_exactly_the_event_catalogue() -> None:
+    assert set(PAYLOADS) == ev.KNOWN_EVENTS
+
+
+@pytest.mark.parametrize("type_", sorted(ev.KNOWN_EVENTS))
+def test_every_catalogued_event_type_renders_in_words_not_as_json(type_: str) -> None:
+    data = PAYLOADS[type_]
+    words = describe(type_, data)
+    shown = summary(recorded(type_, data))
+
+    assert words, f"{type_} has no words"
+    assert shown == words
+    assert not shown.startswith(type_)  # the fallback's form
+    assert "{" not in shown, shown
+    assert '":' not in shown, shown
+
+
+def test_the_words_say_what_the_payload_says() -> None:
+    def said(type_: str) -> str:
+        return summary(recorded(type_, PAYLOADS[type_]))
+
+    assert said(ev.STATE_CHANGED) == "submitted → working  via poll  “on it”"
+    assert said(ev.REPLY_SENT) == "reply of 2 characters sent (message m-2)"
+    assert said(ev.CANCEL_REFUSED) == (
+        "the remote refused to cancel (code -32002): task is not cancelable"
+    )
+    assert said(ev.DEADLINE_EXCEEDED) == "still working after 5.0s waiting for terminal"
+    assert said(ev.ENDPOINT_MOVED) == "http://a.test/rpc (JSONRPC) → https://b.test/rpc (JSONRPC)"
+    assert "during poll" in said(ev.ENDPOINT_UNREACHABLE)
+    assert "cf-1" in said(ev.WEBHOOK_CONFIRMED)
+    diverged = PAYLOADS[ev.CONTRACT_DIVERGED]
+    assert said(ev.CONTRACT_DIVERGED) == (
+        f"card {diverged['revision'][:12]} has contract {diverged['observed'][:12]}; "
+        f"the task keeps {diverged['frozen'][:12]}"
+    )
+
+
+def test_an_unknown_event_type_falls_back_to_its_type_and_compact_json() -> None:
+    event = recorded("SomethingNewer", {"b": [1, 2], "a": "x"})
+
+    assert describe("SomethingNewer", event.data) is None
+    assert summary(event) == 'SomethingNewer {"a":"x","b":[1,2]}'
+
+
+def test_a_long_unknown_payload_is_cut_short() -> None:
+    shown = summary(recorded("SomethingNewer", {"blob": "x" * 500}))
+
+    assert shown.startswith('SomethingNewer {"blob":"xxx')
+    assert shown.endswith("…")
+    assert len(shown) < 130
+
+
+@pytest.mark.parametrize(
+    ("type_", "payload"),
+    [
+        (ev.STATE_CHANGED, "[1, 2]"),  # not an object
+        (ev.STATE_CHANGED, "{not json"),
+        (ev.CARD_REVISION_CHANGED, json.dumps({"old": 1, "new": None, "changes": "everything"})),
+        (ev.ARTIFACT_RECEIVED, json.dumps({"parts": 7})),
+        (ev.ARTIFACT_RECEIVED, json.dumps({"parts": [None, 3, {"text": None}]})),
+        (ev.ENDPOINT_MOVED, json.dumps({"old": [1], "new": "somewhere"})),
+        (ev.TASK_SUBMITTED, "{}"),
+        ("", "{}"),
+    ],
+)
+def test_a_payload_of_an_unexpected_shape_never_breaks_a_rendering(
+    type_: str, payload: str
+) -> None:
+    event = recorded(type_, None, payload=payload)
+    view = TaskView.of(initial_task_state("k"))
+
+    assert summary(event)
+    assert timeline(view, [event], None)
+    assert task_path([event]).startswith("stateDiagram-v2\n")
+
+
+def test_what_a_remote_said_is_printed_verbatim_never_as_markup_or_terminal_control() -> None:
+    message = "[bold]not bold[/bold] [/] :smile: \x1b[31mred\x1b[0m\nsecond line"
+    changed = recorded(
+        ev.STATE_CHANGED, {"from": "working", "to": "input-required", "source": "poll",
+                           "message": message},
+    )  # fmt: skip
+    view = TaskView.of(fold_task("k", [(changed.type, changed.data)]))
+
+    text = timeline(view, [changed], None, as_of="@11")
+
+    assert text.startswith("as of @11: ")
+    assert "[bold]not bold[/bold] [/] :smile:" in text
+    assert "\x1b" not in text
+    assert "\\x1b[31mred\\x1b[0m\\x0asecond line" in text
+
+
+# -- a task's path as a mermaid state diagram ------------------------------------------------------
+
+
+def changes(*steps: tuple[str, str, str]) -> list[RecordedEvent]:
+    out = [recorded(ev.TASK_SUBMITTED, PAYLOADS[ev.TASK_SUBMITTED])]
+    for version, (from_, to, source) in enumerate(steps, start=2):
+        out.append(recorded(ev.STATE_CHANGED, {"from": from_, "to": to, "source": source}, version))
+        out.append(recorded(ev.REPLY_SENT, PAYLOADS[ev.REPLY_SENT], version + 100))
+    return out
+
+
+def test_the_path_of_an_asked_then_answered_task_is_exactly_its_transitions_in_order() -> None:
+    events = changes(
+        ("submitted", "working", "send"),
+        ("working", "input-required", "poll"),
+        ("input-required", "working", "send"),
+        ("working", "completed", "push"),
+    )
+
+    assert task_path(events) == (
+        "stateDiagram-v2\n"
+        '    state "submitted" as submitted\n'
+        '    state "working" as working\n'
+        '    state "input-required" as input_required\n'
+        '    state "completed" as completed\n'
+        "    [*] --> submitted\n"
+        "    submitted --> working : 1 send\n"
+        "    working --> input_required : 2 poll\n"
+        "    input_required --> working : 3 send\n"
+        "    working --> completed : 4 push\n"
+        "    completed --> [*]\n"
+    )
+
+
+def test_a_path_not_yet_terminal_has_no_final_edge_and_a_fresh_task_is_just_submitted() -> None:
+    waiting = task_path(changes(("submitted", "auth-required", "poll")))
+    fresh = task_path(changes())
+
+    assert waiting.splitlines()[-1] == "    submitted --> auth_required : 1 poll"
+    assert "[*]\n" not in waiting
+    assert fresh == 'stateDiagram-v2\n    state "submitted" as submitted\n    [*] --> submitted\n'
+
+
+def test_the_path_declares_states_as_the_lifecycle_diagram_does() -> None:
+    declared = set(re.findall(r'    state "[^"]+" as \w+', lifecycle_mermaid()))
+    every_state = changes(
+        ("submitted", "working", "poll"), ("working", "input-required", "poll"),
+        ("input-required", "auth-required", "poll"), ("auth-required", "rejected", "poll"),
+        ("rejected", "failed", "poll"), ("failed", "canceled", "poll"),
+        ("canceled", "completed", "poll"),
+    )  # fmt: skip
+
+    assert set(re.findall(r'    state "[^"]+" as \w+', task_path(every_state))) == declared
+
+
+def test_a_state_or_source_outside_the_lifecycle_becomes_a_safe_mermaid_word() -> None:
+    path = task_path(changes(("submitted", 'we"ird --> [*]', "str eam;")))
+
+    assert '    state "we_ird --> [*]" as s_we_ird________\n' in path
+    assert "    submitted --> s_we_ird________ : 1 str_eam_\n" in path
