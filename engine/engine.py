@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import secrets
 import time
@@ -37,6 +38,7 @@ from cardfence.engine.deadline import within as deadline_within
 from cardfence.engine.errors import (
     CardInvalidError,
     ContractChangedError,
+    CreationRefusedError,
     DeadlineExceeded,
     DiscoveryError,
     EndpointUnreachableError,
@@ -45,9 +47,12 @@ from cardfence.engine.errors import (
     SkillUnavailableError,
     TaskOrphanedError,
     UsageError,
+    WrongTaskAnswerError,
 )
 from cardfence.engine.lifecycle import INTERRUPTED, TERMINAL
 from cardfence.engine.observations import (
+    DEFAULT_MAX_CLOCK_SKEW,
+    FLAG_PAYLOAD_TRUNCATED,
     Event,
     Observation,
     apply_observation,
@@ -60,7 +65,7 @@ from cardfence.engine.replay import State
 from cardfence.engine.tasklog import AsOf, TaskLog, task_stream_id
 from cardfence.engine.transport import A2ATransport
 from cardfence.engine.views import TaskView
-from cardfence.store import EventStore
+from cardfence.store import EventStore, PayloadError
 
 UNTIL = ("interrupted", "terminal")
 # Seconds a poll is given at least (a quarter of a shorter timeout): no poll but the first
@@ -79,6 +84,8 @@ class EngineConfig:
     card_limits: CardLimits = CardLimits()  # noqa: RUF009 - frozen, so sharing it is safe
     request_timeout: float = 30.0
     prefer_bindings: tuple[str, ...] = ()
+    # R12: a status timestamp more than this many seconds ahead of its receipt orders nothing.
+    max_clock_skew: float = DEFAULT_MAX_CLOCK_SKEW
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,9 +220,28 @@ class Engine:
         self.log.create(key, [_submitted(key, agent_url, read, check.contract_hash, skill,
                                          interface.url, interface.binding, message_id,
                                          context_id, text, media_type)])  # fmt: skip
-        transport = self._transport({"url": interface.url, "binding": interface.binding})
+        endpoint = {"url": interface.url, "binding": interface.binding}
+        return TaskView.of(
+            await self._send_creation(key, endpoint, text, message_id, context_id, skill,
+                                      media_type)
+        )  # fmt: skip
+
+    async def _send_creation(
+        self,
+        key: str,
+        endpoint: Mapping[str, Any],
+        text: str,
+        message_id: str,
+        context_id: str,
+        skill: str,
+        media_type: str,
+    ) -> State:
+        """Send a creation that passed its gates (R2, R3) and record what came of it. An A2A
+        error is final: the task is closed as never created (:class:`CreationRefusedError`). A
+        network error, a timeout, a 5xx without an A2A error or an unusable answer leaves the
+        outcome unknown: ``resume`` looks for the task by its context before sending again."""
         try:
-            answer = await transport.send_message(
+            answer = await self._transport(endpoint).send_message(
                 text=text,
                 message_id=message_id,
                 context_id=context_id,
@@ -224,24 +250,30 @@ class Engine:
                 media_type=media_type,
             )
         except (EndpointUnreachableError, InvalidAgentResponseError) as failure:
-            # Maybe sent, maybe not: `resume` finds it through ListTasks on the context id.
             self._record(key, [(ev.ENDPOINT_UNREACHABLE, _unreachable(failure, "send"))])
             raise
         except RemoteRefusedError as refusal:
-            self._record(key, [_flag("send_refused", str(refusal))])
-            raise
+            self._record(key, [guards.refused_creation(refusal.code, refusal.detail, refusal.url)])
+            state = self.log.head(key).state
+            await self._refuse(str(state["agent_url"]), "remote_refused", str(refusal), skill)
+            raise CreationRefusedError(
+                refusal.url, refusal.code, refusal.detail, task=key
+            ) from refusal
         observation = (
             from_task(answer, "send")
             if isinstance(answer, RemoteTask)
             else from_message(answer, "send")
         )
-        return self._observe(key, observation)
+        return self._observe_state(key, observation)
 
-    async def _refuse(self, agent_url: str, reason: str, detail: str, skill: str) -> None:
+    async def _refuse(
+        self, agent_url: str, reason: str, detail: str, skill: str, task: str | None = None
+    ) -> None:
+        refusal = {"reason": reason, "detail": detail, "skill": skill, "at": _now_iso()}
+        if task is not None:
+            refusal["task"] = task
         with contextlib.suppress(DiscoveryError):
-            await self.discovery.record_refusal(
-                agent_url, {"reason": reason, "detail": detail, "skill": skill, "at": _now_iso()}
-            )
+            await self.discovery.record_refusal(agent_url, refusal)
 
     # -- webhooks (R4, R5) ---------------------------------------------------------------------
 
@@ -318,6 +350,11 @@ class Engine:
         except EndpointUnreachableError as failure:
             self._record(key, [(ev.ENDPOINT_UNREACHABLE, _unreachable(failure, "poll"))])
             raise
+        except WrongTaskAnswerError as wrong:
+            # R12: nothing of it is applied; the first such answer is recorded and flagged.
+            asked, answered, said = wrong.asked, wrong.answered, wrong.answered_state
+            self.log.record(key, lambda s: guards.wrong_task(s, asked, answered, said, "poll"))
+            raise
         return self._observe_state(key, from_task(task, "poll"))
 
     async def drive(
@@ -350,6 +387,8 @@ class Engine:
         while True:
             # Read from the store: another process (`serve`) may have applied a push.
             state = self.log.head(key).state
+            if guards.never_created(state):
+                return TaskView.of(state)  # R3: the agent refused its creation; nothing to follow
             # The log may be stale (a reply answered after a crash): unless the task has ended,
             # ask the agent once before believing it is already where it was asked to stop.
             if state["state"] in TERMINAL or (asked and reached(state["state"], until)):
@@ -403,9 +442,14 @@ class Engine:
         """Apply one remote report (R10, R12), whatever its source, then schedule what the
         transition calls for. ``recorded`` receives the events written."""
         agent_revision: list[str | None] = []
+        if observation.received_at is None:
+            observation = dataclasses.replace(observation, received_at=datetime.now(UTC))
+        skew = self.config.max_clock_skew
 
         def decide(state: State) -> list[Event]:
-            out = apply_observation(state, observation)
+            out = apply_observation(state, observation, max_clock_skew=skew)
+            if out:
+                out += guards.context_check(state, observation.remote_context_id)
             for type_, data in list(out):
                 if type_ == ev.STATE_CHANGED and data["to"] == "failed":
                     if not agent_revision:
@@ -509,8 +553,8 @@ class Engine:
         skill compatibly. Does not drive; call :meth:`drive` next."""
         key = self.log.find(ref)
         state = self.log.head(key).state
-        if state["state"] in TERMINAL:
-            return TaskView.of(state)
+        if state["state"] in TERMINAL or guards.never_created(state):
+            return TaskView.of(state)  # R3: a refused creation is final, never sent again
         await self._reconcile_endpoint(key)
         state = self.log.head(key).state
         if not state.get("remote_task_id"):
@@ -535,20 +579,44 @@ class Engine:
             whole = await transport.get_task(found[0].id)
             self._observe(key, from_task(whole, "poll"))
             return
-        # Never reached the agent: send the recorded message now, as creation would have. Its
-        # text lives in TaskSubmitted only (kept out of the projection, rewritten every step).
+        # Never reached the agent: sending it now is a creation (R3), gated like one: a fresh
+        # card (R2) that still offers the skill for the media type, under the task's frozen
+        # contract -- wherever the endpoint now is. Same messageId, so an agent that did get
+        # the first send can tell. Its text lives in TaskSubmitted only (kept out of the
+        # projection, rewritten every step).
+        await self._resend_gate(key, state)
+        state = self.log.head(key).state
         submitted = self.store.read_stream(task_stream_id(key))[0].data
-        answer = await self._transport(state["endpoint"]).send_message(
-            text=submitted["text"],
-            message_id=state["message_id"],
-            context_id=state["context_id"],
-            metadata={"skillId": state["skill"]},
-            media_type=state.get("media_type") or "text/plain",
+        await self._send_creation(
+            key,
+            state["endpoint"],
+            submitted["text"],
+            state["message_id"],
+            state["context_id"],
+            state["skill"],
+            state.get("media_type") or "text/plain",
         )
-        if isinstance(answer, RemoteTask):
-            self._observe(key, from_task(answer, "send"))
-        else:
-            self._observe(key, from_message(answer, "send"))
+
+    async def _resend_gate(self, key: str, state: State) -> None:
+        """R2 and R3 for a re-send by ``resume``; raises (nothing sent) and records the refusal
+        in the agent's stream."""
+        agent_url, skill = str(state["agent_url"]), str(state["skill"])
+        try:
+            read = await self.discovery.read(agent_url, fresh=True)
+        except DiscoveryError as failure:
+            failure.consequence = "nothing was sent"
+            await self._refuse(agent_url, "discovery_failed", str(failure), skill, key)
+            raise
+        decision = guards.resend_check(state, read.card)
+        if decision.allowed:
+            return
+        await self._refuse(agent_url, decision.reason, decision.detail, skill, key)
+        if decision.reason == "contract_changed":
+            raise ContractChangedError(
+                read.agent, str(state["contract_hash"]), read.card.contract_hash,
+                f"task {key} was created under the first; a re-send is a creation under it",
+            )  # fmt: skip
+        raise SkillUnavailableError(read.agent, skill, decision.detail)
 
     # -- push deliveries (R5, R12) -------------------------------------------------------------
 
@@ -557,23 +625,26 @@ class Engine:
         any other observation. Refusals write nothing."""
         try:
             update = webhook.decode(body, headers)
-            key = self.log.find_remote(update.task_id or "")
-            if key is None:
-                raise webhook.Refused(404, f"no task with remote id {update.task_id!r}")
-            state = self.log.head(key).state
-            if state.get("webhook") is None:
-                raise webhook.Refused(404, f"task {key} has no webhook registered")
-            webhook.check_credentials(state["webhook"], headers)
+            remote_id = update.task_id or ""
+            # R16: a remote task id is unique per agent only; the webhook configuration the
+            # delivery authenticates as names the task.
+            candidates = [(h.key, h.state.get("webhook")) for h in self.log.by_remote_id(remote_id)]
+            key = webhook.match_task(remote_id, candidates, headers)
         except webhook.Refused as refused:
             return refused.delivery
         observation = observation_from_update(update, "push")
         if observation is None:
             return webhook.Delivery(200, "ignored", "a message, not a task update", key)
         recorded: list[Event] = []
-        self._observe_state(key, observation, recorded)
+        try:
+            self._observe_state(key, observation, recorded)
+        except PayloadError as too_large:  # R16: never raised at the agent; nothing was written
+            return webhook.Delivery(413, "refused", str(too_large), key)
         if key in self._pushed:
             self._pushed[key].set()
-        return webhook.Delivery(200, _delivery_outcome(recorded), "", key)
+        cut = any(_truncated(data) for _, data in recorded)
+        detail = FLAG_PAYLOAD_TRUNCATED if cut else ""
+        return webhook.Delivery(200, _delivery_outcome(recorded), detail, key)
 
     # -- plumbing ------------------------------------------------------------------------------
 
@@ -618,6 +689,11 @@ class Engine:
             await asyncio.gather(*list(self._background), return_exceptions=True)
         if self.background_errors:
             raise self.background_errors.pop(0)
+
+
+def _truncated(data: Mapping[str, Any]) -> bool:
+    """Whether an event kept part of a report as its size and SHA-256 only (R16)."""
+    return bool(data.get("truncated") or data.get("payload_truncated"))
 
 
 def _delivery_outcome(recorded: Sequence[Event]) -> str:
@@ -667,7 +743,3 @@ def _submitted(
 
 def _unreachable(failure: Exception, during: str) -> dict[str, Any]:
     return {"url": getattr(failure, "url", ""), "detail": str(failure), "during": during}
-
-
-def _flag(reason: str, detail: str) -> Event:
-    return ev.FLAGGED_FOR_REVIEW, {"reason": reason, "detail": detail}

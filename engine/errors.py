@@ -21,7 +21,10 @@ done.
     ├── TaskOrphanedError               the card in force no longer carries the task's skill
     ├── EndpointUnreachableError        network error or bare HTTP 404 at the task's endpoint
     ├── RemoteRefusedError              the agent answered with an A2A error
+    │   ├── CreationRefusedError        ... to a creation: final, the task was never created
+    │   └── ProtocolMismatchError       ... -32601: the endpoint speaks another A2A version
     ├── InvalidAgentResponseError       the agent's answer is not a valid A2A response
+    │   └── WrongTaskAnswerError        the answer is about another task than the one asked
     ├── DeadlineExceeded                the task was not at the requested point in time
     ├── TaskEndedError                  the remote ended the task other than completed
     └── AuditViolation                  the audit found a broken chain or a replay mismatch
@@ -48,11 +51,13 @@ __all__ = [
     "CardfenceError",
     "ConcurrencyError",
     "ContractChangedError",
+    "CreationRefusedError",
     "DeadlineExceeded",
     "DiscoveryError",
     "EndpointUnreachableError",
     "InvalidAgentResponseError",
     "PayloadError",
+    "ProtocolMismatchError",
     "RemoteRefusedError",
     "SchemaTooNewError",
     "SkillUnavailableError",
@@ -62,6 +67,7 @@ __all__ = [
     "TaskEndedError",
     "TaskOrphanedError",
     "UsageError",
+    "WrongTaskAnswerError",
 ]
 
 
@@ -161,8 +167,44 @@ class RemoteRefusedError(CardfenceError):
     def __init__(self, url: str, code: int | str, detail: str, *, task: str = "") -> None:
         self.url = url
         self.code = code
+        self.detail = detail
         self.task = task
         super().__init__(f"{url}: agent refused ({code}: {detail})")
+
+
+class CreationRefusedError(RemoteRefusedError):
+    """The agent refused a creation with an A2A error (R3): final, the task was never created,
+    and no ``resume`` sends it again."""
+
+    def __str__(self) -> str:
+        return (
+            f"{self.url}: agent refused the creation ({self.code}: {self.detail}); "
+            f"task {self.task} is closed as never created and will not be sent again"
+        )
+
+
+class ProtocolMismatchError(RemoteRefusedError):
+    """The endpoint answered JSON-RPC -32601 (method not found) to an A2A 1.0 method: the card
+    says it speaks 1.0, the endpoint speaks another version (0.3 names its methods
+    ``message/send``, ``tasks/get``, …). ``code`` stays -32601; ``method`` is the one refused."""
+
+    def __init__(
+        self, url: str, method: str, *, declared: str, legacy: str = "", task: str = ""
+    ) -> None:
+        self.method = method
+        self.declared = declared
+        self.legacy = legacy
+        called = f" (0.3 calls it {legacy})" if legacy else ""
+        super().__init__(
+            url,
+            -32601,
+            f"the card says A2A {declared} but the endpoint does not know the method {method}: "
+            f"it speaks another protocol version, 0.3 perhaps{called}",
+            task=task,
+        )
+
+    def __str__(self) -> str:
+        return f"{self.url}: protocol mismatch: {self.detail} (nothing was changed)"
 
 
 class InvalidAgentResponseError(CardfenceError):
@@ -171,6 +213,16 @@ class InvalidAgentResponseError(CardfenceError):
     def __init__(self, url: str, detail: str) -> None:
         self.url = url
         super().__init__(f"{url}: invalid agent response: {detail} (nothing was changed)")
+
+
+class WrongTaskAnswerError(InvalidAgentResponseError):
+    """The agent answered about another task than the one asked about; nothing was applied."""
+
+    def __init__(self, url: str, asked: str, answered: str, answered_state: str | None) -> None:
+        self.asked = asked
+        self.answered = answered
+        self.answered_state = answered_state
+        super().__init__(url, f"asked about task {asked}, answered {answered}")
 
 
 class DeadlineExceeded(CardfenceError):

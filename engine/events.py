@@ -42,6 +42,8 @@ CANCEL_REFUSED: Final = "CancelRefused"
 REPLY_SENT: Final = "ReplySent"
 DEADLINE_EXCEEDED: Final = "DeadlineExceeded"
 ARTIFACT_RECEIVED: Final = "ArtifactReceived"
+# Also on the task stream (R3): the agent refused the creation with an A2A error; final.
+# TASK_CREATION_REFUSED, same name as the agent stream's refusal.
 
 TASK_EVENTS: Final = frozenset(
     {
@@ -63,6 +65,7 @@ TASK_EVENTS: Final = frozenset(
         REPLY_SENT,
         DEADLINE_EXCEEDED,
         ARTIFACT_RECEIVED,
+        TASK_CREATION_REFUSED,
     }
 )
 

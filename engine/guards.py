@@ -45,6 +45,36 @@ def creation_check(card: AgentCard, skill_id: str, media_type: str) -> Decision:
     return Decision(True, "ok")
 
 
+def never_created(task: Mapping[str, Any]) -> bool:
+    """R3: the agent refused this task's creation with an A2A error; nothing is sent for it
+    again. (``send_refused``: how an older cardfence flagged such a refusal.)"""
+    return task.get("closed") == "never_created" or "send_refused" in (task.get("flags") or ())
+
+
+def resend_check(task: Mapping[str, Any], card: AgentCard) -> Decision:
+    """May ``resume`` send a task's creation again on this fresh card (R2, R3)? The skill and
+    media type as for any creation, and the contract must be the task's frozen one: a re-send
+    is a creation under the contract the task was created with, never another."""
+    decision = creation_check(card, str(task.get("skill")), task.get("media_type") or "text/plain")
+    if not decision.allowed:
+        return decision
+    if card.contract_hash != task.get("contract_hash"):
+        return Decision(
+            False, "contract_changed", f"the contract is no longer {task.get('contract_hash')}"
+        )
+    return Decision(True, "ok")
+
+
+def refused_creation(code: int | str, message: str, url: str) -> Event:
+    """``TaskCreationRefused`` on the task: the agent refused the creation; final (R3)."""
+    return ev.TASK_CREATION_REFUSED, {
+        "reason": "remote_refused",
+        "code": code,
+        "message": message,
+        "url": url,
+    }
+
+
 # -- R4: webhook registration is gated by an unconditional fresh read ----------------------------
 
 
@@ -225,6 +255,46 @@ def card_is_stale(task: Mapping[str, Any], agent_state: Mapping[str, Any]) -> bo
     """R9's other trigger: the agent's latest recorded revision differs from the task's."""
     latest = agent_state.get("revision")
     return latest is not None and latest != task.get("latest_card_revision")
+
+
+# -- R12: an answer about another task, or in another context ------------------------------------
+
+
+def wrong_task(
+    task: Mapping[str, Any], asked: str, answered: str, answered_state: str | None, source: str
+) -> list[Event]:
+    """An answer naming another task than the one asked about: nothing of it is applied. The
+    first is recorded (``ObservationIgnored``, reason ``wrong_task``) and flags the task; later
+    ones add nothing, so a broken agent cannot grow the log poll after poll."""
+    if "wrong_task" in (task.get("flags") or ()):
+        return []
+    detail = f"asked about task {asked}, the agent answered about task {answered}"
+    return [
+        (
+            ev.OBSERVATION_IGNORED,
+            {
+                "reason": "wrong_task",
+                "state": answered_state,
+                "source": source,
+                "remote_timestamp": None,
+                "asked": asked,
+                "answered": answered,
+            },
+        ),
+        (ev.FLAGGED_FOR_REVIEW, {"reason": "wrong_task", "detail": detail}),
+    ]
+
+
+def context_check(task: Mapping[str, Any], remote_context_id: str | None) -> list[Event]:
+    """A report about the task in another ``contextId`` than the one bound: applied (it is the
+    task's own report), but flagged ``context_mismatch`` -- once."""
+    bound = task.get("remote_context_id")
+    if not bound or not remote_context_id or remote_context_id == bound:
+        return []
+    if "context_mismatch" in (task.get("flags") or ()):
+        return []
+    detail = f"the task's context is {bound}, a report named {remote_context_id}"
+    return [(ev.FLAGGED_FOR_REVIEW, {"reason": "context_mismatch", "detail": detail})]
 
 
 # -- R11: a terminal `failed` without a diagnostic -----------------------------------------------

@@ -9,10 +9,12 @@ reports alone (R1), and the property tests prove it.
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final
 
 from cardfence.engine import events as ev
 from cardfence.engine.lifecycle import TERMINAL, is_legal
@@ -26,6 +28,33 @@ IGNORED_STALE = "stale"  # older than what was already applied (R12)
 IGNORED_SAME_STATE = "same_state"  # newer, but no transition (e.g. a new status message)
 IGNORED_ILLEGAL = "illegal"  # not a transition the lifecycle allows (e.g. back to submitted)
 
+# Task flags raised by what an observation carried (FlaggedForReview reason, recorded once).
+FLAG_CLOCK_SKEW = "clock_skew"  # a status timestamp too far ahead was not used for ordering
+FLAG_PAYLOAD_TRUNCATED = "payload_truncated"  # an oversize part was kept as size + SHA-256
+
+DEFAULT_MAX_CLOCK_SKEW: Final = 300.0
+"""Seconds a status timestamp may be ahead of local receipt and still order reports (R12)."""
+
+# R16: what one event keeps of a remote report. Anything larger is kept as its size and SHA-256
+# (flag ``payload_truncated``), so no event nears the store's 1 MiB per-event limit
+# (``store.eventlog.DEFAULT_MAX_PAYLOAD_BYTES``; tests/unit/test_answer_limits.py checks it).
+MAX_RECORDED_ARTIFACT_BYTES: Final = 256 * 1024
+"""An artifact whose record ({id, name, parts} as stored JSON) is longer is kept as a digest."""
+MAX_RECORDED_MESSAGE_BYTES: Final = 64 * 1024
+"""A status message whose stored JSON text is longer is kept as a digest."""
+MAX_RECORDED_NAME_CHARS: Final = 256
+"""The characters of an artifact's name kept when the artifact is kept as a digest."""
+
+
+def stored_json(value: Any) -> str:
+    """``value`` as the store encodes a payload (compact, ASCII, sorted keys): its length is the
+    length the store checks against its limit."""
+    return json.dumps(value, separators=(",", ":"), sort_keys=True, allow_nan=False)
+
+
+def _sha256(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
 
 @dataclass(frozen=True, slots=True)
 class ArtifactRecord:
@@ -36,7 +65,22 @@ class ArtifactRecord:
     parts: tuple[Mapping[str, Any], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
-        return {"artifact_id": self.artifact_id, "name": self.name, "parts": list(self.parts)}
+        """The ``ArtifactReceived`` payload (without ``source``): id, name and parts with their
+        size and SHA-256 (of the stored JSON of id, name and parts), or, over
+        :data:`MAX_RECORDED_ARTIFACT_BYTES`, id, name, size and SHA-256 with ``truncated``."""
+        whole = {"artifact_id": self.artifact_id, "name": self.name, "parts": list(self.parts)}
+        text = stored_json(whole)
+        size, digest = len(text), _sha256(text)
+        if size <= MAX_RECORDED_ARTIFACT_BYTES:
+            return {**whole, "bytes": size, "sha256": digest}
+        name = self.name if self.name is None else self.name[:MAX_RECORDED_NAME_CHARS]
+        return {
+            "artifact_id": self.artifact_id,
+            "name": name,
+            "truncated": True,
+            "bytes": size,
+            "sha256": digest,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,42 +100,141 @@ class Observation:
     artifacts: tuple[ArtifactRecord, ...] = ()
     remote_task_id: str | None = None
     remote_context_id: str | None = None
+    received_at: datetime | None = None  # local receipt time: bounds how far ahead a timestamp
+    # may be and still order reports (R12); None: not checked (the engine always sets it)
 
 
 Event = tuple[str, dict[str, Any]]
 
 
-def apply_observation(task: Mapping[str, Any], observation: Observation) -> list[Event]:
+def apply_observation(
+    task: Mapping[str, Any],
+    observation: Observation,
+    *,
+    max_clock_skew: float = DEFAULT_MAX_CLOCK_SKEW,
+) -> list[Event]:
     """The events that record ``observation`` against the task's current projection.
 
     One state event (``StateChanged`` or ``ObservationIgnored`` with its reason) when the
-    observation carries a state — except a poll reading back exactly the applied state, which
-    records nothing — plus one ``ArtifactReceived`` per artifact not seen before.
+    observation carries a state, plus one ``ArtifactReceived`` per artifact not seen before (by
+    ``artifactId`` and content), plus a ``FlaggedForReview`` the first time a task meets a
+    timestamp too far ahead (``clock_skew``) or a part too large to keep (``payload_truncated``).
+
+    Repeats never grow the log without bound (R12): a report that is exactly one already
+    recorded since the last reply records one ``ObservationIgnored`` (``duplicate``,
+    ``repeat: true``) the first time it comes back — nothing for a poll — and nothing ever after.
     """
+    usable = _usable_timestamp(observation, max_clock_skew)
+    records = [artifact.to_json() for artifact in observation.artifacts]
+    report = _fingerprint(observation, records)
     out: list[Event] = []
     if observation.state is not None:
-        event = _state_event(task, observation)
+        if _is_repeat(task, report):
+            if observation.source == "poll" or report in task.get("reports_repeated", ()):
+                return []  # the same report read again: recorded once, then counted out
+            return [(ev.OBSERVATION_IGNORED, _repeat(observation, report))]
+        event = _state_event(task, observation, usable)
+        event[1]["report"] = report
         # A poll that reads back exactly what was already applied is the same report read
         # again, not a new one: recording it would add an event per safety poll for hours.
         if not (observation.source == "poll" and event[1].get("reason") == IGNORED_DUPLICATE):
             out.append(event)
-    seen = {a["artifact_id"]: a for a in task.get("artifacts", ())}
-    for artifact in observation.artifacts:
-        record = artifact.to_json()
-        if seen.get(artifact.artifact_id) != record:
-            out.append((ev.ARTIFACT_RECEIVED, {**record, "source": observation.source}))
-            seen[artifact.artifact_id] = record
+    seen = _artifact_digests(task)
+    truncated = False
+    for record in records:
+        artifact_id = record["artifact_id"]
+        if seen.get(artifact_id) != record["sha256"]:
+            replaces = artifact_id in seen
+            data = {**record, "source": observation.source}
+            if replaces:
+                data["replaces"] = True
+            out.append((ev.ARTIFACT_RECEIVED, data))
+            seen[artifact_id] = record["sha256"]
+            truncated = truncated or bool(record.get("truncated"))
+    flags = task.get("flags") or ()
+    if _skewed(observation, max_clock_skew) and FLAG_CLOCK_SKEW not in flags:
+        detail = (
+            f"status timestamp {_iso(observation.remote_timestamp)} is more than "
+            f"{max_clock_skew:g} s ahead of its receipt at {_iso(observation.received_at)}; "
+            "not used for ordering"
+        )
+        out.append((ev.FLAGGED_FOR_REVIEW, {"reason": FLAG_CLOCK_SKEW, "detail": detail}))
+    message_cut = any(data.get("payload_truncated") for _, data in out)
+    if (truncated or message_cut) and FLAG_PAYLOAD_TRUNCATED not in flags:
+        detail = "an oversize part of a remote report was kept as its size and SHA-256"
+        out.append((ev.FLAGGED_FOR_REVIEW, {"reason": FLAG_PAYLOAD_TRUNCATED, "detail": detail}))
     return out
 
 
-def _state_event(task: Mapping[str, Any], observation: Observation) -> Event:
+def _usable_timestamp(observation: Observation, max_clock_skew: float) -> datetime | None:
+    """The status timestamp if it may order reports: not more than ``max_clock_skew`` ahead of
+    the local receipt time (R12)."""
+    if observation.remote_timestamp is None or _skewed(observation, max_clock_skew):
+        return None
+    return observation.remote_timestamp
+
+
+def _skewed(observation: Observation, max_clock_skew: float) -> bool:
+    stamp, received = observation.remote_timestamp, observation.received_at
+    if stamp is None or received is None:
+        return False
+    return stamp - received > timedelta(seconds=max_clock_skew)
+
+
+def _fingerprint(observation: Observation, records: list[dict[str, Any]]) -> str:
+    """What makes two reports the same report: state, timestamp as reported, generation, status
+    message and artifacts (ids and contents). Not the source: a push and a poll of one moment
+    are one report."""
+    return _sha256(
+        stored_json(
+            [
+                observation.state,
+                _iso(observation.remote_timestamp),
+                observation.generation,
+                observation.message,
+                [[r["artifact_id"], r["sha256"]] for r in records],
+            ]
+        )
+    )[:32]
+
+
+def _is_repeat(task: Mapping[str, Any], report: str) -> bool:
+    # A report recorded once is a repeat whenever it comes back, until a reply (``ReplySent``
+    # clears the memory: after one, the remote may rightly report a state it reported before,
+    # and without a timestamp or a message that report is the same bytes).
+    return report == task.get("last_report") or report in set(task.get("reports_seen") or ())
+
+
+def _repeat(observation: Observation, report: str) -> dict[str, Any]:
+    data: dict[str, Any] = {
+        "reason": IGNORED_DUPLICATE,
+        "state": observation.state,
+        "source": observation.source,
+        "remote_timestamp": None,
+        "report": report,
+        "repeat": True,
+    }
+    return data
+
+
+def _artifact_digests(task: Mapping[str, Any]) -> dict[str, str | None]:
+    return {a["artifact_id"]: a.get("sha256") for a in task.get("artifacts") or ()}
+
+
+def _state_event(
+    task: Mapping[str, Any], observation: Observation, usable: datetime | None
+) -> Event:
     current = task["state"]
     state = observation.state
     assert state is not None
     base: dict[str, Any] = {
         "source": observation.source,
-        "remote_timestamp": _iso(observation.remote_timestamp),
+        "remote_timestamp": _iso(usable),
     }
+    if usable is None and observation.remote_timestamp is not None:
+        # R12: too far ahead of its receipt to order anything; kept as reported, not as order.
+        base["reported_timestamp"] = _iso(observation.remote_timestamp)
+        base["clock_skew"] = True
     if observation.generation is not None:
         base["generation"] = observation.generation
     if observation.remote_task_id and not task.get("remote_task_id"):
@@ -100,23 +243,38 @@ def _state_event(task: Mapping[str, Any], observation: Observation) -> Event:
         base["remote_task_id"] = observation.remote_task_id
         base["remote_context_id"] = observation.remote_context_id
 
-    reason = _ignored_reason(task, observation)
+    reason = _ignored_reason(task, observation, usable)
     if reason is not None:
         return ev.OBSERVATION_IGNORED, {"reason": reason, "state": state, **base}
     changed = {"from": current, "to": state, **base}
     if observation.message is not None:
-        changed["message"] = observation.message
+        text = stored_json(observation.message)
+        if len(text) <= MAX_RECORDED_MESSAGE_BYTES:
+            changed["message"] = observation.message
+        else:  # R16: kept as its size and SHA-256
+            changed.update(
+                message=None,
+                message_bytes=len(text),
+                message_sha256=_sha256(text),
+                payload_truncated=True,
+            )
     return ev.STATE_CHANGED, changed
 
 
-def _ignored_reason(task: Mapping[str, Any], observation: Observation) -> str | None:
+def _ignored_reason(
+    task: Mapping[str, Any], observation: Observation, usable: datetime | None
+) -> str | None:
     current = task["state"]
     state = observation.state
     if state == TaskState.UNKNOWN:
         return IGNORED_UNKNOWN
     if current in TERMINAL:
         return IGNORED_DUPLICATE if state == current else IGNORED_AFTER_TERMINAL
-    order = _compare(task, observation)
+    if state in TERMINAL:
+        # R10, R12: terminal states absorb on the remote too, so a terminal report is true
+        # whenever it was stamped: no agent clock (or generation) keeps it from being applied.
+        return None
+    order = _compare(task, observation, usable)
     if order < 0:
         return IGNORED_STALE
     if state == current:
@@ -126,13 +284,13 @@ def _ignored_reason(task: Mapping[str, Any], observation: Observation) -> str | 
     return None
 
 
-def _compare(task: Mapping[str, Any], observation: Observation) -> int:
+def _compare(task: Mapping[str, Any], observation: Observation, usable: datetime | None) -> int:
     """-1 older than what was applied, 0 the same moment, 1 newer (or unordered: by arrival)."""
     applied_generation = task.get("generation")
     if observation.generation is not None and applied_generation is not None:
         return _sign(observation.generation - applied_generation)
     applied = task.get("remote_timestamp")
-    observed = _iso(observation.remote_timestamp)
+    observed = _iso(usable)
     if observed is None or not isinstance(applied, str):
         return 1
     # ISO 8601 UTC strings of one fixed format compare like the instants they name.

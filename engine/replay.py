@@ -85,6 +85,7 @@ _FLAG_FOR_EVENT = {
     ev.DELIVERY_DOWNGRADED: "delivery_downgraded",
     ev.ENDPOINT_MOVED: "endpoint_moved",
     ev.DEADLINE_EXCEEDED: "deadline_exceeded",
+    ev.TASK_CREATION_REFUSED: "never_created",
 }
 
 
@@ -118,11 +119,59 @@ def initial_task_state(key: str) -> State:
         "last_message": None,
         "submitted_at": None,
     }
+    # Added by the first report that carries a fingerprint (R12), so logs written before they
+    # existed replay to exactly their stored projections: `last_report` (the fingerprint of the
+    # last report recorded), `reports_seen` (those of every report recorded since the last
+    # reply), `reports_repeated` (those recorded once as a repeat; later repeats are not
+    # recorded at all). A `ReplySent` clears them.
 
 
 def apply_task_event(state: Mapping[str, Any], type_: str, data: Mapping[str, Any]) -> State:
     """The task stream's state after one event (a new dict; ``state`` is not modified)."""
+    return apply_task_events(state, ((type_, data),))
+
+
+def apply_task_events(
+    state: Mapping[str, Any], events: Iterable[tuple[str, Mapping[str, Any]]]
+) -> State:
+    """The task stream's state after ``events`` (a new state; ``state`` is not modified).
+
+    Linear in the events and the state (R16): the lists the events grow are copied once, then
+    grown in place, and artifacts are found by id through an index made once per call.
+    """
     out = dict(state)
+    for name in ("artifacts", "reports_seen", "reports_repeated"):
+        if name in out:
+            out[name] = list(out[name])  # grown in place below: never the caller's list
+    index: dict[str, int] | None = None
+    for type_, data in events:
+        if type_ == ev.ARTIFACT_RECEIVED:
+            if index is None:
+                index = {a["artifact_id"]: i for i, a in enumerate(out["artifacts"])}
+            _apply_artifact(out["artifacts"], index, data)
+        else:
+            _apply_in_place(out, type_, data)
+    return out
+
+
+_ARTIFACT_FIELDS = ("artifact_id", "name", "parts", "truncated", "bytes", "sha256")
+
+
+def _apply_artifact(artifacts: list[Any], index: dict[str, int], data: Mapping[str, Any]) -> None:
+    """Keyed by ``artifactId``: a new id is added at the end, a known one replaced in place."""
+    record = {k: data[k] for k in _ARTIFACT_FIELDS if k in data}
+    record.setdefault("name", None)
+    if "truncated" not in record:
+        record.setdefault("parts", [])
+    position = index.get(record["artifact_id"])
+    if position is None:
+        index[record["artifact_id"]] = len(artifacts)
+        artifacts.append(record)
+    else:
+        artifacts[position] = record
+
+
+def _apply_in_place(out: State, type_: str, data: Mapping[str, Any]) -> None:
     if type_ == ev.TASK_SUBMITTED:
         for name in (
             "agent",
@@ -142,11 +191,7 @@ def apply_task_event(state: Mapping[str, Any], type_: str, data: Mapping[str, An
             out[name] = data.get(name)
         out["latest_card_revision"] = data.get("card_revision")
     elif type_ in (ev.STATE_CHANGED, ev.OBSERVATION_IGNORED):
-        out = _apply_observation_event(out, type_, data)
-    elif type_ == ev.ARTIFACT_RECEIVED:
-        record = {k: data.get(k) for k in ("artifact_id", "name", "parts")}
-        kept = [a for a in out["artifacts"] if a["artifact_id"] != record["artifact_id"]]
-        out["artifacts"] = [*kept, record]
+        _apply_observation_event(out, type_, data)
     elif type_ == ev.WEBHOOK_REGISTERED:
         out["webhook"] = {
             k: data.get(k) for k in ("config_id", "url", "token_sha256", "auth_sha256")
@@ -165,12 +210,26 @@ def apply_task_event(state: Mapping[str, Any], type_: str, data: Mapping[str, An
         out["endpoint"] = data.get("new")
     elif type_ == ev.CANCEL_REQUESTED:
         out["cancel_requested"] = True
+    elif type_ == ev.REPLY_SENT and "last_report" in out:
+        # R12: after a reply the remote may rightly report again what it reported before.
+        out.update(last_report=None, reports_seen=[], reports_repeated=[])
+    elif type_ == ev.TASK_CREATION_REFUSED:
+        # R3: the agent refused the creation with an A2A error. The task is closed as never
+        # created; its lifecycle state stays what the remote reported (nothing: `submitted`).
+        out["closed"] = "never_created"
+        out["creation_refused"] = {"code": data.get("code"), "message": data.get("message")}
     if type_ in _FLAG_FOR_EVENT:
         out["flags"] = _with_flag(out["flags"], _FLAG_FOR_EVENT[type_])
-    return out
 
 
-def _apply_observation_event(out: State, type_: str, data: Mapping[str, Any]) -> State:
+def _apply_observation_event(out: State, type_: str, data: Mapping[str, Any]) -> None:
+    report = data.get("report")
+    if report is not None:
+        out["last_report"] = report
+        if data.get("repeat"):
+            out.setdefault("reports_repeated", []).append(report)  # counted as ignored below
+        else:
+            out.setdefault("reports_seen", []).append(report)
     timestamp, generation = watermark_after(out, type_, data)
     out["remote_timestamp"], out["generation"] = timestamp, generation
     if data.get("remote_task_id") and not out["remote_task_id"]:
@@ -183,7 +242,6 @@ def _apply_observation_event(out: State, type_: str, data: Mapping[str, Any]) ->
             out["last_message"] = data["message"]
     else:
         out["ignored"] = out["ignored"] + 1
-    return out
 
 
 def _with_flag(flags: list[str], flag: str) -> list[str]:
@@ -194,7 +252,4 @@ def fold_task(
     key: str, events: Iterable[tuple[str, Mapping[str, Any]]], state: State | None = None
 ) -> State:
     """Fold ``(type, data)`` pairs over a task stream's state (from its initial state)."""
-    current: State = initial_task_state(key) if state is None else state
-    for type_, data in events:
-        current = apply_task_event(current, type_, data)
-    return current
+    return apply_task_events(initial_task_state(key) if state is None else state, events)

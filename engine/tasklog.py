@@ -19,7 +19,13 @@ from typing import Any
 from cardfence.engine import events as ev
 from cardfence.engine.errors import UsageError
 from cardfence.engine.observations import Event
-from cardfence.engine.replay import State, apply_task_event, fold_task, initial_task_state
+from cardfence.engine.replay import (
+    State,
+    apply_task_event,
+    apply_task_events,
+    fold_task,
+    initial_task_state,
+)
 from cardfence.store import (
     ConcurrencyError,
     EventStore,
@@ -107,12 +113,21 @@ def key_of(stream_id: str) -> str:
     return stream_id.removeprefix(ev.TASK_STREAM_PREFIX)
 
 
+def status_of(state: State) -> str | None:
+    """The projection's status: the lifecycle state, or ``never_created`` for a task whose
+    creation the agent refused (R3) -- a status of the record, not a state the remote reported."""
+    closed = state.get("closed")
+    return str(closed) if closed else state.get("state")
+
+
 def projection_of(state: State) -> Projection:
+    # The alias indexes the remote task id, which is unique per agent only (R16): several tasks
+    # may share one, told apart by their agent (``find``) or their webhook (``Engine.deliver``).
     return Projection(
         state,
         category=ev.TASK_CATEGORY,
         alias=state.get("remote_task_id"),
-        status=state.get("state"),
+        status=status_of(state),
     )
 
 
@@ -130,9 +145,7 @@ class TaskLog:
 
     def create(self, key: str, events: Sequence[Event]) -> State:
         """Start a task's stream with ``events`` (it must not exist yet)."""
-        state = initial_task_state(key)
-        for type_, data in events:
-            state = apply_task_event(state, type_, data)
+        state = apply_task_events(initial_task_state(key), events)
         self.store.append(
             task_stream_id(key),
             0,
@@ -164,9 +177,7 @@ class TaskLog:
             events = list(decide(before))
             if not events:
                 return before, before
-            after = before
-            for type_, data in events:
-                after = apply_task_event(after, type_, data)
+            after = apply_task_events(before, events)  # linear in the events (R16)
             try:
                 self.store.append(
                     stream_id,
@@ -183,7 +194,9 @@ class TaskLog:
 
     def find(self, ref: str) -> str:
         """The key of the task ``ref`` names: a local key, a remote task id, or an unambiguous
-        prefix of either. Raises :class:`UsageError` when none or several match."""
+        prefix of either. A local key always wins. Raises :class:`UsageError` when none match, or
+        when several do -- a remote id two agents share (R16) included -- naming each candidate's
+        key and agent."""
         ref = ref.strip()
         if not ref:
             raise UsageError("no task named")
@@ -192,21 +205,23 @@ class TaskLog:
         by_alias = self.store.streams(category=ev.TASK_CATEGORY, alias=ref)
         if len(by_alias) == 1:
             return key_of(by_alias[0].stream_id)
+        if len(by_alias) > 1:
+            raise _ambiguous(ref, by_alias)
         matches = {
-            key_of(record.stream_id)
+            record.stream_id: record
             for record in self.store.streams(category=ev.TASK_CATEGORY)
             if key_of(record.stream_id).startswith(ref) or (record.alias or "").startswith(ref)
         }
         if len(matches) == 1:
-            return matches.pop()
+            return key_of(next(iter(matches)))
         if not matches:
             raise UsageError(f"unknown task {ref!r}")
-        raise UsageError(f"task {ref!r} is ambiguous: {len(matches)} tasks match")
+        raise _ambiguous(ref, list(matches.values()))
 
-    def find_remote(self, remote_task_id: str) -> str | None:
-        """The key of the task with this remote id, if any."""
+    def by_remote_id(self, remote_task_id: str) -> list[TaskHead]:
+        """Every task with this remote id: one per agent at most, so possibly several (R16)."""
         found = self.store.streams(category=ev.TASK_CATEGORY, alias=remote_task_id)
-        return key_of(found[0].stream_id) if len(found) == 1 else None
+        return [self._keep(_head(record)) for record in found]
 
     def all(self, status: str | None = None) -> list[TaskHead]:
         return [
@@ -258,7 +273,7 @@ class TaskLog:
         return [
             heads[stream_id]
             for stream_id in sorted(heads)
-            if status is None or heads[stream_id].state.get("state") == status
+            if status is None or status_of(heads[stream_id].state) == status
         ]
 
 
@@ -268,6 +283,21 @@ def _prefix(events: Iterable[RecordedEvent], point: AsOf) -> Iterable[RecordedEv
         if not point.includes(event):
             return
         yield event
+
+
+def _ambiguous(ref: str, records: Sequence[StreamRecord]) -> UsageError:
+    """A usage error naming every task ``ref`` may mean: its key and its agent."""
+    shown = sorted(records, key=lambda r: r.stream_id)[:10]
+    candidates = "; ".join(
+        f"{key_of(r.stream_id)} (agent {(r.state or {}).get('agent') or '?'}, "
+        f"remote {r.alias or '-'})"
+        for r in shown
+    )
+    more = f"; and {len(records) - len(shown)} more" if len(records) > len(shown) else ""
+    return UsageError(
+        f"task {ref!r} is ambiguous: {len(records)} tasks match: {candidates}{more}; "
+        "name one by its local key"
+    )
 
 
 def _head(record: StreamRecord) -> TaskHead:

@@ -36,8 +36,10 @@ from cardfence.engine.cards.model import HTTP_JSON, JSONRPC, Interface
 from cardfence.engine.errors import (
     EndpointUnreachableError,
     InvalidAgentResponseError,
+    ProtocolMismatchError,
     RemoteRefusedError,
     UsageError,
+    WrongTaskAnswerError,
 )
 from cardfence.engine.remote import (
     PushConfig,
@@ -61,6 +63,13 @@ A2A_VERSION: Final = "1.0"
 DEFAULT_MAX_BYTES: Final = 8 * 1024 * 1024
 _USER_AGENT: Final = "cardfence/0.1"
 _MAX_DETAIL: Final = 200  # characters of a remote error message kept in ours
+# What A2A 0.3 called the 1.0 methods, for the message of a -32601 (ProtocolMismatchError).
+_LEGACY_METHODS: Final = {
+    "SendMessage": "message/send",
+    "GetTask": "tasks/get",
+    "CancelTask": "tasks/cancel",
+    "CreateTaskPushNotificationConfig": "tasks/pushNotificationConfig/set",
+}
 
 
 class A2AErrorCode(IntEnum):
@@ -251,7 +260,18 @@ class A2ATransport:
             envelope = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
             url = self.interface.url
             status, raw = await self._exchange("POST", url, _encode(envelope), None, task)
-            return url, self._jsonrpc_result(url, status, raw, request_id, task)
+            try:
+                return url, self._jsonrpc_result(url, status, raw, request_id, task)
+            except RemoteRefusedError as refused:
+                if refused.code != A2AErrorCode.METHOD_NOT_FOUND:
+                    raise
+                raise ProtocolMismatchError(
+                    url,
+                    method,
+                    declared=self.interface.protocol_version,
+                    legacy=_LEGACY_METHODS.get(method, ""),
+                    task=task,
+                ) from refused
         url = self.interface.url.rstrip("/") + path
         content = None if body is None else _encode(body)
         status, raw = await self._exchange(verb, url, content, query, task)
@@ -421,5 +441,5 @@ def _segment(task_id: str) -> str:
 def _same_task(url: str, task_id: str, task: RemoteTask) -> RemoteTask:
     """An answer about another task must not be observed as this one's (R12)."""
     if task.id != task_id:
-        raise InvalidAgentResponseError(url, f"asked about task {task_id}, answered {task.id}")
+        raise WrongTaskAnswerError(url, task_id, task.id, task.state)
     return task

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -64,6 +64,39 @@ def decode(body: bytes, headers: Mapping[str, str]) -> StreamUpdate:
         return parse_stream_response(document, url="webhook")
     except InvalidAgentResponseError as exc:
         raise Refused(400, f"not an A2A StreamResponse: {exc}") from None
+
+
+def authenticates(webhook: Mapping[str, Any] | None, headers: Mapping[str, str]) -> bool:
+    """Whether the delivery's token (and Authorization, when configured) are those of this
+    registered webhook configuration."""
+    if webhook is None or not _matches(_header(headers, TOKEN_HEADER), webhook.get("token_sha256")):
+        return False
+    expected_auth = webhook.get("auth_sha256")
+    return expected_auth is None or _matches(_header(headers, "authorization"), expected_auth)
+
+
+def match_task(
+    remote_task_id: str,
+    candidates: Sequence[tuple[str, Mapping[str, Any] | None]],
+    headers: Mapping[str, str],
+) -> str:
+    """The key of the task a delivery is for: among the tasks with its remote task id
+    (``(key, webhook)`` pairs, one per agent at most), the one whose webhook configuration the
+    delivery authenticates as (R16: never the remote task id alone). :class:`Refused` 404 when
+    no task with that id has a webhook, 401 when none authenticates, 409 when several do."""
+    registered = [(key, hook) for key, hook in candidates if hook is not None]
+    if not registered:
+        if not candidates:
+            raise Refused(404, f"no task with remote id {remote_task_id!r}")
+        raise Refused(404, f"no task with remote id {remote_task_id!r} has a webhook registered")
+    matched = [key for key, hook in registered if authenticates(hook, headers)]
+    if len(matched) == 1:
+        return matched[0]
+    if not matched:
+        check_credentials(registered[0][1] or {}, headers)  # says which credential is wrong
+        raise Refused(401, "missing or wrong X-A2A-Notification-Token")
+    raise Refused(409, f"{len(matched)} tasks with remote id {remote_task_id!r} share these "
+                       "credentials: register each webhook with its own token")  # fmt: skip
 
 
 def check_credentials(webhook: Mapping[str, Any], headers: Mapping[str, str]) -> None:

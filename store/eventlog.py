@@ -67,6 +67,9 @@ from cardfence.store.schema import card_snapshots, events, streams
 _T = TypeVar("_T")
 
 DEFAULT_MAX_PAYLOAD_BYTES = 1 << 20
+# A projection is a cache of its stream's replay and may hold many events' worth (a task with
+# 100,000 artifacts): it has a limit of its own, 64 times an event's (R16, docs/rules.md).
+DEFAULT_MAX_PROJECTION_BYTES = 64 * DEFAULT_MAX_PAYLOAD_BYTES
 _PG_APPEND_LOCK = 0x63617264_66656E63 & 0x7FFF_FFFF_FFFF_FFFF  # "cardfenc"
 _PG_MIGRATE_LOCK = _PG_APPEND_LOCK - 1
 _SQLITE_BUSY_RETRIES = 8
@@ -114,11 +117,13 @@ class EventStore:
         *,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         busy_timeout_ms: int = 5000,
+        max_projection_bytes: int = DEFAULT_MAX_PROJECTION_BYTES,
     ) -> None:
         self.engine = engine
         self._busy_timeout_ms = busy_timeout_ms
         self.url = engine.url.render_as_string(hide_password=True)
         self.max_payload_bytes = max_payload_bytes
+        self.max_projection_bytes = max_projection_bytes
         self._is_sqlite = engine.dialect.name == "sqlite"
         self._is_postgres = engine.dialect.name == "postgresql"
         self._dbapi: Any = engine.dialect.loaded_dbapi
@@ -146,6 +151,7 @@ class EventStore:
         *,
         migrate: bool = True,
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
+        max_projection_bytes: int = DEFAULT_MAX_PROJECTION_BYTES,
         busy_timeout_ms: int = 5000,
         connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT,
         statement_timeout: float | None = DEFAULT_STATEMENT_TIMEOUT,
@@ -170,7 +176,12 @@ class EventStore:
             raise StoreUnavailableError(shown, missing_driver(parsed, exc)) from exc
         except (sa.exc.ArgumentError, sa.exc.NoSuchModuleError) as exc:
             raise StoreUnavailableError(shown, f"cannot use this URL: {exc}") from exc
-        store = cls(engine, max_payload_bytes=max_payload_bytes, busy_timeout_ms=busy_timeout_ms)
+        store = cls(
+            engine,
+            max_payload_bytes=max_payload_bytes,
+            max_projection_bytes=max_projection_bytes,
+            busy_timeout_ms=busy_timeout_ms,
+        )
         if migrate:
             store.migrate()
         return store
@@ -315,7 +326,13 @@ class EventStore:
         state = (
             None
             if projection is None
-            else _encode(stream_id, "projection", projection.state, limit, sort_keys=False)
+            else _encode(
+                stream_id,
+                "projection",
+                projection.state,
+                self.max_projection_bytes,
+                sort_keys=False,
+            )
         )
         cards = sorted(snapshots, key=lambda s: s.revision)
         for card in cards:

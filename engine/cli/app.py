@@ -6,11 +6,14 @@ Global options (``--db``, ``--json``, ``--debug``) are accepted before and after
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Annotated, Any
 
+import sqlalchemy as sa
 import typer
 
 from cardfence.engine import errors
@@ -29,6 +32,21 @@ EXIT_REMOTE_REFUSED = 7
 EXIT_TERMINAL_NOT_COMPLETED = 8
 EXIT_UNREACHABLE = 9
 EXIT_STORE_UNAVAILABLE = 10
+EXIT_OUTPUT = 11
+EXIT_INTERRUPTED = 130
+
+# The smallest --max-poll-interval taken: below it the safety polls would hammer the agent.
+MIN_POLL_INTERVAL = 0.1
+
+
+class Interrupted(errors.CardfenceError):
+    """SIGINT or SIGTERM stopped the command (exit 130); the message says what was left."""
+
+
+class OutputError(errors.CardfenceError):
+    """stdout could not be written (closed by its reader, or full); exit 11. What the command
+    did is recorded in the store all the same."""
+
 
 # Most specific first: CardInvalidError is a DiscoveryError.
 _EXIT_CODES: tuple[tuple[type[errors.CardfenceError], int], ...] = (
@@ -39,19 +57,31 @@ _EXIT_CODES: tuple[tuple[type[errors.CardfenceError], int], ...] = (
     (errors.TaskOrphanedError, EXIT_ORPHANED),
     (errors.AuditViolation, EXIT_AUDIT),
     (errors.DeadlineExceeded, EXIT_DEADLINE),
+    (errors.CreationRefusedError, EXIT_CREATION_REFUSED),
+    (errors.ProtocolMismatchError, EXIT_UNREACHABLE),
     (errors.RemoteRefusedError, EXIT_REMOTE_REFUSED),
     (errors.EndpointUnreachableError, EXIT_UNREACHABLE),
     (errors.InvalidAgentResponseError, EXIT_UNREACHABLE),
     (errors.StoreUnavailableError, EXIT_STORE_UNAVAILABLE),
     (errors.SchemaTooNewError, EXIT_STORE_UNAVAILABLE),
+    # The rest of the store's refusals (another writer first, a payload out of range, a snapshot
+    # that does not hash to its key): the store refused the write.
+    (errors.StoreError, EXIT_STORE_UNAVAILABLE),
     (errors.TaskEndedError, EXIT_TERMINAL_NOT_COMPLETED),
+    (OutputError, EXIT_OUTPUT),
+    (Interrupted, EXIT_INTERRUPTED),
 )
 
 
 def exit_code_for(error: errors.CardfenceError) -> int:
     """The exit code docs/cli.md assigns to an error (1 for errors it does not name)."""
-    for kind, code in _EXIT_CODES:
-        if isinstance(error, kind):
+    return exit_code_of(type(error))
+
+
+def exit_code_of(kind: type[errors.CardfenceError]) -> int:
+    """The exit code docs/cli.md assigns to an error type (1, a bug, for types it does not name)."""
+    for named, code in _EXIT_CODES:
+        if issubclass(kind, named):
             return code
     return EXIT_UNEXPECTED
 
@@ -107,16 +137,67 @@ def _global_options(
 def options_of(ctx: typer.Context, db: str | None, json_: bool, debug: bool) -> Globals:
     """Merge options given after the command with those given before it."""
     before = ctx.obj if isinstance(ctx.obj, Globals) else Globals()
-    return Globals(db=db or before.db, json=json_ or before.json, debug=debug or before.debug)
+    chosen = db if db is not None else before.db  # `--db ""` is given, and refused later
+    return Globals(db=chosen, json=json_ or before.json, debug=debug or before.debug)
 
 
 def store_url(options: Globals) -> str:
-    return options.db or os.environ.get("CARDFENCE_DB") or DEFAULT_DB
+    if options.db is not None:
+        return options.db
+    return os.environ.get("CARDFENCE_DB") or DEFAULT_DB
 
 
-def open_store(options: Globals) -> EventStore:
-    """Open (and migrate) the store the options name."""
-    return EventStore.open(store_url(options))
+def checked_store_url(options: Globals, *, existing: bool = False) -> str:
+    """The store URL, refused (UsageError) when the command line cannot use it: empty, not a
+    URL, an in-memory SQLite database (it would vanish with the process), or, with
+    ``existing``, a SQLite file that does not exist (a typo would show an empty store)."""
+    url = store_url(options)
+    if not url.strip():
+        raise errors.UsageError("--db is empty: name a store, e.g. sqlite:///cardfence.db")
+    try:
+        parsed = sa.make_url(url)
+    except sa.exc.ArgumentError:
+        raise errors.UsageError(
+            f"--db {url!r} is not a database URL (e.g. sqlite:///cardfence.db, "
+            "postgresql://host/db); nothing was opened"
+        ) from None
+    if parsed.get_backend_name() != "sqlite":
+        return url
+    database = parsed.database or ""
+    in_memory = (
+        database in ("", ":memory:")
+        or database.startswith("file::memory:")
+        or parsed.query.get("mode") == "memory"
+    )
+    if in_memory:
+        raise errors.UsageError(
+            f"--db {url}: an in-memory store would vanish with the process; "
+            "name a file, e.g. sqlite:///cardfence.db"
+        )
+    if existing and not database.startswith("file:") and not Path(database).exists():
+        raise errors.UsageError(
+            f"no store at {database}: nothing was created (check --db or $CARDFENCE_DB; "
+            "`cardfence migrate` creates an empty store)"
+        )
+    return url
+
+
+def open_store(options: Globals, *, existing: bool = False) -> EventStore:
+    """Open (and migrate) the store the options name; ``existing``: only one already there."""
+    return EventStore.open(checked_store_url(options, existing=existing))
+
+
+def check_seconds(option: str, value: float, *, minimum: float = 0.0) -> None:
+    """A duration option must be a finite number of seconds above zero (and ``minimum``)."""
+    if not math.isfinite(value) or value <= 0:
+        raise errors.UsageError(f"{option} must be a number of seconds > 0, not {value:g}")
+    if value < minimum:
+        raise errors.UsageError(f"{option} must be at least {minimum:g} seconds, not {value:g}")
+
+
+def check_positive(option: str, value: int) -> None:
+    if value <= 0:
+        raise errors.UsageError(f"{option} must be > 0, not {value}")
 
 
 class _Output:
@@ -126,11 +207,23 @@ class _Output:
 def emit(options: Globals, document: dict[str, Any], human: str) -> None:
     """Print the JSON document (``--json``) or the human text, on stdout."""
     _Output.emitted = True
-    if options.json:
-        sys.stdout.write(json.dumps(document, sort_keys=False) + "\n")
-    else:
-        sys.stdout.write(human.rstrip("\n") + "\n")
-    sys.stdout.flush()
+    text = json.dumps(document, sort_keys=False) if options.json else human.rstrip("\n")
+    try:
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+    except OSError as failure:
+        silence_stdout()
+        raise OutputError(f"cannot write stdout: {failure}") from None
+
+
+def silence_stdout() -> None:
+    """Point stdout at the null device, so the interpreter's last flush cannot fail again."""
+    try:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, sys.stdout.fileno())
+        os.close(null)
+    except (OSError, ValueError):
+        pass
 
 
 def emitted() -> bool:

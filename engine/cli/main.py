@@ -20,8 +20,10 @@ from cardfence.engine import errors
 from cardfence.engine.cards.discovery import CardLimits, CardRead, Discovery, card_urls
 from cardfence.engine.cards.history import RevisionEntry, revision_history
 from cardfence.engine.cli import demo as demo_commands
+from cardfence.engine.cli import signals
 from cardfence.engine.cli import tasks as task_commands
 from cardfence.engine.cli.app import (
+    EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_UNEXPECTED,
     EXIT_USAGE,
@@ -32,11 +34,14 @@ from cardfence.engine.cli.app import (
     JsonOption,
     MaxCardBytesOption,
     app,
+    check_positive,
+    check_seconds,
     emit,
     emitted,
     exit_code_for,
     open_store,
     options_of,
+    silence_stdout,
 )
 from cardfence.store import EventStore
 
@@ -67,6 +72,8 @@ def cards(
 ) -> None:
     """Read the agent's card once (conditional), then show the revisions this store has seen."""
     options = options_of(ctx, db, json_, debug)
+    check_seconds("--card-timeout", card_timeout)
+    check_positive("--max-card-bytes", max_card_bytes)
     limits = CardLimits(
         timeout=card_timeout, max_bytes=max_card_bytes, allow_insecure=allow_insecure_http
     )
@@ -91,8 +98,9 @@ def cards(
 
 
 async def _read_card_once(store: EventStore, agent_url: str, limits: CardLimits) -> CardRead:
-    async with httpx.AsyncClient() as client:
-        return await Discovery(store, client, limits=limits).read(agent_url, fresh=True)
+    with signals.cancellable():
+        async with httpx.AsyncClient() as client:
+            return await Discovery(store, client, limits=limits).read(agent_url, fresh=True)
 
 
 def _read_json(read: CardRead | None, failure: errors.DiscoveryError | None) -> dict[str, Any]:
@@ -126,24 +134,46 @@ def run(argv: Sequence[str] | None = None) -> int:
     debug = "--debug" in args
     as_json = "--json" in args
     command = typer.main.get_command(app)
-    try:
-        command.main(args=args, prog_name="cardfence", standalone_mode=False)
-    except typer.Exit as stop:
-        return int(stop.exit_code)
-    except typer.Abort:
-        return _failed(as_json, "Aborted", "interrupted", EXIT_UNEXPECTED)
-    except errors.CardfenceError as exc:
+    with signals.handled():
+        try:
+            returned = command.main(args=args, prog_name="cardfence", standalone_mode=False)
+        except (KeyboardInterrupt, asyncio.CancelledError, typer.Abort) as stop:
+            if isinstance(stop, asyncio.CancelledError) and signals.received() is None:
+                return _bug(stop, as_json, debug)
+            return _interrupted(as_json)
+        except typer.Exit as stop:
+            code = int(stop.exit_code)
+        except Exception as exc:
+            return _failure(exc, as_json, debug)
+        else:
+            # typer returns the code of an Exit it caught: 130 for a KeyboardInterrupt.
+            code = returned if isinstance(returned, int) else EXIT_OK
+    return _interrupted(as_json) if code == EXIT_INTERRUPTED else code
+
+
+def _interrupted(as_json: bool) -> int:
+    name = signals.received() or "SIGINT"
+    detail = f"{name} received; nothing was left half-written (the store writes whole transactions)"
+    return _failed(as_json, "Interrupted", detail, EXIT_INTERRUPTED)
+
+
+def _failure(exc: Exception, as_json: bool, debug: bool) -> int:
+    """The exit code and closing line of an error that ended the command."""
+    if isinstance(exc, errors.CardfenceError):
         if debug:
-            traceback.print_exc(file=sys.stderr)
+            traceback.print_exception(exc, file=sys.stderr)
         return _failed(as_json, type(exc).__name__, str(exc), exit_code_for(exc))
-    except Exception as exc:  # a bug: say so in one line, trace only on request
-        if _is_usage_error(exc):
-            return _usage_failure(exc, as_json)
-        if debug:
-            traceback.print_exc(file=sys.stderr)
-        detail = f"{exc} (a bug; rerun with --debug)"
-        return _failed(as_json, type(exc).__name__, detail, EXIT_UNEXPECTED)
-    return EXIT_OK
+    if _is_usage_error(exc):
+        return _usage_failure(exc, as_json)
+    return _bug(exc, as_json, debug)
+
+
+def _bug(exc: BaseException, as_json: bool, debug: bool) -> int:
+    """Exit 1: say so in one line, the traceback only on request."""
+    if debug:
+        traceback.print_exception(exc, file=sys.stderr)
+    detail = f"{exc} (a bug; rerun with --debug)"
+    return _failed(as_json, type(exc).__name__, detail, EXIT_UNEXPECTED)
 
 
 def _failed(as_json: bool, name: str, message: str, code: int) -> int:
@@ -151,7 +181,10 @@ def _failed(as_json: bool, name: str, message: str, code: int) -> int:
     line = _single_line(message)
     if as_json and not emitted():
         document = {"error": {"type": name, "message": line, "exit_code": code}}
-        sys.stdout.write(json.dumps(document) + "\n")
+        try:
+            sys.stdout.write(json.dumps(document) + "\n")
+        except OSError:
+            silence_stdout()
     _fail(f"{name}: {line}")
     return code
 
@@ -174,8 +207,15 @@ def _single_line(text: str) -> str:
 
 
 def _fail(line: str) -> None:
-    sys.stdout.flush()
-    sys.stderr.write(line + "\n")
+    try:
+        sys.stdout.flush()
+    except OSError:
+        silence_stdout()
+    try:
+        sys.stderr.write(line + "\n")
+        sys.stderr.flush()
+    except OSError:
+        pass
 
 
 def main() -> None:

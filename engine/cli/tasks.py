@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, TypeVar
 
@@ -14,15 +15,21 @@ import typer
 from cardfence.engine import errors
 from cardfence.engine.audit import audit as audit_store
 from cardfence.engine.cards.discovery import CardLimits
+from cardfence.engine.cli import signals
 from cardfence.engine.cli.app import (
+    MIN_POLL_INTERVAL,
     CardTimeoutOption,
     DbOption,
     DebugOption,
     Globals,
     InsecureOption,
+    Interrupted,
     JsonOption,
     MaxCardBytesOption,
     app,
+    check_positive,
+    check_seconds,
+    checked_store_url,
     emit,
     open_store,
     options_of,
@@ -36,7 +43,7 @@ from cardfence.engine.cli.render import (
     timeline,
 )
 from cardfence.engine.deadline import until as requests_until
-from cardfence.engine.engine import Engine, EngineConfig
+from cardfence.engine.engine import UNTIL, Engine, EngineConfig
 from cardfence.engine.lifecycle import STATES, TERMINAL
 from cardfence.engine.remote import TaskState
 from cardfence.engine.tasklog import AsOf, TaskLog, task_stream_id
@@ -79,19 +86,56 @@ def _engine_run(
     config: EngineConfig,
     job: Callable[[Engine], Awaitable[_T]],
     deadline: float | None = None,
+    *,
+    left: Callable[[Engine], str],
+    existing: bool = True,
 ) -> _T:
-    """Run ``job`` on an engine; every request it makes ends by ``deadline`` (R16)."""
+    """Run ``job`` on an engine (``existing``: of a store already there); every request it
+    makes ends by ``deadline`` (R16). On SIGINT/SIGTERM the job is cancelled at its next await
+    (the append in hand commits first) and :class:`Interrupted` says what ``left(engine)``
+    reports."""
+    store = open_store(options, existing=existing)
 
     async def main() -> _T:
-        async with httpx.AsyncClient() as client:
-            engine = Engine(open_store(options), client, config)
-            try:
-                with requests_until(deadline):
-                    return await job(engine)
-            finally:
-                await engine.aclose()
+        with signals.cancellable():
+            async with httpx.AsyncClient() as client:
+                engine = Engine(store, client, config)
+                try:
+                    with requests_until(deadline):
+                        return await job(engine)
+                except asyncio.CancelledError as cancelled:
+                    if not signals.interrupted_by_us(cancelled):
+                        raise
+                    raise Interrupted(f"{signals.received()} received: {left(engine)}") from None
+                finally:
+                    await engine.aclose()
 
     return asyncio.run(main())
+
+
+def _left_task(key: str) -> Callable[[Engine], str]:
+    """What an interruption left of one task, read back from the store."""
+
+    def left(engine: Engine) -> str:
+        try:
+            state = engine.task(key).state
+        except errors.CardfenceError:
+            return "interrupted before the task was recorded; nothing was sent"
+        return f"task {key} left as recorded ({state}); `cardfence resume {key}` continues it"
+
+    return left
+
+
+def _left_every(_engine: Engine) -> str:
+    return "the tasks are left as recorded; `cardfence resume --all` continues them"
+
+
+def _check_drive_options(until: str, timeout: float, max_poll_interval: float) -> None:
+    """Checked before anything is opened or sent (exit 2)."""
+    if until not in UNTIL:
+        raise errors.UsageError(f"--until must be one of {', '.join(UNTIL)}, not {until!r}")
+    check_seconds("--timeout", timeout)
+    check_seconds("--max-poll-interval", max_poll_interval, minimum=MIN_POLL_INTERVAL)
 
 
 def _human(options: Globals, render: Callable[[], str]) -> str:
@@ -145,7 +189,13 @@ def run(
 ) -> None:
     """Discover the agent, check skill and contract, send the message, then drive the task."""
     options = options_of(ctx, db, json_, debug)
+    _check_drive_options(until, timeout, max_poll_interval)
+    check_seconds("--max-card-age", max_card_age)
+    check_seconds("--card-timeout", card_timeout)
+    check_positive("--max-card-bytes", max_card_bytes)
+    checked_store_url(options)
     deadline = time.monotonic() + timeout
+    key = uuid.uuid4().hex  # chosen here, so an interruption can name the task
     config = EngineConfig(
         max_poll_interval=max_poll_interval,
         max_card_age=max_card_age,
@@ -158,13 +208,15 @@ def run(
 
     async def job(engine: Engine) -> TaskView:
         view = await engine.start_task(
-            agent_url, skill=skill, text=text, accept_contract=accept_contract
+            agent_url, skill=skill, text=text, accept_contract=accept_contract, key=key
         )
         if webhook_url:
             await engine.register_webhook(view.task, webhook_url, token=webhook_token)
         return await _drive_or_report(engine, options, view.task, until, deadline)
 
-    _finish(options, _engine_run(options, config, job, deadline))
+    _finish(
+        options, _engine_run(options, config, job, deadline, left=_left_task(key), existing=False)
+    )
 
 
 @app.command()
@@ -181,14 +233,20 @@ def reply(
 ) -> None:
     """Answer an input-required task, then drive it."""
     options = options_of(ctx, db, json_, debug)
+    _check_drive_options(until, timeout, max_poll_interval)
     deadline = time.monotonic() + timeout
+    found: list[str] = []
 
     async def job(engine: Engine) -> TaskView:
+        found.append(engine.task(task).task)
         view = await engine.reply(task, text)
         return await _drive_or_report(engine, options, view.task, until, deadline)
 
+    def left(engine: Engine) -> str:
+        return _left_task(found[0])(engine) if found else "nothing was sent"
+
     config = EngineConfig(max_poll_interval=max_poll_interval)
-    _finish(options, _engine_run(options, config, job, deadline))
+    _finish(options, _engine_run(options, config, job, deadline, left=left))
 
 
 @app.command()
@@ -201,7 +259,16 @@ def cancel(
 ) -> None:
     """Ask the remote to cancel; the state moves only when the remote reports it."""
     options = options_of(ctx, db, json_, debug)
-    view = _engine_run(options, EngineConfig(), lambda engine: engine.cancel(task))
+    found: list[str] = []
+
+    async def job(engine: Engine) -> TaskView:
+        found.append(engine.task(task).task)
+        return await engine.cancel(task)
+
+    def left(engine: Engine) -> str:
+        return _left_task(found[0])(engine) if found else "nothing was sent"
+
+    view = _engine_run(options, EngineConfig(), job, left=left)
     emit(options, view.to_json(), task_line(view))
 
 
@@ -221,6 +288,7 @@ def resume(
     options = options_of(ctx, db, json_, debug)
     if (task is None) == (not all_):
         raise errors.UsageError("name one TASK or pass --all")
+    _check_drive_options(until, timeout, max_poll_interval)
     deadline = time.monotonic() + timeout
     config = EngineConfig(max_poll_interval=max_poll_interval)
 
@@ -232,10 +300,16 @@ def resume(
         return await engine.drive(view.task, until=until, timeout=left)
 
     if task is not None:
-        _finish(
-            options,
-            _engine_run(options, config, lambda engine: one(engine, task, report=True), deadline),
-        )
+        found: list[str] = []
+
+        async def single(engine: Engine) -> TaskView:
+            found.append(engine.task(task).task)
+            return await one(engine, task, report=True)
+
+        def left(engine: Engine) -> str:
+            return _left_task(found[0])(engine) if found else "nothing was sent"
+
+        _finish(options, _engine_run(options, config, single, deadline, left=left))
         return
 
     async def every(
@@ -255,7 +329,7 @@ def resume(
                 views.append(engine.task(pending.task))
         return views, orphaned, failures
 
-    views, orphaned, failures = _engine_run(options, config, every, deadline)
+    views, orphaned, failures = _engine_run(options, config, every, deadline, left=_left_every)
     document: dict[str, Any] = {"tasks": [v.to_json() for v in views], "orphaned": orphaned}
     human = "\n".join(task_line(v) for v in views) or "no task to resume"
     emit(options, document, human)
@@ -284,7 +358,7 @@ def tasks(
             f"unknown state {state!r} for --state: expected one of {', '.join(STATE_NAMES)}"
         )
     point = None if as_of is None else AsOf.parse(as_of)
-    with open_store(options) as store:
+    with open_store(options, existing=True) as store:
         log = TaskLog(store)
         heads = log.all(status=state) if point is None else log.all_as_of(point, status=state)
     views = [TaskView.of(h.state, h.updated_at) for h in heads]
@@ -317,7 +391,7 @@ def show(
     if format_ not in FORMATS:
         raise errors.UsageError(f"unknown --format {format_!r}: expected text or mermaid")
     point = None if as_of is None else AsOf.parse(as_of)
-    with open_store(options) as store:
+    with open_store(options, existing=True) as store:
         log = TaskLog(store)
         key = log.find(task)
         if point is None:
@@ -361,7 +435,7 @@ def audit(
     """Verify every stream's chain and versions, replay it against its projection, and check
     every referenced card snapshot. Exit 5 on any violation."""
     options = options_of(ctx, db, json_, debug)
-    with open_store(options) as store:
+    with open_store(options, existing=True) as store:
         report = audit_store(store)
     emit(options, report.to_json(), audit_text(report))
     if not report.ok:

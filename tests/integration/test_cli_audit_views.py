@@ -229,6 +229,7 @@ def test_tasks_with_an_unknown_state_is_a_usage_error_listing_the_valid_names(
     tmp_path: Path,
 ) -> None:
     db = f"sqlite:///{tmp_path / 'empty.db'}"  # not the audited fixture: it stays without events
+    assert cli.cardfence(db, "migrate").returncode == 0  # `tasks` needs a store already there
 
     result = cli.cardfence(db, "tasks", "--state", "input_required", "--json")
     unknown = cli.cardfence(db, "tasks", "--state", "unknown", "--json")

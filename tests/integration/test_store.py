@@ -147,7 +147,7 @@ def test_non_serialisable_payload_raises_payload_error_and_writes_nothing(
 
 
 def test_oversized_payload_raises_payload_error_and_writes_nothing(db_url: str) -> None:
-    with EventStore.open(db_url, max_payload_bytes=1024) as store:
+    with EventStore.open(db_url, max_payload_bytes=1024, max_projection_bytes=4096) as store:
         store.append("s", 0, [NewEvent("A", {"small": "x" * 10})])
         with pytest.raises(PayloadError, match="over the 1024-byte limit"):
             store.append("s", 1, [NewEvent("B", {"big": "x" * 2000})])

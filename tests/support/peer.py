@@ -157,9 +157,16 @@ class Peer(DemoAgent):
             return self._card_response(request) if path == LEGACY_CARD_PATH else not_found
         return not_found  # "404"
 
+    def validate_input_modes(self, on: bool = True) -> None:
+        """Make the a2a-sdk handler refuse a message part whose media type the card it was built
+        with (not the served one, which tests mutate) declares nowhere: a real -32005
+        ContentTypeNotSupported. a2a-sdk 1.3 keeps its ``validate_input_modes`` flag there."""
+        self.handler._validate_input_modes = on
+
     def reset(self) -> None:
         """Back to normal service and zeroed counters; tasks and card are kept."""
         super().reset()
+        self.validate_input_modes(False)
         self.cross_origin_requests = 0
         self.huge_bytes_sent = 0
 

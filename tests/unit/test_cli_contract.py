@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import re
+from pathlib import Path
+
 import pytest
 
+import cardfence.engine.cli.main  # noqa: F401  (every command module, with their errors)
 from cardfence.engine import errors
-from cardfence.engine.cli.app import exit_code_for
+from cardfence.engine.cli.app import Interrupted, OutputError, exit_code_for, exit_code_of
+
+CLI_DOC = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
 
 
 @pytest.mark.parametrize(
@@ -24,7 +30,12 @@ from cardfence.engine.cli.app import exit_code_for
         (errors.InvalidAgentResponseError("http://a", "not a Task"), 9),
         (errors.StoreUnavailableError("sqlite://", "disk I/O error"), 10),
         (errors.SchemaTooNewError("sqlite://", "zz_future"), 10),
-        (errors.ConcurrencyError("task:t1", 3, 4), 1),
+        (errors.ProtocolMismatchError("http://a", "GetTask", declared="1.0"), 9),
+        (errors.ConcurrencyError("task:t1", 3, 4), 10),
+        (errors.PayloadError("task:t1", "too large"), 10),
+        (errors.SnapshotMismatchError("a" * 64, "b" * 64), 10),
+        (OutputError("cannot write stdout: broken pipe"), 11),
+        (Interrupted("SIGINT received"), 130),
     ],
     ids=lambda v: type(v).__name__ if isinstance(v, Exception) else str(v),
 )
@@ -50,3 +61,42 @@ def test_messages_are_one_line_and_say_what_was_not_done() -> None:
         assert "\n" not in text
         assert "not" in text
     assert str(samples[0]) == ("GET http://h/.well-known/agent-card.json -> 503 (nothing was sent)")
+
+
+def _every_error_type() -> list[type[errors.CardfenceError]]:
+    found: list[type[errors.CardfenceError]] = []
+    pending = [errors.CardfenceError]
+    while pending:
+        kind = pending.pop()
+        found.append(kind)
+        pending.extend(kind.__subclasses__())
+    return [kind for kind in found if kind is not errors.CardfenceError]
+
+
+def test_every_error_type_has_a_documented_exit_code_other_than_1() -> None:
+    """Exit 1 means a bug and nothing else: every error raised on purpose, the command line's
+    own included, has its code, and docs/cli.md names the type beside that code."""
+    documented: dict[str, int] = {}
+    for row in re.findall(r"^\| `\w+` \| \d+ \|.*$", CLI_DOC.read_text(), re.M):
+        code = int(row.split("|")[2])
+        for name in re.findall(r"`(\w+)`", row):
+            documented.setdefault(name, code)
+    for kind in _every_error_type():
+        if kind.__module__.startswith(("tests", "support")):
+            continue  # test doubles
+        code = exit_code_of(kind)
+        assert code != 1, f"{kind.__name__} exits 1, the code of a bug"
+        assert documented.get(kind.__name__) == code, (
+            f"{kind.__name__} (exit {code}) is not in docs/cli.md's table of type names"
+        )
+
+
+def test_a_protocol_mismatch_names_the_versions() -> None:
+    text = str(errors.ProtocolMismatchError("http://a/rpc", "SendMessage", declared="1.0",
+                                            legacy="message/send"))  # fmt: skip
+    assert "A2A 1.0" in text
+    assert "0.3" in text
+    assert "message/send" in text
+    assert "\n" not in text
+    assert isinstance(errors.ProtocolMismatchError("u", "GetTask", declared="1.0"),
+                      errors.RemoteRefusedError)  # fmt: skip

@@ -7,6 +7,7 @@ a push read as nothing): these tests pin each field from the wire value to the r
 
 from __future__ import annotations
 
+import hashlib
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta, timezone
@@ -23,6 +24,7 @@ from cardfence.engine.observations import (
     from_message,
     from_task,
     from_update,
+    stored_json,
     watermark_after,
 )
 from cardfence.engine.remote import (
@@ -56,32 +58,30 @@ def _iso(seconds: float) -> str:
 
 def test_an_ignored_observation_records_the_state_it_reported() -> None:
     task = _task("completed")
-    assert apply_observation(task, Observation("push", "working", _at(1))) == [
-        (
-            ev.OBSERVATION_IGNORED,
-            {
-                "reason": "after_terminal",
-                "state": "working",
-                "source": "push",
-                "remote_timestamp": _iso(1),
-            },
-        )
-    ]
+    [(kind, data)] = apply_observation(task, Observation("push", "working", _at(1)))
+    assert kind == ev.OBSERVATION_IGNORED
+    report = data.pop("report")
+    assert len(report) == 32
+    assert int(report, 16) >= 0
+    assert data == {
+        "reason": "after_terminal",
+        "state": "working",
+        "source": "push",
+        "remote_timestamp": _iso(1),
+    }
+
+
+def _digest(record: dict[str, Any]) -> dict[str, Any]:
+    text = stored_json(record)
+    return {**record, "bytes": len(text), "sha256": hashlib.sha256(text.encode()).hexdigest()}
 
 
 def test_a_new_artifact_is_recorded_with_its_parts_and_source() -> None:
     artifact = ArtifactRecord("a1", "answer", ({"kind": "text", "text": "42"},))
     report = Observation("stream", None, artifacts=(artifact,))
+    recorded = {"artifact_id": "a1", "name": "answer", "parts": [{"kind": "text", "text": "42"}]}
     assert apply_observation(_task("working"), report) == [
-        (
-            ev.ARTIFACT_RECEIVED,
-            {
-                "artifact_id": "a1",
-                "name": "answer",
-                "parts": [{"kind": "text", "text": "42"}],
-                "source": "stream",
-            },
-        )
+        (ev.ARTIFACT_RECEIVED, {**_digest(recorded), "source": "stream"})
     ]
 
 
@@ -97,12 +97,8 @@ def test_a_projection_without_artifacts_takes_new_ones() -> None:
     artifact = ArtifactRecord("a1", None)
     report = Observation("poll", None, artifacts=(artifact,))
     events = apply_observation({"state": "working"}, report)
-    assert events == [
-        (
-            ev.ARTIFACT_RECEIVED,
-            {"artifact_id": "a1", "name": None, "parts": [], "source": "poll"},
-        )
-    ]
+    recorded = {"artifact_id": "a1", "name": None, "parts": []}
+    assert events == [(ev.ARTIFACT_RECEIVED, {**_digest(recorded), "source": "poll"})]
 
 
 # -- ordering by generation (R12) ----------------------------------------------------------------
@@ -122,7 +118,7 @@ def test_the_next_generation_of_the_same_state_is_newer_not_a_duplicate() -> Non
 
 def test_the_previous_generation_is_stale() -> None:
     task = _task("working", generation=4, remote_timestamp=_iso(1))
-    [(kind, data)] = apply_observation(task, Observation("push", "completed", _at(9), 3))
+    [(kind, data)] = apply_observation(task, Observation("push", "input-required", _at(9), 3))
     assert (kind, data["reason"]) == (ev.OBSERVATION_IGNORED, "stale")
 
 

@@ -1,0 +1,213 @@
+"""An honest command line, through the real ``cardfence`` console script: option values checked
+before anything is opened, written or sent (exit 2); no store made up for a read-only command or an
+in-memory ``--db``; Ctrl-C exits 130 with the task left for ``resume``; an endpoint that speaks
+another A2A version is named as such (docs/cli.md)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from engine_fixtures import restored
+from support import Peer
+from support.hostile import SKILL, HostileAgent, Reply
+from test_cli_tasks import CARDFENCE, POLL, cardfence, document, failed_with, last_line
+
+from cardfence.engine.tasklog import TaskLog
+from cardfence.store import EventStore
+
+
+@pytest.fixture(scope="module")
+def shared_peer() -> Iterator[Peer]:
+    with Peer() as running:
+        yield running
+
+
+@pytest.fixture
+def peer(shared_peer: Peer) -> Iterator[Peer]:
+    with restored(shared_peer) as fresh:
+        yield fresh
+
+
+def _usage_refused(result: subprocess.CompletedProcess[str]) -> None:
+    assert result.returncode == 2, (result.stdout, result.stderr)
+    assert last_line(result).startswith("UsageError: "), result.stderr
+    assert result.stdout == ""
+
+
+def _nothing_reached(peer: Peer) -> None:
+    assert peer.calls == []
+    assert peer.card_log == []
+
+
+# -- option values (exit 2, nothing written, nothing sent) -----------------------------------------
+
+RUN_BAD = [
+    (("--timeout", "-5"), "--timeout"),
+    (("--timeout", "0"), "--timeout"),
+    (("--timeout", "nan"), "--timeout"),
+    (("--max-poll-interval", "0"), "--max-poll-interval"),
+    (("--max-poll-interval", "0.001"), "--max-poll-interval"),
+    (("--max-card-age", "0"), "--max-card-age"),
+    (("--card-timeout", "-1"), "--card-timeout"),
+    (("--max-card-bytes", "0"), "--max-card-bytes"),
+    (("--until", "bogus"), "--until"),
+]
+
+
+@pytest.mark.parametrize(("bad", "option"), RUN_BAD, ids=lambda v: " ".join(v) if v else "")
+def test_run_with_an_option_out_of_range_is_a_usage_error_before_anything(
+    peer: Peer, tmp_path: Path, bad: tuple[str, ...], option: str
+) -> None:
+    path = tmp_path / "cardfence.db"
+    result = cardfence(
+        f"sqlite:///{path}", "run", peer.base_url, "--skill", "echo", "--text", "hi", *bad, "--json"
+    )
+
+    error = failed_with(result, 2, "UsageError")["error"]
+    assert option in error["message"]
+    assert not path.exists()
+    _nothing_reached(peer)
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ("resume", "--all", "--timeout", "-5"),
+        ("resume", "--all", "--max-poll-interval", "0"),
+        ("resume", "--all", "--until", "never"),
+        ("reply", "t", "--text", "x", "--until", "never"),
+        ("tasks", "--state", "bogus"),
+        ("cards", "AGENT", "--card-timeout", "0"),
+        ("cards", "AGENT", "--max-card-bytes", "-1"),
+    ],
+    ids=" ".join,
+)
+def test_other_commands_check_their_option_values_too(
+    peer: Peer, tmp_path: Path, argv: tuple[str, ...]
+) -> None:
+    path = tmp_path / "cardfence.db"
+    argv = tuple(peer.base_url if a == "AGENT" else a for a in argv)
+
+    result = cardfence(f"sqlite:///{path}", *argv)
+
+    _usage_refused(result)
+    assert not path.exists()
+    _nothing_reached(peer)
+
+
+# -- the store the command line names ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("argv", [("tasks",), ("show", "abc"), ("audit",), ("resume", "--all")])
+def test_a_read_command_on_a_sqlite_file_that_does_not_exist_creates_nothing(
+    tmp_path: Path, argv: tuple[str, ...]
+) -> None:
+    path = tmp_path / "typo.db"
+
+    result = cardfence(f"sqlite:///{path}", *argv, "--json")
+
+    error = failed_with(result, 2, "UsageError")["error"]
+    assert error["message"].startswith(f"no store at {path}")
+    assert not path.exists()
+
+
+@pytest.mark.parametrize("url", ["sqlite://", "sqlite:///", "sqlite:///:memory:", "", "garbage"])
+def test_an_in_memory_empty_or_unparsable_db_is_refused(
+    peer: Peer, tmp_path: Path, url: str
+) -> None:
+    argv = [CARDFENCE, "run", peer.base_url, "--skill", "echo", "--text", "hi", "--db", url]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+
+    _usage_refused(result)
+    assert list(tmp_path.iterdir()) == []  # not even the default ./cardfence.db
+    _nothing_reached(peer)
+
+
+# -- Ctrl-C ---------------------------------------------------------------------------------------
+
+
+def _wait_until_working(db: str, seconds: float = 20) -> str:
+    path = Path(db.removeprefix("sqlite:///"))
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        if path.exists():
+            with EventStore.open(db) as store:
+                heads = TaskLog(store).all()
+            for head in heads:
+                if head.state.get("state") == "working":
+                    return str(head.key)
+        time.sleep(0.1)
+    raise AssertionError("the task was never recorded working")
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["text", "json"])
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_ctrl_c_during_run_exits_130_and_leaves_the_task_for_resume(
+    peer: Peer, tmp_path: Path, as_json: bool, sig: signal.Signals
+) -> None:
+    db = f"sqlite:///{tmp_path / 'cardfence.db'}"
+    argv = [CARDFENCE, "run", peer.base_url, "--skill", "slow", "--text", "slow 3",
+            *POLL, "--db", db]  # fmt: skip
+    process = subprocess.Popen(
+        [*argv, *(["--json"] if as_json else [])],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        key = _wait_until_working(db)
+        process.send_signal(sig)
+        out, err = process.communicate(timeout=20)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    result = subprocess.CompletedProcess(argv, process.returncode, out, err)
+
+    assert result.returncode == 130, (out, err)
+    assert last_line(result) == (
+        f"Interrupted: {sig.name} received: task {key} left as recorded (working); "
+        f"`cardfence resume {key}` continues it"
+    )
+    if as_json:
+        error = document(result)["error"]
+        assert (error["type"], error["exit_code"]) == ("Interrupted", 130)
+    else:
+        assert out == ""
+    audited = cardfence(db, "audit", "--json")
+    assert audited.returncode == 0, audited.stderr
+    assert document(audited)["violations"] == []
+
+    resumed = cardfence(db, "resume", key, "--until", "terminal", *POLL, "--json")
+
+    assert resumed.returncode == 0, resumed.stderr
+    assert document(resumed)["state"] == "completed"
+    assert cardfence(db, "audit").returncode == 0
+
+
+# -- an endpoint that speaks another A2A version ------------------------------------------------
+
+
+def _method_not_found(rid: object) -> Reply:
+    error = {"code": -32601, "message": "Method not found"}
+    return Reply(body=json.dumps({"jsonrpc": "2.0", "id": rid, "error": error}).encode())
+
+
+def test_a_0_3_endpoint_behind_a_1_0_card_is_named_a_protocol_mismatch(tmp_path: Path) -> None:
+    db = f"sqlite:///{tmp_path / 'cardfence.db'}"
+    with HostileAgent() as agent:
+        agent.rpc["SendMessage"] = _method_not_found
+
+        result = cardfence(db, "run", agent.url, "--skill", SKILL, "--text", "hi", "--json")
+
+    error = document(result)["error"]
+    assert result.returncode == 3, result.stderr
+    assert error["type"] == "CreationRefusedError"
+    for said in ("-32601", "A2A 1.0", "SendMessage", "0.3", "message/send"):
+        assert said in error["message"], error["message"]
+    assert last_line(result).startswith("CreationRefusedError: ")
