@@ -125,7 +125,12 @@ def apply_observation(
     ``repeat: true``) the first time it comes back — nothing for a poll — and nothing ever after.
     """
     usable = _usable_timestamp(observation, max_clock_skew)
-    records = [artifact.to_json() for artifact in observation.artifacts]
+    # One record per artifactId, the last one reported winning (the A2A chunk that comes later
+    # replaces the earlier one): a report naming one id twice must not flip-flop between the two
+    # versions, appending both, every time it is read again.
+    records = list(
+        {r["artifact_id"]: r for r in map(ArtifactRecord.to_json, observation.artifacts)}.values()
+    )
     report = _fingerprint(observation, records)
     out: list[Event] = []
     if observation.state is not None:

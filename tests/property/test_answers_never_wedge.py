@@ -28,7 +28,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from hypothesis import Phase, given, settings
+from hypothesis import Phase, example, given, settings
 from hypothesis import find as hypothesis_find
 from hypothesis import strategies as st
 
@@ -110,7 +110,25 @@ def play(scenario: Scenario, apply: Apply = apply_observation) -> str | None:
     return None
 
 
+def _artifact(artifact_id: str, version: int) -> ArtifactRecord:
+    text = "x" * 300_000 if version == 2 else f"v{version}"
+    return ArtifactRecord(artifact_id, None, ({"kind": "text", "text": text},))
+
+
+# Found by the ci profile: a report naming artifact a1 twice (v0, then v1) appended both on every
+# read, flip-flopping between them; one record per artifactId, the last winning, fixed it.
+FLIP_FLOP: Scenario = (
+    [
+        ("submitted", None, None, None, []),
+        ("canceled", None, None, None, [_artifact("a1", 0), _artifact("a1", 1)]),
+        ("canceled", None, None, None, [_artifact("a1", 0), _artifact("a1", 2)]),
+    ],
+    [(0, "send"), (0, "send"), (2, "send"), (1, "poll"), (1, "poll"), (1, "poll"), (1, "send")],
+)
+
+
 @given(scenarios)
+@example(FLIP_FLOP)
 def test_every_terminal_report_is_recorded_and_the_log_grows_linearly_in_distinct_reports(
     scenario: Scenario,
 ) -> None:
