@@ -351,11 +351,19 @@ class Engine:
             self._record(key, [(ev.ENDPOINT_UNREACHABLE, _unreachable(failure, "poll"))])
             raise
         except WrongTaskAnswerError as wrong:
-            # R12: nothing of it is applied; the first such answer is recorded and flagged.
-            asked, answered, said = wrong.asked, wrong.answered, wrong.answered_state
-            self.log.record(key, lambda s: guards.wrong_task(s, asked, answered, said, "poll"))
+            self._record_wrong_task(key, wrong, "poll")
             raise
+        if time_left() <= 0:
+            # R16: the answer came after the command's deadline. It is not applied (the next
+            # poll reads it again), so applying an answer never starts past the deadline.
+            return state
         return self._observe_state(key, from_task(task, "poll"))
+
+    def _record_wrong_task(self, key: str, wrong: WrongTaskAnswerError, source: str) -> None:
+        """R12: an answer about another task than the one asked about, to GetTask, SendMessage
+        or CancelTask: nothing of it is applied; the first is recorded and flagged."""
+        asked, answered, said = wrong.asked, wrong.answered, wrong.answered_state
+        self.log.record(key, lambda s: guards.wrong_task(s, asked, answered, said, source))
 
     async def drive(
         self, ref: str, *, until: str = "interrupted", timeout: float = 300.0
@@ -445,6 +453,7 @@ class Engine:
         if observation.received_at is None:
             observation = dataclasses.replace(observation, received_at=datetime.now(UTC))
         skew = self.config.max_clock_skew
+        decided: list[Event] = []  # what the last decision was (it may be asked again)
 
         def decide(state: State) -> list[Event]:
             out = apply_observation(state, observation, max_clock_skew=skew)
@@ -463,9 +472,13 @@ class Engine:
                 out.append((ev.WEBHOOK_CONFIRMED, {"config_id": hook.get("config_id")}))
             if recorded is not None:
                 recorded[:] = out
+            decided[:] = out
             return out
 
         before, after = self.log.record(key, decide)
+        if not decided and observation.state is not None:
+            # R12: a report that repeats one already recorded: counted, not appended.
+            self.log.count_repeat(key)
         if guards.boundary_recheck_due(after, before["state"], after["state"]):
             self._spawn(self._boundary_recheck(key))  # R6, after the transition is recorded
         return after
@@ -523,6 +536,9 @@ class Engine:
         except EndpointUnreachableError as failure:
             self._record(key, [(ev.ENDPOINT_UNREACHABLE, _unreachable(failure, "reply"))])
             raise
+        except WrongTaskAnswerError as wrong:
+            self._record_wrong_task(key, wrong, "send")
+            raise
         if isinstance(answer, RemoteTask):
             return self._observe(key, from_task(answer, "send"))
         return self._observe(key, from_message(answer, "send"))
@@ -541,6 +557,9 @@ class Engine:
             raise
         except EndpointUnreachableError as failure:
             self._record(key, [(ev.ENDPOINT_UNREACHABLE, _unreachable(failure, "cancel"))])
+            raise
+        except WrongTaskAnswerError as wrong:
+            self._record_wrong_task(key, wrong, "send")
             raise
         return self._observe(key, from_task(answer, "send"))
 

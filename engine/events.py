@@ -71,6 +71,15 @@ TASK_EVENTS: Final = frozenset(
 
 KNOWN_EVENTS: Final = AGENT_EVENTS | TASK_EVENTS
 
+# R12: a field any task event may carry: how many repeated reports were counted, not appended,
+# since the stream's previous event. The fold adds it up in the projection's field of that name.
+REPEATS_IGNORED: Final = "repeats_ignored"
+
+# R12: a projection field, per artifactId the digests of the versions a later one replaced. A
+# version seen once is never appended again, so an agent alternating two versions of one artifact
+# does not grow the log on every read. The fold keeps it; it appears once an artifact is replaced.
+SUPERSEDED_ARTIFACTS: Final = "superseded_artifacts"
+
 
 def agent_stream_id(origin: str) -> str:
     """The agent stream of the agent whose card is served from ``origin``."""

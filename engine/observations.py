@@ -145,16 +145,19 @@ def apply_observation(
         if not (observation.source == "poll" and event[1].get("reason") == IGNORED_DUPLICATE):
             out.append(event)
     seen = _artifact_digests(task)
+    # Versions a later one replaced: never appended again (R12), or an agent alternating two
+    # versions of one artifact would grow the log on every read.
+    superseded = task.get(ev.SUPERSEDED_ARTIFACTS) or {}
     truncated = False
     for record in records:
-        artifact_id = record["artifact_id"]
-        if seen.get(artifact_id) != record["sha256"]:
+        artifact_id, digest = record["artifact_id"], record["sha256"]
+        if seen.get(artifact_id) != digest and digest not in superseded.get(artifact_id, ()):
             replaces = artifact_id in seen
             data = {**record, "source": observation.source}
             if replaces:
                 data["replaces"] = True
             out.append((ev.ARTIFACT_RECEIVED, data))
-            seen[artifact_id] = record["sha256"]
+            seen[artifact_id] = digest
             truncated = truncated or bool(record.get("truncated"))
     flags = task.get("flags") or ()
     if _skewed(observation, max_clock_skew) and FLAG_CLOCK_SKEW not in flags:

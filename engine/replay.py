@@ -123,7 +123,8 @@ def initial_task_state(key: str) -> State:
     # existed replay to exactly their stored projections: `last_report` (the fingerprint of the
     # last report recorded), `reports_seen` (those of every report recorded since the last
     # reply), `reports_repeated` (those recorded once as a repeat; later repeats are not
-    # recorded at all). A `ReplySent` clears them.
+    # recorded at all). A `ReplySent` clears them. `repeats_ignored` (how many later repeats
+    # were counted, not appended) is added by the first event that carries such a count.
 
 
 def apply_task_event(state: Mapping[str, Any], type_: str, data: Mapping[str, Any]) -> State:
@@ -144,11 +145,23 @@ def apply_task_events(
         if name in out:
             out[name] = list(out[name])  # grown in place below: never the caller's list
     index: dict[str, int] | None = None
+    superseded: dict[str, list[str]] | None = None
     for type_, data in events:
+        repeats = data.get(ev.REPEATS_IGNORED)
+        if isinstance(repeats, int) and repeats > 0:  # R12: counted, carried on the next event
+            out[ev.REPEATS_IGNORED] = out.get(ev.REPEATS_IGNORED, 0) + repeats
         if type_ == ev.ARTIFACT_RECEIVED:
             if index is None:
                 index = {a["artifact_id"]: i for i, a in enumerate(out["artifacts"])}
-            _apply_artifact(out["artifacts"], index, data)
+            replaced = _apply_artifact(out["artifacts"], index, data)
+            if replaced is not None and replaced.get("sha256"):
+                if superseded is None:  # copied once per call, like the lists above
+                    earlier = out.get(ev.SUPERSEDED_ARTIFACTS) or {}
+                    superseded = {k: list(v) for k, v in earlier.items()}
+                    out[ev.SUPERSEDED_ARTIFACTS] = superseded
+                versions = superseded.setdefault(replaced["artifact_id"], [])
+                if replaced["sha256"] not in versions:
+                    versions.append(replaced["sha256"])
         else:
             _apply_in_place(out, type_, data)
     return out
@@ -157,8 +170,11 @@ def apply_task_events(
 _ARTIFACT_FIELDS = ("artifact_id", "name", "parts", "truncated", "bytes", "sha256")
 
 
-def _apply_artifact(artifacts: list[Any], index: dict[str, int], data: Mapping[str, Any]) -> None:
-    """Keyed by ``artifactId``: a new id is added at the end, a known one replaced in place."""
+def _apply_artifact(
+    artifacts: list[Any], index: dict[str, int], data: Mapping[str, Any]
+) -> dict[str, Any] | None:
+    """Keyed by ``artifactId``: a new id is added at the end, a known one replaced in place (the
+    replaced record is returned)."""
     record = {k: data[k] for k in _ARTIFACT_FIELDS if k in data}
     record.setdefault("name", None)
     if "truncated" not in record:
@@ -167,8 +183,10 @@ def _apply_artifact(artifacts: list[Any], index: dict[str, int], data: Mapping[s
     if position is None:
         index[record["artifact_id"]] = len(artifacts)
         artifacts.append(record)
-    else:
-        artifacts[position] = record
+        return None
+    replaced: dict[str, Any] = artifacts[position]
+    artifacts[position] = record
+    return replaced
 
 
 def _apply_in_place(out: State, type_: str, data: Mapping[str, Any]) -> None:

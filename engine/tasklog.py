@@ -2,7 +2,7 @@
 
 Every write goes through :meth:`TaskLog.record`: it reads the stream's head, asks ``decide`` for the
 events to append given the current projection, folds them into the new projection
-(:func:`engine.replay.apply_task_event`) and appends both in one transaction. When another writer
+(:func:`engine.replay.apply_task_events`) and appends both in one transaction. When another writer
 got there first, it reads again and asks again, so no decision is made on a stale projection.
 
 Reads of the past (:meth:`TaskLog.as_of`, :meth:`TaskLog.all_as_of`) replay a stream's events up to
@@ -21,7 +21,6 @@ from cardfence.engine.errors import UsageError
 from cardfence.engine.observations import Event
 from cardfence.engine.replay import (
     State,
-    apply_task_event,
     apply_task_events,
     fold_task,
     initial_task_state,
@@ -142,6 +141,17 @@ class TaskLog:
     def __init__(self, store: EventStore) -> None:
         self.store = store
         self._heads: dict[str, TaskHead] = {}
+        # R12: repeats counted out of the log, per task, until its next event carries them.
+        self._uncounted: dict[str, int] = {}
+
+    def count_repeat(self, key: str) -> None:
+        """Count one report that repeated what was already recorded and appended nothing (R12).
+
+        The count is carried, as ``repeats_ignored``, on the next event this log appends to the
+        task's stream, and the fold adds it to the projection's ``repeats_ignored``: the log
+        stays the truth (R13) and grows by no event for a repeat.
+        """
+        self._uncounted[key] = self._uncounted.get(key, 0) + 1
 
     def create(self, key: str, events: Sequence[Event]) -> State:
         """Start a task's stream with ``events`` (it must not exist yet)."""
@@ -177,6 +187,10 @@ class TaskLog:
             events = list(decide(before))
             if not events:
                 return before, before
+            uncounted = self._uncounted.get(key, 0)
+            if uncounted:
+                first_type, first_data = events[0]
+                events[0] = (first_type, {**first_data, ev.REPEATS_IGNORED: uncounted})
             after = apply_task_events(before, events)  # linear in the events (R16)
             try:
                 self.store.append(
@@ -189,6 +203,7 @@ class TaskLog:
                 head = self.head(key)  # another writer moved it: decide again on what is there
                 continue
             self._keep(TaskHead(key, head.version + len(events), after, None))
+            self._uncounted.pop(key, None)
             return before, after
         raise ConcurrencyError(stream_id, -1, None)
 
@@ -251,10 +266,11 @@ class TaskLog:
         """Every task as it stood at ``point`` (tasks that did not exist yet are left out),
         optionally only those then in ``status``; ordered by stream id, like :meth:`all`.
 
-        One pass over the global log (up to ``point`` when it is a position), folding each task
-        stream's prefix as it goes: no read per task.
+        One pass over the global log (up to ``point`` when it is a position) collects each task
+        stream's prefix; each prefix is then folded once with the linear fold
+        (:func:`engine.replay.fold_task`, R16): no read per task, no copy per event.
         """
-        heads: dict[str, TaskHead] = {}
+        kept: dict[str, list[RecordedEvent]] = {}
         closed: set[str] = set()  # streams already past the point: the rest is not theirs then
         for event in iter_all(self.store):
             if point.position is not None and event.position > point.position:
@@ -265,16 +281,14 @@ class TaskLog:
             if not point.includes(event):
                 closed.add(stream_id)
                 continue
-            key = key_of(stream_id)
-            head = heads.get(stream_id)
-            before = initial_task_state(key) if head is None else head.state
-            state = apply_task_event(before, event.type, event.data)
-            heads[stream_id] = TaskHead(key, event.version, state, event.recorded_at)
-        return [
-            heads[stream_id]
-            for stream_id in sorted(heads)
-            if status is None or status_of(heads[stream_id].state) == status
-        ]
+            kept.setdefault(stream_id, []).append(event)
+        heads: list[TaskHead] = []
+        for stream_id in sorted(kept):
+            prefix, key = kept[stream_id], key_of(stream_id)
+            state = fold_task(key, ((e.type, e.data) for e in prefix))
+            if status is None or status_of(state) == status:
+                heads.append(TaskHead(key, prefix[-1].version, state, prefix[-1].recorded_at))
+        return heads
 
 
 def _prefix(events: Iterable[RecordedEvent], point: AsOf) -> Iterable[RecordedEvent]:

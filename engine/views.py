@@ -25,6 +25,9 @@ class TaskView:
     skill: str | None
     last_message: str | None
     updated_at: datetime | None = None
+    # R12: reports that repeated one already recorded, counted and not appended (as far as a
+    # later event of the task carries the count)
+    repeats_ignored: int = 0
 
     @classmethod
     def of(cls, state: Mapping[str, Any], updated_at: datetime | None = None) -> TaskView:
@@ -42,6 +45,7 @@ class TaskView:
             skill=state.get("skill"),
             last_message=state.get("last_message"),
             updated_at=updated_at,
+            repeats_ignored=int(state.get("repeats_ignored") or 0),
         )
 
     def to_json(self) -> dict[str, Any]:

@@ -408,6 +408,7 @@ def show(
         "card_revision": view.card_revision,
         "contract_hash": view.contract_hash,
         "flags": list(view.flags),
+        "repeats_ignored": view.repeats_ignored,
         "events": [event_json(e) for e in events],
     }
     as_of_text = None if point is None else str(point)

@@ -8,8 +8,10 @@ push 200 times. Every test ends with the audit (R13: every projection equals its
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
+import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -19,10 +21,14 @@ import pytest
 from engine_fixtures import audited_engine, data_of, push_headers, types
 from support.hostile import SKILL, HostileAgent, Reply
 
+from cardfence.engine import deadline
 from cardfence.engine import events as ev
 from cardfence.engine.cards.discovery import CardLimits
 from cardfence.engine.engine import EngineConfig
+from cardfence.engine.errors import DeadlineExceeded, WrongTaskAnswerError
 from cardfence.engine.observations import MAX_RECORDED_ARTIFACT_BYTES, stored_json
+from cardfence.engine.remote import RemoteTask
+from cardfence.engine.transport import A2ATransport
 
 CONFIG = EngineConfig(
     max_poll_interval=0.05,
@@ -289,3 +295,106 @@ async def test_200_identical_push_replays_append_at_most_one_event(
         assert {(d.status, d.outcome) for d in replays} == {(200, "duplicate")}
         assert len(types(engine.store, view.task)) <= before + 1
         assert engine.task(view.task).state == "input-required"
+
+
+async def test_repeats_beyond_the_first_are_counted_on_the_next_event_not_appended(
+    agent: HostileAgent, db: str
+) -> None:
+    agent.rpc["SendMessage"] = answering(task_json("working"), send=True)
+    agent.rpc["GetTask"] = answering(task_json("working"), send=False)  # the same report
+    async with audited_engine(db, CONFIG) as engine:
+        view = await engine.start_task(agent.url, skill=SKILL, text="hi")
+        before = types(engine.store, view.task)
+        for _ in range(5):
+            await engine.poll(view.task)
+        assert types(engine.store, view.task) == before  # counted, not appended
+
+        agent.rpc["GetTask"] = answering(task_json("completed", "2026-01-01T00:00:05Z"), send=False)
+        done = await engine.poll(view.task)
+
+        assert done.state == "completed"
+        assert data_of(engine.store, view.task, ev.STATE_CHANGED)[-1]["repeats_ignored"] == 5
+        assert done.repeats_ignored == engine.task(view.task).repeats_ignored == 5
+        assert len(types(engine.store, view.task)) == len(before) + 1
+        # the audit at the end of the block proves the fold reproduces the count (R13)
+
+
+# -- R16: applying an answer never starts past the command's deadline ----------------------------
+
+
+async def test_a_large_answer_arriving_after_the_deadline_is_not_applied_and_drive_ends_on_time(
+    agent: HostileAgent, db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    many = [text_artifact(f"a{n}", f"part {n}") for n in range(20_000)]
+    agent.rpc["SendMessage"] = answering(task_json("working"), send=True)
+    agent.rpc["GetTask"] = answering(
+        task_json("completed", "2026-01-01T00:00:05Z", artifacts=many), send=False
+    )
+    get_task = A2ATransport.get_task
+
+    async def late(self: A2ATransport, task_id: str, *, history_length: int = 0) -> RemoteTask:
+        answer = await get_task(self, task_id, history_length=history_length)
+        await asyncio.sleep(max(deadline.left(), 0.0) + 0.05)  # it lands just past the deadline
+        return answer
+
+    monkeypatch.setattr(A2ATransport, "get_task", late)
+    async with audited_engine(db, CONFIG) as engine:
+        view = await engine.start_task(agent.url, skill=SKILL, text="hi")
+        started = time.monotonic()
+        with pytest.raises(DeadlineExceeded):
+            await engine.drive(view.task, until="terminal", timeout=1.0)
+        elapsed = time.monotonic() - started
+
+        assert elapsed < 1.0 + 3.0  # the deadline and a margin for a loaded machine
+        logged = types(engine.store, view.task)
+        assert ev.ARTIFACT_RECEIVED not in logged  # nothing of the late answer, not half of it
+        assert logged[-1] == ev.DEADLINE_EXCEEDED
+        assert engine.task(view.task).state == "working"
+
+
+# -- R12: an answer about another task, to a reply or a cancel -----------------------------------
+
+
+async def test_a_reply_answered_about_another_task_is_recorded_once_and_raises(
+    agent: HostileAgent, db: str
+) -> None:
+    agent.rpc["SendMessage"] = answering(task_json("input-required"), send=True)
+    async with audited_engine(db, CONFIG) as engine:
+        view = await engine.start_task(agent.url, skill=SKILL, text="hi")
+        other = {**task_json("completed", "2026-01-01T00:00:05Z"), "id": "t-other"}
+        agent.rpc["SendMessage"] = answering(other, send=True)
+
+        for _ in range(2):
+            with pytest.raises(WrongTaskAnswerError):
+                await engine.reply(view.task, "more")
+
+        [ignored] = data_of(engine.store, view.task, ev.OBSERVATION_IGNORED)
+        assert (ignored["reason"], ignored["asked"], ignored["answered"]) == (
+            "wrong_task",
+            REMOTE_ID,
+            "t-other",
+        )
+        [flagged] = data_of(engine.store, view.task, ev.FLAGGED_FOR_REVIEW)
+        assert flagged["reason"] == "wrong_task"
+        assert engine.task(view.task).state == "input-required"
+        assert "wrong_task" in engine.task(view.task).flags
+
+
+async def test_a_cancel_answered_about_another_task_is_recorded_once_and_raises(
+    agent: HostileAgent, db: str
+) -> None:
+    agent.rpc["SendMessage"] = answering(task_json("working"), send=True)
+    other = {**task_json("canceled", "2026-01-01T00:00:05Z"), "id": "t-other"}
+    agent.rpc["CancelTask"] = answering(other, send=False)
+    async with audited_engine(db, CONFIG) as engine:
+        view = await engine.start_task(agent.url, skill=SKILL, text="hi")
+
+        for _ in range(2):
+            with pytest.raises(WrongTaskAnswerError):
+                await engine.cancel(view.task)
+
+        [ignored] = data_of(engine.store, view.task, ev.OBSERVATION_IGNORED)
+        assert (ignored["reason"], ignored["answered"]) == ("wrong_task", "t-other")
+        assert types(engine.store, view.task).count(ev.FLAGGED_FOR_REVIEW) == 1
+        assert engine.task(view.task).state == "working"
+        assert "wrong_task" in engine.task(view.task).flags

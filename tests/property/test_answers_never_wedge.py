@@ -46,13 +46,14 @@ MAX_ARTIFACTS = 2
 C = 2 + MAX_ARTIFACTS
 C0 = 2
 RECEIVED = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
+FAR_FUTURE = datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC)
 STATES = ("submitted", "working", "input-required", "auth-required", "unknown", *sorted(TERMINAL))
 BIG_MESSAGE = "m" * (MAX_RECORDED_MESSAGE_BYTES + 1)
 
 timestamps = st.one_of(
     st.none(),
     st.integers(-600, 600).map(lambda s: RECEIVED + timedelta(seconds=s)),  # close to receipt
-    st.just(datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC)),  # far future
+    st.just(FAR_FUTURE),
     st.integers(1, 10_000).map(lambda d: RECEIVED + timedelta(days=d)),  # future
     st.just(datetime(1970, 1, 1, tzinfo=UTC)),  # far past
 )
@@ -126,9 +127,23 @@ FLIP_FLOP: Scenario = (
     [(0, "send"), (0, "send"), (2, "send"), (1, "poll"), (1, "poll"), (1, "poll"), (1, "send")],
 )
 
+# Found by the ci profile too: after the terminal report, answers alternating two versions of
+# artifacts a2 and a3 appended a replacement on every read; a version once replaced is never
+# appended again.
+ALTERNATING: Scenario = (
+    [
+        ("canceled", FAR_FUTURE, None, None, [_artifact("a2", 0), _artifact("a3", 0)]),
+        ("canceled", None, None, None, [_artifact("a1", 0)]),
+        ("submitted", None, None, None, [_artifact("a2", 1), _artifact("a3", 2)]),
+    ],
+    [(1, "send"), (0, "poll"), (1, "send"), (2, "send"), (0, "send"), (0, "send")]
+    + [(2, "send"), (0, "send")] * 4,
+)
+
 
 @given(scenarios)
 @example(FLIP_FLOP)
+@example(ALTERNATING)
 def test_every_terminal_report_is_recorded_and_the_log_grows_linearly_in_distinct_reports(
     scenario: Scenario,
 ) -> None:

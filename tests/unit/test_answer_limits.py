@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from pathlib import Path
 from typing import Any
 
 from cardfence.engine import events as ev
@@ -17,7 +18,9 @@ from cardfence.engine.observations import (
 )
 from cardfence.engine.remote import MAX_ID_CHARS
 from cardfence.engine.replay import apply_task_events, fold_task, initial_task_state
+from cardfence.engine.tasklog import AsOf, TaskLog
 from cardfence.engine.transport import DEFAULT_MAX_BYTES
+from cardfence.store import EventStore
 from cardfence.store.eventlog import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_MAX_PROJECTION_BYTES
 
 
@@ -44,6 +47,34 @@ def test_applying_and_replaying_artifacts_is_linear_in_their_number() -> None:
     ratios = []
     for _ in range(3):  # the best of three: a loaded machine may slow one run down
         ratios.append(_apply_and_replay(40_000) / _apply_and_replay(20_000))
+    assert min(ratios) < 3.0  # quadratic would be about 4
+
+
+def _listed_as_of(folder: Path, count: int) -> float:
+    """Seconds ``TaskLog.all_as_of`` takes over one task of ``count`` artifact events."""
+    name = f"as-of-{count}-{time.perf_counter_ns()}.db"  # a new store each time
+    with EventStore.open(f"sqlite:///{folder / name}") as store:
+        log = TaskLog(store)
+        log.create("k", [(ev.TASK_SUBMITTED, {"task": "k"})])
+        artifacts = [
+            (ev.ARTIFACT_RECEIVED, {"artifact_id": f"a{n}", "name": None, "parts": []})
+            for n in range(count)
+        ]
+        log.record("k", lambda _state: artifacts)
+        started = time.perf_counter()
+        [head] = log.all_as_of(AsOf(position=count + 1))
+        elapsed = time.perf_counter() - started
+        assert len(head.state["artifacts"]) == count
+        assert head.state == log.head("k").state
+        return elapsed
+
+
+def test_listing_as_of_a_point_is_linear_in_a_tasks_artifacts(tmp_path: Path) -> None:
+    _listed_as_of(tmp_path, 1_000)  # warm up
+    small, large = _listed_as_of(tmp_path, 10_000), _listed_as_of(tmp_path, 20_000)
+    ratios = [large / small]
+    for _ in range(2):  # the best of three: a loaded machine may slow one run down
+        ratios.append(_listed_as_of(tmp_path, 20_000) / _listed_as_of(tmp_path, 10_000))
     assert min(ratios) < 3.0  # quadratic would be about 4
 
 
