@@ -52,10 +52,7 @@ def decode(body: bytes, headers: Mapping[str, str]) -> StreamUpdate:
     """The delivery's StreamResponse, or :class:`Refused` (413, 415, 400)."""
     if len(body) > MAX_DELIVERY_BYTES:
         raise Refused(413, f"body of {len(body)} bytes is over {MAX_DELIVERY_BYTES}")
-    content_type = _header(headers, "content-type") or ""
-    essence = content_type.split(";", 1)[0].strip().lower()
-    if essence != "application/json" and not essence.endswith("+json"):
-        raise Refused(415, f"content type {content_type or 'none'!r} is not JSON")
+    check_content_type(headers)
     try:
         document: Any = loads(body)
     except (ValueError, RecursionError) as exc:
@@ -64,6 +61,15 @@ def decode(body: bytes, headers: Mapping[str, str]) -> StreamUpdate:
         return parse_stream_response(document, url="webhook")
     except InvalidAgentResponseError as exc:
         raise Refused(400, f"not an A2A StreamResponse: {exc}") from None
+
+
+def check_content_type(headers: Mapping[str, str]) -> None:
+    """Raise :class:`Refused` (415) unless the delivery's content type is JSON
+    (``application/json`` or any ``+json`` type); the body need not have been read."""
+    content_type = _header(headers, "content-type") or ""
+    essence = content_type.split(";", 1)[0].strip().lower()
+    if essence != "application/json" and not essence.endswith("+json"):
+        raise Refused(415, f"content type {content_type or 'none'!r} is not JSON")
 
 
 def authenticates(webhook: Mapping[str, Any] | None, headers: Mapping[str, str]) -> bool:

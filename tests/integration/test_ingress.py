@@ -1,0 +1,439 @@
+"""The webhook ingress (``cardfence.engine.ingress``) over real HTTP: the app served by uvicorn on
+127.0.0.1, on the test's event loop as ``cardfence serve`` runs it beside its engine; pushes sent
+by a real a2a-sdk agent (``peer``); SQLite and PostgreSQL stores (``db_url``).
+
+Every refusal is checked against the write marks of the store: nothing is written, whatever the
+defect. Forged deliveries carry the right credentials, so only the property under test differs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import sqlalchemy as sa
+import uvicorn
+from engine_fixtures import (
+    audited_engine,
+    calls,
+    data_of,
+    push_headers,
+    restored,
+    state_of,
+    status_update_body,
+    transitions,
+    types,
+    wait_until,
+    write_marks,
+)
+from starlette.types import ASGIApp
+from support import Peer
+
+from cardfence.engine import events as ev
+from cardfence.engine.demo.server import bind
+from cardfence.engine.engine import Engine, WebhookOutcome
+from cardfence.engine.ingress import HEALTH_PATH, webhook_app
+from cardfence.engine.views import TaskView
+from cardfence.engine.webhook import MAX_DELIVERY_BYTES
+from cardfence.store.database import normalise_url
+
+AUTH = "Bearer hook-secret"
+CHUNK = 64 * 1024
+
+
+@contextlib.asynccontextmanager
+async def serving(app: ASGIApp) -> AsyncIterator[str]:
+    """Serve ``app`` with uvicorn on 127.0.0.1 (a free port) on this event loop; its base URL."""
+    sock = bind("127.0.0.1", 0)
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(
+        app, lifespan="off", log_level="warning", access_log=False, timeout_graceful_shutdown=1
+    )
+    server = uvicorn.Server(config)
+    running = asyncio.create_task(server.serve(sockets=[sock]))
+    try:
+        await wait_until(lambda: server.started or running.done(), what="uvicorn to start")
+        if running.done():
+            running.result()  # it failed to start: say why
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        await running
+        sock.close()
+
+
+@pytest.fixture(scope="module")
+def shared_peer() -> Iterator[Peer]:
+    with Peer() as running:
+        yield running
+
+
+@pytest.fixture
+def peer(shared_peer: Peer) -> Iterator[Peer]:
+    """One agent for the module (as in test_rules.py), back to normal service for each test."""
+    with restored(shared_peer) as fresh:
+        yield fresh
+
+
+@pytest.fixture
+async def engine(db_url: str) -> AsyncIterator[Engine]:
+    """An engine on a fresh store (both databases); audited once the test is done."""
+    async with audited_engine(db_url) as running:
+        yield running
+
+
+@pytest.fixture
+async def ingress(engine: Engine) -> AsyncIterator[str]:
+    """The base URL of the engine's webhook app, served on the test's loop."""
+    async with serving(webhook_app(engine)) as base_url:
+        yield base_url
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient(timeout=10) as http:
+        yield http
+
+
+async def registered_task(
+    engine: Engine, peer: Peer, webhook_url: str, *, script: str = "ask"
+) -> tuple[TaskView, WebhookOutcome]:
+    """A task with a webhook pointing at the app; the agent's own pushes are dropped, so only
+    what the test POSTs reaches the app."""
+    peer.set_push_dropped(True)
+    view = await engine.start_task(peer.base_url, skill=script, text=script)
+    outcome = await engine.register_webhook(
+        view.task, webhook_url, auth_scheme="Bearer", auth_credentials="hook-secret"
+    )
+    assert outcome.registered
+    return view, outcome
+
+
+async def post_head_only(url: str, headers: dict[str, str]) -> tuple[int, dict[str, Any]]:
+    """POST a request head and not one byte of its body; the status and JSON the server answers
+    (it can only answer from the head)."""
+    parsed = httpx.URL(url)
+    reader, writer = await asyncio.open_connection(parsed.host, parsed.port)
+    try:
+        lines = [f"POST {parsed.raw_path.decode()} HTTP/1.1", f"host: {parsed.netloc.decode()}"]
+        lines += [f"{name}: {value}" for name, value in headers.items()]
+        writer.write(("\r\n".join(lines) + "\r\n\r\n").encode())
+        await writer.drain()
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+        fields = dict(
+            line.split(": ", 1) for line in head.decode().split("\r\n")[1:] if ": " in line
+        )
+        body = await asyncio.wait_for(reader.readexactly(int(fields["content-length"])), 10)
+    finally:
+        writer.close()
+        with contextlib.suppress(ConnectionError):
+            await writer.wait_closed()
+    return int(head.split()[1]), json.loads(body)
+
+
+def forged(view: TaskView, state: str, at: datetime) -> bytes:
+    return status_update_body(view.remote_task_id or "", view.context_id, state, at)
+
+
+# -- push-only progress ---------------------------------------------------------------------------
+
+
+async def test_task_reaches_terminal_through_pushes_the_agent_sends_to_the_app(
+    peer: Peer, engine: Engine, ingress: str
+) -> None:
+    peer.hold()  # the task stays working until the webhook is registered
+    view = await engine.start_task(peer.base_url, skill="slow", text="slow 0")
+    outcome = await engine.register_webhook(
+        view.task, ingress + "/webhook", auth_scheme="Bearer", auth_credentials="hook-secret"
+    )
+    assert outcome.registered
+    peer.release()
+
+    # Not driven: nothing polls, so only the agent's pushes through the app can move the task.
+    await wait_until(lambda: engine.task(view.task).state == "completed", what="completed by push")
+
+    assert calls(peer, "GetTask") == 0
+    changed = data_of(engine.store, view.task, ev.STATE_CHANGED)
+    assert changed[-1]["to"] == "completed"
+    assert {c["source"] for c in changed} <= {"send", "push"}
+    assert changed[-1]["source"] == "push"
+    assert [to for _, to in transitions(engine.store, view.task)].count("completed") == 1
+    assert types(engine.store, view.task).count(ev.WEBHOOK_CONFIRMED) == 1
+    assert state_of(engine, view.task)["webhook"]["status"] == "confirmed"
+
+
+# -- hostile requests: each refused with its code, nothing written --------------------------------
+
+HOSTILE = [
+    # (case, status)
+    ("over_limit_by_content_length", 413),
+    ("over_limit_chunked", 413),
+    ("text_plain", 415),
+    ("no_content_type", 415),
+    ("malformed_json", 400),
+    ("not_a_stream_response", 400),
+    ("token_header_twice", 400),
+    ("missing_token", 401),
+    ("wrong_token", 401),
+    ("wrong_authorization", 401),
+    ("missing_authorization", 401),
+    ("unknown_remote_task", 404),
+    ("task_without_webhook", 404),
+]
+
+
+@pytest.mark.parametrize(("case", "status"), HOSTILE)
+async def test_hostile_delivery_is_answered_with_its_code_and_writes_nothing(
+    peer: Peer, engine: Engine, ingress: str, client: httpx.AsyncClient, case: str, status: int
+) -> None:
+    url = ingress + "/webhook"
+    view, outcome = await registered_task(engine, peer, url)
+    token = outcome.token or ""
+    now = datetime.now(UTC)
+    valid_body = forged(view, "input-required", now)
+    valid_headers = push_headers(token, authorization=AUTH)
+    body, headers = valid_body, dict(valid_headers)
+    raw_headers: list[tuple[str, str]] | None = None
+    if case == "text_plain":
+        headers["content-type"] = "text/plain"
+    elif case == "no_content_type":
+        del headers["content-type"]
+    elif case == "malformed_json":
+        body = b'{"statusUpdate": {"taskId": '
+    elif case == "not_a_stream_response":
+        body = json.dumps({"hello": "world"}).encode()
+    elif case == "token_header_twice":
+        raw_headers = [*headers.items(), ("x-a2a-notification-token", "not-the-token")]
+    elif case == "missing_token":
+        del headers["x-a2a-notification-token"]
+    elif case == "wrong_token":
+        headers["x-a2a-notification-token"] = "not-the-token"
+    elif case == "wrong_authorization":
+        headers["authorization"] = "Bearer guessed"
+    elif case == "missing_authorization":
+        del headers["authorization"]
+    elif case == "unknown_remote_task":
+        body = status_update_body("no-such-remote-task", view.context_id, "working", now)
+    elif case == "task_without_webhook":
+        plain = await engine.start_task(peer.base_url, skill="ask", text="ask")
+        body = forged(plain, "working", now)
+    marks = write_marks(engine.store)
+    snapshot = state_of(engine, view.task)
+
+    if case == "over_limit_by_content_length":
+        # The head alone says too much: answered before one byte of the body is sent.
+        headers["content-length"] = str(MAX_DELIVERY_BYTES + 1)
+        code, answer = await post_head_only(url, headers)
+    elif case == "over_limit_chunked":
+
+        async def ten_megabytes() -> AsyncIterator[bytes]:
+            for _ in range(10 * 1024 * 1024 // CHUNK):
+                yield b" " * CHUNK
+
+        response = await client.post(url, content=ten_megabytes(), headers=headers)
+        assert "content-length" not in response.request.headers
+        assert response.request.headers["transfer-encoding"] == "chunked"
+        code, answer = response.status_code, response.json()
+    else:
+        sent = raw_headers if raw_headers is not None else headers
+        response = await client.post(url, content=body, headers=sent)
+        code, answer = response.status_code, response.json()
+
+    assert (code, answer["outcome"]) == (status, "refused")
+    assert token not in answer["detail"]
+    assert "hook-secret" not in answer["detail"]
+    assert write_marks(engine.store) == marks
+    assert state_of(engine, view.task) == snapshot
+    assert snapshot["webhook"]["status"] == "provisional"  # a refused delivery confirms nothing
+    # The same delivery without the defect is applied: the refusal was for that defect alone.
+    accepted = await client.post(url, content=valid_body, headers=valid_headers)
+    assert (accepted.status_code, accepted.json()["outcome"]) == (200, "applied")
+    assert state_of(engine, view.task)["webhook"]["status"] == "confirmed"
+
+
+@pytest.fixture
+async def idle_ingress(tmp_path: Path) -> AsyncIterator[tuple[Engine, str]]:
+    """An engine on an empty SQLite store and its webhook app's base URL (nothing to audit)."""
+    async with (
+        Engine.open(f"sqlite:///{tmp_path / 'cardfence.db'}") as engine,
+        serving(webhook_app(engine)) as base_url,
+    ):
+        yield engine, base_url
+
+
+async def test_get_on_the_webhook_path_is_405_and_writes_nothing(
+    idle_ingress: tuple[Engine, str], client: httpx.AsyncClient
+) -> None:
+    engine, base_url = idle_ingress
+    marks = write_marks(engine.store)
+
+    response = await client.get(base_url + "/webhook")
+
+    assert response.status_code == 405
+    assert response.headers["allow"] == "POST"
+    assert write_marks(engine.store) == marks
+
+
+async def test_healthz_answers_ok_without_touching_the_store(
+    idle_ingress: tuple[Engine, str], client: httpx.AsyncClient
+) -> None:
+    engine, base_url = idle_ingress
+    marks = write_marks(engine.store)
+
+    response = await client.get(base_url + HEALTH_PATH)
+
+    assert (response.status_code, response.json()) == (200, {"status": "ok"})
+    assert write_marks(engine.store) == marks
+
+
+# -- repeats and reordering -----------------------------------------------------------------------
+
+
+async def test_duplicate_and_out_of_order_deliveries_record_each_transition_once(
+    peer: Peer, engine: Engine, ingress: str, client: httpx.AsyncClient
+) -> None:
+    url = ingress + "/webhook"
+    view, outcome = await registered_task(engine, peer, url)
+    headers = push_headers(outcome.token, authorization=AUTH)
+    base = datetime.now(UTC)
+
+    def at(seconds: float) -> datetime:
+        return base + timedelta(seconds=seconds)
+
+    async def post(state: str, when: datetime) -> tuple[int, str]:
+        response = await client.post(url, content=forged(view, state, when), headers=headers)
+        return response.status_code, response.json()["outcome"]
+
+    before = transitions(engine.store, view.task)
+    answers = [
+        await post("working", at(0.2)),
+        await post("working", at(0.2)),  # redelivered
+        await post("working", at(0.1)),  # sent before the first, arriving after it
+        await post("input-required", at(0.3)),
+        await post("completed", at(0.5)),
+        await post("completed", at(0.5)),  # redelivered
+        await post("working", at(0.4)),  # sent before `completed`, arriving after it
+    ]
+
+    assert answers == [
+        (200, "applied"),
+        (200, "duplicate"),
+        (200, "stale"),
+        (200, "applied"),
+        (200, "applied"),
+        (200, "duplicate"),
+        (200, "ignored"),  # a terminal state absorbs it (R10): `after_terminal`
+    ]
+    assert engine.task(view.task).state == "completed"
+    assert [to for _, to in transitions(engine.store, view.task)[len(before) :]] == [
+        "working",
+        "input-required",
+        "completed",
+    ]
+    reasons = [d["reason"] for d in data_of(engine.store, view.task, ev.OBSERVATION_IGNORED)]
+    assert "stale" in reasons
+    assert reasons[-1] == "after_terminal"
+    assert types(engine.store, view.task).count(ev.WEBHOOK_CONFIRMED) == 1
+    assert calls(peer, "GetTask") == 0
+
+
+# -- failures inside the engine -------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def events_refused(db_url: str) -> Iterator[None]:
+    """The database itself refuses every new event (a trigger), mid-transaction: after the
+    stream's head row was updated, so a partial write would show."""
+    engine = sa.create_engine(normalise_url(db_url))
+    sqlite = engine.dialect.name == "sqlite"
+    try:
+        with engine.begin() as conn:
+            if sqlite:
+                conn.exec_driver_sql(
+                    "CREATE TRIGGER refuse_events BEFORE INSERT ON events "
+                    "BEGIN SELECT RAISE(ABORT, 'the disk is on fire'); END"
+                )
+            else:
+                conn.exec_driver_sql(
+                    "CREATE FUNCTION refuse_events() RETURNS trigger LANGUAGE plpgsql AS "
+                    "$$ BEGIN RAISE EXCEPTION 'the disk is on fire'; END $$"
+                )
+                conn.exec_driver_sql(
+                    "CREATE TRIGGER refuse_events BEFORE INSERT ON events "
+                    "FOR EACH ROW EXECUTE FUNCTION refuse_events()"
+                )
+        yield
+    finally:
+        with engine.begin() as conn:
+            if sqlite:
+                conn.exec_driver_sql("DROP TRIGGER refuse_events")
+            else:
+                conn.exec_driver_sql("DROP TRIGGER refuse_events ON events")
+                conn.exec_driver_sql("DROP FUNCTION refuse_events()")
+        engine.dispose()
+
+
+async def test_store_failing_inside_deliver_answers_500_and_writes_nothing(
+    peer: Peer, engine: Engine, ingress: str, client: httpx.AsyncClient, db_url: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
+    url = ingress + "/webhook"
+    view, outcome = await registered_task(engine, peer, url)
+    body = forged(view, "input-required", datetime.now(UTC))
+    headers = push_headers(outcome.token, authorization=AUTH)
+    marks = write_marks(engine.store)
+    snapshot = state_of(engine, view.task)
+
+    with events_refused(db_url), caplog.at_level(logging.INFO, logger="cardfence.ingress"):
+        response = await client.post(url, content=body, headers=headers)
+
+    assert response.status_code == 500
+    assert response.json() == {"outcome": "error", "detail": "internal error"}
+    assert write_marks(engine.store) == marks
+    assert state_of(engine, view.task) == snapshot
+    [logged] = [r for r in caplog.records if r.name == "cardfence.ingress"]
+    assert (logged.levelno, logged.status) == (logging.ERROR, 500)  # type: ignore[attr-defined]
+    assert logged.exc_info is not None  # the cause is in the log, not in the answer
+    # The database took nothing half-way: the same delivery applies once it accepts events.
+    again = await client.post(url, content=body, headers=headers)
+    assert (again.status_code, again.json()["outcome"]) == (200, "applied")
+    assert engine.task(view.task).state == "input-required"
+
+
+# -- the log --------------------------------------------------------------------------------------
+
+
+async def test_each_delivery_decision_is_logged_once_without_secrets(
+    peer: Peer, engine: Engine, ingress: str, client: httpx.AsyncClient,
+    caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
+    url = ingress + "/webhook"
+    view, outcome = await registered_task(engine, peer, url)
+    token = outcome.token or ""
+    body = forged(view, "input-required", datetime.now(UTC))
+    good = push_headers(token, authorization=AUTH)
+    wrong_auth = push_headers(token, authorization="Bearer guessed-secret")
+
+    with caplog.at_level(logging.INFO, logger="cardfence.ingress"):
+        for headers in (wrong_auth, good, good):
+            await client.post(url, content=body, headers=headers)
+
+    logged = [r for r in caplog.records if r.name == "cardfence.ingress"]
+    decisions = [(r.outcome, r.status) for r in logged]  # type: ignore[attr-defined]
+    assert decisions == [("refused", 401), ("applied", 200), ("duplicate", 200)]
+    assert [r.task for r in logged] == [None, view.task, view.task]  # type: ignore[attr-defined]
+    assert [r.levelno for r in logged] == [logging.WARNING, logging.INFO, logging.INFO]
+    for record in logged:
+        line = record.getMessage()
+        assert token not in line
+        assert "hook-secret" not in line
+        assert "guessed-secret" not in line
+        assert "reason=" in line
