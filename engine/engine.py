@@ -60,6 +60,7 @@ from cardfence.engine.observations import (
     from_task,
 )
 from cardfence.engine.observations import from_update as observation_from_update
+from cardfence.engine.offload import StoreCalls
 from cardfence.engine.remote import PushConfig, RemoteTask
 from cardfence.engine.replay import State
 from cardfence.engine.tasklog import AsOf, TaskLog, task_stream_id
@@ -96,7 +97,31 @@ class WebhookOutcome:
     reason: str
     detail: str = ""
     config_id: str | None = None
-    token: str | None = None
+    # What a delivery must present (secrets: kept out of repr and out of the log).
+    token: str | None = dataclasses.field(default=None, repr=False)
+    authorization: str | None = dataclasses.field(default=None, repr=False)
+
+
+@dataclass(slots=True)
+class Pace:
+    """Where one followed task stands between polls: the backoff (R5: never beyond
+    ``max_poll_interval``), when R7's re-validation and R9's endpoint check are next due, and
+    the last poll's failure to reach the agent."""
+
+    delay: float
+    next_revalidation: float
+    next_endpoint_check: float
+    unreachable: EndpointUnreachableError | None = None
+
+    @classmethod
+    def start(cls, config: EngineConfig, now: float) -> Pace:
+        return cls(config.first_poll_interval, now + config.max_card_age, now)
+
+    def backoff(self, max_poll_interval: float) -> float:
+        """The wait before the next poll; the one after it doubles, up to the bound."""
+        wait = min(self.delay, max_poll_interval)
+        self.delay = min(self.delay * 2, max_poll_interval)
+        return wait
 
 
 def _now_iso() -> str:
@@ -132,6 +157,8 @@ class Engine:
             clock=clock,
         )  # fmt: skip
         self._owns_client = owns_client
+        self._calls = StoreCalls(store)
+        self.discovery._calls = self._calls
         self._clock = clock
         self._sleep = sleep
         self._transports: dict[tuple[str, str], A2ATransport] = {}
@@ -158,6 +185,7 @@ class Engine:
         await asyncio.gather(*self._background, return_exceptions=True)
         if self._owns_client:
             await self.client.aclose()
+        self._calls.close()  # appends in flight finish first
         self.store.close()
 
     async def __aenter__(self) -> Engine:
@@ -217,9 +245,10 @@ class Engine:
             raise
         key = key or uuid.uuid4().hex
         message_id, context_id = f"m-{uuid.uuid4().hex}", f"c-{uuid.uuid4().hex}"
-        self.log.create(key, [_submitted(key, agent_url, read, check.contract_hash, skill,
-                                         interface.url, interface.binding, message_id,
-                                         context_id, text, media_type)])  # fmt: skip
+        submitted = _submitted(key, agent_url, read, check.contract_hash, skill, interface.url,
+                               interface.binding, message_id, context_id, text,
+                               media_type)  # fmt: skip
+        await self._calls.run(self.log.create, key, [submitted])
         endpoint = {"url": interface.url, "binding": interface.binding}
         return TaskView.of(
             await self._send_creation(key, endpoint, text, message_id, context_id, skill,
@@ -250,11 +279,13 @@ class Engine:
                 media_type=media_type,
             )
         except (EndpointUnreachableError, InvalidAgentResponseError) as failure:
-            self._record(key, [(ev.ENDPOINT_UNREACHABLE, _unreachable(failure, "send"))])
+            await self._record(key, [(ev.ENDPOINT_UNREACHABLE, _unreachable(failure, "send"))])
             raise
         except RemoteRefusedError as refusal:
-            self._record(key, [guards.refused_creation(refusal.code, refusal.detail, refusal.url)])
-            state = self.log.head(key).state
+            await self._record(
+                key, [guards.refused_creation(refusal.code, refusal.detail, refusal.url)]
+            )
+            state = await self._state(key)
             await self._refuse(str(state["agent_url"]), "remote_refused", str(refusal), skill)
             raise CreationRefusedError(
                 refusal.url, refusal.code, refusal.detail, task=key
@@ -264,7 +295,7 @@ class Engine:
             if isinstance(answer, RemoteTask)
             else from_message(answer, "send")
         )
-        return self._observe_state(key, observation)
+        return await self._observe_state(key, observation)
 
     async def _refuse(
         self, agent_url: str, reason: str, detail: str, skill: str, task: str | None = None
@@ -288,18 +319,22 @@ class Engine:
     ) -> WebhookOutcome:
         """Ask for push delivery, gated by a read made for this registration (R4).
 
+        The configuration carries a notification ``token`` and an ``authentication`` block
+        (scheme ``Bearer`` and a per-config secret unless ``auth_scheme``/``auth_credentials``
+        are given); a delivery must present both (:meth:`deliver`).
+
         When the read fails or says no push, or ``url`` is plain http to a host other than
         loopback (R16), nothing is registered, ``DeliveryDowngraded`` is recorded and the task
         goes on by polling; the outcome says why. The state is untouched.
         """
-        key = self.log.find(ref)
-        state = self.log.head(key).state
+        key = await self._find(ref)
+        state = await self._state(key)
         if not state.get("remote_task_id"):
             raise UsageError(f"task {key} has no remote task id yet: nothing to register for")
         refusal = url_refusal(url, allow_insecure=self._allow_insecure)
         if refusal is not None:  # R16: the agent would push the task's updates in clear text
             detail = f"webhook URL {url}: {refusal}; nothing was registered"
-            self._record(key, [guards.downgrade("insecure_url", detail)])
+            await self._record(key, [guards.downgrade("insecure_url", detail)])
             return WebhookOutcome(False, "insecure_url", detail)
         card: AgentCard | None = None
         failure: DiscoveryError | None = None
@@ -309,10 +344,14 @@ class Engine:
             failure = error
         decision = guards.registration_check(card, failure)
         if not decision.allowed:
-            self._record(key, [guards.downgrade(decision.reason, decision.detail)])
+            await self._record(key, [guards.downgrade(decision.reason, decision.detail)])
             return WebhookOutcome(False, decision.reason, decision.detail)
         config_id = f"cf-{uuid.uuid4().hex[:16]}"  # always ours: a2a-sdk would reuse the task id
         token = token or secrets.token_urlsafe(32)
+        if auth_scheme is None and auth_credentials is None:
+            # R15: the agent is also told how to authenticate to the webhook, with a secret of
+            # this config's own; the webhook app checks both (kept as digests only).
+            auth_scheme, auth_credentials = "Bearer", secrets.token_urlsafe(32)
         config = PushConfig(config_id, url, token, auth_scheme, auth_credentials)
         try:
             await self._transport(state["endpoint"]).create_push_config(
@@ -320,7 +359,7 @@ class Engine:
             )
         except RemoteRefusedError as refusal:
             detail = str(refusal)
-            self._record(key, [guards.downgrade("push_refused", detail)])
+            await self._record(key, [guards.downgrade("push_refused", detail)])
             return WebhookOutcome(False, "push_refused", detail)
         auth = f"{auth_scheme} {auth_credentials}" if auth_scheme and auth_credentials else None
         registered = {
@@ -331,15 +370,15 @@ class Engine:
             "status": "provisional",
             "card_revision": card.revision if card else None,
         }
-        self._record(key, [(ev.WEBHOOK_REGISTERED, registered)])
-        return WebhookOutcome(True, "registered", "", config_id, token)
+        await self._record(key, [(ev.WEBHOOK_REGISTERED, registered)])
+        return WebhookOutcome(True, "registered", "", config_id, token, auth)
 
     # -- continuation (R1, R5-R12) -------------------------------------------------------------
 
     async def poll(self, ref: str) -> TaskView:
         """One continuation step: GetTask on the task's recorded endpoint, applied. No discovery."""
-        key = self.log.find(ref)
-        return TaskView.of(await self._poll(key, self.log.head(key).state))
+        key = await self._find(ref)
+        return TaskView.of(await self._poll(key, await self._state(key)))
 
     async def _poll(self, key: str, state: State) -> State:
         remote = state.get("remote_task_id")
@@ -348,22 +387,22 @@ class Engine:
         try:
             task = await self._transport(state["endpoint"]).get_task(remote)
         except EndpointUnreachableError as failure:
-            self._record(key, [(ev.ENDPOINT_UNREACHABLE, _unreachable(failure, "poll"))])
+            await self._record(key, [(ev.ENDPOINT_UNREACHABLE, _unreachable(failure, "poll"))])
             raise
         except WrongTaskAnswerError as wrong:
-            self._record_wrong_task(key, wrong, "poll")
+            await self._record_wrong_task(key, wrong, "poll")
             raise
         if time_left() <= 0:
             # R16: the answer came after the command's deadline. It is not applied (the next
             # poll reads it again), so applying an answer never starts past the deadline.
             return state
-        return self._observe_state(key, from_task(task, "poll"))
+        return await self._observe_state(key, from_task(task, "poll"))
 
-    def _record_wrong_task(self, key: str, wrong: WrongTaskAnswerError, source: str) -> None:
+    async def _record_wrong_task(self, key: str, wrong: WrongTaskAnswerError, source: str) -> None:
         """R12: an answer about another task than the one asked about, to GetTask, SendMessage
         or CancelTask: nothing of it is applied; the first is recorded and flagged."""
         asked, answered, said = wrong.asked, wrong.answered, wrong.answered_state
-        self.log.record(key, lambda s: guards.wrong_task(s, asked, answered, said, source))
+        await self._decide(key, lambda s: guards.wrong_task(s, asked, answered, said, source))
 
     async def drive(
         self, ref: str, *, until: str = "interrupted", timeout: float = 300.0
@@ -381,20 +420,17 @@ class Engine:
     async def _drive(self, ref: str, until: str, timeout: float) -> TaskView:
         if until not in UNTIL:
             raise UsageError(f"--until must be one of {', '.join(UNTIL)}, not {until!r}")
-        key = self.log.find(ref)
+        key = await self._find(ref)
         started = self._clock()
         deadline = started + timeout
-        delay = self.config.first_poll_interval
-        next_revalidation = started + self.config.max_card_age
-        next_endpoint_check = started
-        unreachable: EndpointUnreachableError | None = None
+        pace = Pace.start(self.config, started)
         pushed = self._pushed.setdefault(key, asyncio.Event())
         asked = False
         # A poll after the first starts only with this much time left to answer in (R16).
         last_poll = min(_LAST_POLL, self.config.request_timeout, timeout / 4)
         while True:
             # Read from the store: another process (`serve`) may have applied a push.
-            state = self.log.head(key).state
+            state = await self._state(key)
             if guards.never_created(state):
                 return TaskView.of(state)  # R3: the agent refused its creation; nothing to follow
             # The log may be stale (a reply answered after a crash): unless the task has ended,
@@ -404,51 +440,72 @@ class Engine:
             # R16: a poll starts only with time left to answer (the first: any time at all).
             if time_left() > (last_poll / 2 if asked else 0.0):
                 asked = True
-                try:
-                    state = await self._poll(key, state)
-                    unreachable = None
-                except EndpointUnreachableError as failure:
-                    unreachable = failure
-                    if failure.status == 404 and self._clock() >= next_endpoint_check:
-                        # R11: a bare 404 prompts an R9 check (one per max_card_age, not per poll).
-                        next_endpoint_check = self._clock() + self.config.max_card_age
-                        await self._reconcile_endpoint(key)
-                except InvalidAgentResponseError:
-                    pass  # a malformed answer changes nothing; the next poll may be better
+                state = await self.follow_step(key, state, pace)
                 if reached(state["state"], until):
                     return TaskView.of(state)
+            else:
+                self._revalidate_when_due(key, pace)
             now = self._clock()
-            if now >= next_revalidation:
-                next_revalidation = now + self.config.max_card_age
-                self._spawn(self._revalidate(key))  # R7: off the critical path
             room = time_left()
             if now >= deadline or room <= 0:
-                self._record(
+                await self._record(
                     key,
                     [(ev.DEADLINE_EXCEEDED, {"state": state["state"], "seconds": timeout,
                                              "until": until})],
                 )  # fmt: skip
-                if unreachable is not None:
-                    raise unreachable  # the cause the caller can act on (CLI exit 9)
+                if pace.unreachable is not None:
+                    raise pace.unreachable  # the cause the caller can act on (CLI exit 9)
                 raise DeadlineExceeded(key, state["state"], timeout)
-            wait = min(delay, self.config.max_poll_interval, deadline - now)
+            wait = min(pace.backoff(self.config.max_poll_interval), deadline - now)
             # The next poll starts while it still has `last_poll` seconds; after the last one,
             # the rest of the time is waited out for pushes.
             wait = min(wait, room - last_poll) if room > last_poll else min(deadline - now, room)
-            delay = min(delay * 2, self.config.max_poll_interval)
             pushed.clear()
             with contextlib.suppress(TimeoutError):
                 # A push applied in this process wakes us; the safety poll never waits longer.
                 await asyncio.wait_for(pushed.wait(), wait)
 
-    def _observe(self, key: str, observation: Observation) -> TaskView:
-        return TaskView.of(self._observe_state(key, observation))
+    async def follow_step(self, key: str, state: State, pace: Pace) -> State:
+        """One step of following a live task (``drive``, and ``serve`` for every task): a poll
+        on its recorded endpoint, applied; a bare 404 prompts R9's endpoint check (R11, once per
+        ``max_card_age``); R7's re-validation is started off the critical path when due. Returns
+        the state after the poll. Raises :class:`TaskOrphanedError` from the endpoint check."""
+        try:
+            state = await self._poll(key, state)
+            pace.unreachable = None
+        except EndpointUnreachableError as failure:
+            pace.unreachable = failure
+            if failure.status == 404 and self._clock() >= pace.next_endpoint_check:
+                pace.next_endpoint_check = self._clock() + self.config.max_card_age
+                await self._reconcile_endpoint(key)
+        except InvalidAgentResponseError:
+            pass  # a malformed answer changes nothing; the next poll may be better
+        self._revalidate_when_due(key, pace)
+        return state
 
-    def _observe_state(
+    def _revalidate_when_due(self, key: str, pace: Pace) -> None:
+        now = self._clock()
+        if now >= pace.next_revalidation:
+            pace.next_revalidation = now + self.config.max_card_age
+            self._spawn(self._revalidate(key))  # R7: off the critical path
+
+    async def _observe(self, key: str, observation: Observation) -> TaskView:
+        return TaskView.of(await self._observe_state(key, observation))
+
+    async def _observe_state(
         self, key: str, observation: Observation, recorded: list[Event] | None = None
     ) -> State:
         """Apply one remote report (R10, R12), whatever its source, then schedule what the
         transition calls for. ``recorded`` receives the events written."""
+        before, after = await self._calls.run(self._apply, key, observation, recorded)
+        if guards.boundary_recheck_due(after, before["state"], after["state"]):
+            self._spawn(self._boundary_recheck(key))  # R6, after the transition is recorded
+        return after
+
+    def _apply(
+        self, key: str, observation: Observation, recorded: list[Event] | None
+    ) -> tuple[State, State]:
+        """The store's half of :meth:`_observe_state` (on a store worker thread)."""
         agent_revision: list[str | None] = []
         if observation.received_at is None:
             observation = dataclasses.replace(observation, received_at=datetime.now(UTC))
@@ -479,24 +536,22 @@ class Engine:
         if not decided and observation.state is not None:
             # R12: a report that repeats one already recorded: counted, not appended.
             self.log.count_repeat(key)
-        if guards.boundary_recheck_due(after, before["state"], after["state"]):
-            self._spawn(self._boundary_recheck(key))  # R6, after the transition is recorded
-        return after
+        return before, after
 
     def _agent_revision(self, state: Mapping[str, Any]) -> str | None:
-        head = self.store.stream(ev.agent_stream_id(str(state.get("agent"))))
+        head = self.store.stream(ev.agent_stream_id(str(state.get("agent"))))  # on a worker
         return None if head is None else head.state.get("revision")
 
     async def _boundary_recheck(self, key: str) -> None:
-        state = self.log.head(key).state
+        state = await self._state(key)
         card, failure = await self._read(state["agent_url"], fresh=True)
-        self._record(key, guards.push_recheck(state, card, failure))
+        await self._record(key, guards.push_recheck(state, card, failure))
 
     async def _revalidate(self, key: str) -> None:
-        state = self.log.head(key).state
+        state = await self._state(key)
         card, failure = await self._read(state["agent_url"], fresh=False)
-        previous = self._card(state.get("latest_card_revision"))
-        self.log.record(key, lambda s: guards.reconcile_card(s, card, failure, previous))
+        previous = await self._calls.run(self._card, state.get("latest_card_revision"))
+        await self._decide(key, lambda s: guards.reconcile_card(s, card, failure, previous))
 
     async def _read(
         self, agent_url: str, *, fresh: bool
@@ -517,12 +572,12 @@ class Engine:
 
     async def reply(self, ref: str, text: str, *, media_type: str = "text/plain") -> TaskView:
         """Answer an input-required (or auth-required) task."""
-        key = self.log.find(ref)
-        state = self.log.head(key).state
+        key = await self._find(ref)
+        state = await self._state(key)
         if state["state"] not in INTERRUPTED:
             raise UsageError(f"task {key} is {state['state']}, not waiting for input")
         message_id = f"m-{uuid.uuid4().hex}"
-        self._record(key, [(ev.REPLY_SENT, {"message_id": message_id, "chars": len(text)})])
+        await self._record(key, [(ev.REPLY_SENT, {"message_id": message_id, "chars": len(text)})])
         transport = self._transport(state["endpoint"])
         try:
             answer = await transport.send_message(
@@ -534,34 +589,36 @@ class Engine:
                 media_type=media_type,
             )
         except EndpointUnreachableError as failure:
-            self._record(key, [(ev.ENDPOINT_UNREACHABLE, _unreachable(failure, "reply"))])
+            await self._record(key, [(ev.ENDPOINT_UNREACHABLE, _unreachable(failure, "reply"))])
             raise
         except WrongTaskAnswerError as wrong:
-            self._record_wrong_task(key, wrong, "send")
+            await self._record_wrong_task(key, wrong, "send")
             raise
         if isinstance(answer, RemoteTask):
-            return self._observe(key, from_task(answer, "send"))
-        return self._observe(key, from_message(answer, "send"))
+            return await self._observe(key, from_task(answer, "send"))
+        return await self._observe(key, from_message(answer, "send"))
 
     async def cancel(self, ref: str) -> TaskView:
         """Ask the remote to cancel. The state moves only when the remote reports it (R10)."""
-        key = self.log.find(ref)
-        state = self.log.head(key).state
+        key = await self._find(ref)
+        state = await self._state(key)
         if not state.get("remote_task_id"):
             raise UsageError(f"task {key} has no remote task id: run `resume` first")
-        self._record(key, [(ev.CANCEL_REQUESTED, {"at": _now_iso()})])
+        await self._record(key, [(ev.CANCEL_REQUESTED, {"at": _now_iso()})])
         try:
             answer = await self._transport(state["endpoint"]).cancel_task(state["remote_task_id"])
         except RemoteRefusedError as refusal:
-            self._record(key, [(ev.CANCEL_REFUSED, {"code": refusal.code, "detail": str(refusal)})])
+            await self._record(
+                key, [(ev.CANCEL_REFUSED, {"code": refusal.code, "detail": str(refusal)})]
+            )
             raise
         except EndpointUnreachableError as failure:
-            self._record(key, [(ev.ENDPOINT_UNREACHABLE, _unreachable(failure, "cancel"))])
+            await self._record(key, [(ev.ENDPOINT_UNREACHABLE, _unreachable(failure, "cancel"))])
             raise
         except WrongTaskAnswerError as wrong:
-            self._record_wrong_task(key, wrong, "send")
+            await self._record_wrong_task(key, wrong, "send")
             raise
-        return self._observe(key, from_task(answer, "send"))
+        return await self._observe(key, from_task(answer, "send"))
 
     # -- resume (R9) ---------------------------------------------------------------------------
 
@@ -570,21 +627,21 @@ class Engine:
         find its remote id if a crash fell between send and record. Raises
         :class:`TaskOrphanedError` (the state untouched) when the card no longer carries its
         skill compatibly. Does not drive; call :meth:`drive` next."""
-        key = self.log.find(ref)
-        state = self.log.head(key).state
+        key = await self._find(ref)
+        state = await self._state(key)
         if state["state"] in TERMINAL or guards.never_created(state):
             return TaskView.of(state)  # R3: a refused creation is final, never sent again
         await self._reconcile_endpoint(key)
-        state = self.log.head(key).state
+        state = await self._state(key)
         if not state.get("remote_task_id"):
             await self._rebind(key, state)
-        return TaskView.of(self.log.head(key).state)
+        return TaskView.of(await self._state(key))
 
     async def _reconcile_endpoint(self, key: str) -> None:
-        state = self.log.head(key).state
+        state = await self._state(key)
         card, failure = await self._read(state["agent_url"], fresh=True)
         plan = guards.resume_check(state, card, failure, allow_insecure=self._allow_insecure)
-        self._record(key, plan.events)
+        await self._record(key, plan.events)
         if plan.orphaned:
             revision = card.revision if card else ""
             raise TaskOrphanedError(key, str(state["skill"]), revision, plan.detail)
@@ -596,7 +653,7 @@ class Engine:
         if found:
             # ListTasks may leave artifacts out (a2a-sdk does by default): read the whole task.
             whole = await transport.get_task(found[0].id)
-            self._observe(key, from_task(whole, "poll"))
+            await self._observe(key, from_task(whole, "poll"))
             return
         # Never reached the agent: sending it now is a creation (R3), gated like one: a fresh
         # card (R2) that still offers the skill for the media type, under the task's frozen
@@ -604,8 +661,8 @@ class Engine:
         # the first send can tell. Its text lives in TaskSubmitted only (kept out of the
         # projection, rewritten every step).
         await self._resend_gate(key, state)
-        state = self.log.head(key).state
-        submitted = self.store.read_stream(task_stream_id(key))[0].data
+        state = await self._state(key)
+        submitted = (await self._calls.run(self.store.read_stream, task_stream_id(key)))[0].data
         await self._send_creation(
             key,
             state["endpoint"],
@@ -644,10 +701,14 @@ class Engine:
         any other observation. Refusals write nothing."""
         try:
             update = webhook.decode(body, headers)
-            remote_id = update.task_id or ""
-            # R16: a remote task id is unique per agent only; the webhook configuration the
-            # delivery authenticates as names the task.
-            candidates = [(h.key, h.state.get("webhook")) for h in self.log.by_remote_id(remote_id)]
+        except webhook.Refused as refused:
+            return refused.delivery
+        remote_id = update.task_id or ""
+        # R16: a remote task id is unique per agent only; the webhook configuration the
+        # delivery authenticates as names the task.
+        heads = await self._calls.run(self.log.by_remote_id, remote_id)
+        try:
+            candidates = [(h.key, h.state.get("webhook")) for h in heads]
             key = webhook.match_task(remote_id, candidates, headers)
         except webhook.Refused as refused:
             return refused.delivery
@@ -656,7 +717,7 @@ class Engine:
             return webhook.Delivery(200, "ignored", "a message, not a task update", key)
         recorded: list[Event] = []
         try:
-            self._observe_state(key, observation, recorded)
+            await self._observe_state(key, observation, recorded)
         except PayloadError as too_large:  # R16: never raised at the agent; nothing was written
             return webhook.Delivery(413, "refused", str(too_large), key)
         if key in self._pushed:
@@ -681,9 +742,20 @@ class Engine:
             )  # fmt: skip
         return self._transports[place]
 
-    def _record(self, key: str, events: Sequence[Event]) -> None:
+    async def _find(self, ref: str) -> str:
+        return await self._calls.run(self.log.find, ref)
+
+    async def _state(self, key: str) -> State:
+        """The task's state as the store has it now (other writers included)."""
+        return (await self._calls.run(self.log.head, key)).state
+
+    async def _decide(self, key: str, decide: Callable[[State], Sequence[Event]]) -> None:
+        """Append what ``decide`` makes of the task's current state."""
+        await self._calls.run(self.log.record, key, decide)
+
+    async def _record(self, key: str, events: Sequence[Event]) -> None:
         if events:
-            self.log.record(key, lambda _state: events)
+            await self._decide(key, lambda _state: events)
 
     def _spawn(self, job: Awaitable[None]) -> None:
         task = asyncio.ensure_future(self._contained(job))

@@ -11,6 +11,7 @@ an :class:`AsOf` point with the same fold the audit uses; nothing stored is cons
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -34,6 +35,8 @@ from cardfence.store import (
     StreamRecord,
     iter_all,
 )
+
+_log = logging.getLogger("cardfence.tasks")
 
 _RETRIES = 50
 
@@ -104,6 +107,15 @@ class AsOf:
         return self.time.isoformat()
 
 
+def _decided(key: str, events: Sequence[Event]) -> None:
+    """One log line per recorded decision: the task, the event, and its reason if it has one
+    (``cardfence serve`` writes them as JSON lines)."""
+    if _log.isEnabledFor(logging.INFO):
+        for type_, data in events:
+            reason = data.get("reason") or data.get("to")
+            _log.info("%s %s", key, type_, extra={"task": key, "event": type_, "reason": reason})
+
+
 def task_stream_id(key: str) -> str:
     return f"{ev.TASK_STREAM_PREFIX}{key}"
 
@@ -163,6 +175,7 @@ class TaskLog:
             projection=projection_of(state),
         )
         self._keep(TaskHead(key, len(events), state, None))
+        _decided(key, events)
         return state
 
     def head(self, key: str) -> TaskHead:
@@ -204,6 +217,7 @@ class TaskLog:
                 continue
             self._keep(TaskHead(key, head.version + len(events), after, None))
             self._uncounted.pop(key, None)
+            _decided(key, events)
             return before, after
         raise ConcurrencyError(stream_id, -1, None)
 

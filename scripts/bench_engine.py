@@ -314,7 +314,7 @@ class RawPlan:
 def observe_each(engine: Engine) -> Callable[[list[tuple[str, Observation]]], int]:
     def work(observations: list[tuple[str, Observation]]) -> int:
         for key, observation in observations:
-            engine._observe(key, observation)
+            engine._apply(key, observation, None)
         return len(observations)
 
     return work

@@ -29,6 +29,7 @@ from cardfence.engine import events as ev
 from cardfence.engine.bodies import ACCEPT_ENCODING, BodyRefused, read_body
 from cardfence.engine.cards.model import AgentCard, parse_card, url_refusal
 from cardfence.engine.errors import CardInvalidError, ContractChangedError, DiscoveryError
+from cardfence.engine.offload import StoreCalls
 from cardfence.engine.replay import State, apply_agent_event, initial_agent_state
 from cardfence.store import CardSnapshot, ConcurrencyError, EventStore, NewEvent, Projection
 
@@ -239,8 +240,11 @@ class Discovery:
         limits: CardLimits = CardLimits(),
         max_card_age: float = 120.0,
         clock: Callable[[], float] = time.monotonic,
+        calls: StoreCalls | None = None,
     ) -> None:
         self.store = store
+        # Store calls go through the engine's runner (off the event loop); alone, inline.
+        self._calls = calls or StoreCalls(store, workers=0)
         self.client = client
         self.limits = limits
         self.max_card_age = max_card_age
@@ -269,7 +273,7 @@ class Discovery:
                     read.last_modified,
                     read.fetched_at,
                 )
-        known = self._agent_head(origin)
+        known = await self._calls.run(self._agent_head, origin)
         state = known[1]
         validators: dict[str, tuple[str | None, str | None]] = {}
         if state["card_url"] in urls and (state["etag"] or state["last_modified"]):
@@ -321,7 +325,7 @@ class Discovery:
         memo = self._memo.get(origin)
         if memo is not None and memo[0].card.revision == revision:
             return memo[0].card
-        snapshot = self.store.get_snapshot(revision)
+        snapshot = await self._calls.run(self.store.get_snapshot, revision)
         if snapshot is None:
             return None
         return parse_card(snapshot.body.encode(), url=snapshot.source_url, max_bytes=1 << 30)
@@ -382,11 +386,9 @@ class Discovery:
         return await self._agent_state(card_urls(agent_url)[0])
 
     async def _agent_state(self, origin: str) -> State:
-        return self._agent_head(origin)[1]
+        return (await self._calls.run(self._agent_head, origin))[1]
 
     def _agent_head(self, origin: str) -> tuple[int, State]:
-        # The store is called on the loop's thread, as the engine does: a hop to a worker
-        # thread costs more than a SQLite read.
         head = self.store.stream(ev.agent_stream_id(origin))
         if head is None:
             return 0, initial_agent_state(origin)
@@ -442,7 +444,7 @@ class Discovery:
         snapshots: Sequence[CardSnapshot] = (),
         known: tuple[int, State] | None = None,
     ) -> None:
-        append_agent_events(self.store, origin, decide, snapshots, known)
+        await self._calls.run(append_agent_events, self.store, origin, decide, snapshots, known)
 
 
 def append_agent_events(

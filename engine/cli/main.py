@@ -20,6 +20,7 @@ from cardfence.engine import errors
 from cardfence.engine.cards.discovery import CardLimits, CardRead, Discovery, card_urls
 from cardfence.engine.cards.history import RevisionEntry, revision_history
 from cardfence.engine.cli import demo as demo_commands
+from cardfence.engine.cli import serve as serve_commands
 from cardfence.engine.cli import signals
 from cardfence.engine.cli import tasks as task_commands
 from cardfence.engine.cli.app import (
@@ -45,7 +46,7 @@ from cardfence.engine.cli.app import (
 )
 from cardfence.store import EventStore
 
-__all__ = ["app", "demo_commands", "main", "run", "task_commands"]
+__all__ = ["app", "demo_commands", "main", "run", "serve_commands", "task_commands"]
 
 
 @app.command()

@@ -39,7 +39,7 @@ from cardfence.engine import events as ev
 from cardfence.engine.audit import audit
 from cardfence.engine.cards.discovery import CardLimits, card_urls
 from cardfence.engine.demo.receiver import WebhookReceiver
-from cardfence.engine.engine import Engine, EngineConfig
+from cardfence.engine.engine import Engine, EngineConfig, WebhookOutcome
 from cardfence.engine.tasklog import task_stream_id
 from cardfence.store import EventStore, RecordedEvent
 
@@ -184,6 +184,11 @@ def push_headers(
     if authorization is not None:
         headers["authorization"] = authorization
     return headers
+
+
+def headers_for(outcome: WebhookOutcome, content_type: str = JSON) -> dict[str, str]:
+    """The headers of a genuine delivery for the webhook ``outcome`` registered."""
+    return push_headers(outcome.token, content_type, outcome.authorization)
 
 
 def status_update_body(

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from engine_fixtures import audited_engine, data_of, push_headers, types
+from engine_fixtures import audited_engine, data_of, headers_for, types
 from support.hostile import SKILL, HostileAgent, Reply
 
 from cardfence.engine import deadline
@@ -168,7 +168,7 @@ async def test_an_oversized_push_is_answered_never_raised_and_a_truncated_one_sa
         outcome = await engine.register_webhook(view.task, "http://127.0.0.1:9/hook")
         assert outcome.registered
         assert outcome.token is not None
-        headers = push_headers(outcome.token)
+        headers = headers_for(outcome)
 
         def artifact_push(text: str) -> bytes:
             update = {"taskId": REMOTE_ID, "contextId": "c-1",
@@ -287,9 +287,9 @@ async def test_200_identical_push_replays_append_at_most_one_event(
                              "timestamp": "2026-01-01T00:00:09Z"}}  # fmt: skip
         body = json.dumps({"statusUpdate": update}).encode()
 
-        first = await engine.deliver(body, push_headers(outcome.token))
+        first = await engine.deliver(body, headers_for(outcome))
         before = len(types(engine.store, view.task))
-        replays = [await engine.deliver(body, push_headers(outcome.token)) for _ in range(200)]
+        replays = [await engine.deliver(body, headers_for(outcome)) for _ in range(200)]
 
         assert first.outcome == "applied"
         assert {(d.status, d.outcome) for d in replays} == {(200, "duplicate")}

@@ -28,6 +28,7 @@ from engine_fixtures import (
     audited_engine,
     calls,
     data_of,
+    headers_for,
     push_headers,
     restored,
     state_of,
@@ -245,9 +246,9 @@ async def test_two_agents_answering_the_same_task_id_keep_their_own_pushes_and_s
 
     done = datetime.now(UTC)
     body = status_update_body("t-1", first.context_id, "completed", done)
-    delivered = await engine.deliver(body, push_headers(hook.token))
+    delivered = await engine.deliver(body, headers_for(hook))
     other_body = status_update_body("t-1", second.context_id, "input-required", done)
-    other_delivered = await engine.deliver(other_body, push_headers(other_hook.token))
+    other_delivered = await engine.deliver(other_body, headers_for(other_hook))
 
     assert (delivered.status, delivered.task) == (200, first.task)
     assert (other_delivered.status, other_delivered.task) == (200, second.task)

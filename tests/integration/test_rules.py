@@ -30,6 +30,7 @@ from engine_fixtures import (
     drop_jsonrpc_interface,
     drop_skill,
     events,
+    headers_for,
     point_jsonrpc_at,
     push_headers,
     restored,
@@ -641,7 +642,7 @@ async def test_terminal_state_absorbs_a_late_non_terminal_push(
     late = status_update_body(
         view.remote_task_id or "", view.context_id, "working", completed_at + timedelta(seconds=1)
     )
-    delivery = await engine.deliver(late, push_headers(outcome.token))
+    delivery = await engine.deliver(late, headers_for(outcome))
 
     assert (delivery.status, delivery.outcome) == (200, "ignored")
     ignored = data_of(engine.store, view.task, ev.OBSERVATION_IGNORED)[-1]
@@ -861,7 +862,7 @@ async def test_push_that_is_not_newer_or_not_legal_is_ignored_with_its_reason(
     body = status_update_body(
         view.remote_task_id or "", view.context_id, state, applied_at + timedelta(seconds=offset)
     )
-    delivery = await engine.deliver(body, push_headers(registered.token))
+    delivery = await engine.deliver(body, headers_for(registered))
 
     assert (delivery.status, delivery.outcome) == (200, outcome)
     ignored = data_of(engine.store, view.task, ev.OBSERVATION_IGNORED)[-1]
@@ -975,7 +976,7 @@ async def test_failed_without_diagnostic_by_push_after_a_card_change_is_flagged_
     failed = status_update_body(
         view.remote_task_id or "", view.context_id, "failed", applied_at + timedelta(seconds=1)
     )
-    delivery = await engine.deliver(failed, push_headers(outcome.token))
+    delivery = await engine.deliver(failed, headers_for(outcome))
 
     assert (delivery.status, delivery.outcome) == (200, "applied")
     assert engine.task(view.task).state == "failed"
@@ -997,7 +998,7 @@ async def test_boundary_crossed_by_a_push_rechecks_the_card_and_downgrades(
         working = status_update_body(
             view.remote_task_id or "", view.context_id, "working", datetime.now(UTC)
         )
-        delivery = await engine.deliver(working, push_headers(outcome.token))
+        delivery = await engine.deliver(working, headers_for(outcome))
         await engine.settle()
 
         assert (delivery.status, delivery.outcome) == (200, "applied")

@@ -79,7 +79,7 @@ class World:
     engine: Engine
     agent: FakeAgent
     keys: dict[str, str]
-    tokens: dict[str, str]
+    tokens: dict[str, tuple[str, str]]
     cancels_asked: int = 0
 
 
@@ -137,7 +137,9 @@ class Differential(RuleBasedStateMachine):
             outcome = self.run(world.engine.register_webhook(view.task, "https://hook.test/"))
             assert outcome.registered
             assert outcome.token
-            world.keys[label], world.tokens[label] = view.task, outcome.token
+            assert outcome.authorization
+            world.keys[label] = view.task
+            world.tokens[label] = (outcome.token, outcome.authorization)
             world.agent.card = kept
             self.run(world.engine.settle())
         return label
@@ -167,7 +169,8 @@ class Differential(RuleBasedStateMachine):
             body = status_update_body(remote, context, index)
             headers = {
                 "content-type": "application/json",
-                "x-a2a-notification-token": world.tokens[label],
+                "x-a2a-notification-token": world.tokens[label][0],
+                "authorization": world.tokens[label][1],
             }
             delivery = await world.engine.deliver(body, headers)
             assert delivery.status == 200, delivery
@@ -326,7 +329,7 @@ def test_p1_catches_a_poll_that_reads_the_card_and_fails_the_task_on_a_503(
         try:
             await self.discovery.read(state["agent_url"], fresh=True)
         except DiscoveryError:  # the incident 000 client: no card, so the task must be dead
-            return self._observe_state(key, Observation("poll", "failed", None))
+            return await self._observe_state(key, Observation("poll", "failed", None))
         return await original(self, key, state)
 
     assert "failing card altered transitions" in _caught(

@@ -1,0 +1,97 @@
+"""``cardfence serve``: webhook ingress and the driver that keeps every live task moving
+(``docs/cli.md``). Runs until SIGTERM or SIGINT, then exits 0 with nothing half-written."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+from typing import Annotated
+
+import httpx
+import typer
+
+from cardfence.engine import errors
+from cardfence.engine.cards.discovery import CardLimits
+from cardfence.engine.cli.app import (
+    MIN_POLL_INTERVAL,
+    DbOption,
+    DebugOption,
+    InsecureOption,
+    JsonOption,
+    app,
+    check_seconds,
+    checked_store_url,
+    open_store,
+    options_of,
+)
+from cardfence.engine.cli.tasks import CardAgeOption, PollOption
+from cardfence.engine.engine import Engine, EngineConfig
+
+__all__ = ["serve_command"]
+
+
+@app.command("serve")
+def serve_command(
+    ctx: typer.Context,
+    host: Annotated[str, typer.Option("--host", help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[
+        int, typer.Option("--port", min=0, max=65535, help="Port (0: any free port).")
+    ] = 8080,
+    max_poll_interval: PollOption = 30.0,
+    max_card_age: CardAgeOption = 120.0,
+    workers: Annotated[
+        int, typer.Option("--workers", min=1, help="Polls in flight at once, at most.")
+    ] = 32,
+    allow_insecure_http: InsecureOption = False,
+    db: DbOption = None,
+    json_: JsonOption = False,
+    debug: DebugOption = False,
+) -> None:
+    """Receive push deliveries at http://HOST:PORT/webhook and keep every live task moving."""
+    # Imported here: uvicorn and Starlette are for this command only (the others start faster).
+    from cardfence.engine.driver import Driver
+    from cardfence.engine.serve import listen, serve
+
+    options = options_of(ctx, db, json_, debug)
+    check_seconds("--max-poll-interval", max_poll_interval, minimum=MIN_POLL_INTERVAL)
+    check_seconds("--max-card-age", max_card_age)
+    checked_store_url(options)
+    config = EngineConfig(
+        max_poll_interval=max_poll_interval,
+        max_card_age=max_card_age,
+        card_limits=CardLimits(allow_insecure=allow_insecure_http),
+    )
+    _log_decisions(debug)
+    try:
+        sock = listen(host, port)
+    except OSError as refused:
+        raise errors.UsageError(f"cannot listen on {host}:{port}: {refused.strerror}") from None
+    store = open_store(options)
+
+    async def main() -> None:
+        async with httpx.AsyncClient() as client:
+            engine = Engine(store, client, config)
+            await serve(engine, sock, driver=Driver(engine, workers=workers), started=_started)
+
+    try:
+        asyncio.run(main())
+    finally:
+        sock.close()
+
+
+def _started(url: str) -> None:
+    sys.stderr.write(f"cardfence serve: webhook at {url}\n")
+    sys.stderr.flush()
+
+
+def _log_decisions(debug: bool) -> None:
+    """Decisions (one JSON line each) to stderr."""
+    from cardfence.engine.serve import JsonLines
+
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonLines())
+    root = logging.getLogger("cardfence")
+    root.handlers[:] = [handler]
+    root.setLevel(logging.DEBUG if debug else logging.INFO)
+    root.propagate = False

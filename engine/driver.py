@@ -1,0 +1,269 @@
+"""The driver ``cardfence serve`` runs: every live task in the store kept moving.
+
+A live task is one the remote has not ended (and whose creation it did not refuse), with a
+remote task id. The driver follows each with :meth:`Engine.follow_step` -- safety polls backing
+off to at most ``max_poll_interval`` apart whether or not push is confirmed (R5), R7's
+re-validation, R11's endpoint check -- and picks up tasks other processes start or reply to by
+tailing the global log. R9's second trigger is wired here: when the agent's latest recorded card
+revision differs from the one the task last saw (:func:`guards.card_is_stale`), the task is
+reconciled with a fresh card before its next poll, at most once per ``max_card_age``.
+
+Nothing here decides a task's state: polls are observations like any other (R12), and an
+orphaned task (R9) keeps being polled on its recorded endpoint -- its contract is never switched,
+and only the remote ends it (R1, R10).
+
+Scheduling is a heap of due times served by a fixed number of workers, so memory grows with
+the number of live tasks by a heap entry and a :class:`Pace` each, not by a coroutine each.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+import itertools
+import logging
+from collections.abc import Iterable
+
+from cardfence.engine import events as ev
+from cardfence.engine import guards
+from cardfence.engine.engine import Engine, Pace
+from cardfence.engine.errors import TaskOrphanedError, UsageError
+from cardfence.engine.lifecycle import TERMINAL
+from cardfence.engine.replay import State
+from cardfence.engine.tasklog import key_of
+from cardfence.store import EventStore
+
+__all__ = ["Driver", "is_live"]
+
+_log = logging.getLogger("cardfence.driver")
+
+# Events from other processes after which a followed task is polled again at once.
+_PROMPT = frozenset({ev.TASK_SUBMITTED, ev.REPLY_SENT, ev.WEBHOOK_REGISTERED})
+
+
+def is_live(state: State) -> bool:
+    """Whether the driver follows this task: not ended, not refused, and bound to a remote id."""
+    return (
+        state["state"] not in TERMINAL
+        and not guards.never_created(state)
+        and bool(state.get("remote_task_id"))
+    )
+
+
+class Driver:
+    """Keeps every live task of ``engine``'s store moving until :meth:`stop`.
+
+    ``workers`` bounds the polls in flight at once; ``scan_interval`` is how often the global log
+    is read for tasks started, replied to or registered by other processes.
+    """
+
+    def __init__(self, engine: Engine, *, workers: int = 32, scan_interval: float = 0.5) -> None:
+        self.engine = engine
+        self.workers = workers
+        self.scan_interval = scan_interval
+        self._clock = engine._clock
+        self._due: list[tuple[float, int, str]] = []  # (when, tie-break, task key)
+        self._scheduled: dict[str, float] = {}  # key -> its due time in the heap (the live one)
+        self._paces: dict[str, Pace] = {}
+        self._in_flight: set[str] = set()
+        self._orphaned_at: dict[str, str] = {}  # key -> the revision that orphaned it (R9)
+        self._ticket = itertools.count()
+        self._position = 0
+        self._wake = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self._ready = asyncio.Event()
+        self._loaded = False
+        self.polls = 0
+
+    @property
+    def store(self) -> EventStore:
+        return self.engine.store
+
+    @property
+    def followed(self) -> int:
+        """How many tasks the driver follows now."""
+        return len(self._paces)
+
+    # -- running -------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Follow every live task until :meth:`stop`; the steps in flight then finish."""
+        if not self._loaded:
+            await self.load()
+        queue: asyncio.Queue[str] = asyncio.Queue(maxsize=self.workers)
+        workers = [asyncio.create_task(self._work(queue)) for _ in range(self.workers)]
+        dispatcher = asyncio.create_task(self._dispatch(queue))
+        scanner = asyncio.create_task(self._scan_forever())
+        self._ready.set()
+        _log.info("driver started", extra={"event": "DriverStarted", "tasks": self.followed})
+        try:
+            await self._stopping.wait()
+        finally:
+            for job in (dispatcher, scanner):
+                job.cancel()
+            await asyncio.gather(dispatcher, scanner, return_exceptions=True)
+            # Keys queued but not started are let go; the steps in hand finish (their appends
+            # commit whole), then the idle workers are cancelled.
+            while not queue.empty():
+                self._in_flight.discard(queue.get_nowait())
+            while self._in_flight:
+                await asyncio.sleep(0.01)
+            for worker in workers:
+                worker.cancel()
+            await asyncio.gather(*workers, return_exceptions=True)
+            _log.info("driver stopped", extra={"event": "DriverStopped", "tasks": self.followed})
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._wake.set()
+
+    async def ready(self) -> None:
+        """Wait until the driver has loaded the live tasks and is following them."""
+        await self._ready.wait()
+
+    # -- what to follow ------------------------------------------------------------------------
+
+    async def load(self) -> None:
+        """List the live tasks to follow (:meth:`run` does it if not done before)."""
+        # The position first: an event committed while the tasks are listed is scanned again.
+        self._loaded = True
+        self._position = await self.engine._calls.run(self.store.last_position)
+        heads = await self.engine._calls.run(self.engine.log.all)
+        now = self._clock()
+        for head in heads:
+            if is_live(head.state):
+                self._follow(head.key, now)
+
+    def _follow(self, key: str, when: float, *, prompt: bool = False) -> None:
+        if key not in self._paces:
+            self._paces[key] = Pace.start(self.engine.config, when)
+            # R9, second trigger: checked before the first poll of a task picked up here.
+            self._paces[key].next_endpoint_check = when
+        elif prompt:
+            self._paces[key].delay = self.engine.config.first_poll_interval
+        elif key in self._scheduled:
+            return
+        self._schedule(key, when)
+
+    def _schedule(self, key: str, when: float) -> None:
+        current = self._scheduled.get(key)
+        if current is not None and current <= when:
+            return
+        self._scheduled[key] = when
+        heapq.heappush(self._due, (when, next(self._ticket), key))
+        self._wake.set()
+
+    def _drop(self, key: str) -> None:
+        self._paces.pop(key, None)
+        self._orphaned_at.pop(key, None)
+        self._scheduled.pop(key, None)
+
+    async def _scan_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.scan_interval)
+            await self.scan()
+
+    async def scan(self) -> int:
+        """Read the global log past the last position seen; follow tasks that appeared or were
+        replied to elsewhere. Returns how many events were read."""
+        read = 0
+        while True:
+            batch = await self.engine._calls.run(self.store.read_all, self._position, 1000)
+            if not batch:
+                return read
+            read += len(batch)
+            self._position = batch[-1].position
+            self._note((e.stream_id, e.type) for e in batch)
+
+    def _note(self, events: Iterable[tuple[str, str]]) -> None:
+        now = self._clock()
+        for stream_id, type_ in events:
+            if not stream_id.startswith(ev.TASK_STREAM_PREFIX):
+                continue
+            key = key_of(stream_id)
+            if key not in self._paces or type_ in _PROMPT:
+                self._follow(key, now, prompt=type_ in _PROMPT)
+
+    # -- doing ---------------------------------------------------------------------------------
+
+    async def _dispatch(self, queue: asyncio.Queue[str]) -> None:
+        while True:
+            now = self._clock()
+            while self._due and self._due[0][0] <= now:
+                when, _, key = heapq.heappop(self._due)
+                if self._scheduled.get(key) != when:
+                    continue  # superseded by an earlier time, or dropped
+                del self._scheduled[key]
+                if key in self._in_flight:
+                    continue  # being stepped: the step schedules the next one when it ends
+                self._in_flight.add(key)
+                await queue.put(key)
+            wait = self._due[0][0] - self._clock() if self._due else self.scan_interval
+            self._wake.clear()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(max(wait, 0.0)):
+                    await self._wake.wait()
+
+    async def _work(self, queue: asyncio.Queue[str]) -> None:
+        while True:
+            key = await queue.get()
+            try:
+                await self._step(key)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a bug must not stop every other task from moving
+                _log.exception("step failed", extra={"task": key, "event": "StepFailed"})
+                self._reschedule(key, self.engine.config.max_poll_interval)
+            finally:
+                self._in_flight.discard(key)
+
+    async def _step(self, key: str) -> None:
+        engine = self.engine
+        try:
+            state = await engine._state(key)
+        except UsageError:  # the stream is gone (a store replaced under us): nothing to follow
+            self._drop(key)
+            return
+        if not is_live(state):
+            self._drop(key)
+            return
+        pace = self._paces.setdefault(key, Pace.start(engine.config, self._clock()))
+        if self._clock() >= pace.next_endpoint_check:
+            agent = await engine._calls.run(self._agent_state, str(state.get("agent")))
+            stale = guards.card_is_stale(state, agent)
+            if stale and self._orphaned_at.get(key) != agent.get("revision"):
+                pace.next_endpoint_check = self._clock() + engine.config.max_card_age
+                state = await self._reconcile(key, agent.get("revision"))
+        before = state["state"]
+        state = await engine.follow_step(key, state, pace)
+        self.polls += 1
+        if not is_live(state):
+            self._drop(key)
+            return
+        if state["state"] != before:
+            pace.delay = engine.config.first_poll_interval  # moving: look again soon
+        self._reschedule(key, pace.backoff(engine.config.max_poll_interval))
+
+    def _reschedule(self, key: str, wait: float) -> None:
+        if key in self._paces and not self._stopping.is_set():
+            self._schedule(key, self._clock() + wait)
+
+    async def _reconcile(self, key: str, revision: str | None) -> State:
+        """R9 for a task whose card moved on since it last saw it: the endpoint follows a move;
+        an orphaned task stays on its recorded endpoint and is polled on (R1), and is not
+        checked again until the agent's card changes once more."""
+        try:
+            await self.engine._reconcile_endpoint(key)
+        except TaskOrphanedError as orphaned:
+            if revision is not None:
+                self._orphaned_at[key] = revision
+            _log.warning(
+                "task orphaned by a card revision; polling on at its recorded endpoint",
+                extra={"task": key, "event": ev.TASK_ORPHANED, "reason": str(orphaned)},
+            )
+        return await self.engine._state(key)
+
+    def _agent_state(self, agent: str) -> State:
+        head = self.store.stream(ev.agent_stream_id(agent))
+        return {} if head is None else head.state

@@ -1,0 +1,61 @@
+"""Store calls off the event loop.
+
+The store is synchronous (SQLAlchemy). On PostgreSQL every call is a network round trip, and on a
+SQLite file another process may hold the write lock for up to the busy timeout: either would
+stall every task the loop drives, and the webhook app's answers with them. :class:`StoreCalls`
+runs them on worker threads instead -- one for a SQLite file (its writes take one lock anyway, and
+one thread keeps this process's writes from contending with each other), a few for PostgreSQL (as
+many as its connection pool keeps). An in-memory SQLite database is one connection shared by every
+caller, so its calls stay on the loop's thread, one at a time.
+
+A call that was started finishes, even when the coroutine awaiting it is cancelled: each append is
+one transaction, committed or rolled back whole, and :meth:`StoreCalls.close` waits for those in
+flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import ParamSpec, TypeVar
+
+from cardfence.store import EventStore
+
+__all__ = ["POSTGRES_WORKERS", "StoreCalls"]
+
+_P = ParamSpec("_P")
+_T = TypeVar("_T")
+
+# Worker threads for a PostgreSQL store: SQLAlchemy's default pool keeps five connections.
+POSTGRES_WORKERS = 4
+
+
+class StoreCalls:
+    """Runs synchronous store calls for coroutines: ``await calls.run(store.stream, sid)``."""
+
+    def __init__(self, store: EventStore, *, workers: int | None = None) -> None:
+        dialect = store.engine.dialect.name
+        memory = dialect == "sqlite" and store.engine.url.database in (None, "", ":memory:")
+        if workers is None:
+            workers = 0 if memory else POSTGRES_WORKERS if dialect == "postgresql" else 1
+        self.workers = workers
+        self._pool = (
+            ThreadPoolExecutor(max_workers=workers, thread_name_prefix="cardfence-store")
+            if workers
+            else None
+        )
+
+    async def run(self, fn: Callable[_P, _T], /, *args: _P.args, **kwargs: _P.kwargs) -> _T:
+        """``fn(*args, **kwargs)`` on a worker thread (with this context's variables)."""
+        if self._pool is None:
+            return fn(*args, **kwargs)
+        call = functools.partial(contextvars.copy_context().run, fn, *args, **kwargs)
+        return await asyncio.get_running_loop().run_in_executor(self._pool, call)
+
+    def close(self) -> None:
+        """Wait for the calls in flight, then stop the workers."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)

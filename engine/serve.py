@@ -1,0 +1,160 @@
+"""``cardfence serve``: the webhook app and the driver in one process, under uvicorn.
+
+:func:`serve_app` is the ASGI application: the webhook ingress of :mod:`cardfence.engine.ingress`
+(``POST /webhook``) plus a lifespan that runs a :class:`~cardfence.engine.driver.Driver` over the
+engine's store. :func:`serve` runs it until SIGTERM or SIGINT: the listening socket closes, the
+deliveries and polls in flight finish (each append commits or rolls back whole), the engine
+closes, and the call returns -- the command exits 0.
+
+Every decision is one log line (:class:`JsonLines`): the task, the event recorded and its reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import signal
+import socket
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
+from datetime import UTC, datetime
+from types import FrameType
+from typing import Any
+
+import uvicorn
+from starlette.applications import Starlette
+from starlette.routing import Mount
+
+from cardfence.engine.driver import Driver
+from cardfence.engine.engine import Engine
+from cardfence.engine.ingress import webhook_app
+
+__all__ = ["JsonLines", "listen", "serve", "serve_app"]
+
+_log = logging.getLogger("cardfence.serve")
+_FIELDS = ("task", "event", "reason", "status", "outcome", "tasks")
+
+
+class JsonLines(logging.Formatter):
+    """One JSON object per log line: time, level, logger, message, and the decision's fields."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(),
+            "level": record.levelname.lower(),
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for name in _FIELDS:
+            value = getattr(record, name, None)
+            if value is not None:
+                line[name] = value
+        if record.exc_info:
+            line["error"] = self.formatException(record.exc_info).splitlines()[-1]
+        return json.dumps(line, default=str)
+
+
+def serve_app(engine: Engine, driver: Driver | None = None) -> Starlette:
+    """The webhook app with ``driver`` (if any) run by its lifespan; the engine is closed when
+    the app shuts down."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_app: Starlette) -> AsyncIterator[None]:
+        job = asyncio.create_task(driver.run()) if driver is not None else None
+        if job is not None and driver is not None:
+            await driver.ready()
+        try:
+            yield
+        finally:
+            if driver is not None and job is not None:
+                driver.stop()
+                await asyncio.gather(job, return_exceptions=True)
+            await engine.aclose()
+
+    return Starlette(routes=[Mount("/", app=webhook_app(engine))], lifespan=lifespan)
+
+
+class _Server(uvicorn.Server):
+    """uvicorn, except that SIGTERM and SIGINT end :meth:`serve` cleanly instead of being raised
+    again once it returns (which would end the process with the signal, not exit 0)."""
+
+    def __init__(self, config: uvicorn.Config, on_signal: Callable[[str], None]) -> None:
+        super().__init__(config)
+        self._on_signal = on_signal
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+        def handle(signum: int, _frame: FrameType | None) -> None:
+            self._on_signal(signal.Signals(signum).name)
+            if self.should_exit and signum == signal.SIGINT:
+                self.force_exit = True  # a second Ctrl-C: stop waiting for connections
+            self.should_exit = True
+
+        for sig in previous:
+            signal.signal(sig, handle)
+        try:
+            yield
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+
+
+def listen(host: str, port: int) -> socket.socket:
+    """A socket bound to ``host:port`` (port 0: any free one); :class:`OSError` says why not."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+async def serve(
+    engine: Engine,
+    sock: socket.socket,
+    *,
+    driver: Driver | None = None,
+    started: Callable[[str], None] | None = None,
+) -> None:
+    """Serve ``POST /webhook`` on ``sock`` (see :func:`listen`) and drive every live task
+    until SIGTERM or SIGINT; then the requests and polls in flight finish, the engine closes
+    and this returns. ``started`` is called with the webhook URL once the app is up."""
+    driver = driver if driver is not None else Driver(engine)
+    await driver.load()  # a store that cannot be read fails here, before anything listens
+    config = uvicorn.Config(
+        serve_app(engine, driver),
+        log_config=None,
+        access_log=False,
+        lifespan="on",
+        timeout_graceful_shutdown=max(engine.config.request_timeout, 5.0),
+    )
+
+    def on_signal(name: str) -> None:
+        _log.info(f"{name} received: stopping", extra={"event": "Stopping", "reason": name})
+
+    server = _Server(config, on_signal)
+    address = sock.getsockname()
+    url = f"http://{address[0]}:{address[1]}/webhook"
+    watcher = asyncio.create_task(_announce(server, url, started)) if started else None
+    try:
+        await server.serve(sockets=[sock])
+    finally:
+        if watcher is not None:
+            watcher.cancel()
+
+
+async def _announce(server: uvicorn.Server, url: str, started: Callable[[str], None]) -> None:
+    while not server.started:
+        await asyncio.sleep(0.02)
+    _log.info(f"listening on {url}", extra={"event": "Listening"})
+    started(url)

@@ -1,0 +1,207 @@
+"""The driver of ``cardfence serve`` against a real a2a-sdk agent: it keeps every live task of the
+store moving -- tasks other engines (other processes) started included -- with safety polls never
+further apart than ``max_poll_interval`` (R5), R9's second trigger wired in, and nothing ever
+decided by a card (R1). SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+from engine_fixtures import (
+    FAST,
+    MovableEndpoint,
+    assert_audit_ok,
+    calls,
+    data_of,
+    drop_skill,
+    point_jsonrpc_at,
+    restored,
+    state_of,
+    transitions,
+    types,
+    wait_until,
+)
+from support import Peer
+
+from cardfence.engine import events as ev
+from cardfence.engine.driver import Driver, is_live
+from cardfence.engine.engine import Engine, EngineConfig
+
+SLOW = [("submitted", "working"), ("working", "completed")]
+
+
+@pytest.fixture(scope="module")
+def shared_peer() -> Iterator[Peer]:
+    with Peer() as running:
+        yield running
+
+
+@pytest.fixture
+def peer(shared_peer: Peer) -> Iterator[Peer]:
+    with restored(shared_peer) as fresh:
+        yield fresh
+
+
+@contextlib.asynccontextmanager
+async def driving(url: str, config: EngineConfig = FAST, **kw: float) -> AsyncIterator[Driver]:
+    """A driver on its own engine over the store at ``url`` (as `serve` runs one), stopped and
+    audited at the end."""
+    async with Engine.open(url, config=config) as engine:
+        driver = Driver(engine, scan_interval=kw.get("scan_interval", 0.05))
+        job = asyncio.create_task(driver.run())
+        await driver.ready()
+        try:
+            yield driver
+        finally:
+            driver.stop()
+            await job
+            await engine.settle()
+            assert_audit_ok(engine.store)
+
+
+async def test_driver_takes_over_tasks_another_engine_started_and_drives_them_to_the_end(
+    peer: Peer, db_url: str
+) -> None:
+    async with Engine.open(db_url, config=FAST) as starter, driving(db_url) as driver:
+        started = [
+            await starter.start_task(peer.base_url, skill="slow", text="slow 0.3") for _ in range(5)
+        ]  # recorded and sent by another engine, which never polls them
+
+        await wait_until(
+            lambda: all(state_of(starter, v.task)["state"] == "completed" for v in started),
+            timeout=10,
+            what="the driver to complete every task",
+        )
+
+        for view in started:
+            assert transitions(starter.store, view.task) == SLOW
+        await wait_until(lambda: driver.followed == 0, what="ended tasks to be let go")
+        assert calls(peer, "CancelTask") == 0
+
+
+async def test_driver_follows_tasks_live_when_it_starts_and_skips_ended_and_refused_ones(
+    peer: Peer, db_url: str
+) -> None:
+    async with Engine.open(db_url, config=FAST) as starter:
+        live = await starter.start_task(peer.base_url, skill="slow", text="slow 0.3")
+        done = await starter.start_task(peer.base_url, skill="echo", text="echo hi")
+        await starter.drive(done.task, until="terminal", timeout=5)
+        assert is_live(state_of(starter, live.task))
+        assert not is_live(state_of(starter, done.task))
+
+    async with driving(db_url) as driver:
+        assert driver.followed == 1
+        await wait_until(lambda: driver.followed == 0, timeout=10, what="the live task to end")
+
+    async with Engine.open(db_url, config=FAST) as reader:
+        assert state_of(reader, live.task)["state"] == "completed"
+        assert transitions(reader.store, done.task) == [("submitted", "completed")]
+
+
+async def test_safety_polls_complete_a_task_whose_pushes_are_dropped_within_max_poll_interval(
+    peer: Peer, db_url: str
+) -> None:
+    """Seed 001: the agent accepts the webhook and never delivers. The task's completion is
+    recorded no later than max_poll_interval after the agent completed it (the bound asserted on
+    the agent's own status timestamp against the time it was recorded)."""
+    config = dataclasses.replace(FAST, max_poll_interval=0.5, first_poll_interval=0.5)
+    peer.set_push_dropped(True)
+    async with Engine.open(db_url, config=config) as starter, driving(db_url, config):
+        view = await starter.start_task(peer.base_url, skill="slow", text="slow 1.2")
+        registered = await starter.register_webhook(view.task, "http://127.0.0.1:9/webhook")
+        assert registered.registered
+        await wait_until(lambda: state_of(starter, view.task)["state"] == "completed", timeout=10)
+        completed = [
+            e for e in starter.store.read_stream(f"{ev.TASK_STREAM_PREFIX}{view.task}")
+            if e.type == ev.STATE_CHANGED and e.data["to"] == "completed"
+        ]  # fmt: skip
+    assert peer.pushes_dropped > 0
+    assert len(completed) == 1
+    from datetime import datetime
+
+    said = datetime.fromisoformat(completed[0].data["remote_timestamp"])
+    lag = (completed[0].recorded_at - said).total_seconds()
+    assert lag <= config.max_poll_interval + 0.25, f"completion recorded {lag:.2f}s late"
+    assert completed[0].data["source"] == "poll"
+
+
+async def test_a_task_whose_endpoint_moved_while_nobody_drove_it_follows_the_move(
+    peer: Peer, db_url: str
+) -> None:
+    """R9's second trigger: the agent's latest recorded card differs from the one the task saw;
+    the driver reconciles before polling and the task follows its skill's new endpoint."""
+    with MovableEndpoint(peer.jsonrpc_url) as old:
+        peer.mutate_card(point_jsonrpc_at(old.url))
+        async with Engine.open(db_url, config=FAST) as starter:
+            view = await starter.start_task(peer.base_url, skill="slow", text="slow 0.5")
+            assert state_of(starter, view.task)["endpoint"]["url"] == old.url
+            peer.mutate_card(point_jsonrpc_at(peer.jsonrpc_url))  # the agent moved the endpoint
+            old.gone = True
+            await starter.discovery.read(peer.base_url, fresh=True)  # someone read the card
+
+        async with driving(db_url) as driver:
+            await wait_until(lambda: driver.followed == 0, timeout=10, what="the task to end")
+            store = driver.store
+            state = store.stream(f"{ev.TASK_STREAM_PREFIX}{view.task}")
+            assert state is not None
+            assert state.state["state"] == "completed"
+            assert state.state["endpoint"]["url"] == peer.jsonrpc_url
+            recorded = types(store, view.task)
+            assert recorded.index(ev.ENDPOINT_MOVED) < recorded.index(ev.STATE_CHANGED)
+
+
+async def test_an_orphaned_task_is_polled_on_at_its_recorded_endpoint_and_never_cancelled(
+    peer: Peer, db_url: str
+) -> None:
+    """R9 says orphaned, R1 says the card never ends the task: it completes as the agent says."""
+    async with Engine.open(db_url, config=FAST) as starter:
+        view = await starter.start_task(peer.base_url, skill="slow", text="slow 0.6")
+        peer.mutate_card(drop_skill("slow"))
+        await starter.discovery.read(peer.base_url, fresh=True)
+
+    async with driving(db_url) as driver:
+        await wait_until(lambda: driver.followed == 0, timeout=10, what="the task to end")
+        recorded = types(driver.store, view.task)
+    assert recorded.count(ev.TASK_ORPHANED) == 1
+    assert transitions(driver.store, view.task) == SLOW
+    assert calls(peer, "CancelTask") == 0
+    assert data_of(driver.store, view.task, ev.TASK_ORPHANED)[0]["reason"] == "skill_absent"
+
+
+async def test_a_reply_sent_by_another_process_is_followed_at_once(peer: Peer, db_url: str) -> None:
+    config = dataclasses.replace(FAST, max_poll_interval=5.0)
+    async with Engine.open(db_url, config=config) as starter, driving(db_url, config) as driver:
+        view = await starter.start_task(peer.base_url, skill="ask", text="ask")
+        await wait_until(
+            lambda: state_of(starter, view.task)["state"] == "input-required", timeout=10
+        )
+        polls = driver.polls
+        await starter.reply(view.task, "42")
+        await wait_until(lambda: driver.followed == 0, timeout=4, what="the reply to be followed")
+        assert state_of(starter, view.task)["state"] == "completed"
+        assert driver.polls > polls
+
+
+async def test_stopping_the_driver_finishes_the_steps_in_flight_and_leaves_tasks_resumable(
+    peer: Peer, db_url: str
+) -> None:
+    peer.hold()
+    async with Engine.open(db_url, config=FAST) as starter:
+        views = [
+            await starter.start_task(peer.base_url, skill="slow", text="slow 0") for _ in range(10)
+        ]
+    async with driving(db_url) as driver:
+        await wait_until(lambda: driver.polls >= 10, timeout=10, what="every task polled")
+    peer.release()  # the driver is stopped and audited; a later engine picks the tasks up
+    async with Engine.open(db_url, config=FAST) as later:
+        for view in views:
+            await later.resume(view.task)
+            assert (await later.drive(view.task, until="terminal", timeout=10)).state == (
+                "completed"
+            )
+        await later.settle()
+        assert_audit_ok(later.store)
