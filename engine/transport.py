@@ -95,6 +95,9 @@ _EVENT_STREAM: Final = "text/event-stream"
 # event is over ``max_bytes`` already, or all but a piece of it, framing ("data: ", line ends)
 # included.
 _EVENT_SLACK: Final = 2 * PIECE
+# An event ends at a blank line, whichever of the three SSE line ends it uses ("\r\n\r\n" ends
+# in "\n\r\n").
+_BLANK_LINES: Final = (b"\n\n", b"\r\r", b"\n\r\n")
 _NO_TOTAL: Final = 1 << 62  # a stream has no total size limit: its events have one each
 # After one of these a stream has nothing more to say about its task (a2a-sdk stops there too).
 _FINAL_STATES: Final = TERMINAL_STATES | INTERRUPTED_STATES
@@ -462,7 +465,6 @@ class A2ATransport:
         events = EventSource(body.as_response()).aiter_sse()
         async with aclosing(events):
             async for event in events:
-                body.event_read()
                 if event.event not in ("message", "error") or not event.data:
                     continue  # another event type, or no data: not an A2A event (SSE ignores it)
                 raw = event.data.encode()
@@ -744,8 +746,9 @@ class _BoundedEvents(httpx.AsyncByteStream):
     """The body of an event stream, as httpx-sse reads it: content-decoded here (one encoding
     at most, :class:`BoundedDecoder`), in pieces of at most :data:`PIECE` bytes, each read
     within the idle timeout and the deadline in force, and never more than ``max_bytes`` plus
-    :data:`_EVENT_SLACK` since the last complete event (:meth:`event_read`): httpx-sse holds an
-    event whole until its blank line, so this is what bounds its memory.
+    :data:`_EVENT_SLACK` since the last blank line: httpx-sse holds an event whole until the
+    blank line that ends it, so this is what bounds its memory. (The blank lines are only
+    counted here, not parsed: keep-alive comments end in one too, so they never add up.)
     """
 
     def __init__(
@@ -756,7 +759,8 @@ class _BoundedEvents(httpx.AsyncByteStream):
         self._idle = idle
         self._url = url
         self._task = task
-        self._pending = 0  # bytes since the last complete event
+        self._pending = 0  # bytes since the last blank line (the end of an event, or a comment)
+        self._tail = b""  # the last bytes read, for a blank line split between two pieces
         self._cut = ""  # why the body ended early, when it did
         try:
             self._decoder = BoundedDecoder(response.headers.get("content-encoding"), _NO_TOTAL)
@@ -768,8 +772,15 @@ class _BoundedEvents(httpx.AsyncByteStream):
         headers = {"content-type": f"{_EVENT_STREAM}; charset=utf-8"}
         return httpx.Response(200, headers=headers, stream=self, request=self._response.request)
 
-    def event_read(self) -> None:
-        self._pending = 0
+    def _count(self, piece: bytes) -> None:
+        """Move :attr:`_pending` past ``piece``: to the bytes after its last blank line."""
+        window = self._tail + piece
+        ends = [at + len(blank) for blank in _BLANK_LINES if (at := window.rfind(blank)) >= 0]
+        if ends:
+            self._pending = len(window) - max(ends)
+        else:
+            self._pending += len(piece)
+        self._tail = window[-3:]
 
     def ended(self) -> tuple[str, str]:
         """``(reason, detail)`` of a stream that ended before a final update."""
@@ -806,7 +817,7 @@ class _BoundedEvents(httpx.AsyncByteStream):
                     break
                 except BodyRefused as refused:
                     raise InvalidAgentResponseError(self._url, refused.detail) from None
-                self._pending += len(piece)
+                self._count(piece)
                 if self._pending > self._limit:
                     raise InvalidAgentResponseError(
                         self._url,

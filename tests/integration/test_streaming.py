@@ -362,3 +362,13 @@ async def test_a_json_rpc_agent_without_the_method_is_a_protocol_mismatch(
     agent.script = script
     with pytest.raises(ProtocolMismatchError, match="tasks/resubscribe"):
         await read_all(scripted(agent, JSONRPC, client), TASK)
+
+
+async def test_keep_alive_comments_between_events_never_add_up_to_an_oversized_event(
+    agent: StreamingAgent, binding: str, client: httpx.AsyncClient
+) -> None:
+    limit = 4096
+    pings = [b": ping - 2026-12-01 01:45:27.289195+00:00\r\n\r\n"] * 4000  # 180 kB in all
+    agent.script = lambda frame: event_stream([frame(working()), *pings, frame(completed())])
+    seen = await read_all(scripted(agent, binding, client, max_bytes=limit), TASK)
+    assert [u.state for u in seen] == [TaskState.WORKING, TaskState.COMPLETED]
