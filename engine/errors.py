@@ -20,6 +20,7 @@ done.
     ├── ContractChangedError            the agent's contract differs from the pinned one
     ├── TaskOrphanedError               the card in force no longer carries the task's skill
     ├── EndpointUnreachableError        network error or bare HTTP 404 at the task's endpoint
+    │   └── StreamDroppedError          an event stream ended before its task reached a final state
     ├── RemoteRefusedError              the agent answered with an A2A error
     │   ├── CreationRefusedError        ... to a creation: final, the task was never created
     │   └── ProtocolMismatchError       ... -32601: the endpoint speaks another A2A version
@@ -64,6 +65,7 @@ __all__ = [
     "SnapshotMismatchError",
     "StoreError",
     "StoreUnavailableError",
+    "StreamDroppedError",
     "TaskEndedError",
     "TaskOrphanedError",
     "UsageError",
@@ -159,6 +161,28 @@ class EndpointUnreachableError(CardfenceError):
         self.task = task
         self.status = status  # the HTTP status when there was one (404: gone or moved, R11)
         super().__init__(f"{url}: {detail} (nothing was changed)")
+
+
+class StreamDroppedError(EndpointUnreachableError):
+    """An event stream (SubscribeToTask, SendStreamingMessage) ended before its task reached a
+    final state (terminal or interrupted). The updates read before it were delivered; the task's
+    state is whatever they said. Poll it, and subscribe again if it is still live.
+
+    ``reason``: ``cut`` (the connection broke, or closed inside an event), ``closed`` (the remote
+    ended the stream cleanly, too early), ``idle`` (no byte within the idle timeout) or
+    ``deadline`` (the deadline in force passed).
+    """
+
+    def __init__(self, url: str, reason: str, detail: str, *, task: str = "") -> None:
+        self.reason = reason
+        super().__init__(url, detail, task=task)
+
+    def __str__(self) -> str:
+        about = f" of task {self.task}" if self.task else ""
+        return (
+            f"{self.url}: event stream{about} dropped ({self.reason}): {self.detail}; "
+            "the updates before it were delivered, nothing else was changed"
+        )
 
 
 class RemoteRefusedError(CardfenceError):

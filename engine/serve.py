@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import math
 import signal
 import socket
 import threading
@@ -136,7 +137,7 @@ async def serve(
         log_config=None,
         access_log=False,
         lifespan="on",
-        timeout_graceful_shutdown=max(engine.config.request_timeout, 5.0),
+        timeout_graceful_shutdown=math.ceil(max(engine.config.request_timeout, 5.0)),
     )
 
     def on_signal(name: str) -> None:

@@ -15,6 +15,11 @@ and is bounded (R16): each request ends within its timeout and by the deadline i
   with a wrong id or without result/error, or whose content encoding is refused (stacked,
   unknown or corrupt) -> :class:`InvalidAgentResponseError`.
 
+Event streams (:meth:`A2ATransport.subscribe`, :meth:`A2ATransport.send_streaming_message`) are
+read with httpx-sse, bounded the same way: the answer that opens one within the timeout and the
+deadline, each event within ``max_bytes``, each read within an idle timeout and the deadline; a
+stream that ends early is a :class:`StreamDroppedError`, the caller's cue to poll (docs/wire.md).
+
 Answers are parsed by :mod:`engine.remote`; the transport keeps no state beyond the JSON-RPC id.
 """
 
@@ -23,30 +28,43 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-from collections.abc import Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping
+from contextlib import AbstractAsyncContextManager, AsyncExitStack, aclosing, asynccontextmanager
 from enum import IntEnum
 from typing import Any, Final
 from urllib.parse import quote
 
 import httpx
+from httpx_sse import EventSource, aconnect_sse
 
 from cardfence.engine import deadline
-from cardfence.engine.bodies import ACCEPT_ENCODING, BodyRefused, read_body
+from cardfence.engine.bodies import (
+    ACCEPT_ENCODING,
+    PIECE,
+    BodyRefused,
+    BoundedDecoder,
+    read_body,
+)
 from cardfence.engine.cards.model import HTTP_JSON, JSONRPC, Interface
 from cardfence.engine.errors import (
     EndpointUnreachableError,
     InvalidAgentResponseError,
     ProtocolMismatchError,
     RemoteRefusedError,
+    StreamDroppedError,
     UsageError,
     WrongTaskAnswerError,
 )
 from cardfence.engine.remote import (
+    INTERRUPTED_STATES,
+    TERMINAL_STATES,
     PushConfig,
     RemoteMessage,
     RemoteTask,
+    StreamUpdate,
     parse_push_config,
     parse_send_response,
+    parse_stream_response,
     parse_task,
     parse_task_page,
 )
@@ -69,7 +87,20 @@ _LEGACY_METHODS: Final = {
     "GetTask": "tasks/get",
     "CancelTask": "tasks/cancel",
     "CreateTaskPushNotificationConfig": "tasks/pushNotificationConfig/set",
+    "SubscribeToTask": "tasks/resubscribe",
+    "SendStreamingMessage": "message/stream",
 }
+_EVENT_STREAM: Final = "text/event-stream"
+# Once more than this has come in without completing an event, reading stops (memory bound): the
+# event is over ``max_bytes`` already, or all but a piece of it, framing ("data: ", line ends)
+# included.
+_EVENT_SLACK: Final = 2 * PIECE
+# An event ends at a blank line, whichever of the three SSE line ends it uses ("\r\n\r\n" ends
+# in "\n\r\n").
+_BLANK_LINES: Final = (b"\n\n", b"\r\r", b"\n\r\n")
+_NO_TOTAL: Final = 1 << 62  # a stream has no total size limit: its events have one each
+# After one of these a stream has nothing more to say about its task (a2a-sdk stops there too).
+_FINAL_STATES: Final = TERMINAL_STATES | INTERRUPTED_STATES
 
 
 class A2AErrorCode(IntEnum):
@@ -149,27 +180,16 @@ class A2ATransport:
         With ``task_id`` the ``context_id`` is required: a2a-sdk 1.3 would otherwise mint a new
         context for the reply and every later update (docs/wire.md).
         """
-        message: dict[str, Any] = {
-            "messageId": message_id,
-            "role": "ROLE_USER",
-            "parts": [{"text": text, "mediaType": media_type}],
-        }
-        if context_id:
-            message["contextId"] = context_id
-        if task_id:
-            if not context_id:
-                raise UsageError(f"task {task_id}: a follow-up message needs its context id")
-            message["taskId"] = task_id
-        if metadata:
-            message["metadata"] = dict(metadata)
-        params: dict[str, Any] = {"message": message}
-        configuration: dict[str, Any] = {}
-        if return_immediately:
-            configuration["returnImmediately"] = True
-        if push_config is not None:
-            configuration["taskPushNotificationConfig"] = push_config.to_json()
-        if configuration:
-            params["configuration"] = configuration
+        params = _message_params(
+            text=text,
+            message_id=message_id,
+            context_id=context_id,
+            task_id=task_id,
+            metadata=metadata,
+            return_immediately=return_immediately,
+            push_config=push_config,
+            media_type=media_type,
+        )
         url, result = await self._call(
             "SendMessage", params, "POST", "/message:send", body=params, task=task_id or ""
         )
@@ -240,6 +260,247 @@ class A2ATransport:
                 raise InvalidAgentResponseError(url, f"nextPageToken {token[:40]!r} repeats")
             seen.add(token)
         return tuple(tasks)
+
+    # --- event streams --------------------------------------------------------------------------
+
+    def subscribe(
+        self, task_id: str, *, idle_timeout: float | None = None
+    ) -> AbstractAsyncContextManager[AsyncIterator[StreamUpdate]]:
+        """SubscribeToTask: the task's updates as they happen, over one event stream.
+
+        An async context manager; entering it opens the stream, iterating what it gives reads
+        it, leaving it closes it (a ``break`` included)::
+
+            try:
+                async with transport.subscribe(task_id, idle_timeout=60) as updates:
+                    async for update in updates:
+                        observe(from_update(update, "stream"))
+            except StreamDroppedError:  # before EndpointUnreachableError, its base
+                ...  # poll, and subscribe again while the task is live
+            except RemoteRefusedError as refused:
+                ...  # -32001 TASK_NOT_FOUND; -32004 UNSUPPORTED_OPERATION: already terminal
+
+        Entering raises what a request raises (:meth:`get_task`): :class:`RemoteRefusedError`
+        for an A2A error (an unknown task, a terminal one, which a2a-sdk refuses to stream),
+        :class:`ProtocolMismatchError` for a -32601, :class:`EndpointUnreachableError` when
+        the stream cannot be opened within ``timeout`` and the deadline in force, or the answer
+        is a non-2xx without an A2A error; :class:`InvalidAgentResponseError` for a 2xx that is
+        not ``text/event-stream``.
+
+        Iterating yields one :class:`StreamUpdate` per event, in order: the first is the task as
+        it stands (a2a-sdk sends it; A2A requires it), then its status and artifact updates. The
+        iteration ends normally only after an update that is final -- a terminal or interrupted
+        state, or a bare message -- and stops reading there: a2a-sdk keeps the stream of a task
+        waiting for input open. Every other end raises:
+
+        - :class:`StreamDroppedError` (``reason`` ``cut``, ``closed``, ``idle``, ``deadline``)
+          when the stream ends before a final update: the connection broke or was closed, no
+          byte came within ``idle_timeout`` (default: ``timeout``; keep-alive comments count,
+          a2a-sdk sends one every 15 s), or the deadline in force passed (the deadline bounds
+          the whole stream, as it bounds every request);
+        - :class:`WrongTaskAnswerError` for an event about another task: nothing of it is
+          yielded;
+        - :class:`InvalidAgentResponseError` for an event over ``max_bytes`` (reading stops at
+          most two pieces of 64 KiB past it) or one that is not a valid ``StreamResponse``;
+        - :class:`RemoteRefusedError` for an A2A error sent as an event (``event: error``).
+        """
+        return self._stream(
+            "SubscribeToTask",
+            {"id": task_id},
+            "GET",
+            f"/tasks/{_segment(task_id)}:subscribe",
+            body=None,
+            task=task_id,
+            idle_timeout=idle_timeout,
+        )
+
+    def send_streaming_message(
+        self,
+        *,
+        text: str,
+        message_id: str,
+        context_id: str | None,
+        task_id: str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        idle_timeout: float | None = None,
+        media_type: str = "text/plain",
+    ) -> AbstractAsyncContextManager[AsyncIterator[StreamUpdate]]:
+        """SendStreamingMessage: :meth:`send_message`, answered by an event stream.
+
+        Used as :meth:`subscribe` is, with the same errors. Entering sends the message. The
+        first event names the task (a new one: a2a-sdk sends it ``submitted``); every later
+        one must be about it, and with ``task_id`` (a reply), every one must be about that
+        task. A bare message is the whole answer: the agent made no task.
+        """
+        params = _message_params(
+            text=text,
+            message_id=message_id,
+            context_id=context_id,
+            task_id=task_id,
+            metadata=metadata,
+            return_immediately=False,
+            push_config=None,
+            media_type=media_type,
+        )
+        return self._stream(
+            "SendStreamingMessage",
+            params,
+            "POST",
+            "/message:stream",
+            body=params,
+            task=task_id or "",
+            idle_timeout=idle_timeout,
+        )
+
+    @asynccontextmanager
+    async def _stream(
+        self,
+        method: str,
+        params: dict[str, Any],
+        verb: str,
+        path: str,
+        *,
+        body: Mapping[str, Any] | None,
+        task: str,
+        idle_timeout: float | None,
+    ) -> AsyncIterator[AsyncIterator[StreamUpdate]]:
+        """Open one event stream; yields its updates (see :meth:`subscribe`)."""
+        idle = self.timeout if idle_timeout is None else idle_timeout
+        if idle <= 0:
+            raise UsageError("idle_timeout must be positive")
+        request_id: int | None = None
+        content: bytes | None = None
+        if self.binding == JSONRPC:
+            request_id = next(self._ids)
+            envelope = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
+            url, content, verb = self.interface.url, _encode(envelope), "POST"
+        else:
+            url = self.interface.url.rstrip("/") + path
+            if body is not None:
+                content = _encode(body)
+        budget = deadline.left(self.timeout)
+        if budget <= 0:
+            detail = "timeout: the deadline passed before the request could be sent (not sent)"
+            raise EndpointUnreachableError(url, detail, task=task)
+        # The opening answer is bounded by ``budget`` (asyncio.timeout below); each read of the
+        # stream after it by ``idle`` and the deadline (_BoundedEvents). httpx's own read timeout
+        # is only a backstop behind both.
+        timeout = httpx.Timeout(budget, connect=min(budget, 10.0), read=max(budget, idle))
+        async with AsyncExitStack() as stack:
+            try:
+                async with asyncio.timeout(budget):
+                    source = await stack.enter_async_context(
+                        aconnect_sse(
+                            self.client,
+                            verb,
+                            url,
+                            content=content,
+                            headers=self._headers.copy(),  # aconnect_sse sets Accept on it
+                            timeout=timeout,
+                            follow_redirects=False,
+                        )
+                    )
+                    await self._open(source.response, url, method, request_id, task)
+            except (TimeoutError, httpx.TimeoutException):
+                cut = "" if budget == self.timeout else " (the deadline)"
+                detail = f"timeout: the event stream did not open within {budget:.3g}s{cut}"
+                raise EndpointUnreachableError(url, detail, task=task) from None
+            except (httpx.HTTPError, httpx.InvalidURL) as exc:
+                detail = f"network error: {str(exc) or type(exc).__name__}"
+                raise EndpointUnreachableError(url, detail, task=task) from None
+            updates = self._updates(source.response, url, request_id, task=task, idle=idle)
+            async with aclosing(updates):
+                yield updates
+
+    async def _open(
+        self, response: httpx.Response, url: str, method: str, request_id: int | None, task: str
+    ) -> None:
+        """Returns when ``response`` opens an event stream; raises the error it is otherwise."""
+        status = response.status_code
+        ok = 200 <= status < 300
+        media_type = response.headers.get("content-type", "").partition(";")[0].strip().lower()
+        if ok and media_type == _EVENT_STREAM:
+            return
+        try:
+            raw: bytes | None = await read_body(response, self.max_bytes)
+        except BodyRefused:
+            raw = None  # no A2A error to read in it
+        jsonrpc = self.binding == JSONRPC
+        error: Exception
+        if not ok:
+            error = self._failure(url, status, raw, task, jsonrpc=jsonrpc)
+        else:
+            # JSON-RPC refuses with HTTP 200 and a JSON error object, a stream's opening too.
+            refused = _a2a_error(_loads(raw), jsonrpc=True) if jsonrpc else None
+            if refused is None:
+                got = media_type[:60] or "no content type"
+                detail = f"answered {got}, not an event stream (not read)"
+                raise InvalidAgentResponseError(url, detail)
+            error = RemoteRefusedError(url, *refused, task=task)
+        refused_method = (
+            isinstance(error, RemoteRefusedError) and error.code == A2AErrorCode.METHOD_NOT_FOUND
+        )
+        if jsonrpc and refused_method:
+            raise ProtocolMismatchError(
+                url,
+                method,
+                declared=self.interface.protocol_version,
+                legacy=_LEGACY_METHODS.get(method, ""),
+                task=task,
+            ) from error
+        raise error
+
+    async def _updates(
+        self,
+        response: httpx.Response,
+        url: str,
+        request_id: int | None,
+        *,
+        task: str,
+        idle: float,
+    ) -> AsyncGenerator[StreamUpdate, None]:
+        """The stream's updates, until a final one (see :meth:`subscribe`)."""
+        body = _BoundedEvents(response, self.max_bytes, idle, url, task)
+        expected = task or None  # SendStreamingMessage: the first event names the task
+        events = EventSource(body.as_response()).aiter_sse()
+        async with aclosing(events):
+            async for event in events:
+                if event.event not in ("message", "error") or not event.data:
+                    continue  # another event type, or no data: not an A2A event (SSE ignores it)
+                raw = event.data.encode()
+                if len(raw) > self.max_bytes:
+                    raise InvalidAgentResponseError(
+                        url,
+                        f"stream event over the limit of {self.max_bytes} bytes ({len(raw)}); "
+                        "the stream was closed",
+                    )
+                update = self._stream_update(url, raw, request_id, task)
+                if event.event == "error":
+                    raise InvalidAgentResponseError(url, "an error event that is not an A2A error")
+                if update.task_id is not None:
+                    if expected is None:
+                        expected = update.task_id
+                    elif update.task_id != expected:
+                        raise WrongTaskAnswerError(url, expected, update.task_id, update.state)
+                yield update
+                if update.kind == "message" or update.state in _FINAL_STATES:
+                    return
+        raise StreamDroppedError(url, *body.ended(), task=expected or "")
+
+    def _stream_update(
+        self, url: str, raw: bytes, request_id: int | None, task: str
+    ) -> StreamUpdate:
+        """One event's data: a JSON-RPC response whose result is a StreamResponse, or (REST)
+        the bare StreamResponse; an A2A error in either is raised as the agent's refusal."""
+        if request_id is not None:
+            result = self._jsonrpc_result(url, 200, raw, request_id, task)
+            return parse_stream_response(result, url=url)
+        doc = self._decode(url, raw)
+        refused = _a2a_error(doc, jsonrpc=False)
+        if refused is not None:
+            code, message = refused
+            raise RemoteRefusedError(url, code, message, task=task)
+        return parse_stream_response(doc, url=url)
 
     # --- one request ----------------------------------------------------------------------------
 
@@ -443,3 +704,136 @@ def _same_task(url: str, task_id: str, task: RemoteTask) -> RemoteTask:
     if task.id != task_id:
         raise WrongTaskAnswerError(url, task_id, task.id, task.state)
     return task
+
+
+def _message_params(
+    *,
+    text: str,
+    message_id: str,
+    context_id: str | None,
+    task_id: str | None,
+    metadata: Mapping[str, Any] | None,
+    return_immediately: bool,
+    push_config: PushConfig | None,
+    media_type: str,
+) -> dict[str, Any]:
+    """A SendMessageRequest with one text part from the user."""
+    message: dict[str, Any] = {
+        "messageId": message_id,
+        "role": "ROLE_USER",
+        "parts": [{"text": text, "mediaType": media_type}],
+    }
+    if context_id:
+        message["contextId"] = context_id
+    if task_id:
+        if not context_id:
+            raise UsageError(f"task {task_id}: a follow-up message needs its context id")
+        message["taskId"] = task_id
+    if metadata:
+        message["metadata"] = dict(metadata)
+    params: dict[str, Any] = {"message": message}
+    configuration: dict[str, Any] = {}
+    if return_immediately:
+        configuration["returnImmediately"] = True
+    if push_config is not None:
+        configuration["taskPushNotificationConfig"] = push_config.to_json()
+    if configuration:
+        params["configuration"] = configuration
+    return params
+
+
+class _BoundedEvents(httpx.AsyncByteStream):
+    """The body of an event stream, as httpx-sse reads it: content-decoded here (one encoding
+    at most, :class:`BoundedDecoder`), in pieces of at most :data:`PIECE` bytes, each read
+    within the idle timeout and the deadline in force, and never more than ``max_bytes`` plus
+    :data:`_EVENT_SLACK` since the last blank line: httpx-sse holds an event whole until the
+    blank line that ends it, so this is what bounds its memory. (The blank lines are only
+    counted here, not parsed: keep-alive comments end in one too, so they never add up.)
+    """
+
+    def __init__(
+        self, response: httpx.Response, max_bytes: int, idle: float, url: str, task: str
+    ) -> None:
+        self._response = response
+        self._limit = max_bytes + _EVENT_SLACK
+        self._idle = idle
+        self._url = url
+        self._task = task
+        self._pending = 0  # bytes since the last blank line (the end of an event, or a comment)
+        self._tail = b""  # the last bytes read, for a blank line split between two pieces
+        self._cut = ""  # why the body ended early, when it did
+        try:
+            self._decoder = BoundedDecoder(response.headers.get("content-encoding"), _NO_TOTAL)
+        except BodyRefused as refused:
+            raise InvalidAgentResponseError(url, refused.detail) from None
+
+    def as_response(self) -> httpx.Response:
+        """A response made of this body, for :class:`EventSource`; SSE is UTF-8, always."""
+        headers = {"content-type": f"{_EVENT_STREAM}; charset=utf-8"}
+        return httpx.Response(200, headers=headers, stream=self, request=self._response.request)
+
+    def _count(self, piece: bytes) -> None:
+        """Move :attr:`_pending` past ``piece``: to the bytes after its last blank line."""
+        window = self._tail + piece
+        ends = [at + len(blank) for blank in _BLANK_LINES if (at := window.rfind(blank)) >= 0]
+        if ends:
+            self._pending = len(window) - max(ends)
+        else:
+            self._pending += len(piece)
+        self._tail = window[-3:]
+
+    def ended(self) -> tuple[str, str]:
+        """``(reason, detail)`` of a stream that ended before a final update."""
+        if self._cut:
+            return "cut", self._cut
+        if self._pending:
+            detail = f"the stream ended inside an event ({self._pending} bytes unfinished)"
+            return "cut", detail
+        return "closed", "the agent closed the stream before a final state"
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        chunks = self._response.aiter_raw()  # as they come: aiter_raw(n) would wait for n
+        while True:
+            wait = deadline.left(self._idle)
+            if wait <= 0:
+                raise self._dropped("deadline", "the deadline passed")
+            try:
+                async with asyncio.timeout(wait):
+                    chunk = await anext(chunks)
+            except StopAsyncIteration:
+                break
+            except (TimeoutError, httpx.TimeoutException):
+                if wait < self._idle:
+                    raise self._dropped("deadline", "the deadline passed") from None
+                raise self._dropped("idle", f"no byte within {self._idle:.3g}s") from None
+            except httpx.HTTPError as exc:
+                self._cut = f"network error: {str(exc)[:120] or type(exc).__name__}"
+                return  # the events before the break stand; _updates raises, after them
+            pieces = self._pieces(chunk)  # lazily: a small chunk may decode to a lot
+            while True:
+                try:
+                    piece = next(pieces)
+                except StopIteration:
+                    break
+                except BodyRefused as refused:
+                    raise InvalidAgentResponseError(self._url, refused.detail) from None
+                self._count(piece)
+                if self._pending > self._limit:
+                    raise InvalidAgentResponseError(
+                        self._url,
+                        f"stream event over the limit of {self._limit - _EVENT_SLACK} bytes "
+                        f"(stopped reading at {self._pending}); the stream was closed",
+                    )
+                yield piece
+        try:
+            for piece in self._decoder.flush():
+                yield piece
+        except BodyRefused as refused:
+            self._cut = refused.detail
+
+    def _pieces(self, chunk: bytes) -> Iterator[bytes]:
+        for start in range(0, len(chunk), PIECE):
+            yield from self._decoder.feed(chunk[start : start + PIECE])
+
+    def _dropped(self, reason: str, detail: str) -> StreamDroppedError:
+        return StreamDroppedError(self._url, reason, detail, task=self._task)

@@ -1,8 +1,9 @@
 """Hostile remotes for the R16 bound tests: a raw HTTP/1.1 server that answers as a minimal A2A
 agent unless told to misbehave (stacked encodings, compression bombs, bodies that drip forever),
-and a TCP listener that accepts connections and never says a word.
+an agent whose event streams are scripted (`StreamingAgent`: huge events, streams cut, silent or
+about another task), and a TCP listener that accepts connections and never says a word.
 
-Both run on 127.0.0.1, port 0, in a thread of their own, so the code under test (an engine, or the
+All run on 127.0.0.1, port 0, in a thread of their own, so the code under test (an engine, or the
 command line with its own ``asyncio.run``) can run in the test's thread.
 """
 
@@ -14,9 +15,9 @@ import json
 import socket
 import threading
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, Self
 
 SKILL = "echo"
 RPC_PATH = "/rpc"
@@ -41,12 +42,17 @@ class Request:
 @dataclass(frozen=True)
 class Reply:
     """An answer. ``drip``: seconds between bytes; the body is sent chunked, a byte at a time, and
-    then whitespace follows forever."""
+    then whitespace follows forever. ``chunks``: the body sent chunked, one chunk per item (a
+    float is a pause of that many seconds), then ``end``: ``done`` (the last chunk, as it should
+    be), ``cut`` (the connection closed with no last chunk) or ``hang`` (silence until the
+    server stops)."""
 
     status: int = 200
     body: bytes = b""
     headers: dict[str, str] = field(default_factory=lambda: {"Content-Type": "application/json"})
     drip: float | None = None
+    chunks: Iterable[bytes | float] | None = None
+    end: Literal["done", "cut", "hang"] = "done"
 
 
 def gzip_layers(data: bytes, layers: int) -> bytes:
@@ -88,7 +94,7 @@ class HostileServer:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def __enter__(self) -> HostileServer:
+    def __enter__(self) -> Self:
         self._thread.start()
         if not self._ready.wait(10):
             raise RuntimeError("hostile server did not start")
@@ -138,8 +144,10 @@ class HostileServer:
             self._handlers.discard(me)
             writer.close()
 
-    @staticmethod
-    async def _send(writer: asyncio.StreamWriter, reply: Reply) -> None:
+    async def _send(self, writer: asyncio.StreamWriter, reply: Reply) -> None:
+        if reply.chunks is not None:
+            await self._send_chunks(writer, reply)
+            return
         framing = (
             f"Content-Length: {len(reply.body)}"
             if reply.drip is None
@@ -161,6 +169,25 @@ class HostileServer:
             writer.write(b"1\r\n \r\n")
             await writer.drain()
             await asyncio.sleep(reply.drip)
+
+    async def _send_chunks(self, writer: asyncio.StreamWriter, reply: Reply) -> None:
+        assert reply.chunks is not None
+        lines = [f"HTTP/1.1 {reply.status} Hostile"]
+        lines += [f"{name}: {value}" for name, value in reply.headers.items()]
+        lines += ["Transfer-Encoding: chunked", "Connection: close"]
+        writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("latin-1"))
+        await writer.drain()
+        for chunk in reply.chunks:
+            if isinstance(chunk, float):
+                await asyncio.sleep(chunk)
+                continue
+            writer.write(f"{len(chunk):x}\r\n".encode() + chunk + b"\r\n")
+            await writer.drain()
+        if reply.end == "done":
+            writer.write(b"0\r\n\r\n")
+            await writer.drain()
+        elif reply.end == "hang":
+            await asyncio.Event().wait()  # until the server stops (the handler is cancelled)
 
 
 class HostileAgent(HostileServer):
@@ -243,3 +270,53 @@ class SilentListener:
             except OSError:
                 return
             self._accepted.append(connection)  # kept open, never read, never written
+
+
+REST_PATH = "/rest"
+Frame = Callable[[dict[str, Any]], bytes]
+
+
+def sse(data: str | bytes, *, event: str = "") -> bytes:
+    """One server-sent event with one ``data`` line, its lines ended as sse-starlette ends them."""
+    raw = data.encode() if isinstance(data, str) else data
+    head = f"event: {event}\r\n".encode() if event else b""
+    return head + b"data: " + raw + b"\r\n\r\n"
+
+
+class StreamingAgent(HostileServer):
+    """An A2A agent whose event streams a test scripts, on both bindings: JSON-RPC at ``/rpc``
+    (SubscribeToTask, SendStreamingMessage) and HTTP+JSON under ``/rest``
+    (``GET /tasks/{id}:subscribe``, ``POST /message:stream``).
+
+    ``script(frame) -> Reply`` answers each stream request; ``frame(result)`` is one SSE event
+    carrying a StreamResponse as that binding sends it (JSON-RPC: in a response echoing the
+    request id; REST: bare). Other requests are a bare 404."""
+
+    def __init__(self, script: Callable[[Frame], Reply] | None = None) -> None:
+        super().__init__(self._answer)
+        self.script: Callable[[Frame], Reply] = script or (lambda frame: Reply(chunks=()))
+
+    @property
+    def rpc_url(self) -> str:
+        return self.url + RPC_PATH
+
+    @property
+    def rest_url(self) -> str:
+        return self.url + REST_PATH
+
+    def _answer(self, request: Request) -> Reply:
+        frame: Frame
+        if request.method == "POST" and request.path == RPC_PATH:
+            rid = json.loads(request.body).get("id")
+
+            def frame(result: dict[str, Any]) -> bytes:
+                return sse(json.dumps({"jsonrpc": "2.0", "id": rid, "result": result}))
+
+        elif request.path.startswith(REST_PATH + "/"):
+
+            def frame(result: dict[str, Any]) -> bytes:
+                return sse(json.dumps(result))
+
+        else:
+            return Reply(status=404, body=b"not here", headers={"Content-Type": "text/plain"})
+        return self.script(frame)
