@@ -54,19 +54,31 @@ def is_live(state: State) -> bool:
 class Driver:
     """Keeps every live task of ``engine``'s store moving until :meth:`stop`.
 
-    ``workers`` bounds the polls in flight at once; ``scan_interval`` is how often the global log
-    is read for tasks started, replied to or registered by other processes.
+    ``workers`` bounds the polls in flight at once; ``max_streams`` the event streams followed at
+    once (tasks beyond it are polled only); ``scan_interval`` is how often the global log is read
+    for tasks started, replied to or registered by other processes.
     """
 
-    def __init__(self, engine: Engine, *, workers: int = 32, scan_interval: float = 0.5) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        workers: int = 32,
+        max_streams: int = 64,
+        scan_interval: float = 0.5,
+    ) -> None:
         self.engine = engine
         self.workers = workers
+        self.max_streams = max_streams
+        self._streams: dict[str, asyncio.Task[None]] = {}
         self.scan_interval = scan_interval
         self._clock = engine._clock
         self._due: list[tuple[float, int, str]] = []  # (when, tie-break, task key)
         self._scheduled: dict[str, float] = {}  # key -> its due time in the heap (the live one)
         self._paces: dict[str, Pace] = {}
         self._in_flight: set[str] = set()
+        # Tasks with events committed while a step read them: looked at again, never let go.
+        self._touched: set[str] = set()
         self._orphaned_at: dict[str, str] = {}  # key -> the revision that orphaned it (R9)
         self._ticket = itertools.count()
         self._position = 0
@@ -100,9 +112,11 @@ class Driver:
         try:
             await self._stopping.wait()
         finally:
-            for job in (dispatcher, scanner):
+            for job in (dispatcher, scanner, *self._streams.values()):
                 job.cancel()
-            await asyncio.gather(dispatcher, scanner, return_exceptions=True)
+            await asyncio.gather(
+                dispatcher, scanner, *self._streams.values(), return_exceptions=True
+            )
             # Keys queued but not started are let go; the steps in hand finish (their appends
             # commit whole), then the idle workers are cancelled.
             while not queue.empty():
@@ -182,6 +196,8 @@ class Driver:
             if not stream_id.startswith(ev.TASK_STREAM_PREFIX):
                 continue
             key = key_of(stream_id)
+            if key in self._in_flight:
+                self._touched.add(key)
             if key not in self._paces or type_ in _PROMPT:
                 self._follow(key, now, prompt=type_ in _PROMPT)
 
@@ -208,26 +224,35 @@ class Driver:
     async def _work(self, queue: asyncio.Queue[str]) -> None:
         while True:
             key = await queue.get()
+            self._touched.discard(key)
+            wait: float | None = self.engine.config.max_poll_interval
             try:
-                await self._step(key)
+                wait = await self._step(key)
             except asyncio.CancelledError:
                 raise
             except Exception:  # a bug must not stop every other task from moving
                 _log.exception("step failed", extra={"task": key, "event": "StepFailed"})
-                self._reschedule(key, self.engine.config.max_poll_interval)
             finally:
                 self._in_flight.discard(key)
+            if key in self._touched:
+                # Events were committed while the step read the task: its reading may predate
+                # them (a remote id bound meanwhile), so it is never let go on it.
+                self._touched.discard(key)
+                wait = min(wait or 0.0, self.engine.config.first_poll_interval)
+            if wait is None:
+                self._drop(key)
+            else:
+                self._reschedule(key, wait)
 
-    async def _step(self, key: str) -> None:
+    async def _step(self, key: str) -> float | None:
+        """One poll of the task; the wait before the next, or None to let it go."""
         engine = self.engine
         try:
             state = await engine._state(key)
         except UsageError:  # the stream is gone (a store replaced under us): nothing to follow
-            self._drop(key)
-            return
+            return None
         if not is_live(state):
-            self._drop(key)
-            return
+            return None
         pace = self._paces.setdefault(key, Pace.start(engine.config, self._clock()))
         if self._clock() >= pace.next_endpoint_check:
             agent = await engine._calls.run(self._agent_state, str(state.get("agent")))
@@ -239,14 +264,34 @@ class Driver:
         state = await engine.follow_step(key, state, pace)
         self.polls += 1
         if not is_live(state):
-            self._drop(key)
-            return
+            return None
         if state["state"] != before:
             pace.delay = engine.config.first_poll_interval  # moving: look again soon
-        self._reschedule(key, pace.backoff(engine.config.max_poll_interval))
+        if (
+            key not in self._streams
+            and len(self._streams) < self.max_streams
+            and not self._stopping.is_set()
+            and await engine.stream_offered(key)
+        ):
+            self._streams[key] = asyncio.create_task(self._stream(key))
+        return pace.backoff(engine.config.max_poll_interval)
+
+    async def _stream(self, key: str) -> None:
+        """The task's event stream beside its polls, until it is offered no more."""
+        try:
+            await self.engine.keep_streaming(key)
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # a bug here must not stop the polls: they go on regardless
+            _log.exception("stream follower failed", extra={"task": key, "event": "StepFailed"})
+        finally:
+            self._streams.pop(key, None)
+        if key in self._paces:
+            self._follow(key, self._clock(), prompt=True)  # the stream ended: look now
 
     def _reschedule(self, key: str, wait: float) -> None:
-        if key in self._paces and not self._stopping.is_set():
+        if not self._stopping.is_set():
+            self._paces.setdefault(key, Pace.start(self.engine.config, self._clock()))
             self._schedule(key, self._clock() + wait)
 
     async def _reconcile(self, key: str, revision: str | None) -> State:

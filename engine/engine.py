@@ -69,6 +69,9 @@ from cardfence.engine.views import TaskView
 from cardfence.store import EventStore, PayloadError
 
 UNTIL = ("interrupted", "terminal")
+_STREAMED = frozenset({"submitted", "working"})
+# What ends a stream early (a drop is an EndpointUnreachableError); polling goes on regardless.
+_STREAM_FAILURES = (EndpointUnreachableError, RemoteRefusedError, InvalidAgentResponseError)
 # Seconds a poll is given at least (a quarter of a shorter timeout): no poll but the first
 # starts closer to the deadline than that (R16).
 _LAST_POLL = 1.0
@@ -87,6 +90,10 @@ class EngineConfig:
     prefer_bindings: tuple[str, ...] = ()
     # R12: a status timestamp more than this many seconds ahead of its receipt orders nothing.
     max_clock_skew: float = DEFAULT_MAX_CLOCK_SKEW
+    # Follow a task's event stream (SubscribeToTask) beside the safety polls when the card the
+    # task last saw advertises streaming; a silent stream is dropped after this many seconds.
+    follow_streams: bool = True
+    stream_idle_timeout: float = 60.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -164,6 +171,7 @@ class Engine:
         self._transports: dict[tuple[str, str], A2ATransport] = {}
         self._pushed: dict[str, asyncio.Event] = {}
         self._background: set[asyncio.Task[None]] = set()
+        self._closing: dict[str, asyncio.Task[None]] = {}  # key -> its closing read
         self.background_errors: list[Exception] = []
 
     @classmethod
@@ -180,6 +188,10 @@ class Engine:
         return cls(store, client or httpx.AsyncClient(), config, owns_client=own)
 
     async def aclose(self) -> None:
+        # Closing reads fetch what a terminal task ended with: let them finish (bounded).
+        closing = list(self._closing.values())
+        if closing:
+            await asyncio.wait(closing, timeout=self.config.request_timeout)
         for job in list(self._background):
             job.cancel()
         await asyncio.gather(*self._background, return_exceptions=True)
@@ -421,6 +433,16 @@ class Engine:
         if until not in UNTIL:
             raise UsageError(f"--until must be one of {', '.join(UNTIL)}, not {until!r}")
         key = await self._find(ref)
+        # The task's stream, when its card offers one, is followed beside the polls (R12: one
+        # observation path); the polls never wait on it.
+        streamer = asyncio.ensure_future(self.keep_streaming(key))
+        try:
+            return await self._follow_until(key, until, timeout)
+        finally:
+            streamer.cancel()
+            await asyncio.gather(streamer, return_exceptions=True)
+
+    async def _follow_until(self, key: str, until: str, timeout: float) -> TaskView:
         started = self._clock()
         deadline = started + timeout
         pace = Pace.start(self.config, started)
@@ -436,7 +458,7 @@ class Engine:
             # The log may be stale (a reply answered after a crash): unless the task has ended,
             # ask the agent once before believing it is already where it was asked to stop.
             if state["state"] in TERMINAL or (asked and reached(state["state"], until)):
-                return TaskView.of(state)
+                return await self._closed(key, state)
             # R16: a poll starts only with time left to answer (the first: any time at all).
             if time_left() > (last_poll / 2 if asked else 0.0):
                 asked = True
@@ -489,6 +511,70 @@ class Engine:
             pace.next_revalidation = now + self.config.max_card_age
             self._spawn(self._revalidate(key))  # R7: off the critical path
 
+    # -- streams (R7, R12) -----------------------------------------------------------------------
+
+    async def stream_offered(self, key: str) -> bool:
+        """Whether to follow the task's event stream now: streams are followed, the card the
+        task last saw advertises them (a card withdrawing them changes only the delivery path,
+        R7), and the task is submitted or working (a stream ends at an interrupted state)."""
+        if not self.config.follow_streams:
+            return False
+        state = await self._state(key)
+        if state["state"] not in _STREAMED or not state.get("remote_task_id"):
+            return False
+        card = await self._calls.run(self._card, state.get("latest_card_revision"))
+        return card is not None and card.streaming
+
+    async def follow_stream(self, key: str) -> State:
+        """Follow the task's event stream on its recorded endpoint: every update is applied as
+        an observation (source ``stream``) like any other report (R12), and wakes :meth:`drive`.
+        Returns the state once the stream ended at a final or interrupted state; raises
+        :class:`StreamDroppedError` when it ended early, the errors of opening it otherwise."""
+        state = await self._state(key)
+        transport = self._transport(state["endpoint"])
+        idle = self.config.stream_idle_timeout
+        try:
+            async with transport.subscribe(state["remote_task_id"], idle_timeout=idle) as updates:
+                async for update in updates:
+                    observation = observation_from_update(update, "stream")
+                    if observation is not None:
+                        state = await self._observe_state(key, observation)
+                        self._wake(key)
+        except WrongTaskAnswerError as wrong:
+            await self._record_wrong_task(key, wrong, "stream")
+            raise
+        return state
+
+    async def keep_streaming(self, key: str, *, retry_limit: float | None = None) -> None:
+        """Follow the task's stream while it is offered, subscribing again after a drop with
+        backoff (1 s doubling to ``retry_limit``, default ``max_poll_interval``). Never decides
+        anything: polls go on beside it, and every failure here only ends or delays the stream.
+        Returns when the stream is no longer offered (the task ended or was interrupted)."""
+        limit = self.config.max_poll_interval if retry_limit is None else retry_limit
+        wait = min(1.0, limit)
+        while await self.stream_offered(key):
+            try:
+                await self.follow_stream(key)
+                wait = min(1.0, limit)
+                continue  # ended at a final or interrupted state: offered no more
+            except (
+                EndpointUnreachableError,
+                RemoteRefusedError,
+                InvalidAgentResponseError,
+            ) as failure:
+                reason = getattr(failure, "reason", None) or type(failure).__name__
+                _log.info(
+                    "stream ended early; polling goes on",
+                    extra={"task": key, "event": "StreamDropped", "reason": str(reason)},
+                )
+            await asyncio.sleep(wait)
+            wait = min(wait * 2, limit)
+
+    def _wake(self, key: str) -> None:
+        """A report was applied outside the poll loop: a drive waiting on this task looks."""
+        if key in self._pushed:
+            self._pushed[key].set()
+
     async def _observe(self, key: str, observation: Observation) -> TaskView:
         return TaskView.of(await self._observe_state(key, observation))
 
@@ -500,7 +586,38 @@ class Engine:
         before, after = await self._calls.run(self._apply, key, observation, recorded)
         if guards.boundary_recheck_due(after, before["state"], after["state"]):
             self._spawn(self._boundary_recheck(key))  # R6, after the transition is recorded
+        if (
+            observation.source == "push"
+            and after["state"] in TERMINAL
+            and before["state"] not in TERMINAL
+            and key not in self._closing
+        ):
+            # A push is one event: the task may have ended with artifacts whose own pushes were
+            # lost (the agent tries each once). Nobody polls an ended task, so read it once now.
+            job = asyncio.ensure_future(self._contained(self._closing_read(key)))
+            self._closing[key] = job
+            job.add_done_callback(lambda _: self._closing.pop(key, None))
         return after
+
+    async def _closing_read(self, key: str) -> None:
+        state = await self._state(key)
+        try:
+            task = await self._transport(state["endpoint"]).get_task(state["remote_task_id"])
+        except _STREAM_FAILURES as failure:  # the task has ended all the same (R10)
+            _log.info(
+                "closing read failed",
+                extra={"task": key, "event": "ClosingReadFailed", "reason": str(failure)},
+            )
+            return
+        await self._observe_state(key, from_task(task, "poll"))
+
+    async def _closed(self, key: str, state: State) -> TaskView:
+        """The view of an ended task, once its closing read (if one is running) is done."""
+        job = self._closing.get(key)
+        if job is not None:
+            await asyncio.wait({job}, timeout=time_left())
+            state = await self._state(key)
+        return TaskView.of(state)
 
     def _apply(
         self, key: str, observation: Observation, recorded: list[Event] | None
@@ -720,8 +837,7 @@ class Engine:
             await self._observe_state(key, observation, recorded)
         except PayloadError as too_large:  # R16: never raised at the agent; nothing was written
             return webhook.Delivery(413, "refused", str(too_large), key)
-        if key in self._pushed:
-            self._pushed[key].set()
+        self._wake(key)
         cut = any(_truncated(data) for _, data in recorded)
         detail = FLAG_PAYLOAD_TRUNCATED if cut else ""
         return webhook.Delivery(200, _delivery_outcome(recorded), detail, key)

@@ -126,10 +126,12 @@ async def serve(
     *,
     driver: Driver | None = None,
     started: Callable[[str], None] | None = None,
+    stop: asyncio.Event | None = None,
 ) -> None:
     """Serve ``POST /webhook`` on ``sock`` (see :func:`listen`) and drive every live task
     until SIGTERM or SIGINT; then the requests and polls in flight finish, the engine closes
-    and this returns. ``started`` is called with the webhook URL once the app is up."""
+    and this returns. ``started`` is called with the webhook URL once the app is up; setting
+    ``stop`` ends it as a signal does (a host application, tests)."""
     driver = driver if driver is not None else Driver(engine)
     await driver.load()  # a store that cannot be read fails here, before anything listens
     config = uvicorn.Config(
@@ -146,12 +148,19 @@ async def serve(
     server = _Server(config, on_signal)
     address = sock.getsockname()
     url = f"http://{address[0]}:{address[1]}/webhook"
-    watcher = asyncio.create_task(_announce(server, url, started)) if started else None
+    watchers = [asyncio.create_task(_announce(server, url, started))] if started else []
+    if stop is not None:
+        watchers.append(asyncio.create_task(_stop_when(server, stop)))
     try:
         await server.serve(sockets=[sock])
     finally:
-        if watcher is not None:
+        for watcher in watchers:
             watcher.cancel()
+
+
+async def _stop_when(server: uvicorn.Server, stop: asyncio.Event) -> None:
+    await stop.wait()
+    server.should_exit = True
 
 
 async def _announce(server: uvicorn.Server, url: str, started: Callable[[str], None]) -> None:

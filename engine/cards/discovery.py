@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import random
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
@@ -36,6 +37,7 @@ from cardfence.store import CardSnapshot, ConcurrencyError, EventStore, NewEvent
 WELL_KNOWN_PATHS = ("/.well-known/agent-card.json", "/.well-known/agent.json")
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _APPEND_RETRIES = 20
+_MAX_BACKOFF = 0.1  # seconds, at most, between two attempts of one agent-stream append
 USER_AGENT = "cardfence/0.1"
 
 
@@ -458,10 +460,14 @@ def append_agent_events(
 
     ``known`` is a (version, state) just read, tried first. Another process may append to the
     same agent stream at the same time: on a conflict the state is read again and ``decide`` asked
-    again, so decisions (like pinning) are never made on a stale state.
+    again, so decisions (like pinning) are never made on a stale state. Every card read of an
+    agent lands in its one stream, so many creations at once contend for it: a conflict backs off
+    for a random while (doubling) before reading again, so the writers spread out.
     """
     stream_id = ev.agent_stream_id(origin)
-    for _ in range(_APPEND_RETRIES):
+    for attempt in range(_APPEND_RETRIES):
+        if attempt:
+            time.sleep(random.uniform(0, min(_MAX_BACKOFF, 0.001 * 2**attempt)))
         if known is None:
             head = store.stream(stream_id)
             known = (0, initial_agent_state(origin)) if head is None else (head.version, head.state)

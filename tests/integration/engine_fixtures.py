@@ -31,7 +31,7 @@ from typing import Any
 import httpx
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse, Response
+from starlette.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 from support import Peer, ServerThread
 
@@ -263,6 +263,47 @@ class MovableEndpoint:
 
     def __exit__(self, *_: object) -> None:
         self._server.stop()
+
+
+class StreamCutter(MovableEndpoint):
+    """A :class:`MovableEndpoint` that relays event streams (``SubscribeToTask``) up to their
+    first event and then drops the connection mid-stream, as a proxy restart does; every other
+    request is relayed whole. ``cuts`` counts the streams it dropped."""
+
+    cuts = 0
+
+    async def _relay(self, request: Request) -> Response:
+        body = await request.body()
+        if json.loads(body).get("method") != "SubscribeToTask":
+            return await super()._relay(_replayed(request, body))
+        self.relayed.append("SubscribeToTask")
+        keep = ("content-type", "a2a-version", "accept")
+        headers = {k: v for k, v in request.headers.items() if k in keep}
+        first = b""
+        async with (
+            httpx.AsyncClient() as client,
+            client.stream("POST", self.target, content=body, headers=headers, timeout=10) as up,
+        ):
+            async for chunk in up.aiter_raw():
+                first += chunk
+                if b"\n\n" in first.replace(b"\r\n", b"\n"):
+                    break
+
+        async def cut() -> AsyncIterator[bytes]:
+            yield first
+            self.cuts += 1
+            raise ConnectionAbortedError("stream cut by the relay")  # uvicorn drops the socket
+
+        return StreamingResponse(cut(), media_type="text/event-stream")
+
+
+def _replayed(request: Request, body: bytes) -> Request:
+    """``request`` with its body readable again."""
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return Request(request.scope, receive)
 
 
 def point_jsonrpc_at(url: str) -> Callable[[dict[str, Any]], None]:

@@ -108,7 +108,9 @@ async def test_safety_polls_complete_a_task_whose_pushes_are_dropped_within_max_
     """Seed 001: the agent accepts the webhook and never delivers. The task's completion is
     recorded no later than max_poll_interval after the agent completed it (the bound asserted on
     the agent's own status timestamp against the time it was recorded)."""
-    config = dataclasses.replace(FAST, max_poll_interval=0.5, first_poll_interval=0.5)
+    config = dataclasses.replace(
+        FAST, max_poll_interval=0.5, first_poll_interval=0.5, follow_streams=False
+    )  # polls only: the bound is theirs
     peer.set_push_dropped(True)
     async with Engine.open(db_url, config=config) as starter, driving(db_url, config):
         view = await starter.start_task(peer.base_url, skill="slow", text="slow 1.2")

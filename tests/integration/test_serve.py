@@ -1,0 +1,246 @@
+"""``cardfence serve`` against a real a2a-sdk agent that sends real pushes: the webhook app and the
+driver in one process (in the test's loop, and as the command in a subprocess). Push-only progress,
+a push withdrawn before registration, streams followed and cut, SIGTERM mid-load. SQLite and
+PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+from engine_fixtures import (
+    FAST,
+    StreamCutter,
+    assert_audit_ok,
+    calls,
+    data_of,
+    point_jsonrpc_at,
+    restored,
+    state_of,
+    transitions,
+    types,
+    wait_until,
+    withdraw_push,
+)
+from support import Peer
+
+from cardfence.engine import events as ev
+from cardfence.engine.driver import Driver
+from cardfence.engine.engine import Engine, EngineConfig
+from cardfence.engine.serve import listen, serve
+from cardfence.store import EventStore
+
+SLOW = [("submitted", "working"), ("working", "completed")]
+# Polls far apart: whatever moves a task within a test's few seconds is a push or a stream.
+FAR_POLLS = dataclasses.replace(FAST, first_poll_interval=30.0, max_poll_interval=30.0)
+
+
+@pytest.fixture(scope="module")
+def shared_peer() -> Iterator[Peer]:
+    with Peer() as running:
+        yield running
+
+
+@pytest.fixture
+def peer(shared_peer: Peer) -> Iterator[Peer]:
+    with restored(shared_peer) as fresh:
+        yield fresh
+
+
+@dataclasses.dataclass
+class Serving:
+    url: str  # the webhook
+    driver: Driver
+
+
+@contextlib.asynccontextmanager
+async def serving(db: str, config: EngineConfig = FAST) -> AsyncIterator[Serving]:
+    """`serve` on 127.0.0.1 in this loop over the store at ``db``; stopped, then audited."""
+    engine = Engine.open(db, config=config)
+    driver = Driver(engine, scan_interval=0.05)
+    stop = asyncio.Event()
+    up: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+    job = asyncio.create_task(
+        serve(engine, listen("127.0.0.1", 0), driver=driver, started=up.set_result, stop=stop)
+    )
+    done, _ = await asyncio.wait({job, up}, return_when=asyncio.FIRST_COMPLETED)
+    if job in done:
+        job.result()
+    try:
+        yield Serving(up.result(), driver)
+    finally:
+        stop.set()
+        await job
+        with EventStore.open(db) as store:
+            assert_audit_ok(store)
+
+
+def completion(store: EventStore, key: str) -> dict[str, object]:
+    [done] = [
+        d for d in data_of(store, key, ev.STATE_CHANGED) if d["to"] in ("completed", "failed")
+    ]
+    return done
+
+
+async def test_pushes_the_agent_sends_move_the_task_to_its_end_through_serve(
+    peer: Peer, db_url: str
+) -> None:
+    async with serving(db_url, FAR_POLLS) as app, Engine.open(db_url, config=FAR_POLLS) as run:
+        view = await run.start_task(peer.base_url, skill="slow", text="slow 0.4")
+        registered = await run.register_webhook(view.task, app.url)
+        assert registered.registered
+
+        await wait_until(
+            lambda: state_of(run, view.task)["state"] == "completed", timeout=10, what="pushes"
+        )
+
+        assert completion(run.store, view.task)["source"] == "push"
+        assert types(run.store, view.task).count(ev.WEBHOOK_CONFIRMED) == 1
+        assert transitions(run.store, view.task) == SLOW
+        assert calls(peer, "CancelTask") == 0
+
+
+async def test_push_withdrawn_before_registration_sends_no_registration_and_serve_polls_it_home(
+    peer: Peer, db_url: str
+) -> None:
+    async with serving(db_url) as app, Engine.open(db_url, config=FAST) as run:
+        view = await run.start_task(peer.base_url, skill="slow", text="slow 0.3")
+        peer.mutate_card(withdraw_push)
+
+        outcome = await run.register_webhook(view.task, app.url)
+
+        assert not outcome.registered
+        assert calls(peer, "CreateTaskPushNotificationConfig") == 0
+        assert [d["reason"] for d in data_of(run.store, view.task, ev.DELIVERY_DOWNGRADED)] == [
+            "push_not_advertised"
+        ]
+        await wait_until(lambda: state_of(run, view.task)["state"] == "completed", timeout=10)
+        assert transitions(run.store, view.task) == SLOW
+
+
+async def test_the_tasks_stream_brings_its_progress_when_polls_are_far_apart(
+    peer: Peer, db_url: str
+) -> None:
+    peer.hold()
+    async with serving(db_url, FAR_POLLS) as app, Engine.open(db_url, config=FAR_POLLS) as run:
+        view = await run.start_task(peer.base_url, skill="slow", text="slow 0")
+        await wait_until(lambda: view.task in app.driver._streams, what="a stream to be followed")
+        peer.release()
+
+        await wait_until(lambda: state_of(run, view.task)["state"] == "completed", timeout=10)
+
+        assert completion(run.store, view.task)["source"] == "stream"
+        assert transitions(run.store, view.task) == SLOW
+        assert calls(peer, "SubscribeToTask") >= 1
+
+
+async def test_a_stream_cut_mid_task_falls_back_to_polling_and_the_task_completes(
+    peer: Peer, db_url: str
+) -> None:
+    config = dataclasses.replace(FAST, max_poll_interval=0.3)
+    with StreamCutter(peer.jsonrpc_url) as relay:
+        peer.mutate_card(point_jsonrpc_at(relay.url))
+        peer.hold()
+        async with serving(db_url, config), Engine.open(db_url, config=config) as run:
+            view = await run.start_task(peer.base_url, skill="slow", text="slow 0")
+            await wait_until(lambda: relay.cuts >= 2, what="streams cut and subscribed again")
+            peer.release()
+
+            await wait_until(lambda: state_of(run, view.task)["state"] == "completed", timeout=10)
+
+            assert transitions(run.store, view.task) == SLOW
+            assert completion(run.store, view.task)["source"] == "poll"
+
+
+# -- the command ----------------------------------------------------------------------------------
+
+
+def _serve_command(db: str, *extra: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "cardfence", "serve", "--db", db, "--port", "0", *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+
+
+def _webhook_url(process: subprocess.Popen[str], timeout: float = 30.0) -> str:
+    assert process.stderr is not None
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = process.stderr.readline()
+        if not line:
+            break
+        if "webhook at " in line:
+            return line.rsplit("webhook at ", 1)[1].strip()
+    process.kill()
+    raise AssertionError(f"serve did not start: {process.communicate()}")
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+async def test_serve_stops_on_a_signal_mid_load_exits_0_and_resume_finishes_every_task(
+    peer: Peer, db_url: str, sig: signal.Signals
+) -> None:
+    with EventStore.open(db_url):
+        pass  # migrated before two processes open it
+    process = _serve_command(db_url, "--max-poll-interval", "0.5")
+    try:
+        hook = _webhook_url(process)
+        async with Engine.open(db_url, config=FAST) as run:
+            views = []
+            for _ in range(20):
+                view = await run.start_task(peer.base_url, skill="slow", text="slow 0.6")
+                assert (await run.register_webhook(view.task, hook)).registered
+                views.append(view)
+            await wait_until(
+                lambda: any(state_of(run, v.task)["state"] != "submitted" for v in views),
+                timeout=10,
+                what="serve to move a task",
+            )
+            process.send_signal(sig)
+            _, stderr = await asyncio.to_thread(process.communicate, timeout=30)
+            assert process.returncode == 0, stderr
+
+            logged = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
+            decisions = [line for line in logged if line.get("task") and line.get("event")]
+            assert decisions, "no decision was logged"
+            assert any(line.get("event") == "Stopping" for line in logged)
+            assert_audit_ok(run.store)
+
+            for view in views:
+                await run.resume(view.task)
+                done = await run.drive(view.task, until="terminal", timeout=15)
+                assert done.state == "completed"
+                # `working` may have come and gone while nobody watched: never twice, never lost
+                # once recorded.
+                assert transitions(run.store, view.task) in (SLOW, [("submitted", "completed")])
+            await run.settle()
+            assert_audit_ok(run.store)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+
+
+def test_serve_refuses_a_port_it_cannot_listen_on_with_a_usage_error(tmp_path: Path) -> None:
+    with contextlib.closing(listen("127.0.0.1", 0)) as taken:
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = subprocess.run(
+            [sys.executable, "-m", "cardfence", "serve", "--db",
+             f"sqlite:///{tmp_path / 'c.db'}", "--port", str(port)],
+            capture_output=True, text=True, timeout=30,
+        )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert f"cannot listen on 127.0.0.1:{port}" in result.stderr
