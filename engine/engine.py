@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
+import math
 import secrets
 import time
 import uuid
@@ -450,6 +451,7 @@ class Engine:
         asked = False
         # A poll after the first starts only with this much time left to answer in (R16).
         last_poll = min(_LAST_POLL, self.config.request_timeout, timeout / 4)
+        next_poll = started  # the first poll at once
         while True:
             # Read from the store: another process (`serve`) may have applied a push.
             state = await self._state(key)
@@ -459,9 +461,12 @@ class Engine:
             # ask the agent once before believing it is already where it was asked to stop.
             if state["state"] in TERMINAL or (asked and reached(state["state"], until)):
                 return await self._closed(key, state)
+            # A push or stream event woke us before the poll was due: it was applied, and is all
+            # the news there is; the poll stays where it was scheduled.
             # R16: a poll starts only with time left to answer (the first: any time at all).
-            if time_left() > (last_poll / 2 if asked else 0.0):
-                asked = True
+            polled = False
+            if self._clock() >= next_poll and time_left() > (last_poll / 2 if asked else 0.0):
+                asked = polled = True
                 state = await self.follow_step(key, state, pace)
                 if reached(state["state"], until):
                     return TaskView.of(state)
@@ -478,14 +483,20 @@ class Engine:
                 if pace.unreachable is not None:
                     raise pace.unreachable  # the cause the caller can act on (CLI exit 9)
                 raise DeadlineExceeded(key, state["state"], timeout)
-            wait = min(pace.backoff(self.config.max_poll_interval), deadline - now)
-            # The next poll starts while it still has `last_poll` seconds; after the last one,
-            # the rest of the time is waited out for pushes.
-            wait = min(wait, room - last_poll) if room > last_poll else min(deadline - now, room)
+            if polled:
+                wait = min(pace.backoff(self.config.max_poll_interval), deadline - now)
+                # The next poll starts while it still has `last_poll` seconds; after the last
+                # one, the rest of the time is waited out for pushes.
+                room_to_poll = room > last_poll
+                next_poll = now + min(wait, room - last_poll) if room_to_poll else math.inf
+            elif now >= next_poll:
+                next_poll = math.inf  # too little time left to ask again: wait for pushes
+            wait = min(next_poll - now, deadline - now, room)
             pushed.clear()
             with contextlib.suppress(TimeoutError):
                 # A push applied in this process wakes us; the safety poll never waits longer.
-                await asyncio.wait_for(pushed.wait(), wait)
+                async with asyncio.timeout(max(wait, 0.0)):
+                    await pushed.wait()
 
     async def follow_step(self, key: str, state: State, pace: Pace) -> State:
         """One step of following a live task (``drive``, and ``serve`` for every task): a poll
@@ -890,10 +901,11 @@ class Engine:
             self.background_errors.append(error)
 
     async def settle(self) -> None:
-        """Wait for background re-checks and re-validations to finish; raise the first error
-        one of them hit (tests, shutdown)."""
-        while self._background:
-            await asyncio.gather(*list(self._background), return_exceptions=True)
+        """Wait for background re-checks, re-validations and closing reads; raise the first error
+        one of them hit (tests, shutdown). Closing reads included."""
+        while self._background or self._closing:
+            jobs = [*self._background, *self._closing.values()]
+            await asyncio.gather(*jobs, return_exceptions=True)
         if self.background_errors:
             raise self.background_errors.pop(0)
 

@@ -45,6 +45,8 @@ DEMO_CONFIG = EngineConfig(
     max_card_age=0.3,
     card_limits=CardLimits(timeout=5.0, connect_timeout=2.0),
     request_timeout=10.0,
+    # The incidents are about pushes and polls: a stream would bring every change first.
+    follow_streams=False,
 )
 NOTICE_SECONDS = 20.0  # how long the demo waits for the engine to see a staged change
 DRIVE_SECONDS = 30.0  # the deadline of each drive; held tasks are released well before

@@ -49,6 +49,8 @@ FAST = EngineConfig(
     max_card_age=0.3,
     card_limits=CardLimits(timeout=1.0, connect_timeout=0.5),
     request_timeout=5.0,
+    # The rule tests watch polls and pushes; the stream tests turn streams on.
+    follow_streams=False,
 )
 
 JSON = "application/json"

@@ -366,7 +366,34 @@ async def test_first_valid_delivery_confirms_the_webhook(
     state = state_of(engine, view.task)
     assert state["webhook"]["status"] == "confirmed"
     assert state["state"] == "completed"  # driven by push alone: nothing polled
-    assert calls(peer, "GetTask") == 0
+    await engine.settle()
+    assert calls(peer, "GetTask") == 1  # the closing read after the push that ended it
+    assert data_of(engine.store, view.task, ev.ARTIFACT_RECEIVED)  # the task's output is kept
+
+
+async def test_a_push_that_ends_the_task_is_followed_by_one_read_that_keeps_its_artifacts(
+    peer: Peer, engine: Engine, hook: PushReceiver
+) -> None:
+    """The agent tries each push once: when the one carrying the artifact is lost, the push that
+    ends the task still does, and nobody polls an ended task. One closing read keeps the output."""
+    view = await engine.start_task(peer.base_url, skill="slow", text="slow 0.2")
+    registered = await engine.register_webhook(view.task, hook.url)  # not forwarded: all lost
+    await wait_until(lambda: "TASK_STATE_COMPLETED" in hook.states_delivered(), what="pushes")
+    [ending] = [
+        (body, headers)
+        for body, headers in hook.deliveries
+        if b"statusUpdate" in body and b"TASK_STATE_COMPLETED" in body
+    ]
+    assert registered.registered
+
+    delivery = await engine.deliver(*ending)  # only the push that ended the task arrives
+    await engine.settle()
+
+    assert delivery.outcome == "applied"
+    assert state_of(engine, view.task)["state"] == "completed"
+    [artifact] = data_of(engine.store, view.task, ev.ARTIFACT_RECEIVED)
+    assert artifact["source"] == "poll"
+    assert calls(peer, "GetTask") == 1
 
 
 # -- R6: capability re-checks are bound to state boundaries (incident 001) -------------------------
@@ -816,6 +843,7 @@ async def test_redelivered_webhook_changes_nothing(peer: Peer, db_url: str) -> N
             await wait_until(lambda: "TASK_STATE_COMPLETED" in hook.states_delivered())
 
             first = [await engine.deliver(body, headers) for body, headers in hook.deliveries]
+            await engine.settle()  # the closing read the completing push started
             applied = state_of(engine, view.task)
             changed = transitions(engine.store, view.task)
             again = [await engine.deliver(body, headers) for body, headers in hook.deliveries]
@@ -834,7 +862,7 @@ async def test_redelivered_webhook_changes_nothing(peer: Peer, db_url: str) -> N
             for field in ("state", "remote_timestamp", "artifacts", "transitions", "webhook"):
                 assert after[field] == applied[field]
             assert types(engine.store, view.task).count(ev.WEBHOOK_CONFIRMED) == 1
-            assert calls(peer, "GetTask") == 0
+            assert calls(peer, "GetTask") == 1  # the one closing read; redeliveries read nothing
 
 
 @pytest.mark.parametrize(

@@ -43,6 +43,7 @@ from cardfence.store import EventStore
 SLOW = [("submitted", "working"), ("working", "completed")]
 # Polls far apart: whatever moves a task within a test's few seconds is a push or a stream.
 FAR_POLLS = dataclasses.replace(FAST, first_poll_interval=30.0, max_poll_interval=30.0)
+STREAMS = dataclasses.replace(FAR_POLLS, follow_streams=True)
 
 
 @pytest.fixture(scope="module")
@@ -132,7 +133,7 @@ async def test_the_tasks_stream_brings_its_progress_when_polls_are_far_apart(
     peer: Peer, db_url: str
 ) -> None:
     peer.hold()
-    async with serving(db_url, FAR_POLLS) as app, Engine.open(db_url, config=FAR_POLLS) as run:
+    async with serving(db_url, STREAMS) as app, Engine.open(db_url, config=FAR_POLLS) as run:
         view = await run.start_task(peer.base_url, skill="slow", text="slow 0")
         await wait_until(lambda: view.task in app.driver._streams, what="a stream to be followed")
         peer.release()
@@ -147,7 +148,7 @@ async def test_the_tasks_stream_brings_its_progress_when_polls_are_far_apart(
 async def test_a_stream_cut_mid_task_falls_back_to_polling_and_the_task_completes(
     peer: Peer, db_url: str
 ) -> None:
-    config = dataclasses.replace(FAST, max_poll_interval=0.3)
+    config = dataclasses.replace(FAST, max_poll_interval=0.3, follow_streams=True)
     with StreamCutter(peer.jsonrpc_url) as relay:
         peer.mutate_card(point_jsonrpc_at(relay.url))
         peer.hold()
@@ -160,6 +161,23 @@ async def test_a_stream_cut_mid_task_falls_back_to_polling_and_the_task_complete
 
             assert transitions(run.store, view.task) == SLOW
             assert completion(run.store, view.task)["source"] == "poll"
+
+
+async def test_drive_follows_the_tasks_stream_beside_its_polls(peer: Peer, db_url: str) -> None:
+    peer.hold()
+    async with Engine.open(db_url, config=STREAMS) as run:
+        view = await run.start_task(peer.base_url, skill="slow", text="slow 0")
+        driving = asyncio.create_task(run.drive(view.task, until="terminal", timeout=20))
+        await wait_until(lambda: calls(peer, "SubscribeToTask") >= 1, what="a subscription")
+        peer.release()
+
+        done = await driving
+
+        assert done.state == "completed"
+        assert completion(run.store, view.task)["source"] == "stream"
+        assert calls(peer, "GetTask") == 1  # the first poll; the stream brought the rest
+        await run.settle()
+        assert_audit_ok(run.store)
 
 
 # -- the command ----------------------------------------------------------------------------------
