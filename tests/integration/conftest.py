@@ -6,15 +6,24 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from engine_fixtures import restored
 from support import Peer
 
 from cardfence.store import EventStore
 
 
-@pytest.fixture
-def peer() -> Iterator[Peer]:
+@pytest.fixture(scope="module")
+def shared_peer() -> Iterator[Peer]:
+    """One agent per module: starting one costs a quarter of a second."""
     with Peer() as running:
         yield running
+
+
+@pytest.fixture
+def peer(shared_peer: Peer) -> Iterator[Peer]:
+    """The module's agent in normal service, counters zeroed, its card restored afterwards."""
+    with restored(shared_peer) as fresh:
+        yield fresh
 
 
 @pytest.fixture

@@ -20,9 +20,8 @@ from cardfence.engine.errors import UsageError
 from cardfence.engine.tasklog import AsOf, TaskLog
 from cardfence.store import EventStore
 
-# The fixtures of test_cli_tasks.py: one agent for the module, restored for each test, and a SQLite
-# store audited once the test is done.
-shared_peer, peer, db = cli.shared_peer, cli.peer, cli.db
+# The store fixture of test_cli_tasks.py: a SQLite store audited once the test is done.
+db = cli.db
 
 
 def asked_and_answered(db: str, peer: Peer) -> str:

@@ -9,29 +9,15 @@ import json
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from engine_fixtures import restored
 from support import Peer
 from support.hostile import SKILL, HostileAgent, Reply
 from test_cli_tasks import CARDFENCE, POLL, cardfence, document, failed_with, last_line
 
 from cardfence.engine.tasklog import TaskLog
 from cardfence.store import EventStore
-
-
-@pytest.fixture(scope="module")
-def shared_peer() -> Iterator[Peer]:
-    with Peer() as running:
-        yield running
-
-
-@pytest.fixture
-def peer(shared_peer: Peer) -> Iterator[Peer]:
-    with restored(shared_peer) as fresh:
-        yield fresh
 
 
 def _usage_refused(result: subprocess.CompletedProcess[str]) -> None:

@@ -25,7 +25,6 @@ from engine_fixtures import (
     audited_engine,
     data_of,
     drop_skill,
-    restored,
     transitions,
     withdraw_push,
 )
@@ -59,18 +58,6 @@ ROW_KEYS = {
     "updated_at",
 }
 HEX64 = re.compile(r"[0-9a-f]{64}")
-
-
-@pytest.fixture(scope="module")
-def shared_peer() -> Iterator[Peer]:
-    with Peer() as running:
-        yield running
-
-
-@pytest.fixture
-def peer(shared_peer: Peer) -> Iterator[Peer]:
-    with restored(shared_peer) as fresh:
-        yield fresh
 
 
 @pytest.fixture

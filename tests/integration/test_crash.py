@@ -48,13 +48,13 @@ import tempfile
 import threading
 import time
 from collections import Counter, defaultdict
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
-from engine_fixtures import FAST, calls, data_of, restored, types
+from engine_fixtures import FAST, calls, data_of, types
 from support import Peer
 from support.crash_driver import PAUSE  # how long the child stands still after each probe line
 
@@ -99,18 +99,6 @@ CONCLUDE = 15.0  # seconds for resume to take one task to its end
 
 
 # -- fixtures -------------------------------------------------------------------------------------
-
-
-@pytest.fixture(scope="module")
-def shared_peer() -> Iterator[Peer]:
-    with Peer() as running:
-        yield running
-
-
-@pytest.fixture
-def peer(shared_peer: Peer) -> Iterator[Peer]:
-    with restored(shared_peer) as fresh:
-        yield fresh
 
 
 # -- the child and its kill ------------------------------------------------------------------------

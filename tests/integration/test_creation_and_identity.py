@@ -30,7 +30,6 @@ from engine_fixtures import (
     data_of,
     headers_for,
     push_headers,
-    restored,
     state_of,
     status_update_body,
     types,
@@ -56,18 +55,6 @@ MTLS_ONLY = {
     "securitySchemes": {"mtls": {"mtlsSecurityScheme": {"description": "mTLS only"}}},
     "securityRequirements": [{"schemes": {"mtls": {"list": []}}}],
 }
-
-
-@pytest.fixture(scope="module")
-def shared_peer() -> Iterator[Peer]:
-    with Peer() as running:
-        yield running
-
-
-@pytest.fixture
-def peer(shared_peer: Peer) -> Iterator[Peer]:
-    with restored(shared_peer) as fresh:
-        yield fresh
 
 
 @pytest.fixture

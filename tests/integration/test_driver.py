@@ -8,9 +8,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 
-import pytest
 from engine_fixtures import (
     FAST,
     MovableEndpoint,
@@ -19,7 +18,6 @@ from engine_fixtures import (
     data_of,
     drop_skill,
     point_jsonrpc_at,
-    restored,
     state_of,
     transitions,
     types,
@@ -32,18 +30,6 @@ from cardfence.engine.driver import Driver, is_live
 from cardfence.engine.engine import Engine, EngineConfig
 
 SLOW = [("submitted", "working"), ("working", "completed")]
-
-
-@pytest.fixture(scope="module")
-def shared_peer() -> Iterator[Peer]:
-    with Peer() as running:
-        yield running
-
-
-@pytest.fixture
-def peer(shared_peer: Peer) -> Iterator[Peer]:
-    with restored(shared_peer) as fresh:
-        yield fresh
 
 
 @contextlib.asynccontextmanager

@@ -26,7 +26,6 @@ from engine_fixtures import (
     calls,
     data_of,
     push_headers,
-    restored,
     state_of,
     status_update_body,
     transitions,
@@ -68,19 +67,6 @@ async def serving(app: ASGIApp) -> AsyncIterator[str]:
         server.should_exit = True
         await running
         sock.close()
-
-
-@pytest.fixture(scope="module")
-def shared_peer() -> Iterator[Peer]:
-    with Peer() as running:
-        yield running
-
-
-@pytest.fixture
-def peer(shared_peer: Peer) -> Iterator[Peer]:
-    """One agent for the module (as in test_rules.py), back to normal service for each test."""
-    with restored(shared_peer) as fresh:
-        yield fresh
 
 
 @pytest.fixture

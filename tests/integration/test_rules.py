@@ -33,7 +33,6 @@ from engine_fixtures import (
     headers_for,
     point_jsonrpc_at,
     push_headers,
-    restored,
     rotate_security,
     state_of,
     status_update_body,
@@ -64,18 +63,6 @@ from cardfence.engine.transport import A2ATransport
 SLOW = [("submitted", "working"), ("working", "completed")]
 TASK_NOT_FOUND = -32001
 TASK_NOT_CANCELABLE = -32002
-
-
-@pytest.fixture(scope="module")
-def shared_peer() -> Iterator[Peer]:
-    with Peer() as running:
-        yield running
-
-
-@pytest.fixture
-def peer(shared_peer: Peer) -> Iterator[Peer]:
-    with restored(shared_peer) as fresh:
-        yield fresh
 
 
 @pytest.fixture

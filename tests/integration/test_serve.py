@@ -14,7 +14,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -25,7 +25,6 @@ from engine_fixtures import (
     calls,
     data_of,
     point_jsonrpc_at,
-    restored,
     state_of,
     transitions,
     types,
@@ -44,18 +43,6 @@ SLOW = [("submitted", "working"), ("working", "completed")]
 # Polls far apart: whatever moves a task within a test's few seconds is a push or a stream.
 FAR_POLLS = dataclasses.replace(FAST, first_poll_interval=30.0, max_poll_interval=30.0)
 STREAMS = dataclasses.replace(FAR_POLLS, follow_streams=True)
-
-
-@pytest.fixture(scope="module")
-def shared_peer() -> Iterator[Peer]:
-    with Peer() as running:
-        yield running
-
-
-@pytest.fixture
-def peer(shared_peer: Peer) -> Iterator[Peer]:
-    with restored(shared_peer) as fresh:
-        yield fresh
 
 
 @dataclasses.dataclass
@@ -161,6 +148,33 @@ async def test_a_stream_cut_mid_task_falls_back_to_polling_and_the_task_complete
 
             assert transitions(run.store, view.task) == SLOW
             assert completion(run.store, view.task)["source"] == "poll"
+
+
+async def test_a_card_withdrawing_streaming_only_stops_new_subscriptions_and_the_polls_finish(
+    peer: Peer, db_url: str
+) -> None:
+    """R7: the card changes only the delivery path; the task completes, nothing is cancelled."""
+    config = dataclasses.replace(FAST, max_poll_interval=0.3, follow_streams=True)
+    with StreamCutter(peer.jsonrpc_url) as relay:
+        peer.mutate_card(point_jsonrpc_at(relay.url))
+        peer.hold()
+        async with serving(db_url, config), Engine.open(db_url, config=config) as run:
+            view = await run.start_task(peer.base_url, skill="slow", text="slow 0")
+            await wait_until(lambda: relay.cuts >= 1, what="a stream followed")
+            peer.mutate_card(lambda card: card["capabilities"].update(streaming=False))
+            await wait_until(
+                lambda: ev.CARD_REVISION_CHANGED in types(run.store, view.task),
+                what="the re-validation to see the change",
+            )
+            subscribed = relay.relayed.count("SubscribeToTask")
+            await asyncio.sleep(1.5)  # five times the resubscription backoff
+            assert relay.relayed.count("SubscribeToTask") <= subscribed + 1  # one in flight
+            peer.release()
+
+            await wait_until(lambda: state_of(run, view.task)["state"] == "completed", timeout=10)
+
+            assert transitions(run.store, view.task) == SLOW
+            assert calls(peer, "CancelTask") == 0
 
 
 async def test_drive_follows_the_tasks_stream_beside_its_polls(peer: Peer, db_url: str) -> None:
