@@ -150,3 +150,45 @@ def test_engine_section_quick_json() -> None:
     targets = {f["unit"]: f["target"] for f in rates if f["target"] is not None}
     assert targets == {"observations/s": 0.5, "tasks/s": 0.85, "events/s": 1.5}
     assert [f["target"] for f in rates if f["unit"] == "calls/s"] == [None, None]
+
+
+@pytest.mark.timeout(120)
+def test_push_section_quick_json() -> None:
+    # A responder and a sender in processes of their own; PostgreSQL only when it is set.
+    env = {k: v for k, v in os.environ.items() if k != PG_URL_VAR}
+    pg_url = os.environ.get(PG_URL_VAR)
+    if pg_url:
+        env[PG_URL_VAR] = pg_url
+
+    _, figures = _run_section("push", timeout=110, env=env)
+    for figure in figures:
+        assert set(figure) == KEYS, figure
+        assert figure["unit"] == "deliveries/s", figure
+        assert figure["name"].endswith("(--quick)"), figure
+        # Every push figure is a rate against a same-run baseline.
+        assert _positive(figure["value"]), figure
+        assert _positive(figure["baseline"]), figure
+        assert _positive(figure["ratio"]), figure
+
+    targets = {f["name"].split()[0]: f["target"] for f in figures if "vs 200-only" in f["name"]}
+    assert targets == ({"sqlite": 0.5, "postgresql": 0.5} if pg_url else {"sqlite": 0.5})
+    offload = [f for f in figures if "worker threads" in f["name"]]
+    assert [f["target"] for f in offload] == ([None] if pg_url else [])
+    assert len(figures) == len(targets) + len(offload)
+
+
+@pytest.mark.timeout(90)
+def test_serve_e2e_section_quick_json() -> None:
+    # The demo agent in a process of its own (`cardfence demo --agent-only`); SQLite only.
+    _, figures = _run_section("serve-e2e", timeout=80)
+    assert len(figures) == 2
+    for figure in figures:
+        assert set(figure) == KEYS, figure
+        assert figure["unit"] == "tasks/s", figure
+        assert figure["name"].endswith("(--quick)"), figure
+        assert _positive(figure["value"]), figure
+        assert _positive(figure["baseline"]), figure
+        assert _positive(figure["ratio"]), figure
+    # The engine as it comes (streams followed) has the target; without streams, a comparison.
+    assert [f["target"] for f in figures] == [0.8, None]
+    assert len({f["baseline"] for f in figures}) == 1  # one bare client, measured once

@@ -145,8 +145,9 @@ async def test_task_reaches_terminal_through_pushes_the_agent_sends_to_the_app(
 
     # Not driven: nothing polls, so only the agent's pushes through the app can move the task.
     await wait_until(lambda: engine.task(view.task).state == "completed", what="completed by push")
+    await engine.settle()
 
-    assert calls(peer, "GetTask") == 0
+    assert calls(peer, "GetTask") == 1  # only the closing read after the push that ended it
     changed = data_of(engine.store, view.task, ev.STATE_CHANGED)
     assert changed[-1]["to"] == "completed"
     assert {c["source"] for c in changed} <= {"send", "push"}
@@ -308,6 +309,7 @@ async def test_duplicate_and_out_of_order_deliveries_record_each_transition_once
         await post("completed", at(0.5)),  # redelivered
         await post("working", at(0.4)),  # sent before `completed`, arriving after it
     ]
+    await engine.settle()  # the closing read the first `completed` started
 
     assert answers == [
         (200, "applied"),
@@ -328,7 +330,7 @@ async def test_duplicate_and_out_of_order_deliveries_record_each_transition_once
     assert "stale" in reasons
     assert reasons[-1] == "after_terminal"
     assert types(engine.store, view.task).count(ev.WEBHOOK_CONFIRMED) == 1
-    assert calls(peer, "GetTask") == 0
+    assert calls(peer, "GetTask") == 1  # the closing read: it changes no state
 
 
 # -- failures inside the engine -------------------------------------------------------------------
