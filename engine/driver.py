@@ -112,11 +112,10 @@ class Driver:
         try:
             await self._stopping.wait()
         finally:
-            for job in (dispatcher, scanner, *self._streams.values()):
+            jobs = (dispatcher, scanner, *self._streams.values())
+            for job in jobs:
                 job.cancel()
-            await asyncio.gather(
-                dispatcher, scanner, *self._streams.values(), return_exceptions=True
-            )
+            await asyncio.gather(*jobs, return_exceptions=True)
             # Keys queued but not started are let go; the steps in hand finish (their appends
             # commit whole), then the idle workers are cancelled.
             while not queue.empty():
@@ -156,6 +155,8 @@ class Driver:
             self._paces[key].next_endpoint_check = when
         elif prompt:
             self._paces[key].delay = self.engine.config.first_poll_interval
+            if key in self._in_flight:
+                self._touched.add(key)  # the step in hand reschedules it soon
         elif key in self._scheduled:
             return
         self._schedule(key, when)
@@ -271,7 +272,7 @@ class Driver:
             key not in self._streams
             and len(self._streams) < self.max_streams
             and not self._stopping.is_set()
-            and await engine.stream_offered(key)
+            and await engine.stream_offered(key, state)
         ):
             self._streams[key] = asyncio.create_task(self._stream(key))
         return pace.backoff(engine.config.max_poll_interval)
@@ -279,15 +280,19 @@ class Driver:
     async def _stream(self, key: str) -> None:
         """The task's event stream beside its polls, until it is offered no more."""
         try:
-            await self.engine.keep_streaming(key)
+            await self.engine.keep_streaming(key, after_each=lambda: self._poll_soon(key))
         except asyncio.CancelledError:
             raise
         except Exception:  # a bug here must not stop the polls: they go on regardless
             _log.exception("stream follower failed", extra={"task": key, "event": "StepFailed"})
         finally:
             self._streams.pop(key, None)
-        if key in self._paces:
-            self._follow(key, self._clock(), prompt=True)  # the stream ended: look now
+        self._poll_soon(key)
+
+    def _poll_soon(self, key: str) -> None:
+        """A stream ended, dropped or was refused: it may have missed the end, so poll now."""
+        if key in self._paces and not self._stopping.is_set():
+            self._follow(key, self._clock(), prompt=True)
 
     def _reschedule(self, key: str, wait: float) -> None:
         if not self._stopping.is_set():

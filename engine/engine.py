@@ -15,6 +15,7 @@ import dataclasses
 import logging
 import math
 import secrets
+import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -71,6 +72,7 @@ from cardfence.store import EventStore, PayloadError
 
 UNTIL = ("interrupted", "terminal")
 _STREAMED = frozenset({"submitted", "working"})
+_CARDS_KEPT = 64  # parsed card revisions kept in memory
 # What ends a stream early (a drop is an EndpointUnreachableError); polling goes on regardless.
 _STREAM_FAILURES = (EndpointUnreachableError, RemoteRefusedError, InvalidAgentResponseError)
 # Seconds a poll is given at least (a quarter of a shorter timeout): no poll but the first
@@ -173,6 +175,8 @@ class Engine:
         self._pushed: dict[str, asyncio.Event] = {}
         self._background: set[asyncio.Task[None]] = set()
         self._closing: dict[str, asyncio.Task[None]] = {}  # key -> its closing read
+        self._cards: dict[str, AgentCard] = {}  # revision -> its card, parsed
+        self._cards_lock = threading.Lock()
         self.background_errors: list[Exception] = []
 
     @classmethod
@@ -524,13 +528,14 @@ class Engine:
 
     # -- streams (R7, R12) -----------------------------------------------------------------------
 
-    async def stream_offered(self, key: str) -> bool:
+    async def stream_offered(self, key: str, state: State | None = None) -> bool:
         """Whether to follow the task's event stream now: streams are followed, the card the
         task last saw advertises them (a card withdrawing them changes only the delivery path,
         R7), and the task is submitted or working (a stream ends at an interrupted state)."""
         if not self.config.follow_streams:
             return False
-        state = await self._state(key)
+        if state is None:
+            state = await self._state(key)
         if state["state"] not in _STREAMED or not state.get("remote_task_id"):
             return False
         card = await self._calls.run(self._card, state.get("latest_card_revision"))
@@ -556,11 +561,20 @@ class Engine:
             raise
         return state
 
-    async def keep_streaming(self, key: str, *, retry_limit: float | None = None) -> None:
+    async def keep_streaming(
+        self,
+        key: str,
+        *,
+        retry_limit: float | None = None,
+        after_each: Callable[[], None] | None = None,
+    ) -> None:
         """Follow the task's stream while it is offered, subscribing again after a drop with
         backoff (1 s doubling to ``retry_limit``, default ``max_poll_interval``). Never decides
         anything: polls go on beside it, and every failure here only ends or delays the stream.
-        Returns when the stream is no longer offered (the task ended or was interrupted)."""
+        ``after_each`` is called whenever a stream ended or could not be opened (the driver
+        polls then: the stream may have missed the end). Returns when the stream is no longer
+        offered (the task ended or was interrupted), or when the agent refused the subscription
+        with an A2A error (a task already ended, or no streams for it): the polls carry on."""
         limit = self.config.max_poll_interval if retry_limit is None else retry_limit
         wait = min(1.0, limit)
         while await self.stream_offered(key):
@@ -568,16 +582,21 @@ class Engine:
                 await self.follow_stream(key)
                 wait = min(1.0, limit)
                 continue  # ended at a final or interrupted state: offered no more
-            except (
-                EndpointUnreachableError,
-                RemoteRefusedError,
-                InvalidAgentResponseError,
-            ) as failure:
+            except RemoteRefusedError as refused:
+                _log.info(
+                    "stream refused; polling goes on",
+                    extra={"task": key, "event": "StreamRefused", "reason": str(refused)},
+                )
+                return
+            except _STREAM_FAILURES as failure:
                 reason = getattr(failure, "reason", None) or type(failure).__name__
                 _log.info(
                     "stream ended early; polling goes on",
                     extra={"task": key, "event": "StreamDropped", "reason": str(reason)},
                 )
+            finally:
+                if after_each is not None:
+                    after_each()
             await asyncio.sleep(wait)
             wait = min(wait * 2, limit)
 
@@ -691,10 +710,21 @@ class Engine:
         return read.card, None
 
     def _card(self, revision: str | None) -> AgentCard | None:
-        snapshot = self.store.get_snapshot(revision) if revision else None
-        if snapshot is None:
+        """The card stored under ``revision`` (parsed once: a revision never changes)."""
+        if not revision:
             return None
-        return parse_card(snapshot.body.encode(), url=snapshot.source_url, max_bytes=1 << 30)
+        card = self._cards.get(revision)
+        if card is None:
+            snapshot = self.store.get_snapshot(revision)
+            if snapshot is None:
+                return None
+            body = snapshot.body.encode()
+            card = parse_card(body, url=snapshot.source_url, max_bytes=1 << 30)
+            with self._cards_lock:  # store workers call this concurrently
+                if len(self._cards) >= _CARDS_KEPT:
+                    self._cards.pop(next(iter(self._cards)))
+                self._cards[revision] = card
+        return card
 
     # -- replies and cancels (R10) ------------------------------------------------------------
 

@@ -122,7 +122,8 @@ async def test_the_tasks_stream_brings_its_progress_when_polls_are_far_apart(
     peer.hold()
     async with serving(db_url, STREAMS) as app, Engine.open(db_url, config=FAR_POLLS) as run:
         view = await run.start_task(peer.base_url, skill="slow", text="slow 0")
-        await wait_until(lambda: view.task in app.driver._streams, what="a stream to be followed")
+        await wait_until(lambda: calls(peer, "SubscribeToTask") >= 1, what="a subscription")
+        assert view.task in app.driver._streams
         peer.release()
 
         await wait_until(lambda: state_of(run, view.task)["state"] == "completed", timeout=10)
