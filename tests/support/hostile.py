@@ -40,13 +40,14 @@ class Request:
 
 @dataclass(frozen=True)
 class Reply:
-    """An answer. ``drip``: seconds between bytes; the body is sent chunked, a byte at a time, and
-    then whitespace follows forever."""
+    """An answer. ``drip``: seconds between chunks; the body is sent chunked, ``chunk`` bytes at a
+    time (one by default), and then whitespace follows forever, as much at a time."""
 
     status: int = 200
     body: bytes = b""
     headers: dict[str, str] = field(default_factory=lambda: {"Content-Type": "application/json"})
     drip: float | None = None
+    chunk: int = 1
 
 
 def gzip_layers(data: bytes, layers: int) -> bytes:
@@ -153,12 +154,15 @@ class HostileServer:
             writer.write(reply.body)
             await writer.drain()
             return
-        for index in range(len(reply.body)):
-            writer.write(b"1\r\n" + reply.body[index : index + 1] + b"\r\n")
+        size = reply.chunk
+        for index in range(0, len(reply.body), size):
+            piece = reply.body[index : index + size]
+            writer.write(b"%x\r\n%s\r\n" % (len(piece), piece))
             await writer.drain()
             await asyncio.sleep(reply.drip)
+        blank = b"%x\r\n%s\r\n" % (size, b" " * size)
         while True:  # never done: JSON may carry any amount of trailing whitespace
-            writer.write(b"1\r\n \r\n")
+            writer.write(blank)
             await writer.drain()
             await asyncio.sleep(reply.drip)
 
