@@ -41,16 +41,17 @@ class Request:
 
 @dataclass(frozen=True)
 class Reply:
-    """An answer. ``drip``: seconds between bytes; the body is sent chunked, a byte at a time, and
-    then whitespace follows forever. ``chunks``: the body sent chunked, one chunk per item (a
-    float is a pause of that many seconds), then ``end``: ``done`` (the last chunk, as it should
-    be), ``cut`` (the connection closed with no last chunk) or ``hang`` (silence until the
-    server stops)."""
+    """An answer. ``drip``: seconds between chunks; the body is sent chunked, ``chunk`` bytes at a
+    time (one by default), and then whitespace follows forever, as much at a time. ``chunks``:
+    the body sent chunked, one chunk per item (a float is a pause of that many seconds), then
+    ``end``: ``done`` (the last chunk, as it should be), ``cut`` (the connection closed with no
+    last chunk) or ``hang`` (silence until the server stops)."""
 
     status: int = 200
     body: bytes = b""
     headers: dict[str, str] = field(default_factory=lambda: {"Content-Type": "application/json"})
     drip: float | None = None
+    chunk: int = 1
     chunks: Iterable[bytes | float] | None = None
     end: Literal["done", "cut", "hang"] = "done"
 
@@ -161,12 +162,15 @@ class HostileServer:
             writer.write(reply.body)
             await writer.drain()
             return
-        for index in range(len(reply.body)):
-            writer.write(b"1\r\n" + reply.body[index : index + 1] + b"\r\n")
+        size = reply.chunk
+        for index in range(0, len(reply.body), size):
+            piece = reply.body[index : index + size]
+            writer.write(b"%x\r\n%s\r\n" % (len(piece), piece))
             await writer.drain()
             await asyncio.sleep(reply.drip)
+        blank = b"%x\r\n%s\r\n" % (size, b" " * size)
         while True:  # never done: JSON may carry any amount of trailing whitespace
-            writer.write(b"1\r\n \r\n")
+            writer.write(blank)
             await writer.drain()
             await asyncio.sleep(reply.drip)
 

@@ -20,14 +20,19 @@ from cardfence.engine.guards import (
     Decision,
     ResumePlan,
     card_is_stale,
+    context_check,
     creation_check,
     downgrade,
     failure_review,
+    never_created,
     push_recheck,
     reconcile_card,
+    refused_creation,
     registration_check,
+    resend_check,
     resume_check,
     unavailable,
+    wrong_task,
 )
 from cardfence.engine.replay import initial_task_state
 
@@ -404,3 +409,181 @@ def test_a_bare_failure_after_a_revision_change_is_flagged_in_full() -> None:
         )
     ]
     assert failure_review(task, "failed", None, None) == []
+
+
+# -- R2, R3 a creation sent again by resume, a creation the agent refused -------------------------
+
+
+def test_resend_on_the_card_the_task_was_created_on_is_allowed() -> None:
+    fresh = card()
+    assert resend_check(task_on(fresh, media_type="text/plain"), fresh) == Decision(True, "ok", "")
+    assert resend_check(task_on(fresh, "ask", media_type="image/png"), fresh) == Decision(
+        True, "ok", ""
+    )
+
+
+def test_resend_of_a_task_without_a_media_type_checks_text_plain() -> None:
+    fresh = card()
+    assert resend_check(task_on(fresh), fresh) == Decision(True, "ok", "")
+    assert resend_check(task_on(fresh, "ask", media_type=None), fresh) == Decision(
+        False,
+        "media_type_not_accepted",
+        "does not accept text/plain (accepts: application/json, image/png)",
+    )
+
+
+def test_resend_refused_when_the_skill_is_gone_or_no_longer_takes_the_media_type() -> None:
+    fresh = card()
+    dropped = card(drop_echo)
+    assert resend_check(task_on(fresh), dropped) == Decision(
+        False, "skill_absent", "is absent from the card (offered: ask)"
+    )
+    task = task_on(fresh, media_type="text/plain")
+    assert resend_check(task, card(change_echo)) == Decision(
+        False, "media_type_not_accepted", "does not accept text/plain (accepts: image/png)"
+    )
+
+
+def test_resend_refused_when_the_contract_changed_names_the_frozen_contract() -> None:
+    fresh = card()
+    rotated = card(rotate_contract)
+    assert rotated.contract_hash != fresh.contract_hash
+    assert resend_check(task_on(fresh), rotated) == Decision(
+        False, "contract_changed", f"the contract is no longer {fresh.contract_hash}"
+    )
+    # The skill check comes first: a dropped skill is named, whatever the contract.
+    gone = card(lambda d: (rotate_contract(d), drop_echo(d)))
+    assert resend_check(task_on(fresh), gone).reason == "skill_absent"
+
+
+def test_a_creation_the_agent_refused_is_recorded_with_its_code_message_and_url() -> None:
+    assert refused_creation(-32602, "bad params", "http://a.test/rpc") == (
+        ev.TASK_CREATION_REFUSED,
+        {
+            "reason": "remote_refused",
+            "code": -32602,
+            "message": "bad params",
+            "url": "http://a.test/rpc",
+        },
+    )
+
+
+def test_a_task_is_never_created_when_closed_so_or_flagged_send_refused_by_an_older_version() -> (
+    None
+):
+    fresh = card()
+    assert never_created(task_on(fresh, closed="never_created"))
+    assert never_created(task_on(fresh, flags=["send_refused"]))
+    assert never_created({"flags": ["other", "send_refused"]})
+    assert not never_created(task_on(fresh))
+    assert not never_created(task_on(fresh, closed="done", flags=["wrong_task"]))
+    assert not never_created({"flags": None})
+    assert not never_created({})
+
+
+# -- R12 an answer about another task, a report in another context --------------------------------
+
+
+def test_an_answer_about_another_task_is_ignored_and_flagged_with_both_ids() -> None:
+    task = task_on(card())
+    assert wrong_task(task, "t-1", "t-2", "working", "poll") == [
+        (
+            ev.OBSERVATION_IGNORED,
+            {
+                "reason": "wrong_task",
+                "state": "working",
+                "source": "poll",
+                "remote_timestamp": None,
+                "asked": "t-1",
+                "answered": "t-2",
+            },
+        ),
+        (
+            ev.FLAGGED_FOR_REVIEW,
+            {
+                "reason": "wrong_task",
+                "detail": "asked about task t-1, the agent answered about task t-2",
+            },
+        ),
+    ]
+    assert wrong_task({"flags": None}, "a", "b", None, "send")[0][1]["state"] is None
+
+
+def test_an_answer_about_another_task_adds_nothing_once_the_task_is_flagged() -> None:
+    task = task_on(card(), flags=["clock_skew", "wrong_task"])
+    assert wrong_task(task, "t-1", "t-2", "working", "poll") == []
+    assert len(wrong_task(task_on(card(), flags=["clock_skew"]), "t-1", "t-2", None, "poll")) == 2
+
+
+def test_a_report_in_another_context_is_flagged_once_with_both_contexts() -> None:
+    task = task_on(card(), remote_context_id="ctx-1")
+    assert context_check(task, "ctx-2") == [
+        (
+            ev.FLAGGED_FOR_REVIEW,
+            {
+                "reason": "context_mismatch",
+                "detail": "the task's context is ctx-1, a report named ctx-2",
+            },
+        )
+    ]
+    flagged = task_on(card(), remote_context_id="ctx-1", flags=["wrong_task", "context_mismatch"])
+    assert context_check(flagged, "ctx-2") == []
+    other_flag = task_on(card(), remote_context_id="ctx-1", flags=["wrong_task"])
+    assert len(context_check(other_flag, "ctx-2")) == 1
+    assert len(context_check({"remote_context_id": "ctx-1", "flags": None}, "ctx-2")) == 1
+
+
+def test_a_report_in_the_bound_context_or_with_no_context_on_either_side_is_not_flagged() -> None:
+    bound = task_on(card(), remote_context_id="ctx-1")
+    assert context_check(bound, "ctx-1") == []
+    assert context_check(bound, None) == []
+    assert context_check(bound, "") == []
+    unbound = task_on(card())  # remote_context_id None: nothing to compare with
+    assert context_check(unbound, "ctx-2") == []
+    assert context_check({**unbound, "remote_context_id": ""}, "ctx-2") == []
+
+
+# -- R9 resume: which interface, under the R16 rule ------------------------------------------------
+
+HTTPS_RPC = {"url": "https://a.test/rpc", "binding": "JSONRPC"}
+HTTPS_REST = {"url": "https://a.test/rest", "binding": "HTTP+JSON"}
+
+
+def https(doc: dict[str, Any]) -> None:
+    for interface in doc["supportedInterfaces"]:
+        interface["url"] = interface["url"].replace("http://", "https://")
+
+
+def test_resume_on_the_same_https_card_stays_on_the_recorded_interface() -> None:
+    fresh = card(https)
+    for endpoint in (HTTPS_RPC, HTTPS_REST):  # the card lists JSON-RPC first
+        task = task_on(fresh, endpoint=dict(endpoint))
+        assert resume_check(task, fresh, None) == ResumePlan(False, endpoint, (), "")
+
+
+def test_resume_follows_an_interface_moved_for_the_recorded_binding() -> None:
+    fresh = card(https)
+
+    def move_rest(doc: dict[str, Any]) -> None:
+        https(doc)
+        doc["supportedInterfaces"][1]["url"] = "https://b.test/rest"
+
+    moved = card(move_rest)
+    new = {"url": "https://b.test/rest", "binding": "HTTP+JSON"}
+    plan = resume_check(task_on(fresh, endpoint=dict(HTTPS_REST)), moved, None)
+    assert (plan.orphaned, plan.endpoint) == (False, new)
+    assert plan.events[-1] == (ev.ENDPOINT_MOVED, {"old": HTTPS_REST, "new": new})
+
+
+def test_resume_moves_to_plain_http_elsewhere_only_when_insecure_http_is_allowed() -> None:
+    fresh = card()
+
+    def move(doc: dict[str, Any]) -> None:
+        doc["supportedInterfaces"][0]["url"] = "http://b.test/rpc"
+
+    moved = card(move)
+    task = task_on(fresh)
+    assert resume_check(task, moved, None).endpoint == RPC
+    assert resume_check(task, moved, None, allow_insecure=False).endpoint == RPC
+    plan = resume_check(task, moved, None, allow_insecure=True)
+    assert plan.endpoint == {"url": "http://b.test/rpc", "binding": "JSONRPC"}

@@ -17,6 +17,9 @@ import pytest
 
 from cardfence.engine import events as ev
 from cardfence.engine.observations import (
+    MAX_RECORDED_ARTIFACT_BYTES,
+    MAX_RECORDED_MESSAGE_BYTES,
+    MAX_RECORDED_NAME_CHARS,
     ArtifactRecord,
     Observation,
     apply_observation,
@@ -269,3 +272,247 @@ def test_an_artifact_update_is_observed_without_a_state() -> None:
 )
 def test_an_update_that_says_nothing_of_the_task_is_no_observation(update: StreamUpdate) -> None:
     assert from_update(update, "push") is None
+
+
+# -- what the store is given (R16) ----------------------------------------------------------------
+
+
+def test_stored_json_is_compact_ascii_with_sorted_keys_and_refuses_nan() -> None:
+    assert stored_json({"b": [1, 2.5], "a": "\u00e9"}) == '{"a":"\\u00e9","b":[1,2.5]}'
+    with pytest.raises(ValueError, match="not JSON compliant"):
+        stored_json({"n": float("nan")})
+
+
+def _sized_artifact(size: int, name: str | None = None) -> ArtifactRecord:
+    """An artifact whose stored JSON of id, name and parts is exactly ``size`` characters."""
+    empty = stored_json(
+        {"artifact_id": "a1", "name": name, "parts": [{"kind": "text", "text": ""}]}
+    )
+    return ArtifactRecord("a1", name, ({"kind": "text", "text": "x" * (size - len(empty))},))
+
+
+def test_an_artifact_at_the_size_limit_is_kept_whole_and_one_byte_more_as_its_digest() -> None:
+    at_limit = _sized_artifact(MAX_RECORDED_ARTIFACT_BYTES).to_json()
+    assert at_limit["bytes"] == MAX_RECORDED_ARTIFACT_BYTES
+    assert "truncated" not in at_limit
+    assert at_limit["parts"][0]["text"].startswith("xxx")
+
+    over = _sized_artifact(MAX_RECORDED_ARTIFACT_BYTES + 1)
+    text = stored_json({"artifact_id": "a1", "name": None, "parts": list(over.parts)})
+    assert over.to_json() == {
+        "artifact_id": "a1",
+        "name": None,
+        "truncated": True,
+        "bytes": MAX_RECORDED_ARTIFACT_BYTES + 1,
+        "sha256": hashlib.sha256(text.encode()).hexdigest(),
+    }
+
+
+def test_an_oversize_artifact_keeps_the_first_characters_of_its_name() -> None:
+    name = "n" * (MAX_RECORDED_NAME_CHARS + 44)
+    kept = _sized_artifact(MAX_RECORDED_ARTIFACT_BYTES + 1, name).to_json()
+    assert kept["name"] == "n" * MAX_RECORDED_NAME_CHARS
+
+
+# -- repeats (R12): a report recorded once is recorded once more as a repeat, then never -----------
+
+
+def _recorded(task: dict[str, Any], observation: Observation) -> tuple[dict[str, Any], str]:
+    """The task after ``observation`` was recorded as a transition, and its report."""
+    [(kind, data)] = apply_observation(task, observation)
+    assert kind == ev.STATE_CHANGED
+    after = {
+        **task,
+        "state": data["to"],
+        "remote_timestamp": data["remote_timestamp"],
+        "last_report": data["report"],
+        "reports_seen": [data["report"]],
+    }
+    return after, data["report"]
+
+
+def test_a_report_pushed_again_is_recorded_once_as_a_repeat_with_its_fingerprint() -> None:
+    task, report = _recorded(_task(), Observation("push", "working", _at(1), message="hi"))
+    again = Observation("push", "working", _at(1), message="hi")
+    assert apply_observation(task, again) == [
+        (
+            ev.OBSERVATION_IGNORED,
+            {
+                "reason": "duplicate",
+                "state": "working",
+                "source": "push",
+                "remote_timestamp": None,
+                "report": report,
+                "repeat": True,
+            },
+        )
+    ]
+    assert apply_observation({**task, "reports_repeated": ["other"]}, again)[0][1]["repeat"]
+    assert apply_observation({**task, "reports_repeated": [report]}, again) == []
+
+
+def test_a_report_polled_again_records_nothing() -> None:
+    task, _ = _recorded(_task(), Observation("poll", "working", _at(1)))
+    assert apply_observation(task, Observation("poll", "working", _at(1))) == []
+
+
+def test_a_report_is_a_repeat_if_it_was_the_last_or_any_since_the_last_reply() -> None:
+    task, report = _recorded(_task(), Observation("push", "working", _at(1)))
+    again = Observation("push", "working", _at(1))
+    only_last = {**task, "reports_seen": None}
+    only_seen = {**task, "last_report": "other", "reports_seen": ["x", report]}
+    neither = {**task, "last_report": "other", "reports_seen": ["x"]}
+    assert apply_observation(only_last, again)[0][1].get("repeat") is True
+    assert apply_observation(only_seen, again)[0][1].get("repeat") is True
+    [(kind, data)] = apply_observation(neither, again)
+    assert (kind, data["reason"], "repeat" in data) == (ev.OBSERVATION_IGNORED, "duplicate", False)
+
+
+def test_a_poll_of_the_moment_already_applied_records_nothing_a_push_records_a_duplicate() -> None:
+    task = _task("working", remote_timestamp=_iso(1))  # applied; no fingerprint kept
+    # Same state, same moment, another status message: not a repeat of a recorded report.
+    assert apply_observation(task, Observation("poll", "working", _at(1), message="m")) == []
+    [(kind, data)] = apply_observation(task, Observation("push", "working", _at(1), message="m"))
+    assert (kind, data["reason"], data["source"]) == (ev.OBSERVATION_IGNORED, "duplicate", "push")
+
+
+def test_the_same_state_at_the_same_time_is_a_duplicate_earlier_stale_later_same_state() -> None:
+    task = _task("working", remote_timestamp=_iso(5))
+    reasons = [
+        apply_observation(task, Observation("push", "working", _at(t), message="m"))[0][1]["reason"]
+        for t in (5, 4, 6)
+    ]
+    assert reasons == ["duplicate", "stale", "same_state"]
+
+
+def test_a_transition_without_a_timestamp_records_no_skew() -> None:
+    [(kind, data)] = apply_observation(_task(), Observation("push", "working"))
+    assert kind == ev.STATE_CHANGED
+    data.pop("report")
+    assert data == {
+        "from": "submitted",
+        "to": "working",
+        "source": "push",
+        "remote_timestamp": None,
+    }
+
+
+# -- artifacts seen before, replaced, superseded ---------------------------------------------------
+
+V1 = ArtifactRecord("a1", "answer", ({"kind": "text", "text": "one"},))
+V2 = ArtifactRecord("a1", "answer", ({"kind": "text", "text": "two"},))
+
+
+def _holding(record: ArtifactRecord, **extra: Any) -> dict[str, Any]:
+    return _task("working", artifacts=[record.to_json()], **extra)
+
+
+def test_an_artifact_already_held_is_not_recorded_again() -> None:
+    assert apply_observation(_holding(V1), Observation("poll", None, artifacts=(V1,))) == []
+
+
+def test_a_new_version_of_an_artifact_is_recorded_as_replacing_the_one_held() -> None:
+    assert apply_observation(_holding(V1), Observation("push", None, artifacts=(V2,))) == [
+        (ev.ARTIFACT_RECEIVED, {**V2.to_json(), "source": "push", "replaces": True})
+    ]
+
+
+def test_a_version_that_was_replaced_is_never_recorded_again() -> None:
+    task = _holding(V2, **{ev.SUPERSEDED_ARTIFACTS: {"a1": [V1.to_json()["sha256"]]}})
+    assert apply_observation(task, Observation("poll", None, artifacts=(V1,))) == []
+    other = {ev.SUPERSEDED_ARTIFACTS: {"a2": [V1.to_json()["sha256"]]}}
+    assert (
+        len(apply_observation(_holding(V2, **other), Observation("poll", None, artifacts=(V1,))))
+        == 1
+    )
+
+
+# -- flags: payload truncated, clock skew (recorded once per task) ---------------------------------
+
+TRUNCATED_DETAIL = "an oversize part of a remote report was kept as its size and SHA-256"
+
+
+def test_an_oversize_artifact_flags_the_task_once() -> None:
+    big = _sized_artifact(MAX_RECORDED_ARTIFACT_BYTES + 1)
+    small = ArtifactRecord("a0", None)
+    report = Observation("push", None, artifacts=(big, small))
+    flagged = (ev.FLAGGED_FOR_REVIEW, {"reason": "payload_truncated", "detail": TRUNCATED_DETAIL})
+    assert apply_observation(_task("working"), report) == [
+        (ev.ARTIFACT_RECEIVED, {**big.to_json(), "source": "push"}),
+        (ev.ARTIFACT_RECEIVED, {**small.to_json(), "source": "push"}),
+        flagged,
+    ]
+    assert apply_observation(_task("working", flags=["clock_skew"]), report)[-1] == flagged
+    already = apply_observation(_task("working", flags=["payload_truncated"]), report)
+    assert [kind for kind, _ in already] == [ev.ARTIFACT_RECEIVED, ev.ARTIFACT_RECEIVED]
+    assert apply_observation(_task("working", flags=None), report)[-1] == flagged
+
+
+def test_a_status_message_at_the_limit_is_kept_and_one_byte_more_is_kept_as_its_digest() -> None:
+    at_limit = "m" * (MAX_RECORDED_MESSAGE_BYTES - 2)  # stored with its two quotes
+    [(_, kept)] = apply_observation(_task(), Observation("push", "working", message=at_limit))
+    assert kept["message"] == at_limit
+
+    over = at_limit + "m"
+    events = apply_observation(_task(), Observation("push", "working", message=over))
+    [(kind, data), flag] = events
+    data.pop("report")
+    assert (kind, data) == (
+        ev.STATE_CHANGED,
+        {
+            "from": "submitted",
+            "to": "working",
+            "source": "push",
+            "remote_timestamp": None,
+            "message": None,
+            "message_bytes": MAX_RECORDED_MESSAGE_BYTES + 1,
+            "message_sha256": hashlib.sha256(f'"{over}"'.encode()).hexdigest(),
+            "payload_truncated": True,
+        },
+    )
+    assert flag == (
+        ev.FLAGGED_FOR_REVIEW,
+        {"reason": "payload_truncated", "detail": TRUNCATED_DETAIL},
+    )
+    flagged = _task(flags=["payload_truncated"])
+    assert len(apply_observation(flagged, Observation("push", "working", message=over))) == 1
+
+
+def test_a_timestamp_too_far_ahead_is_kept_as_reported_not_used_and_flags_the_task_once() -> None:
+    ahead = Observation("push", "working", _at(400), received_at=T0)
+    [(kind, data), flag] = apply_observation(_task(), ahead)
+    data.pop("report")
+    assert (kind, data) == (
+        ev.STATE_CHANGED,
+        {
+            "from": "submitted",
+            "to": "working",
+            "source": "push",
+            "remote_timestamp": None,
+            "reported_timestamp": _iso(400),
+            "clock_skew": True,
+        },
+    )
+    detail = (
+        f"status timestamp {_iso(400)} is more than 300 s ahead of its receipt at {_iso(0)}; "
+        "not used for ordering"
+    )
+    assert flag == (ev.FLAGGED_FOR_REVIEW, {"reason": "clock_skew", "detail": detail})
+    assert len(apply_observation(_task(flags=["clock_skew"]), ahead)) == 1
+    assert len(apply_observation(_task(flags=["payload_truncated"]), ahead)) == 2
+
+
+def test_the_clock_skew_allowed_is_the_one_given_and_its_bound_is_not_skew() -> None:
+    def recorded(seconds: float, **kwargs: float) -> list[tuple[str, dict[str, Any]]]:
+        observation = Observation("push", "working", _at(seconds), received_at=T0)
+        return apply_observation(_task(), observation, **kwargs)
+
+    [(_, data)] = recorded(300)  # exactly the default bound: still usable
+    assert data["remote_timestamp"] == _iso(300)
+    [(_, data)] = recorded(400, max_clock_skew=500)
+    assert (data["remote_timestamp"], "clock_skew" in data) == (_iso(400), False)
+    [(_, data), (_, flag)] = recorded(20, max_clock_skew=10)
+    assert (data["remote_timestamp"], data["clock_skew"]) == (None, True)
+    assert "more than 10 s ahead" in flag["detail"]
+    [(_, data)] = recorded(-3600)  # behind its receipt: never skew
+    assert data["remote_timestamp"] == _iso(-3600)

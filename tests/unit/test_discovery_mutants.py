@@ -1,0 +1,1054 @@
+"""Card discovery against real HTTP servers on 127.0.0.1, field by field (R2-R4, R14, R16).
+
+Written to kill the mutants of ``engine/cards/discovery.py``: which URLs are asked and with which
+headers, where each refusal points and what it says, what is recorded for every read and every
+failure, when the memo answers instead of the wire, and how pinning decides. The servers are the
+raw HTTP/1.1 servers of ``tests/support/hostile.py``, told what to answer per path; every test
+runs in well under a second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import re
+import socket
+import sys
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from support.hostile import HostileServer, Reply, Request, SilentListener
+
+from cardfence.engine import deadline
+from cardfence.engine import events as ev
+from cardfence.engine.cards.discovery import (
+    USER_AGENT,
+    CardLimits,
+    CardRead,
+    ContractCheck,
+    Discovery,
+    append_agent_events,
+    card_urls,
+    fetch_card,
+)
+from cardfence.engine.cards.model import parse_card
+from cardfence.engine.errors import CardInvalidError, ContractChangedError, DiscoveryError
+from cardfence.engine.replay import initial_agent_state
+from cardfence.store import ConcurrencyError, EventStore, NewEvent
+
+CARD = "/.well-known/agent-card.json"
+LEGACY = "/.well-known/agent.json"
+JSON = {"Content-Type": "application/json"}
+FAST = CardLimits(timeout=2.0, connect_timeout=1.0)
+MODIFIED = "Tue, 01 Dec 2026 00:00:00 GMT"
+
+Answer = Reply | Callable[[Request], Reply]
+# 0.0.0.0 reaching 127.0.0.1, and handshakes left unanswered once a listener's backlog is full.
+LINUX = pytest.mark.skipif(sys.platform != "linux", reason="relies on Linux's TCP/IP stack")
+
+
+class CardServer(HostileServer):
+    """Answers ``routes[path]`` (a Reply, or a function of the request); 404 elsewhere."""
+
+    def __init__(self) -> None:
+        super().__init__(self._route)
+        self.routes: dict[str, Answer] = {}
+
+    def _route(self, request: Request) -> Reply:
+        answer = self.routes.get(request.path)
+        if answer is None:
+            return Reply(status=404, body=b"not here", headers={"Content-Type": "text/plain"})
+        return answer(request) if callable(answer) else answer
+
+    def paths(self) -> list[str]:
+        return [r.path for r in self.requests]
+
+
+def document(**change: Any) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "name": "cards",
+        "description": "an agent whose card the tests rewrite",
+        "version": "1.0.0",
+        "supportedInterfaces": [
+            {
+                "url": "http://127.0.0.1:1/rpc",
+                "protocolBinding": "JSONRPC",
+                "protocolVersion": "1.0",
+            }
+        ],
+        "capabilities": {"pushNotifications": True},
+        "defaultInputModes": ["text/plain"],
+        "defaultOutputModes": ["text/plain"],
+        "skills": [{"id": "echo", "name": "Echo", "description": "echo", "tags": []}],
+    }
+    doc.update(change)
+    return doc
+
+
+def body(**change: Any) -> bytes:
+    return json.dumps(document(**change)).encode()
+
+
+ROTATED = {
+    "securitySchemes": {"m": {"mtlsSecurityScheme": {}}},
+    "securityRequirements": [{"schemes": {"m": {"list": []}}}],
+}
+
+
+def card_reply(
+    data: bytes | None = None, *, etag: str | None = None, modified: str | None = None
+) -> Reply:
+    headers = dict(JSON)
+    if etag is not None:
+        headers["ETag"] = etag
+    if modified is not None:
+        headers["Last-Modified"] = modified
+    return Reply(body=body() if data is None else data, headers=headers)
+
+
+def conditional(
+    data: bytes | None = None, *, etag: str | None = None, modified: str | None = None
+) -> Callable[[Request], Reply]:
+    """A card that answers 304, without validators, to a request that sends one."""
+
+    def answer(request: Request) -> Reply:
+        if "if-none-match" in request.headers or "if-modified-since" in request.headers:
+            return Reply(status=304, body=b"", headers={})
+        return card_reply(data, etag=etag, modified=modified)
+
+    return answer
+
+
+def redirect(status: int, location: str | None) -> Reply:
+    return Reply(status=status, headers={} if location is None else {"Location": location})
+
+
+@pytest.fixture
+def server() -> Iterator[CardServer]:
+    with CardServer() as running:
+        yield running
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[EventStore]:
+    with EventStore.open(f"sqlite:///{tmp_path / 'cards.db'}") as opened:
+        yield opened
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient() as shared:
+        yield shared
+
+
+def events_of(store: EventStore, origin: str) -> list[tuple[str, dict[str, Any]]]:
+    return [(e.type, e.data) for e in store.read_stream(ev.agent_stream_id(origin))]
+
+
+def closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+# -- which URLs ------------------------------------------------------------------------------------
+
+
+def test_an_agent_url_names_its_origin_and_the_two_well_known_card_paths_under_it() -> None:
+    assert card_urls("http://a.test/agents/x/?q=1#top") == (
+        "http://a.test",
+        ("http://a.test/agents/x/.well-known/agent-card.json", "http://a.test/agents/x" + LEGACY),
+    )
+    assert card_urls("https://a.test") == (
+        "https://a.test",
+        ("https://a.test" + CARD, "https://a.test" + LEGACY),
+    )
+    assert card_urls("http://a.test/boX//")[1][0] == "http://a.test/boX" + CARD  # only "/" goes
+
+
+def test_a_card_url_ending_in_json_is_the_only_url_tried() -> None:
+    assert card_urls("https://a.test:8443/cards/me.json?v=2#x") == (
+        "https://a.test:8443",
+        ("https://a.test:8443/cards/me.json",),
+    )
+
+
+@pytest.mark.parametrize(
+    ("url", "origin"),
+    [
+        ("http://a.test:80/", "http://a.test"),
+        ("https://a.test:443/", "https://a.test"),
+        ("http://a.test:443/", "http://a.test:443"),
+        ("http://a.test:81/", "http://a.test:81"),
+        ("https://a.test:444/", "https://a.test:444"),
+        ("https://a.test:80/", "https://a.test:80"),
+        ("http://[::1]:8080/", "http://[::1]:8080"),
+        ("https://[::1]/", "https://[::1]"),
+    ],
+)
+def test_an_origin_leaves_out_the_default_port_only_and_brackets_ipv6(
+    url: str, origin: str
+) -> None:
+    assert card_urls(url)[0] == origin
+
+
+@pytest.mark.parametrize("url", ["ftp://a.test/card", "file:///tmp/card.json", "http://"])
+def test_a_url_that_is_not_http_with_a_host_is_refused_as_a_network_failure(url: str) -> None:
+    with pytest.raises(DiscoveryError) as refused:
+        card_urls(url)
+    assert (refused.value.url, refused.value.kind, refused.value.detail) == (
+        url,
+        "network",
+        "not an http(s) URL",
+    )
+
+
+# -- one read on the wire --------------------------------------------------------------------------
+
+
+async def test_a_read_asks_for_json_in_the_encodings_it_decodes_and_names_itself(
+    server: CardServer, client: httpx.AsyncClient
+) -> None:
+    server.routes[CARD] = card_reply(etag='"e1"', modified=MODIFIED)
+
+    got = await fetch_card(client, [server.url + CARD], limits=FAST)
+
+    assert (got.url, got.status, got.body) == (server.url + CARD, 200, body())
+    assert (got.etag, got.last_modified, got.location) == ('"e1"', MODIFIED, None)
+    [request] = server.requests
+    assert (request.method, request.path) == ("GET", CARD)
+    assert request.headers["accept"] == "application/json"
+    assert request.headers["accept-encoding"] == "gzip, deflate"
+    assert request.headers["user-agent"] == USER_AGENT == "cardfence/0.1"
+    assert set(request.headers) == {"host", "connection", "accept", "accept-encoding", "user-agent"}
+
+
+async def test_a_conditional_read_sends_the_validators_stored_for_that_url_only(
+    server: CardServer, client: httpx.AsyncClient
+) -> None:
+    server.routes[CARD] = conditional()
+    url = server.url + CARD
+
+    got = await fetch_card(client, [url], validators={url: ('"e1"', MODIFIED)}, limits=FAST)
+    assert (got.status, got.body, got.etag) == (304, b"", None)
+    assert server.requests[-1].headers["if-none-match"] == '"e1"'
+    assert server.requests[-1].headers["if-modified-since"] == MODIFIED
+
+    await fetch_card(client, [url], validators={url: (None, MODIFIED)}, limits=FAST)
+    assert "if-none-match" not in server.requests[-1].headers
+    assert server.requests[-1].headers["if-modified-since"] == MODIFIED
+
+    await fetch_card(client, [url], validators={url: ('"e2"', None)}, limits=FAST)
+    assert server.requests[-1].headers["if-none-match"] == '"e2"'
+    assert "if-modified-since" not in server.requests[-1].headers
+
+    other = {server.url + LEGACY: ('"e3"', MODIFIED)}
+    assert (await fetch_card(client, [url], validators=other, limits=FAST)).status == 200
+    assert "if-none-match" not in server.requests[-1].headers
+
+
+async def test_a_304_keeps_the_validators_it_carries(
+    server: CardServer, client: httpx.AsyncClient
+) -> None:
+    server.routes[CARD] = Reply(status=304, headers={"ETag": '"e9"', "Last-Modified": MODIFIED})
+
+    got = await fetch_card(client, [server.url + CARD], limits=FAST)
+
+    assert (got.status, got.body, got.etag, got.last_modified) == (304, b"", '"e9"', MODIFIED)
+
+
+async def test_a_404_at_the_first_path_tries_the_legacy_path_and_records_it(
+    server: CardServer, client: httpx.AsyncClient
+) -> None:
+    server.routes[LEGACY] = card_reply()
+    urls = card_urls(server.url)[1]
+
+    got = await fetch_card(client, urls, limits=FAST)
+
+    assert (got.url, got.status) == (server.url + LEGACY, 200)
+    assert server.paths() == [CARD, LEGACY]
+
+
+async def test_a_404_at_the_last_path_is_an_http_status_failure_naming_it(
+    server: CardServer, client: httpx.AsyncClient
+) -> None:
+    with pytest.raises(DiscoveryError) as failed:
+        await fetch_card(client, card_urls(server.url)[1], limits=FAST)
+
+    assert (failed.value.url, failed.value.kind, failed.value.detail) == (
+        server.url + LEGACY,
+        "http_status",
+        "404",
+    )
+    assert server.paths() == [CARD, LEGACY]
+
+
+async def test_any_other_status_at_the_first_path_fails_without_trying_the_next(
+    server: CardServer, client: httpx.AsyncClient
+) -> None:
+    server.routes[CARD] = Reply(status=503, body=b"busy", headers={"ETag": '"x"'})
+    server.routes[LEGACY] = card_reply()
+
+    with pytest.raises(DiscoveryError) as failed:
+        await fetch_card(client, card_urls(server.url)[1], limits=FAST)
+
+    assert (failed.value.url, failed.value.kind, failed.value.detail) == (
+        server.url + CARD,
+        "http_status",
+        "503",
+    )
+    assert server.paths() == [CARD]
+
+
+# -- redirects -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("status", [301, 302, 303, 307, 308])
+async def test_a_same_origin_redirect_is_followed_and_recorded_under_the_url_asked(
+    server: CardServer, client: httpx.AsyncClient, status: int
+) -> None:
+    server.routes[CARD] = redirect(status, "/cards/current.json")
+    server.routes["/cards/current.json"] = card_reply(etag='"e1"')
+
+    got = await fetch_card(client, [server.url + CARD], limits=FAST)
+
+    assert (got.url, got.status, got.body, got.etag) == (server.url + CARD, 200, body(), '"e1"')
+    assert server.paths() == [CARD, "/cards/current.json"]
+    assert server.requests[1].headers["user-agent"] == USER_AGENT
+
+
+async def test_redirects_are_followed_up_to_the_limit_and_no_further(
+    server: CardServer, client: httpx.AsyncClient
+) -> None:
+    server.routes[CARD] = redirect(302, "/one")
+    server.routes["/one"] = redirect(302, "/two")
+    server.routes["/two"] = card_reply()
+    two = CardLimits(timeout=2.0, max_redirects=2)
+
+    assert (await fetch_card(client, [server.url + CARD], limits=two)).status == 200
+
+    one = CardLimits(timeout=2.0, max_redirects=1)
+    with pytest.raises(DiscoveryError) as refused:
+        await fetch_card(client, [server.url + CARD], limits=one)
+    assert (refused.value.url, refused.value.kind, refused.value.detail) == (
+        server.url + CARD,
+        "redirect",
+        "more than 1 redirects",
+    )
+    assert server.paths()[-2:] == [CARD, "/one"]  # /two is not asked for
+
+
+async def test_a_redirect_to_another_origin_is_refused_naming_the_target(
+    server: CardServer, client: httpx.AsyncClient
+) -> None:
+    elsewhere = f"http://localhost:{server.port}/card.json"  # another host: another origin
+    server.routes[CARD] = redirect(301, "/moved")
+    server.routes["/moved"] = redirect(307, elsewhere)
+
+    with pytest.raises(DiscoveryError) as refused:
+        await fetch_card(client, [server.url + CARD], limits=FAST)
+
+    assert (refused.value.url, refused.value.kind, refused.value.detail) == (
+        server.url + "/moved",
+        "redirect",
+        f"redirect to {elsewhere} refused (another origin)",
+    )
+
+
+async def test_a_client_that_follows_redirects_still_has_another_origin_refused(
+    server: CardServer,
+) -> None:
+    server.routes[CARD] = redirect(302, f"http://localhost:{server.port}/card.json")
+    server.routes["/card.json"] = card_reply()
+
+    async with httpx.AsyncClient(follow_redirects=True) as following:
+        with pytest.raises(DiscoveryError) as refused:
+            await fetch_card(following, [server.url + CARD], limits=FAST)
+
+    assert refused.value.kind == "redirect"
+    assert server.paths() == [CARD]
+
+
+async def test_a_redirect_without_a_location_is_refused(
+    server: CardServer, client: httpx.AsyncClient
+) -> None:
+    server.routes[CARD] = redirect(302, None)
+
+    with pytest.raises(DiscoveryError) as refused:
+        await fetch_card(client, [server.url + CARD], limits=FAST)
+
+    url = server.url + CARD
+    assert (refused.value.url, refused.value.kind, refused.value.detail) == (
+        url,
+        "redirect",
+        f"redirect to {url} refused (another origin)",
+    )
+    assert server.paths() == [CARD]
+
+
+# -- what may be read, and for how long ------------------------------------------------------------
+
+
+async def test_plain_http_to_a_host_that_is_not_loopback_is_refused_before_any_request(
+    client: httpx.AsyncClient,
+) -> None:
+    url = "http://a.test" + CARD
+    with pytest.raises(DiscoveryError) as refused:
+        await fetch_card(client, [url], limits=FAST)
+    assert (refused.value.url, refused.value.kind, refused.value.detail) == (
+        url,
+        "insecure",
+        "plain http to a non-loopback host refused (https required)",
+    )
+
+
+@LINUX
+async def test_allow_insecure_lets_plain_http_reach_a_host_that_is_not_loopback(
+    server: CardServer, client: httpx.AsyncClient
+) -> None:
+    # 0.0.0.0 is not a loopback address, yet on Linux a connection to it reaches 127.0.0.1.
+    server.routes[CARD] = card_reply()
+    url = f"http://0.0.0.0:{server.port}{CARD}"
+    with pytest.raises(DiscoveryError, match="plain http"):
+        await fetch_card(client, [url], limits=FAST)
+
+    insecure = CardLimits(timeout=2.0, allow_insecure=True)
+    assert (await fetch_card(client, [url], limits=insecure)).status == 200
+
+
+async def test_a_read_with_no_time_left_is_not_sent(
+    server: CardServer, client: httpx.AsyncClient
+) -> None:
+    urls = card_urls(server.url)[1]
+    for limits in (CardLimits(timeout=0.0), CardLimits(timeout=-1.0)):
+        with pytest.raises(DiscoveryError) as failed:
+            await fetch_card(client, urls, limits=limits)
+        assert (failed.value.url, failed.value.kind, failed.value.detail) == (
+            server.url + CARD,
+            "timeout",
+            "the deadline passed before the card was read",
+        )
+    with deadline.within(-1.0), pytest.raises(DiscoveryError, match="deadline passed"):
+        await fetch_card(client, urls, limits=FAST)
+    assert server.requests == []
+
+
+async def test_a_card_that_never_finishes_fails_at_the_total_timeout_naming_the_url_it_was_on(
+    server: CardServer, client: httpx.AsyncClient
+) -> None:
+    server.routes[LEGACY] = Reply(body=body(), drip=0.02)
+    limits = CardLimits(timeout=0.4, connect_timeout=0.2)
+
+    async with asyncio.timeout(3.0):  # the test's own bound, should the read have none
+        with pytest.raises(DiscoveryError) as failed:
+            await fetch_card(client, card_urls(server.url)[1], limits=limits)
+
+    assert (failed.value.url, failed.value.kind, failed.value.detail) == (
+        server.url + LEGACY,
+        "timeout",
+        "no complete answer within 0.4s",
+    )
+
+
+@LINUX
+async def test_a_connection_that_cannot_be_made_in_time_is_a_timeout_of_the_client(
+    client: httpx.AsyncClient,
+) -> None:
+    # A listener whose backlog is full: the kernel leaves further handshakes unanswered.
+    backlog = socket.socket()
+    backlog.bind(("127.0.0.1", 0))
+    backlog.listen(0)
+    port = backlog.getsockname()[1]
+    fillers = []
+    try:
+        for _ in range(4):
+            filler = socket.socket()
+            filler.setblocking(False)
+            filler.connect_ex(("127.0.0.1", port))
+            fillers.append(filler)
+        await asyncio.sleep(0.05)
+        url = f"http://127.0.0.1:{port}{CARD}"
+        with pytest.raises(DiscoveryError) as failed:
+            await fetch_card(client, [url], limits=CardLimits(timeout=3.0, connect_timeout=0.2))
+    finally:
+        for filler in fillers:
+            filler.close()
+        backlog.close()
+    assert (failed.value.url, failed.value.kind, failed.value.detail) == (
+        url,
+        "timeout",
+        "timed out (ConnectTimeout)",
+    )
+
+
+async def test_a_silent_server_is_a_timeout_within_the_total_bound(
+    client: httpx.AsyncClient,
+) -> None:
+    with SilentListener() as silent:
+        url = f"http://127.0.0.1:{silent.port}{CARD}"
+        with pytest.raises(DiscoveryError) as failed:
+            await fetch_card(client, [url], limits=CardLimits(timeout=0.3))
+    assert (failed.value.url, failed.value.kind) == (url, "timeout")
+
+
+async def test_a_refused_connection_is_a_network_failure_with_its_cause(
+    client: httpx.AsyncClient,
+) -> None:
+    url = f"http://127.0.0.1:{closed_port()}{CARD}"
+    with pytest.raises(DiscoveryError) as failed:
+        await fetch_card(client, [url], limits=FAST)
+    assert (failed.value.url, failed.value.kind) == (url, "network")
+    assert failed.value.detail == "network error: All connection attempts failed"
+
+
+async def test_a_card_over_the_size_limit_is_refused_as_too_large(
+    server: CardServer, client: httpx.AsyncClient
+) -> None:
+    server.routes[CARD] = card_reply(b"{" + b" " * 200 + b"}")
+
+    with pytest.raises(CardInvalidError) as refused:
+        await fetch_card(client, [server.url + CARD], limits=CardLimits(max_bytes=100))
+
+    assert (refused.value.url, refused.value.kind) == (server.url + CARD, "too_large")
+    assert refused.value.detail == "card body declared 202 bytes, over the limit of 100"
+
+
+async def test_a_card_in_an_encoding_not_decoded_is_refused_as_invalid(
+    server: CardServer, client: httpx.AsyncClient
+) -> None:
+    server.routes[CARD] = Reply(body=body(), headers={**JSON, "Content-Encoding": "br"})
+
+    with pytest.raises(CardInvalidError) as refused:
+        await fetch_card(client, [server.url + CARD], limits=FAST)
+
+    assert (refused.value.url, refused.value.kind) == (server.url + CARD, "invalid_card")
+    assert (
+        refused.value.detail == "card content encoding 'br' refused: only gzip, deflate are decoded"
+    )
+
+
+async def test_an_error_page_that_never_ends_is_drained_a_little_then_dropped(
+    server: CardServer, client: httpx.AsyncClient
+) -> None:
+    # 16 KiB at a time, forever: reading it all would end only at the timeout.
+    server.routes[CARD] = Reply(status=503, body=b"busy", drip=0.0, chunk=16384)
+    limits = CardLimits(timeout=2.0)
+
+    with pytest.raises(DiscoveryError) as failed:
+        await fetch_card(client, [server.url + CARD], limits=limits)
+
+    assert (failed.value.kind, failed.value.detail) == ("http_status", "503")
+
+
+# -- reading and recording -------------------------------------------------------------------------
+
+
+async def test_a_first_read_records_every_field_and_stores_the_snapshot(
+    server: CardServer, store: EventStore, client: httpx.AsyncClient
+) -> None:
+    server.routes[CARD] = card_reply(etag='"e1"', modified=MODIFIED)
+    before = datetime.now(UTC)
+
+    read = await Discovery(store, client, limits=FAST).read(server.url)
+
+    origin = server.url
+    assert (read.agent, read.url, read.status) == (origin, server.url + CARD, 200)
+    assert (read.etag, read.last_modified, read.from_memo) == ('"e1"', MODIFIED, False)
+    assert read.revision == read.card.revision == parse_card(body()).revision
+    assert before <= read.fetched_at <= datetime.now(UTC)
+    assert events_of(store, origin) == [
+        (
+            ev.CARD_FETCHED,
+            {
+                "url": server.url + CARD,
+                "status": 200,
+                "revision": read.revision,
+                "version": "1.0.0",
+                "etag": '"e1"',
+                "last_modified": MODIFIED,
+                "contract_hash": read.card.contract_hash,
+                "push_notifications": True,
+                "fetched_at": read.fetched_at.isoformat(),
+            },
+        )
+    ]
+    snapshot = store.get_snapshot(read.revision)
+    assert snapshot is not None
+    assert (snapshot.body, snapshot.source_url) == (
+        read.card.canonical_bytes().decode(),
+        server.url + CARD,
+    )
+    assert (snapshot.etag, snapshot.http_status) == ('"e1"', 200)
+    assert snapshot.fetched_at == read.fetched_at
+    state = await Discovery(store, client).agent_state(server.url + "/anything")
+    assert (state["revision"], state["card_url"], state["reads"]) == (
+        read.revision,
+        server.url + CARD,
+        1,
+    )
+
+
+async def test_an_agent_never_read_has_its_initial_state(store: EventStore) -> None:
+    async with httpx.AsyncClient() as client:
+        state = await Discovery(store, client).agent_state("http://127.0.0.1:9/x")
+    assert state == initial_agent_state("http://127.0.0.1:9")
+
+
+@pytest.mark.parametrize(
+    ("etag", "modified", "sent"),
+    [('"e1"', None, "if-none-match"), (None, MODIFIED, "if-modified-since")],
+)
+async def test_a_later_read_is_conditional_on_either_validator_and_a_304_keeps_the_stored_ones(
+    server: CardServer,
+    store: EventStore,
+    client: httpx.AsyncClient,
+    etag: str | None,
+    modified: str | None,
+    sent: str,
+) -> None:
+    server.routes[CARD] = conditional(etag=etag, modified=modified)
+    first = await Discovery(store, client, limits=FAST).read(server.url)
+
+    again = await Discovery(store, client, limits=FAST).read(server.url)  # no memo: from the store
+
+    assert sent in server.requests[-1].headers
+    assert (again.status, again.revision, again.url) == (304, first.revision, server.url + CARD)
+    assert (again.etag, again.last_modified) == (etag, modified)
+    assert again.card == first.card
+    assert again.card.source_url == server.url + CARD  # as read from the stored snapshot
+    [_, (kind, data)] = events_of(store, server.url)
+    assert (kind, data["status"], data["etag"], data["last_modified"]) == (
+        ev.CARD_FETCHED,
+        304,
+        etag,
+        modified,
+    )
+    assert store.snapshot_revisions() == [first.revision]
+
+
+async def test_a_304_on_the_card_in_memory_is_not_parsed_again(
+    server: CardServer, store: EventStore, client: httpx.AsyncClient
+) -> None:
+    server.routes[CARD] = conditional(etag='"e1"')
+    discovery = Discovery(store, client, limits=FAST)
+    first = await discovery.read(server.url)
+
+    again = await discovery.read(server.url)
+
+    assert again.status == 304
+    assert again.card is first.card
+
+
+async def test_a_304_for_a_revision_no_longer_held_is_read_again_whole(
+    server: CardServer, store: EventStore, client: httpx.AsyncClient
+) -> None:
+    server.routes[CARD] = conditional(etag='"e2"')
+    origin = server.url
+    # An earlier read recorded a revision whose snapshot this database does not hold.
+    append_agent_events(
+        store,
+        origin,
+        lambda _: [
+            NewEvent(
+                ev.CARD_FETCHED,
+                {"url": server.url + CARD, "revision": "f" * 64, "etag": '"e1"', "status": 200},
+            )
+        ],
+    )
+
+    read = await Discovery(store, client, limits=FAST).read(server.url)
+
+    assert [r.headers.get("if-none-match") for r in server.requests] == ['"e1"', None]
+    assert (read.status, read.etag, read.card.name) == (200, '"e2"', "cards")
+    assert store.snapshot_revisions() == [read.revision]
+
+
+async def test_a_304_to_a_read_without_validators_is_read_again_and_then_refused(
+    server: CardServer, store: EventStore, client: httpx.AsyncClient
+) -> None:
+    server.routes[CARD] = Reply(status=304, headers={})
+
+    with pytest.raises(CardInvalidError):
+        await Discovery(store, client, limits=FAST).read(server.url)
+
+    assert server.paths() == [CARD, CARD]
+    [(kind, data)] = events_of(store, server.url)
+    assert (kind, data["kind"], data["url"]) == (
+        ev.DISCOVERY_FAILED,
+        "invalid_card",
+        server.url + CARD,
+    )
+
+
+async def test_a_200_after_a_conditional_read_keeps_only_its_own_validators(
+    server: CardServer, store: EventStore, client: httpx.AsyncClient
+) -> None:
+    server.routes[CARD] = card_reply(etag='"e1"', modified=MODIFIED)
+    discovery = Discovery(store, client, limits=FAST)
+    await discovery.read(server.url)
+    server.routes[CARD] = card_reply(body(version="2.0.0"))  # no validators, and a new card
+
+    read = await discovery.read(server.url)
+
+    assert server.requests[-1].headers["if-none-match"] == '"e1"'
+    assert (read.status, read.card.version, read.etag, read.last_modified) == (
+        200,
+        "2.0.0",
+        None,
+        None,
+    )
+    assert len(store.snapshot_revisions()) == 2
+
+
+async def test_validators_are_sent_only_to_the_url_they_came_from(
+    server: CardServer, store: EventStore, client: httpx.AsyncClient
+) -> None:
+    server.routes[CARD] = card_reply(etag='"e1"')
+    server.routes["/mine.json"] = card_reply(etag='"e1"')
+    discovery = Discovery(store, client, limits=FAST)
+    await discovery.read(server.url)
+
+    read = await discovery.read(server.url + "/mine.json")
+
+    assert "if-none-match" not in server.requests[-1].headers
+    assert (read.status, read.url) == (200, server.url + "/mine.json")
+
+
+async def test_a_failed_read_is_recorded_with_its_url_kind_detail_and_time(
+    server: CardServer, store: EventStore, client: httpx.AsyncClient
+) -> None:
+    server.routes[CARD] = Reply(status=503, body=b"busy")
+    before = datetime.now(UTC)
+
+    with pytest.raises(DiscoveryError) as failed:
+        await Discovery(store, client, limits=FAST).read(server.url)
+
+    assert (failed.value.kind, failed.value.detail) == ("http_status", "503")
+    [(kind, data)] = events_of(store, server.url)
+    assert kind == ev.DISCOVERY_FAILED
+    assert {k: v for k, v in data.items() if k != "at"} == {
+        "url": server.url + CARD,
+        "kind": "http_status",
+        "detail": "503",
+    }
+    assert before <= datetime.fromisoformat(data["at"]) <= datetime.now(UTC)
+
+
+# -- the memo --------------------------------------------------------------------------------------
+
+
+async def test_a_memoised_read_is_served_from_memory_until_it_is_max_card_age_old(
+    server: CardServer, store: EventStore, client: httpx.AsyncClient
+) -> None:
+    server.routes[CARD] = card_reply(etag='"e1"', modified=MODIFIED)
+    now = [1000.0]
+    discovery = Discovery(store, client, limits=FAST, max_card_age=60.0, clock=lambda: now[0])
+    first = await discovery.read(server.url, fresh=False)  # nothing in memory: from the wire
+    assert first.status == 200
+
+    now[0] += 59.5
+    memo = await discovery.read(server.url, fresh=False)
+    assert memo == CardRead(
+        first.agent, first.card, first.url, 0, '"e1"', MODIFIED, first.fetched_at
+    )
+    assert memo.from_memo
+    assert len(server.requests) == 1
+    assert len(events_of(store, server.url)) == 1
+
+    now[0] += 0.5  # exactly max_card_age: read again
+    assert (await discovery.read(server.url, fresh=False)).status == 200
+    assert len(server.requests) == 2
+
+
+async def test_the_memo_is_kept_two_minutes_by_default(
+    server: CardServer, store: EventStore, client: httpx.AsyncClient
+) -> None:
+    server.routes[CARD] = card_reply()
+    now = [0.0]
+    discovery = Discovery(store, client, limits=FAST, clock=lambda: now[0])
+    await discovery.read(server.url)
+    now[0] = 119.9
+    assert (await discovery.read(server.url, fresh=False)).from_memo
+    now[0] = 120.0
+    assert not (await discovery.read(server.url, fresh=False)).from_memo
+    assert len(server.requests) == 2
+
+
+async def test_a_fresh_read_always_goes_to_the_wire(
+    server: CardServer, store: EventStore, client: httpx.AsyncClient
+) -> None:
+    server.routes[CARD] = card_reply()
+    discovery = Discovery(store, client, limits=FAST, clock=lambda: 0.0)
+    await discovery.read(server.url)
+    await discovery.read(server.url)
+    assert len(server.requests) == 2
+
+
+async def test_the_same_bytes_from_the_same_url_parse_once_of_the_last_sixteen(
+    store: EventStore, client: httpx.AsyncClient
+) -> None:
+    discovery = Discovery(store, client)
+    url = "http://a.test" + CARD
+    first = discovery._parse(body(), url)
+    assert discovery._parse(body(), url) is first
+    other_url = discovery._parse(body(), url + "?")
+    assert other_url is not first  # another URL: parsed again
+    versions = [discovery._parse(body(version=str(n)), url) for n in range(1, 15)]
+    # 16 held. Used again, `first` becomes the most recent; a 17th card pushes out the least
+    # recent, `other_url`, and nothing else.
+    assert discovery._parse(body(), url) is first
+    discovery._parse(body(version="15"), url)
+    assert discovery._parse(body(), url) is first
+    assert discovery._parse(body(version="1"), url) is versions[0]
+    assert discovery._parse(body(), url + "?") is not other_url
+
+
+async def test_the_size_limit_given_applies_to_every_read_of_one_discovery(
+    server: CardServer, store: EventStore, client: httpx.AsyncClient
+) -> None:
+    data = body(description="d" * 500)
+    server.routes[CARD] = card_reply(data)
+    limits = CardLimits(timeout=2.0, max_bytes=300)
+    refusal = f"card body declared {len(data)} bytes, over the limit of 300"
+
+    with pytest.raises(CardInvalidError) as refused:
+        await Discovery(store, client, limits=limits).read(server.url)
+    assert (refused.value.kind, refused.value.detail) == ("too_large", refusal)
+
+    # The whole read that follows a 304 for a revision not held: the same limit.
+    server.routes[CARD] = conditional(data)
+    append_agent_events(
+        store,
+        server.url,
+        lambda _: [
+            NewEvent(
+                ev.CARD_FETCHED,
+                {"url": server.url + CARD, "revision": "f" * 64, "etag": '"e1"', "status": 200},
+            )
+        ],
+    )
+    with pytest.raises(CardInvalidError) as refused:
+        await Discovery(store, client, limits=limits).read(server.url)
+    assert (refused.value.kind, refused.value.detail) == ("too_large", refusal)
+    assert server.requests[-2].headers["if-none-match"] == '"e1"'
+
+
+async def test_a_card_over_a_megabyte_is_read_confirmed_and_compared_under_a_limit_that_allows_it(
+    server: CardServer, store: EventStore, client: httpx.AsyncClient
+) -> None:
+    big = "d" * (1_200_000)  # over parse_card's default limit of 1 MiB
+    server.routes[CARD] = conditional(body(description=big), etag='"e1"')
+    limits = CardLimits(timeout=5.0, max_bytes=2_000_000)
+    first = await Discovery(store, client, limits=limits).read(server.url)
+    assert first.card.description == big
+    await Discovery(store, client, limits=limits).check_contract(first)
+
+    again = await Discovery(store, client, limits=limits).read(server.url)  # 304: from the store
+    assert (again.status, again.card) == (304, first.card)
+
+    server.routes[CARD] = card_reply(body(description=big, **ROTATED))
+    discovery = Discovery(store, client, limits=limits)
+    rotated = await discovery.read(server.url)
+    with pytest.raises(ContractChangedError) as refused:
+        await discovery.check_contract(rotated)
+    assert refused.value.changes == "security_schemes, security_requirements"
+
+
+async def test_one_read_and_the_whole_read_after_its_304_share_one_timeout(
+    server: CardServer, store: EventStore, client: httpx.AsyncClient
+) -> None:
+    def slow_304_then_a_card_that_never_ends(request: Request) -> Reply:
+        if "if-none-match" in request.headers:
+            time.sleep(0.4)
+            return Reply(status=304, headers={})
+        return Reply(body=body(), drip=0.01, chunk=64)
+
+    server.routes[CARD] = slow_304_then_a_card_that_never_ends
+    append_agent_events(
+        store,
+        server.url,
+        lambda _: [
+            NewEvent(
+                ev.CARD_FETCHED,
+                {"url": server.url + CARD, "revision": "f" * 64, "etag": '"e1"', "status": 200},
+            )
+        ],
+    )
+    async with asyncio.timeout(3.0):  # the test's own bound, should the read have none
+        with pytest.raises(DiscoveryError) as failed:
+            await Discovery(store, client, limits=CardLimits(timeout=0.6)).read(server.url)
+
+    # At most 0.2 s were left for the whole read (0.6 s in all, 0.4 s gone to the 304), none at
+    # all on a machine slow enough.
+    assert failed.value.kind == "timeout"
+    detail = failed.value.detail
+    left = re.fullmatch(r"no complete answer within ([0-9.e-]+)s", detail)
+    assert detail == "the deadline passed before the card was read" or (
+        left is not None and float(left[1]) < 0.3
+    ), detail
+    assert server.paths() == [CARD, CARD]
+
+
+# -- contract pinning ------------------------------------------------------------------------------
+
+
+async def test_the_first_use_pins_the_contract_and_the_same_contract_matches(
+    server: CardServer, store: EventStore, client: httpx.AsyncClient
+) -> None:
+    server.routes[CARD] = card_reply()
+    discovery = Discovery(store, client, limits=FAST)
+    read = await discovery.read(server.url)
+    contract = read.card.contract_hash
+
+    assert await discovery.check_contract(read) == ContractCheck("pinned", contract, None)
+    assert await discovery.check_contract(read) == ContractCheck("matched", contract, contract)
+    assert await discovery.check_contract(read, accept=True) == ContractCheck(
+        "matched", contract, contract
+    )
+    assert events_of(store, server.url)[1:] == [
+        (ev.CONTRACT_PINNED, {"contract_hash": contract, "revision": read.revision})
+    ]
+
+
+async def test_a_changed_contract_is_refused_naming_what_changed_unless_accepted(
+    server: CardServer, store: EventStore, client: httpx.AsyncClient
+) -> None:
+    server.routes[CARD] = card_reply()
+    discovery = Discovery(store, client, limits=FAST)
+    pinned = await discovery.read(server.url)
+    await discovery.check_contract(pinned)
+    server.routes[CARD] = card_reply(body(**ROTATED))
+    rotated = await discovery.read(server.url)
+
+    with pytest.raises(ContractChangedError) as refused:
+        await discovery.check_contract(rotated)
+    assert (refused.value.agent, refused.value.pinned, refused.value.fresh) == (
+        server.url,
+        pinned.card.contract_hash,
+        rotated.card.contract_hash,
+    )
+    assert refused.value.changes == "security_schemes, security_requirements"
+
+    accepted = await discovery.check_contract(rotated, accept=True)
+    assert accepted == ContractCheck(
+        "accepted", rotated.card.contract_hash, pinned.card.contract_hash
+    )
+    assert events_of(store, server.url)[-1] == (
+        ev.CONTRACT_ACCEPTED,
+        {
+            "previous": pinned.card.contract_hash,
+            "contract_hash": rotated.card.contract_hash,
+            "revision": rotated.revision,
+        },
+    )
+    assert await discovery.check_contract(rotated) == ContractCheck(
+        "matched", rotated.card.contract_hash, rotated.card.contract_hash
+    )
+
+
+async def test_a_changed_contract_whose_pinned_card_is_not_held_says_only_that_it_differs(
+    server: CardServer, store: EventStore, client: httpx.AsyncClient
+) -> None:
+    server.routes[CARD] = card_reply(body(**ROTATED))
+    discovery = Discovery(store, client, limits=FAST)
+    read = await discovery.read(server.url)
+    for revision in ("e" * 64, None):
+        append_agent_events(
+            store,
+            server.url,
+            lambda _, r=revision: [
+                NewEvent(ev.CONTRACT_PINNED, {"contract_hash": "c" * 64, "revision": r})
+            ],
+        )
+        with pytest.raises(ContractChangedError) as refused:
+            await discovery.check_contract(read)
+        assert refused.value.changes == "contract hash differs"
+
+
+async def test_a_contract_that_hashes_differently_in_no_named_part_says_it_differs(
+    server: CardServer, store: EventStore, client: httpx.AsyncClient
+) -> None:
+    server.routes[CARD] = card_reply()
+    discovery = Discovery(store, client, limits=FAST)
+    read = await discovery.read(server.url)
+    # The pin names this very card, under a contract hash it does not have.
+    append_agent_events(
+        store,
+        server.url,
+        lambda _: [
+            NewEvent(ev.CONTRACT_PINNED, {"contract_hash": "c" * 64, "revision": read.revision})
+        ],
+    )
+    with pytest.raises(ContractChangedError) as refused:
+        await discovery.check_contract(read)
+    assert refused.value.changes == "contract hash differs"
+
+
+async def test_a_refused_creation_is_recorded_in_the_agent_stream(
+    store: EventStore, client: httpx.AsyncClient
+) -> None:
+    data = {"reason": "skill_absent", "skill": "x"}
+    await Discovery(store, client).record_refusal("http://127.0.0.1:9/agent/", data)
+    assert events_of(store, "http://127.0.0.1:9") == [(ev.TASK_CREATION_REFUSED, data)]
+
+
+# -- appending under concurrency -------------------------------------------------------------------
+
+
+def test_an_append_that_loses_a_race_decides_again_on_the_state_that_won(
+    store: EventStore,
+) -> None:
+    origin = "http://a.test"
+    append_agent_events(store, origin, lambda _: [NewEvent(ev.TASK_CREATION_REFUSED, {})])
+    seen: list[int] = []
+
+    def decide(state: dict[str, Any]) -> list[NewEvent]:
+        seen.append(state["refusals"])
+        return [NewEvent(ev.TASK_CREATION_REFUSED, {"n": len(seen)})]
+
+    stale = (0, initial_agent_state(origin))
+    append_agent_events(store, origin, decide, known=stale)
+
+    assert seen == [0, 1]
+    assert [d for _, d in events_of(store, origin)] == [{}, {"n": 2}]
+    head = store.stream(ev.agent_stream_id(origin))
+    assert head is not None
+    assert head.state["refusals"] == 2
+
+
+def test_an_append_that_loses_every_race_gives_up_after_twenty_tries(store: EventStore) -> None:
+    origin = "http://a.test"
+    calls: list[int] = []
+
+    def decide_while_another_writer_wins(state: dict[str, Any]) -> list[NewEvent]:
+        calls.append(1)
+        append_agent_events(store, origin, lambda _: [NewEvent(ev.DISCOVERY_FAILED, {})])
+        return [NewEvent(ev.TASK_CREATION_REFUSED, {})]
+
+    with pytest.raises(ConcurrencyError) as lost:
+        append_agent_events(store, origin, decide_while_another_writer_wins)
+
+    assert len(calls) == 20
+    assert (lost.value.stream_id, lost.value.expected_version, lost.value.actual_version) == (
+        ev.agent_stream_id(origin),
+        -1,
+        None,
+    )
+
+
+def test_an_append_with_nothing_to_record_writes_nothing(store: EventStore) -> None:
+    append_agent_events(store, "http://a.test", lambda _: [])
+    assert store.stream(ev.agent_stream_id("http://a.test")) is None
+
+
+def test_an_agent_stream_is_indexed_under_its_origin(store: EventStore) -> None:
+    append_agent_events(store, "http://a.test", lambda _: [NewEvent(ev.TASK_CREATION_REFUSED, {})])
+    head = store.stream(ev.agent_stream_id("http://a.test"))
+    assert head is not None
+    assert (head.category, head.alias, head.version) == (ev.AGENT_CATEGORY, "http://a.test", 1)
+    assert head.state == {**initial_agent_state("http://a.test"), "refusals": 1}
