@@ -5,10 +5,11 @@ and is stopped by its id when the section ends. Helper processes:
 
 - the **responder** (``python scripts/bench_serve.py responder PORT STATE``): a minimal A2A v1.0
   JSON-RPC agent (Starlette under uvicorn). It serves an Agent Card (push notifications, no
-  streaming, one skill ``work``), answers SendMessage with a new task in ``STATE``, and every
-  GetTask with a task of the requested id in ``STATE`` at a fixed status timestamp (the one the
-  bench's own deliveries and bindings use, so a poll reads back what is recorded: a duplicate,
-  nothing written). ``GET /stats`` counts what it answered.
+  streaming, one skill ``work``; with an ETag, answered 304 when it matches, as a2a-sdk 1.3 serves
+  its card), answers SendMessage with a new task in ``STATE``, and every GetTask with a task of
+  the requested id in ``STATE`` at a fixed status timestamp (the one the bench's own deliveries
+  and bindings use, so a poll reads back what is recorded: a duplicate, nothing written).
+  ``GET /stats`` counts what it answered.
 - the **sender** (``python scripts/bench_serve.py sender``): posts push deliveries from its own
   process, over raw keep-alive HTTP/1.1 connections on asyncio streams (no HTTP client library: the
   sender must not be what is measured). It reads one job per line on stdin and answers one JSON
@@ -39,7 +40,9 @@ Sections:
    ``Sizes.memory_tasks`` live tasks (``working``, bound to a remote task id, cloned as above)
    whose agent (the responder, own process) answers every GetTask with ``working`` at once. The
    loaded figure is read once the responder has answered as many GetTasks as there are tasks (the
-   driver has loaded and polled every one), and a second later. Budget <= 100 MB over the idle
+   driver has loaded and polled every one), and a second later. Each ``serve`` is then stopped
+   with SIGTERM and must exit 0; one still running ``STOP_SECONDS`` later is killed and counted in
+   a note. Medians of ``Sizes.memory_runs`` idle/loaded pairs. Budget <= 100 MB over the idle
    process: like bench_engine's card-request counts, a budget and not a rate, so ``ratio`` is null
    and the verdict is a note.
 3. ``serve-e2e``: the demo agent in its own process (``python -m cardfence demo --agent-only``),
@@ -48,6 +51,10 @@ Sections:
    all gathered), against a bare a2a-sdk 1.3 client (JSON-RPC, no streaming, nothing persisted)
    sending the same messages at the same concurrency (SendMessage with returnImmediately, then
    GetTask with ``Engine.drive``'s backoff until terminal). Target >= 0.8 x the bare tasks/s.
+   The engine follows each task's stream beside its polls (the demo card offers streaming, and
+   ``EngineConfig.follow_streams`` is on by default); a second engine with ``follow_streams=False``
+   is measured in the same interleaved runs, with no target, to show what the streams cost. Both
+   engines and the bare client use httpx's default client (a pool of 100 connections).
 
 ``--quick`` runs every part at smoke-test sizes (and says so in the figure names).
 """

@@ -94,6 +94,11 @@ async def test_pushes_the_agent_sends_move_the_task_to_its_end_through_serve(
 
         assert completion(run.store, view.task)["source"] == "push"
         assert types(run.store, view.task).count(ev.WEBHOOK_CONFIRMED) == 1
+        # The registration told the agent a Bearer secret of its own (R15), and the deliveries
+        # were accepted only because the agent presented it with the token.
+        assert state_of(run, view.task)["webhook"]["auth_sha256"]
+        assert registered.authorization is not None
+        assert registered.authorization.startswith("Bearer ")
         assert transitions(run.store, view.task) == SLOW
         assert calls(peer, "CancelTask") == 0
 
