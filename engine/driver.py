@@ -215,7 +215,11 @@ class Driver:
                 if key in self._in_flight:
                     continue  # being stepped: the step schedules the next one when it ends
                 self._in_flight.add(key)
-                await queue.put(key)
+                try:
+                    await queue.put(key)
+                except asyncio.CancelledError:
+                    self._in_flight.discard(key)  # never handed to a worker: nothing to wait for
+                    raise
             wait = self._due[0][0] - self._clock() if self._due else self.scan_interval
             self._wake.clear()
             with contextlib.suppress(TimeoutError):
@@ -269,7 +273,8 @@ class Driver:
         if state["state"] != before:
             pace.delay = engine.config.first_poll_interval  # moving: look again soon
         if (
-            key not in self._streams
+            pace.delay >= engine.stream_after
+            and key not in self._streams
             and len(self._streams) < self.max_streams
             and not self._stopping.is_set()
             and await engine.stream_offered(key, state)

@@ -73,6 +73,7 @@ from cardfence.store import EventStore, PayloadError
 UNTIL = ("interrupted", "terminal")
 _STREAMED = frozenset({"submitted", "working"})
 _CARDS_KEPT = 64  # parsed card revisions kept in memory
+_STREAM_AFTER = 1.0  # seconds of polling before a task's stream is followed too
 # What ends a stream early (a drop is an EndpointUnreachableError); polling goes on regardless.
 _STREAM_FAILURES = (EndpointUnreachableError, RemoteRefusedError, InvalidAgentResponseError)
 # Seconds a poll is given at least (a quarter of a shorter timeout): no poll but the first
@@ -440,7 +441,7 @@ class Engine:
         key = await self._find(ref)
         # The task's stream, when its card offers one, is followed beside the polls (R12: one
         # observation path); the polls never wait on it.
-        streamer = asyncio.ensure_future(self.keep_streaming(key))
+        streamer = asyncio.ensure_future(self._stream_later(key))
         try:
             return await self._follow_until(key, until, timeout)
         finally:
@@ -600,6 +601,16 @@ class Engine:
             await asyncio.sleep(wait)
             wait = min(wait * 2, limit)
 
+    @property
+    def stream_after(self) -> float:
+        """How long a task is polled before its stream is followed too: a task that ends within
+        its first few polls never costs the agent a subscription."""
+        return min(_STREAM_AFTER, self.config.max_poll_interval)
+
+    async def _stream_later(self, key: str) -> None:
+        await asyncio.sleep(self.stream_after)
+        await self.keep_streaming(key)
+
     def _wake(self, key: str) -> None:
         """A report was applied outside the poll loop: a drive waiting on this task looks."""
         if key in self._pushed:
@@ -691,20 +702,21 @@ class Engine:
 
     async def _boundary_recheck(self, key: str) -> None:
         state = await self._state(key)
-        card, failure = await self._read(state["agent_url"], fresh=True)
+        # Many tasks of one agent cross a boundary at once: they share one read in flight.
+        card, failure = await self._read(state["agent_url"], fresh=True, share=True)
         await self._record(key, guards.push_recheck(state, card, failure))
 
     async def _revalidate(self, key: str) -> None:
         state = await self._state(key)
-        card, failure = await self._read(state["agent_url"], fresh=False)
+        card, failure = await self._read(state["agent_url"], fresh=False, share=True)
         previous = await self._calls.run(self._card, state.get("latest_card_revision"))
         await self._decide(key, lambda s: guards.reconcile_card(s, card, failure, previous))
 
     async def _read(
-        self, agent_url: str, *, fresh: bool
+        self, agent_url: str, *, fresh: bool, share: bool = False
     ) -> tuple[AgentCard | None, DiscoveryError | None]:
         try:
-            read: CardRead = await self.discovery.read(agent_url, fresh=fresh)
+            read: CardRead = await self.discovery.read(agent_url, fresh=fresh, share=share)
         except DiscoveryError as failure:
             return None, failure
         return read.card, None

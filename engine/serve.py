@@ -110,7 +110,9 @@ class _Server(uvicorn.Server):
 def listen(host: str, port: int) -> socket.socket:
     """A socket bound to ``host:port`` (port 0: any free one); :class:`OSError` says why not."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
+    # IPPROTO_TCP named: asyncio then sets TCP_NODELAY on every accepted connection (without it
+    # each answer on a kept-alive connection waits out Nagle's delay, ~40 ms).
+    sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))

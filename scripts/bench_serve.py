@@ -63,6 +63,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import hashlib
 import json
 import logging
@@ -604,9 +605,7 @@ def push_on(
 
             workloads: dict[str, Workload] = {"baseline": runs_of(base_jobs[1:], base_run)}
             for side in sides:
-                workloads[side.name] = runs_of(
-                    side.jobs[1:], lambda job, side=side: _sent(side, send, job)
-                )
+                workloads[side.name] = runs_of(side.jobs[1:], functools.partial(_sent, side, send))
             ctx.progress(f"push on {label}: {2 * count} deliveries a run")
             rates = median_rates(workloads, runs)
     finally:
@@ -621,7 +620,7 @@ def push_on(
     per = f"{count} tasks x (working, completed) a run over {CONNECTIONS} connections"
     ours = sides[0]
     events = sum(r["events"] for r in ours.results) / sum(r["sent"] for r in ours.results)
-    tasks = len(ours.jobs) * count
+    tasks = len(sides) * len(ours.jobs) * count + 1  # and the template task
     ctx.note(
         f"push {label}: {per}; ours {1e3 / rates['ours']:.2f} ms per delivery (its boundary "
         f"re-check and closing read included; {events:.2f} events appended per delivery; "
@@ -793,8 +792,10 @@ def serve_memory_section(ctx: BenchContext) -> list[Figure]:
                 def polled(mark: int = mark) -> bool:
                     return responder_stats(agent_url)["GetTask"] >= mark + count
 
-                pair = [lambda: idle.append(serve_resident(empty, folder))]
-                pair.append(lambda: held.append(serve_resident(loaded, folder, polled=polled)))
+                pair: list[Callable[[], None]] = [
+                    lambda: idle.append(serve_resident(empty, folder)),
+                    lambda: held.append(serve_resident(loaded, folder, polled=polled)),
+                ]
                 for step in pair if run % 2 == 0 else pair[::-1]:
                     step()
     idle_mb = sorted(r.rss_mb for r in idle)[len(idle) // 2]
@@ -928,7 +929,7 @@ def serve_e2e_section(ctx: BenchContext) -> list[Figure]:
         stack.callback(lambda: runner.run(bare_http.aclose()))
         card = runner.run(A2ACardResolver(bare_http, agent_url).get_agent_card())
         config = ClientConfig(streaming=False, polling=True, httpx_client=bare_http)
-        drivers = {
+        drivers: dict[str, EngineAtOnce | BareAtOnce] = {
             "bare": BareAtOnce(ClientFactory(config).create(card)),
             "ours": EngineAtOnce(engine, agent_url),
             "polls": EngineAtOnce(unstreamed, agent_url),

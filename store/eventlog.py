@@ -662,14 +662,25 @@ class EventStore:
     ) -> list[StreamRecord]:
         """Stream heads, optionally filtered by their indexed keys, ordered by stream id."""
         query = sa.select(streams).order_by(streams.c.stream_id)
-        if category is not None:
-            query = query.where(streams.c.category == category)
-        if status is not None:
-            query = query.where(streams.c.status == status)
         if alias is not None:
+            # By the alias alone, the rest checked on the few rows it names: given the category
+            # too, SQLite's planner picks the category's index and reads every stream of it.
             query = query.where(streams.c.alias == alias)
+        else:
+            if category is not None:
+                query = query.where(streams.c.category == category)
+            if status is not None:
+                query = query.where(streams.c.status == status)
         with self._read() as conn:
-            return [stream_record(row) for row in conn.execute(query)]
+            records = [stream_record(row) for row in conn.execute(query)]
+        if alias is None:
+            return records
+        return [
+            r
+            for r in records
+            if (category is None or r.category == category)
+            and (status is None or r.status == status)
+        ]
 
     def verify_stream(self, stream_id: str) -> ChainBreak | None:
         """Check a stream's hash chain, version sequence and head; the first break or ``None``."""

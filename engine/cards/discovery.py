@@ -253,14 +253,43 @@ class Discovery:
         self._clock = clock
         self._memo: dict[str, tuple[CardRead, float]] = {}
         self._parsed: OrderedDict[tuple[str, bytes], AgentCard] = OrderedDict()
+        self._in_flight: dict[str, asyncio.Future[CardRead]] = {}  # origin -> its wire read
 
     # -- reading -------------------------------------------------------------------------------
 
-    async def read(self, agent_url: str, *, fresh: bool = True) -> CardRead:
+    async def read(self, agent_url: str, *, fresh: bool = True, share: bool = False) -> CardRead:
         """The agent's card: from the wire (``fresh``, or the memo is older than
         ``max_card_age``), else from the memo. Records every wire read; raises
         :class:`DiscoveryError` (after recording it) when the read fails.
+
+        ``share``: a wire read of the same agent already in flight is awaited instead of
+        starting another (its result or its failure). For re-checks and re-validations, which
+        many tasks of one agent make at once; never for creation or registration (R2, R4),
+        whose read must be their own.
         """
+        origin = card_urls(agent_url)[0]
+        running = self._in_flight.get(origin)
+        if share and running is not None:
+            return await asyncio.shield(running)
+        if running is not None or (not fresh and self._memo_fresh(origin)):
+            return await self._read(agent_url, fresh=fresh)
+        job = asyncio.ensure_future(self._read(agent_url, fresh=fresh))
+        self._in_flight[origin] = job
+
+        def done(finished: asyncio.Future[CardRead]) -> None:
+            if self._in_flight.get(origin) is finished:
+                del self._in_flight[origin]
+            if not finished.cancelled():
+                finished.exception()  # retrieved here: a sharer may have gone meanwhile
+
+        job.add_done_callback(done)
+        return await asyncio.shield(job)
+
+    def _memo_fresh(self, origin: str) -> bool:
+        memo = self._memo.get(origin)
+        return memo is not None and self._clock() - memo[1] < self.max_card_age
+
+    async def _read(self, agent_url: str, *, fresh: bool) -> CardRead:
         origin, urls = card_urls(agent_url)
         if not fresh:
             memo = self._memo.get(origin)
