@@ -14,10 +14,12 @@ done.
     │   ├── SchemaTooNewError           database migrated by a newer cardfence
     │   └── StoreUnavailableError       database unreachable or broken
     ├── UsageError                      bad flags, unknown task (CLI exit 2)
+    │   └── CredentialsConfigError      credentials file unsafe or malformed, variable unset
     ├── DiscoveryError                  the card could not be read (kind: network, timeout, …)
     │   └── CardInvalidError            the card body is invalid or over the size limit
     ├── SkillUnavailableError           skill absent or media type not accepted
     ├── ContractChangedError            the agent's contract differs from the pinned one
+    ├── CredentialsMissingError         the contract requires credentials not configured
     ├── TaskOrphanedError               the card in force no longer carries the task's skill
     ├── EndpointUnreachableError        network error or bare HTTP 404 at the task's endpoint
     │   └── StreamDroppedError          an event stream ended before its task reached a final state
@@ -53,6 +55,8 @@ __all__ = [
     "ConcurrencyError",
     "ContractChangedError",
     "CreationRefusedError",
+    "CredentialsConfigError",
+    "CredentialsMissingError",
     "DeadlineExceeded",
     "DiscoveryError",
     "EndpointUnreachableError",
@@ -75,6 +79,24 @@ __all__ = [
 
 class UsageError(CardfenceError):
     """The command line or API was used wrongly (unknown task, bad option)."""
+
+
+class CredentialsConfigError(UsageError):
+    """The credentials (rule R15) cannot be used: the file is readable by others or malformed, an
+    ``env:`` variable it names is unset, or a configured secret does not fit the card's scheme.
+
+    ``origin`` and ``scheme`` name the entry when one is concerned; the message names what is
+    wrong and never repeats a secret.
+    """
+
+    def __init__(self, where: str, detail: str, *, origin: str = "", scheme: str = "") -> None:
+        self.where = where
+        self.origin = origin
+        self.scheme = scheme
+        self.detail = detail
+        entry = f' [agents."{origin}"]' if origin else ""
+        entry += f" {scheme}" if scheme else ""
+        super().__init__(f"credentials {where}{entry}: {detail}")
 
 
 class DiscoveryError(CardfenceError):
@@ -136,6 +158,25 @@ class ContractChangedError(CardfenceError):
         super().__init__(
             f"{agent}: contract changed from {pinned[:12]} to {fresh[:12]} ({changes}); "
             "nothing was sent — accept it explicitly to proceed"
+        )
+
+
+class CredentialsMissingError(CardfenceError):
+    """The frozen contract requires security and no alternative of its requirements is covered
+    by the configured credentials (R15): a creation refusal, nothing was sent (never a downgrade
+    to an unauthenticated request). ``needs`` says, per alternative, what is missing.
+
+    Defined with the credentials core (``engine/credentials.py``); the engine does not raise it
+    yet.
+    """
+
+    def __init__(self, agent: str, skill: str, needs: str) -> None:
+        self.agent = agent
+        self.skill = skill
+        self.needs = needs
+        super().__init__(
+            f"{agent}: skill {skill!r} requires credentials that are not configured ({needs}); "
+            "nothing was sent"
         )
 
 

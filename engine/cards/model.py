@@ -185,6 +185,17 @@ class AgentCard:
         found = self.skill(skill_id)
         return found.compatibility_hash if found else None
 
+    def security_schemes(self) -> dict[str, dict[str, Any]]:
+        """The declared ``securitySchemes`` by name, each in 1.0 proto-JSON shape (a 0.3 scheme
+        converted, e.g. ``{"httpAuthSecurityScheme": {"scheme": "bearer"}}``), as fresh copies."""
+        declared = self._raw.get("securitySchemes")
+        if not isinstance(declared, dict):
+            return {}
+        return {
+            name: copy.deepcopy(_scheme_v10_shape(scheme, _join("securitySchemes", name)))
+            for name, scheme in declared.items()
+        }
+
     def canonical_bytes(self) -> bytes:
         """RFC 8785 JSON of the card without ``signatures``: what the store keeps (R14)."""
         return self._canonical

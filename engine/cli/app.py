@@ -54,6 +54,7 @@ _EXIT_CODES: tuple[tuple[type[errors.CardfenceError], int], ...] = (
     (errors.DiscoveryError, EXIT_CREATION_REFUSED),
     (errors.SkillUnavailableError, EXIT_CREATION_REFUSED),
     (errors.ContractChangedError, EXIT_CREATION_REFUSED),
+    (errors.CredentialsMissingError, EXIT_CREATION_REFUSED),
     (errors.TaskOrphanedError, EXIT_ORPHANED),
     (errors.AuditViolation, EXIT_AUDIT),
     (errors.DeadlineExceeded, EXIT_DEADLINE),
