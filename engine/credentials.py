@@ -21,8 +21,9 @@ not raised by any command. What is here:
   secret) and :func:`redact`.
 
 No ``repr`` or ``str`` of anything here shows a secret or the ``env:`` reference it came from
-(only the paths of a client certificate, which are not secret, are shown). Pure: no network; the file is read by :func:`load_credentials` and the environment by
-``resolve`` (which takes the mapping to read, ``os.environ`` by default), nothing else.
+(only the paths of a client certificate, which are not secret, are shown). Pure: no network;
+the file is read by :func:`load_credentials` and the environment by ``resolve`` (which takes
+the mapping to read, ``os.environ`` by default), nothing else.
 """
 
 from __future__ import annotations
