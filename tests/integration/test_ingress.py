@@ -145,6 +145,9 @@ async def test_task_reaches_terminal_through_pushes_the_agent_sends_to_the_app(
 
     # Not driven: nothing polls, so only the agent's pushes through the app can move the task.
     await wait_until(lambda: engine.task(view.task).state == "completed", what="completed by push")
+    # The store shows `completed` a moment before the delivery that applied it has started the
+    # closing read: wait for that read, then for what it records.
+    await wait_until(lambda: calls(peer, "GetTask") >= 1, what="the closing read")
     await engine.settle()
 
     assert calls(peer, "GetTask") == 1  # only the closing read after the push that ended it
