@@ -260,11 +260,11 @@ class Driver:
             return None
         pace = self._paces.setdefault(key, Pace.start(engine.config, self._clock()))
         if self._clock() >= pace.next_endpoint_check:
-            agent = await engine._calls.run(self._agent_state, str(state.get("agent")))
-            stale = guards.card_is_stale(state, agent)
-            if stale and self._orphaned_at.get(key) != agent.get("revision"):
+            revision = await engine._calls.run(engine._agent_revision, state)
+            stale = guards.card_is_stale(state, {"revision": revision})
+            if stale and self._orphaned_at.get(key) != revision:
                 pace.next_endpoint_check = self._clock() + engine.config.max_card_age
-                state = await self._reconcile(key, agent.get("revision"))
+                state = await self._reconcile(key, revision)
         before = state["state"]
         state = await engine.follow_step(key, state, pace)
         self.polls += 1
@@ -318,7 +318,3 @@ class Driver:
                 extra={"task": key, "event": ev.TASK_ORPHANED, "reason": str(orphaned)},
             )
         return await self.engine._state(key)
-
-    def _agent_state(self, agent: str) -> State:
-        head = self.store.stream(ev.agent_stream_id(agent))
-        return {} if head is None else head.state

@@ -23,6 +23,7 @@ import asyncio
 import contextlib
 import copy
 import json
+import subprocess
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from datetime import datetime
@@ -317,3 +318,17 @@ def point_jsonrpc_at(url: str) -> Callable[[dict[str, Any]], None]:
                 interface["url"] = url
 
     return edit
+
+
+def webhook_url(process: subprocess.Popen[str], timeout: float = 30.0) -> str:
+    """The webhook URL a `cardfence serve` subprocess announces on stderr once it listens."""
+    assert process.stderr is not None
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        line = process.stderr.readline()
+        if not line:
+            break
+        if "webhook at " in line:
+            return line.rsplit("webhook at ", 1)[1].strip()
+    process.kill()
+    raise AssertionError(f"serve did not start: {process.communicate()}")

@@ -13,7 +13,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -29,6 +28,7 @@ from engine_fixtures import (
     transitions,
     types,
     wait_until,
+    webhook_url,
     withdraw_push,
 )
 from support import Peer
@@ -213,19 +213,6 @@ def _serve_command(db: str, *extra: str) -> subprocess.Popen[str]:
     )
 
 
-def _webhook_url(process: subprocess.Popen[str], timeout: float = 30.0) -> str:
-    assert process.stderr is not None
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        line = process.stderr.readline()
-        if not line:
-            break
-        if "webhook at " in line:
-            return line.rsplit("webhook at ", 1)[1].strip()
-    process.kill()
-    raise AssertionError(f"serve did not start: {process.communicate()}")
-
-
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 async def test_serve_stops_on_a_signal_mid_load_exits_0_and_resume_finishes_every_task(
     peer: Peer, db_url: str, sig: signal.Signals
@@ -234,7 +221,7 @@ async def test_serve_stops_on_a_signal_mid_load_exits_0_and_resume_finishes_ever
         pass  # migrated before two processes open it
     process = _serve_command(db_url, "--max-poll-interval", "0.5")
     try:
-        hook = _webhook_url(process)
+        hook = webhook_url(process)
         async with Engine.open(db_url, config=FAST) as run:
             views = []
             for _ in range(20):

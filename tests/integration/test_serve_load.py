@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from engine_fixtures import FAST, assert_audit_ok, data_of, restored, transitions
+from engine_fixtures import FAST, assert_audit_ok, data_of, restored, transitions, webhook_url
 from support import Peer
 
 from cardfence.engine import events as ev
@@ -35,14 +35,6 @@ def peer() -> Iterator[Peer]:
         yield fresh
 
 
-def _webhook_url(process: subprocess.Popen[str]) -> str:
-    assert process.stderr is not None
-    for line in process.stderr:
-        if "webhook at " in line:
-            return line.rsplit("webhook at ", 1)[1].strip()
-    raise AssertionError(f"serve did not start: {process.communicate()}")
-
-
 async def test_200_tasks_through_serve_with_pushes_polls_and_streams_racing_lose_nothing(
     peer: Peer, db_url: str
 ) -> None:
@@ -55,7 +47,7 @@ async def test_200_tasks_through_serve_with_pushes_polls_and_streams_racing_lose
         env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )  # fmt: skip
     try:
-        hook = _webhook_url(process)
+        hook = webhook_url(process)
         assert process.stderr is not None
         drain = asyncio.create_task(asyncio.to_thread(process.stderr.read))
         # Patient card reads: 200 creations at once queue at one agent in this process.
