@@ -22,7 +22,9 @@ done.
     ├── CredentialsMissingError         the contract requires credentials not configured
     ├── TaskOrphanedError               the card in force no longer carries the task's skill
     ├── EndpointUnreachableError        network error or bare HTTP 404 at the task's endpoint
-    │   └── StreamDroppedError          an event stream ended before its task reached a final state
+    │   ├── StreamDroppedError          an event stream ended before its task reached a final state
+    │   └── AuthorizationFailedError    the agent answered 401/403: credentials refused
+    │       └── TokenRequestError       no access token could be had from the token endpoint
     ├── RemoteRefusedError              the agent answered with an A2A error
     │   ├── CreationRefusedError        ... to a creation: final, the task was never created
     │   └── ProtocolMismatchError       ... -32601: the endpoint speaks another A2A version
@@ -50,6 +52,7 @@ from cardfence.store.errors import (
 
 __all__ = [
     "AuditViolation",
+    "AuthorizationFailedError",
     "CardInvalidError",
     "CardfenceError",
     "ConcurrencyError",
@@ -72,6 +75,7 @@ __all__ = [
     "StreamDroppedError",
     "TaskEndedError",
     "TaskOrphanedError",
+    "TokenRequestError",
     "UsageError",
     "WrongTaskAnswerError",
 ]
@@ -166,8 +170,8 @@ class CredentialsMissingError(CardfenceError):
     by the configured credentials (R15): a creation refusal, nothing was sent (never a downgrade
     to an unauthenticated request). ``needs`` says, per alternative, what is missing.
 
-    Defined with the credentials core (``engine/credentials.py``); the engine does not raise it
-    yet.
+    Raised before the task is recorded or anything is sent; the refusal is recorded in the
+    agent's stream (``CredentialsMissing``).
     """
 
     def __init__(self, agent: str, skill: str, needs: str) -> None:
@@ -224,6 +228,39 @@ class StreamDroppedError(EndpointUnreachableError):
             f"{self.url}: event stream{about} dropped ({self.reason}): {self.detail}; "
             "the updates before it were delivered, nothing else was changed"
         )
+
+
+class AuthorizationFailedError(EndpointUnreachableError):
+    """The agent answered 401 or 403 without an A2A error: the credentials sent were refused
+    (R15). Mid-task this is an annotation (``AuthorizationFailed``, flag
+    ``credentials_rejected``), never a transition or a cancel (R1): polling goes on with backoff
+    after one token refresh. ``schemes`` names the schemes the request was authorised with."""
+
+    def __init__(
+        self, url: str, status: int, *, task: str = "", schemes: tuple[str, ...] = ()
+    ) -> None:
+        self.schemes = schemes
+        sent = f"credentials of {', '.join(schemes)}" if schemes else "no credentials"
+        super().__init__(url, f"HTTP {status}: the agent refused {sent}", task=task, status=status)
+
+
+class TokenRequestError(AuthorizationFailedError):
+    """No OAuth 2.0 access token could be had for a scheme of the frozen contract: the token
+    endpoint (or the OpenID Connect discovery document naming it) could not be reached, refused
+    the client, or answered unusably. Nothing was sent to the agent with the missing token.
+    ``url`` is the token endpoint's (or the discovery document's) URL; ``detail`` never holds
+    a secret."""
+
+    def __init__(
+        self, url: str, detail: str, *, scheme: str = "", status: int | None = None
+    ) -> None:
+        self.scheme = scheme
+        self.token_detail = detail
+        EndpointUnreachableError.__init__(
+            self, url, f"token request{f' for {scheme}' if scheme else ''}: {detail}",
+            status=status,
+        )  # fmt: skip
+        self.schemes = (scheme,) if scheme else ()
 
 
 class RemoteRefusedError(CardfenceError):
