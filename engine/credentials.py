@@ -260,6 +260,20 @@ class CredentialsConfig:
     )
     source: str = ""
 
+    @classmethod
+    def of(cls, agents: Mapping[str, Mapping[str, Secret]]) -> CredentialsConfig:
+        """The configuration the credentials file would give, from Python: secrets by agent
+        URL (any URL at the origin) and scheme name, e.g.
+        ``CredentialsConfig.of({"https://agent.example": {"bearer": Bearer("env:TOKEN")}})``.
+        Raises ``ValueError`` for a URL that is not http(s) or an origin given twice."""
+        table: dict[str, AgentCredentials] = {}
+        for url, schemes in agents.items():
+            origin = normalise_origin(url)
+            if origin in table:
+                raise ValueError(f"origin {origin} given twice")
+            table[origin] = AgentCredentials(origin, types.MappingProxyType(dict(schemes)))
+        return cls(types.MappingProxyType(table), source="python")
+
     def __call__(self, origin: str, scheme: str) -> Secret | None:
         return self.secret(origin, scheme)
 

@@ -12,9 +12,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import hashlib
+import json
 import logging
 import math
 import secrets
+import ssl
 import threading
 import time
 import uuid
@@ -27,6 +30,7 @@ import httpx
 
 from cardfence.engine import events as ev
 from cardfence.engine import guards, webhook
+from cardfence.engine.authorization import Authorizer, Grant, TaskCredentials
 from cardfence.engine.cards.discovery import CardLimits, CardRead, Discovery
 from cardfence.engine.cards.model import (
     AgentCard,
@@ -35,12 +39,16 @@ from cardfence.engine.cards.model import (
     select_interface,
     url_refusal,
 )
+from cardfence.engine.credentials import CredentialsProvider
 from cardfence.engine.deadline import left as time_left
 from cardfence.engine.deadline import within as deadline_within
 from cardfence.engine.errors import (
+    AuthorizationFailedError,
     CardInvalidError,
     ContractChangedError,
     CreationRefusedError,
+    CredentialsConfigError,
+    CredentialsMissingError,
     DeadlineExceeded,
     DiscoveryError,
     EndpointUnreachableError,
@@ -66,6 +74,7 @@ from cardfence.engine.offload import StoreCalls
 from cardfence.engine.remote import PushConfig, RemoteTask
 from cardfence.engine.replay import State
 from cardfence.engine.tasklog import AsOf, TaskLog, task_stream_id
+from cardfence.engine.tokens import TokenSource
 from cardfence.engine.transport import A2ATransport
 from cardfence.engine.views import TaskView
 from cardfence.store import EventStore, PayloadError
@@ -98,6 +107,16 @@ class EngineConfig:
     # task last saw advertises streaming; a silent stream is dropped after this many seconds.
     follow_streams: bool = True
     stream_idle_timeout: float = 60.0
+    # R15: ``(agent origin, security scheme name) -> secret`` (a CredentialsConfig from the
+    # credentials file, or a host's own secret store); None sends no credentials, so a contract
+    # that requires some is refused before sending.
+    credentials: CredentialsProvider | None = None
+    # Keys the fingerprints the log keeps of each secret (>= 16 bytes; random per process when
+    # not given: fingerprints then tell secrets apart within one process only).
+    fingerprint_key: bytes | None = dataclasses.field(default=None, repr=False)
+    # CA bundle trusted for agents' TLS when the engine makes its own clients (its default one,
+    # and one per client certificate for mutual TLS); None: the system's (and SSL_CERT_FILE).
+    ca_file: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -172,13 +191,23 @@ class Engine:
         self.discovery._calls = self._calls
         self._clock = clock
         self._sleep = sleep
-        self._transports: dict[tuple[str, str], A2ATransport] = {}
+        self._transports: dict[tuple[str, str, int], A2ATransport] = {}
         self._pushed: dict[str, asyncio.Event] = {}
         self._background: set[asyncio.Task[None]] = set()
         self._closing: dict[str, asyncio.Task[None]] = {}  # key -> its closing read
         self._cards: dict[str, AgentCard] = {}  # revision -> its card, parsed
         self._cards_lock = threading.Lock()
         self.background_errors: list[Exception] = []
+        self._oidc: dict[str, dict[str, Any]] = {}  # discovery URL -> what its document said
+        self.tokens = TokenSource(
+            timeout=config.request_timeout,
+            allow_insecure=config.card_limits.allow_insecure,
+            verify=_tls_context(config.ca_file),
+            on_discovery=self._oidc_discovered,
+        )
+        self.authorizer = Authorizer(config.credentials, self.tokens, key=config.fingerprint_key)
+        self._grants: dict[tuple[str, str], Grant] = {}  # (revision, recorded grant) -> grant
+        self._tls_clients: dict[tuple[str, str], httpx.AsyncClient] = {}  # mutual TLS
 
     @classmethod
     def open(
@@ -191,7 +220,9 @@ class Engine:
         """An engine on the store at ``url`` (migrated to head), with its own client if none."""
         store = EventStore.open(url)
         own = client is None
-        return cls(store, client or httpx.AsyncClient(), config, owns_client=own)
+        if client is None:
+            client = httpx.AsyncClient(verify=_tls_context(config.ca_file))
+        return cls(store, client, config, owns_client=own)
 
     async def aclose(self) -> None:
         # Closing reads fetch what a terminal task ended with: let them finish (bounded).
@@ -203,6 +234,9 @@ class Engine:
         await asyncio.gather(*self._background, return_exceptions=True)
         if self._owns_client:
             await self.client.aclose()
+        for tls_client in self._tls_clients.values():
+            await tls_client.aclose()
+        await self.tokens.aclose()
         self._calls.close()  # appends in flight finish first
         self.store.close()
 
@@ -261,22 +295,70 @@ class Engine:
                 refusal.consequence = "nothing was sent"
             await self._refuse(agent_url, type(refusal).__name__, str(refusal), skill)
             raise
+        grant = await self._creation_grant(agent_url, read.card, skill, interface.url)
         key = key or uuid.uuid4().hex
         message_id, context_id = f"m-{uuid.uuid4().hex}", f"c-{uuid.uuid4().hex}"
         submitted = _submitted(key, agent_url, read, check.contract_hash, skill, interface.url,
                                interface.binding, message_id, context_id, text,
                                media_type)  # fmt: skip
+        submitted[1]["authorization"] = self._grant_record(grant)
         await self._calls.run(self.log.create, key, [submitted])
         endpoint = {"url": interface.url, "binding": interface.binding}
+        transport = self._transport(endpoint, self.authorizer.for_task(grant, interface.url))
         return TaskView.of(
-            await self._send_creation(key, endpoint, text, message_id, context_id, skill,
+            await self._send_creation(key, transport, text, message_id, context_id, skill,
                                       media_type)
         )  # fmt: skip
+
+    async def _creation_grant(
+        self, agent_url: str, card: AgentCard, skill: str, endpoint_url: str
+    ) -> Grant:
+        """R15 at creation: the alternative the task's requests will carry, its credentials
+        tried (an OAuth token fetched) before anything is recorded or sent. A contract whose
+        requirements no configured credential covers is refused (``CredentialsMissing``)."""
+        try:
+            grant = self.authorizer.grant(card, skill, endpoint_url)
+            credentials = self.authorizer.for_task(grant, endpoint_url)
+            if credentials is not None:
+                await credentials.prepare()
+        except CredentialsMissingError as missing:
+            await self._refuse(
+                agent_url, "credentials_missing", str(missing), skill, type_=ev.CREDENTIALS_MISSING
+            )
+            raise
+        except (AuthorizationFailedError, CredentialsConfigError) as failure:
+            await self._refuse(agent_url, "credentials_unusable", str(failure), skill)
+            raise
+        return grant
+
+    def _grant_record(self, grant: Grant) -> dict[str, Any]:
+        """What ``TaskSubmitted`` keeps of the grant: names, scopes, fingerprints, and for an
+        OpenID Connect scheme what its discovery document said (never a secret)."""
+        record = grant.record(self.authorizer.fingerprints(grant))
+        discovered = {}
+        for name, definition in grant.definitions.items():
+            body = definition.get("openIdConnectSecurityScheme") or {}
+            seen = self._oidc.get(str(body.get("openIdConnectUrl", "")))
+            if seen is not None:
+                discovered[name] = seen
+        if discovered:
+            record["discovery"] = discovered
+        return record
+
+    async def _oidc_discovered(self, url: str, body: bytes) -> None:
+        """R15: an OpenID Connect discovery document was read (bounded, by the token source);
+        the tasks it serves record its URL, digest and token endpoint."""
+        document = json.loads(body)
+        self._oidc[url] = {
+            "url": url,
+            "sha256": hashlib.sha256(body).hexdigest(),
+            "token_endpoint": document.get("token_endpoint"),
+        }
 
     async def _send_creation(
         self,
         key: str,
-        endpoint: Mapping[str, Any],
+        transport: A2ATransport,
         text: str,
         message_id: str,
         context_id: str,
@@ -288,7 +370,7 @@ class Engine:
         network error, a timeout, a 5xx without an A2A error or an unusable answer leaves the
         outcome unknown: ``resume`` looks for the task by its context before sending again."""
         try:
-            answer = await self._transport(endpoint).send_message(
+            answer = await transport.send_message(
                 text=text,
                 message_id=message_id,
                 context_id=context_id,
@@ -296,6 +378,9 @@ class Engine:
                 return_immediately=True,
                 media_type=media_type,
             )
+        except AuthorizationFailedError as refused:
+            await self._record(key, [_authorization_failed(refused, "send")])
+            raise
         except (EndpointUnreachableError, InvalidAgentResponseError) as failure:
             await self._record(key, [(ev.ENDPOINT_UNREACHABLE, _unreachable(failure, "send"))])
             raise
@@ -316,13 +401,20 @@ class Engine:
         return await self._observe_state(key, observation)
 
     async def _refuse(
-        self, agent_url: str, reason: str, detail: str, skill: str, task: str | None = None
+        self,
+        agent_url: str,
+        reason: str,
+        detail: str,
+        skill: str,
+        task: str | None = None,
+        *,
+        type_: str = ev.TASK_CREATION_REFUSED,
     ) -> None:
         refusal = {"reason": reason, "detail": detail, "skill": skill, "at": _now_iso()}
         if task is not None:
             refusal["task"] = task
         with contextlib.suppress(DiscoveryError):
-            await self.discovery.record_refusal(agent_url, refusal)
+            await self.discovery.record_refusal(agent_url, refusal, type_)
 
     # -- webhooks (R4, R5) ---------------------------------------------------------------------
 
@@ -372,9 +464,16 @@ class Engine:
             auth_scheme, auth_credentials = "Bearer", secrets.token_urlsafe(32)
         config = PushConfig(config_id, url, token, auth_scheme, auth_credentials)
         try:
-            await self._transport(state["endpoint"]).create_push_config(
-                state["remote_task_id"], config
-            )
+            transport = await self._task_transport(state)
+            await transport.create_push_config(state["remote_task_id"], config)
+        except AuthorizationFailedError as refused:
+            detail = f"{refused}; the task goes on by polling"
+            await self._record(
+                key,
+                [_authorization_failed(refused, "register"),
+                 guards.downgrade("credentials_rejected", detail)],
+            )  # fmt: skip
+            return WebhookOutcome(False, "credentials_rejected", detail)
         except RemoteRefusedError as refusal:
             detail = str(refusal)
             await self._record(key, [guards.downgrade("push_refused", detail)])
@@ -403,7 +502,10 @@ class Engine:
         if not remote:
             raise UsageError(f"task {key} has no remote task id: run `resume` to find it")
         try:
-            task = await self._transport(state["endpoint"]).get_task(remote)
+            task = await (await self._task_transport(state)).get_task(remote)
+        except AuthorizationFailedError as refused:
+            await self._record(key, [_authorization_failed(refused, "poll")])
+            raise
         except EndpointUnreachableError as failure:
             await self._record(key, [(ev.ENDPOINT_UNREACHABLE, _unreachable(failure, "poll"))])
             raise
@@ -548,7 +650,7 @@ class Engine:
         Returns the state once the stream ended at a final or interrupted state; raises
         :class:`StreamDroppedError` when it ended early, the errors of opening it otherwise."""
         state = await self._state(key)
-        transport = self._transport(state["endpoint"])
+        transport = await self._task_transport(state)
         idle = self.config.stream_idle_timeout
         try:
             async with transport.subscribe(state["remote_task_id"], idle_timeout=idle) as updates:
@@ -557,6 +659,9 @@ class Engine:
                     if observation is not None:
                         state = await self._observe_state(key, observation)
                         self._wake(key)
+        except AuthorizationFailedError as refused:
+            await self._record(key, [_authorization_failed(refused, "subscribe")])
+            raise
         except WrongTaskAnswerError as wrong:
             await self._record_wrong_task(key, wrong, "stream")
             raise
@@ -747,8 +852,8 @@ class Engine:
         if state["state"] not in INTERRUPTED:
             raise UsageError(f"task {key} is {state['state']}, not waiting for input")
         message_id = f"m-{uuid.uuid4().hex}"
+        transport = await self._task_transport(state)
         await self._record(key, [(ev.REPLY_SENT, {"message_id": message_id, "chars": len(text)})])
-        transport = self._transport(state["endpoint"])
         try:
             answer = await transport.send_message(
                 text=text,
@@ -758,6 +863,9 @@ class Engine:
                 metadata={"skillId": state["skill"]},
                 media_type=media_type,
             )
+        except AuthorizationFailedError as refused:
+            await self._record(key, [_authorization_failed(refused, "reply")])
+            raise
         except EndpointUnreachableError as failure:
             await self._record(key, [(ev.ENDPOINT_UNREACHABLE, _unreachable(failure, "reply"))])
             raise
@@ -774,9 +882,13 @@ class Engine:
         state = await self._state(key)
         if not state.get("remote_task_id"):
             raise UsageError(f"task {key} has no remote task id: run `resume` first")
+        transport = await self._task_transport(state)
         await self._record(key, [(ev.CANCEL_REQUESTED, {"at": _now_iso()})])
         try:
-            answer = await self._transport(state["endpoint"]).cancel_task(state["remote_task_id"])
+            answer = await transport.cancel_task(state["remote_task_id"])
+        except AuthorizationFailedError as refused:
+            await self._record(key, [_authorization_failed(refused, "cancel")])
+            raise
         except RemoteRefusedError as refusal:
             await self._record(
                 key, [(ev.CANCEL_REFUSED, {"code": refusal.code, "detail": str(refusal)})]
@@ -818,7 +930,7 @@ class Engine:
 
     async def _rebind(self, key: str, state: State) -> None:
         """The send may or may not have reached the agent: ask it for our context's tasks."""
-        transport = self._transport(state["endpoint"])
+        transport = await self._task_transport(state)
         found = await transport.list_tasks(context_id=state["context_id"])
         if found:
             # ListTasks may leave artifacts out (a2a-sdk does by default): read the whole task.
@@ -835,7 +947,7 @@ class Engine:
         submitted = (await self._calls.run(self.store.read_stream, task_stream_id(key)))[0].data
         await self._send_creation(
             key,
-            state["endpoint"],
+            await self._task_transport(state),
             submitted["text"],
             state["message_id"],
             state["context_id"],
@@ -902,14 +1014,57 @@ class Engine:
         """Plain http to hosts other than loopback, for cards, interfaces and webhooks (R16)."""
         return self.config.card_limits.allow_insecure
 
-    def _transport(self, endpoint: Mapping[str, Any]) -> A2ATransport:
-        place = (str(endpoint["url"]), str(endpoint["binding"]))
-        if place not in self._transports:
-            self._transports[place] = A2ATransport(
-                self.client, Interface(place[0], place[1], "1.0"),
-                timeout=self.config.request_timeout,
+    def _transport(
+        self, endpoint: Mapping[str, Any], credentials: TaskCredentials | None = None
+    ) -> A2ATransport:
+        """The transport to ``endpoint``, carrying ``credentials`` (one per grant and place)."""
+        url, binding = str(endpoint["url"]), str(endpoint["binding"])
+        place = (url, binding, id(credentials.grant) if credentials else 0)
+        transport = self._transports.get(place)
+        if transport is None:
+            cert = credentials.client_cert() if credentials is not None else None
+            transport = self._transports[place] = A2ATransport(
+                self._client_for(cert), Interface(url, binding, "1.0"),
+                timeout=self.config.request_timeout, credentials=credentials,
             )  # fmt: skip
-        return self._transports[place]
+        return transport
+
+    async def _task_transport(self, state: State) -> A2ATransport:
+        """The transport for a request of the task ``state`` describes: to its recorded
+        endpoint, with the credentials its frozen contract grants -- none when that endpoint
+        is no longer at the origin the task was created at (R15: never leak)."""
+        recorded = state.get("authorization")
+        if not recorded or not recorded.get("schemes"):
+            return self._transport(state["endpoint"])
+        revision = str(state["card_revision"])
+        marker = (revision, repr(sorted(recorded.items())))
+        grant = self._grants.get(marker)
+        if grant is None:
+            card = await self._calls.run(self._card, revision)
+            if card is None:  # the frozen card is gone from the store: send nothing rather
+                raise CredentialsMissingError(  # than credentials chosen anew
+                    str(state.get("agent")), str(state["skill"]),
+                    f"the frozen card {revision[:12]} is not in the store",
+                )  # fmt: skip
+            grant = self._grants[marker] = Authorizer.regrant(card, recorded)
+        credentials = self.authorizer.for_task(grant, str(state["endpoint"]["url"]))
+        return self._transport(state["endpoint"], credentials)
+
+    def _client_for(self, cert: tuple[str, str] | None) -> httpx.AsyncClient:
+        """The engine's client, or for mutual TLS one that presents the client certificate."""
+        if cert is None:
+            return self.client
+        client = self._tls_clients.get(cert)
+        if client is None:
+            context = _tls_context(self.config.ca_file)
+            try:
+                context.load_cert_chain(*cert)
+            except (OSError, ssl.SSLError) as error:
+                raise CredentialsConfigError(
+                    "mtls", f"client certificate {cert[0]} cannot be loaded ({error})"
+                ) from None
+            client = self._tls_clients[cert] = httpx.AsyncClient(verify=context)
+        return client
 
     async def _find(self, ref: str) -> str:
         return await self._calls.run(self.log.find, ref)
@@ -1000,6 +1155,22 @@ def _submitted(
         "endpoint": {"url": endpoint_url, "binding": binding},
         "submitted_at": _now_iso(),
     }
+
+
+def _authorization_failed(refused: AuthorizationFailedError, during: str) -> Event:
+    """R15: a 401/403 (or no token to be had) is an annotation, never a transition (R1)."""
+    return ev.AUTHORIZATION_FAILED, {
+        "url": refused.url,
+        "status": refused.status,
+        "schemes": list(refused.schemes),
+        "detail": str(refused),
+        "during": during,
+        "at": _now_iso(),
+    }
+
+
+def _tls_context(ca_file: str | None) -> ssl.SSLContext:
+    return ssl.create_default_context(cafile=ca_file)
 
 
 def _unreachable(failure: Exception, during: str) -> dict[str, Any]:

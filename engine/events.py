@@ -18,9 +18,18 @@ DISCOVERY_FAILED: Final = "DiscoveryFailed"
 CONTRACT_PINNED: Final = "ContractPinned"
 CONTRACT_ACCEPTED: Final = "ContractAccepted"
 TASK_CREATION_REFUSED: Final = "TaskCreationRefused"
+# R15: a creation refused before sending, the contract's credentials not being configured.
+CREDENTIALS_MISSING: Final = "CredentialsMissing"
 
 AGENT_EVENTS: Final = frozenset(
-    {CARD_FETCHED, DISCOVERY_FAILED, CONTRACT_PINNED, CONTRACT_ACCEPTED, TASK_CREATION_REFUSED}
+    {
+        CARD_FETCHED,
+        DISCOVERY_FAILED,
+        CONTRACT_PINNED,
+        CONTRACT_ACCEPTED,
+        TASK_CREATION_REFUSED,
+        CREDENTIALS_MISSING,
+    }
 )
 
 # Task stream: one per task, keyed by a local task key made before sending.
@@ -42,6 +51,8 @@ CANCEL_REFUSED: Final = "CancelRefused"
 REPLY_SENT: Final = "ReplySent"
 DEADLINE_EXCEEDED: Final = "DeadlineExceeded"
 ARTIFACT_RECEIVED: Final = "ArtifactReceived"
+# R15: the agent answered 401/403 to a request of the task; an annotation, never a transition.
+AUTHORIZATION_FAILED: Final = "AuthorizationFailed"
 # Also on the task stream (R3): the agent refused the creation with an A2A error; final.
 # TASK_CREATION_REFUSED, same name as the agent stream's refusal.
 
@@ -65,6 +76,7 @@ TASK_EVENTS: Final = frozenset(
         REPLY_SENT,
         DEADLINE_EXCEEDED,
         ARTIFACT_RECEIVED,
+        AUTHORIZATION_FAILED,
         TASK_CREATION_REFUSED,
     }
 )

@@ -62,7 +62,7 @@ def apply_agent_event(state: Mapping[str, Any], type_: str, data: Mapping[str, A
     elif type_ in (ev.CONTRACT_PINNED, ev.CONTRACT_ACCEPTED):
         out["pinned_contract"] = data["contract_hash"]
         out["pinned_revision"] = data.get("revision")
-    elif type_ == ev.TASK_CREATION_REFUSED:
+    elif type_ in (ev.TASK_CREATION_REFUSED, ev.CREDENTIALS_MISSING):
         out["refusals"] = out["refusals"] + 1
     return out
 
@@ -86,6 +86,7 @@ _FLAG_FOR_EVENT = {
     ev.ENDPOINT_MOVED: "endpoint_moved",
     ev.DEADLINE_EXCEEDED: "deadline_exceeded",
     ev.TASK_CREATION_REFUSED: "never_created",
+    ev.AUTHORIZATION_FAILED: "credentials_rejected",
 }
 
 
@@ -208,6 +209,8 @@ def _apply_in_place(out: State, type_: str, data: Mapping[str, Any]) -> None:
         ):
             out[name] = data.get(name)
         out["latest_card_revision"] = data.get("card_revision")
+        if "authorization" in data:  # R15; absent from tasks created before it was recorded
+            out["authorization"] = data["authorization"]
     elif type_ in (ev.STATE_CHANGED, ev.OBSERVATION_IGNORED):
         _apply_observation_event(out, type_, data)
     elif type_ == ev.WEBHOOK_REGISTERED:

@@ -20,6 +20,12 @@ read with httpx-sse, bounded the same way: the answer that opens one within the 
 deadline, each event within ``max_bytes``, each read within an idle timeout and the deadline; a
 stream that ends early is a :class:`StreamDroppedError`, the caller's cue to poll (docs/wire.md).
 
+Credentials (R15): a transport made with ``credentials`` asks them for what each request must
+carry (headers, query parameters, cookies) just before sending it, so tokens are fresh and
+``env:`` values are read at use; a 401/403 is retried once with refreshed credentials when a
+token is involved, then raised as :class:`AuthorizationFailedError`. Error messages never show
+what the credentials added (a query-string API key included): it is redacted.
+
 Answers are parsed by :mod:`engine.remote`; the transport keeps no state beyond the JSON-RPC id.
 """
 
@@ -31,7 +37,7 @@ import json
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping
 from contextlib import AbstractAsyncContextManager, AsyncExitStack, aclosing, asynccontextmanager
 from enum import IntEnum
-from typing import Any, Final
+from typing import Any, Final, Protocol
 from urllib.parse import quote
 
 import httpx
@@ -46,7 +52,9 @@ from cardfence.engine.bodies import (
     read_body,
 )
 from cardfence.engine.cards.model import HTTP_JSON, JSONRPC, Interface
+from cardfence.engine.credentials import RequestAuth, redact
 from cardfence.engine.errors import (
+    AuthorizationFailedError,
     EndpointUnreachableError,
     InvalidAgentResponseError,
     ProtocolMismatchError,
@@ -75,6 +83,7 @@ __all__ = [
     "DEFAULT_MAX_BYTES",
     "A2AErrorCode",
     "A2ATransport",
+    "RequestCredentials",
 ]
 
 A2A_VERSION: Final = "1.0"
@@ -122,12 +131,29 @@ class A2AErrorCode(IntEnum):
     INTERNAL_ERROR = -32603
 
 
+class RequestCredentials(Protocol):
+    """What a transport asks for the credentials of each request (R15):
+    :class:`cardfence.engine.authorization.TaskCredentials` is one."""
+
+    @property
+    def schemes(self) -> tuple[str, ...]: ...
+
+    @property
+    def refreshable(self) -> bool: ...
+
+    async def prepare(self, *, refresh: bool = False) -> RequestAuth: ...
+
+
+_REFUSED_AUTH: Final = (401, 403)
+
+
 class A2ATransport:
     """The A2A operations the engine uses, on one interface of one agent.
 
-    ``headers`` are sent with every request (e.g. the frozen contract's ``Authorization``, R3);
-    ``A2A-Version`` and ``Content-Type`` are always ours. ``timeout`` bounds each request as a
-    whole, a blocking ``SendMessage`` included. ``max_pages`` bounds ``list_tasks``.
+    ``headers`` are sent with every request; ``A2A-Version`` and ``Content-Type`` are always
+    ours. ``credentials`` add what the task's frozen contract requires, per request (R15).
+    ``timeout`` bounds each request as a whole, a blocking ``SendMessage`` included.
+    ``max_pages`` bounds ``list_tasks``.
     """
 
     def __init__(
@@ -139,6 +165,7 @@ class A2ATransport:
         headers: Mapping[str, str] | None = None,
         max_bytes: int = DEFAULT_MAX_BYTES,
         max_pages: int = 20,
+        credentials: RequestCredentials | None = None,
     ) -> None:
         if interface.binding not in (JSONRPC, HTTP_JSON):
             raise UsageError(f"{interface.url}: binding {interface.binding!r} is not spoken")
@@ -156,6 +183,7 @@ class A2ATransport:
         self._headers["Accept-Encoding"] = ACCEPT_ENCODING  # what engine.bodies decodes
         self._headers.setdefault("User-Agent", _USER_AGENT)
         self._ids = itertools.count(1)
+        self.credentials = credentials
 
     @property
     def binding(self) -> str:
@@ -386,6 +414,8 @@ class A2ATransport:
         # stream after it by ``idle`` and the deadline (_BoundedEvents). httpx's own read timeout
         # is only a backstop behind both.
         timeout = httpx.Timeout(budget, connect=min(budget, 10.0), read=max(budget, idle))
+        auth = await self.credentials.prepare() if self.credentials is not None else None
+        headers, query = _with_auth(self._headers, None, auth)
         async with AsyncExitStack() as stack:
             try:
                 async with asyncio.timeout(budget):
@@ -395,7 +425,8 @@ class A2ATransport:
                             verb,
                             url,
                             content=content,
-                            headers=self._headers.copy(),  # aconnect_sse sets Accept on it
+                            params=query,
+                            headers=headers,  # a copy: aconnect_sse sets Accept on it
                             timeout=timeout,
                             follow_redirects=False,
                         )
@@ -406,7 +437,7 @@ class A2ATransport:
                 detail = f"timeout: the event stream did not open within {budget:.3g}s{cut}"
                 raise EndpointUnreachableError(url, detail, task=task) from None
             except (httpx.HTTPError, httpx.InvalidURL) as exc:
-                detail = f"network error: {str(exc) or type(exc).__name__}"
+                detail = _redacted(f"network error: {str(exc) or type(exc).__name__}", auth)
                 raise EndpointUnreachableError(url, detail, task=task) from None
             updates = self._updates(source.response, url, request_id, task=task, idle=idle)
             async with aclosing(updates):
@@ -551,9 +582,32 @@ class A2ATransport:
         """Status and body; the body is ``None`` when it is over ``max_bytes`` once decoded, or
         when the body of a non-2xx cannot be decoded (R16).
 
-        The whole exchange, body included, ends within ``timeout`` and by the deadline in force
-        (:mod:`engine.deadline`): a body that drips is cut there.
+        With credentials, a 401/403 is asked once more with refreshed ones when a token is
+        involved (R15: the token may have expired early or been revoked and reissued).
         """
+        credentials = self.credentials
+        if credentials is None:
+            return await self._exchange_once(verb, url, content, query, task, None)
+        auth = await credentials.prepare()
+        status, body = await self._exchange_once(verb, url, content, query, task, auth)
+        if status in _REFUSED_AUTH and credentials.refreshable:
+            auth = await credentials.prepare(refresh=True)
+            status, body = await self._exchange_once(verb, url, content, query, task, auth)
+        return status, body
+
+    async def _exchange_once(
+        self,
+        verb: str,
+        url: str,
+        content: bytes | None,
+        query: Mapping[str, str] | None,
+        task: str,
+        auth: RequestAuth | None,
+    ) -> tuple[int, bytes | None]:
+        """One request, with ``auth`` added. The whole exchange, body included, ends within
+        ``timeout`` and by the deadline in force (:mod:`engine.deadline`): a body that drips is
+        cut there."""
+        headers, query = _with_auth(self._headers, query, auth)
         budget = deadline.left(self.timeout)
         if budget <= 0:
             detail = "timeout: the deadline passed before the request could be sent (not sent)"
@@ -566,7 +620,7 @@ class A2ATransport:
                     url,
                     content=content,
                     params=query,
-                    headers=self._headers,
+                    headers=headers,
                     timeout=timeout,
                     follow_redirects=False,
                 ) as response:
@@ -583,7 +637,7 @@ class A2ATransport:
             detail = f"timeout: no complete answer within {budget:.3g}s{cut}"
             raise EndpointUnreachableError(url, detail, task=task) from None
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
-            detail = f"network error: {str(exc) or type(exc).__name__}"
+            detail = _redacted(f"network error: {str(exc) or type(exc).__name__}", auth)
             raise EndpointUnreachableError(url, detail, task=task) from None
 
     def _jsonrpc_result(
@@ -622,6 +676,9 @@ class A2ATransport:
         if refused is not None:
             code, message = refused
             return RemoteRefusedError(url, code, message, task=task)
+        if status in _REFUSED_AUTH:  # R15: an annotation mid-task, never a transition
+            schemes = self.credentials.schemes if self.credentials is not None else ()
+            return AuthorizationFailedError(url, status, task=task, schemes=schemes)
         if status == 404:  # R11: a missing route, not a missing task
             detail = "HTTP 404 without an A2A error body: endpoint gone or moved"
         else:
@@ -686,6 +743,26 @@ def _loads(raw: bytes | None) -> object:
         return remote_loads(raw)
     except (ValueError, RecursionError):
         return None
+
+
+def _with_auth(
+    base: httpx.Headers, query: Mapping[str, str] | None, auth: RequestAuth | None
+) -> tuple[httpx.Headers, dict[str, str] | None]:
+    """The headers and query of one request with what ``auth`` adds (R15); a copy of ``base``."""
+    headers = base.copy()
+    if auth is None:
+        return headers, None if query is None else dict(query)
+    for name, value in auth.headers:
+        headers[name] = value
+    if auth.cookies:
+        headers["Cookie"] = "; ".join(f"{name}={value}" for name, value in auth.cookies)
+    if not auth.params:
+        return headers, None if query is None else dict(query)
+    return headers, {**(query or {}), **dict(auth.params)}
+
+
+def _redacted(text: str, auth: RequestAuth | None) -> str:
+    return text if auth is None else redact(text, auth.secrets)
 
 
 def _encode(payload: Mapping[str, Any]) -> bytes:

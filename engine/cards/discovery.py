@@ -463,10 +463,13 @@ class Discovery:
         }
         await self._append(origin, lambda _: [NewEvent(ev.DISCOVERY_FAILED, data)])
 
-    async def record_refusal(self, agent_url: str, data: Mapping[str, Any]) -> None:
-        """Record ``TaskCreationRefused`` in the agent's stream (R2)."""
+    async def record_refusal(
+        self, agent_url: str, data: Mapping[str, Any], type_: str = ev.TASK_CREATION_REFUSED
+    ) -> None:
+        """Record a creation refusal in the agent's stream: ``TaskCreationRefused`` (R2, R3),
+        or ``CredentialsMissing`` (R15)."""
         origin = card_urls(agent_url)[0]
-        await self._append(origin, lambda _: [NewEvent(ev.TASK_CREATION_REFUSED, dict(data))])
+        await self._append(origin, lambda _: [NewEvent(type_, dict(data))])
 
     async def _append(
         self,

@@ -1,23 +1,30 @@
 """The command line's shared parts: the typer app, global options, output and exit codes.
 
-Global options (``--db``, ``--json``, ``--debug``) are accepted before and after the command name.
+Global options (``--db``, ``--json``, ``--debug``) are accepted before and after the command name;
+``--credentials`` before it, and after it on the commands that send requests to agents.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
+import secrets
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import sqlalchemy as sa
 import typer
 
 from cardfence.engine import errors
+from cardfence.engine.credentials import CredentialsConfig, load_credentials
 from cardfence.store import EventStore
+
+if TYPE_CHECKING:
+    from cardfence.engine.engine import EngineConfig
 
 DEFAULT_DB = "sqlite:///cardfence.db"
 
@@ -92,6 +99,7 @@ class Globals:
     db: str | None = None
     json: bool = False
     debug: bool = False
+    credentials: str | None = None
 
 
 DbOption = Annotated[
@@ -105,6 +113,14 @@ JsonOption = Annotated[
 ]
 DebugOption = Annotated[
     bool, typer.Option("--debug", help="Print tracebacks of unexpected errors.")
+]
+CredentialsOption = Annotated[
+    str | None,
+    typer.Option(
+        "--credentials",
+        help="Credentials for agents, a TOML file only its owner can read "
+        "(default: $CARDFENCE_CREDENTIALS).",
+    ),
 ]
 
 CardTimeoutOption = Annotated[
@@ -130,16 +146,81 @@ app = typer.Typer(
 
 @app.callback()
 def _global_options(
-    ctx: typer.Context, db: DbOption = None, json_: JsonOption = False, debug: DebugOption = False
+    ctx: typer.Context,
+    db: DbOption = None,
+    json_: JsonOption = False,
+    debug: DebugOption = False,
+    credentials: CredentialsOption = None,
 ) -> None:
-    ctx.obj = Globals(db=db, json=json_, debug=debug)
+    ctx.obj = Globals(db=db, json=json_, debug=debug, credentials=credentials)
 
 
-def options_of(ctx: typer.Context, db: str | None, json_: bool, debug: bool) -> Globals:
+def options_of(
+    ctx: typer.Context, db: str | None, json_: bool, debug: bool, credentials: str | None = None
+) -> Globals:
     """Merge options given after the command with those given before it."""
     before = ctx.obj if isinstance(ctx.obj, Globals) else Globals()
     chosen = db if db is not None else before.db  # `--db ""` is given, and refused later
-    return Globals(db=chosen, json=json_ or before.json, debug=debug or before.debug)
+    return Globals(
+        db=chosen,
+        json=json_ or before.json,
+        debug=debug or before.debug,
+        credentials=credentials if credentials is not None else before.credentials,
+    )
+
+
+def credentials_of(options: Globals) -> CredentialsConfig | None:
+    """The credentials file the options (else ``$CARDFENCE_CREDENTIALS``) name, loaded; None
+    when neither names one. Refused (:class:`errors.CredentialsConfigError`, exit 2) when it is
+    readable by group or others, or malformed."""
+    path = options.credentials
+    if path is None:
+        path = os.environ.get("CARDFENCE_CREDENTIALS") or None
+    if path is None:
+        return None
+    if not path.strip():
+        raise errors.UsageError("--credentials is empty: name a file, or leave the option out")
+    return load_credentials(Path(path))
+
+
+def with_credentials(options: Globals, config: EngineConfig) -> EngineConfig:
+    """``config`` with the credentials the options name and the local fingerprint key."""
+    credentials = credentials_of(options)
+    if credentials is None:
+        return config
+    return dataclasses.replace(config, credentials=credentials, fingerprint_key=fingerprint_key())
+
+
+def fingerprint_key() -> bytes | None:
+    """The local key the log's secret fingerprints are made with (R15), so one secret has one
+    fingerprint across commands: ``$CARDFENCE_FINGERPRINT_KEY`` (a file path), else
+    ``$XDG_STATE_HOME/cardfence/fingerprint.key`` (``~/.local/state/...``), made on first use
+    with 32 random bytes, readable by its owner only. None (a key per process) when it can
+    neither be read nor made."""
+    named = os.environ.get("CARDFENCE_FINGERPRINT_KEY")
+    if named:
+        path = Path(named)
+    else:
+        state = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+        path = Path(state) / "cardfence" / "fingerprint.key"
+    try:
+        key = path.read_bytes()
+        return key if len(key) >= 16 else None
+    except FileNotFoundError:
+        pass
+    except OSError:
+        return None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        key = secrets.token_bytes(32)
+        handle = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(handle, "wb") as out:
+            out.write(key)
+        return key
+    except FileExistsError:  # another process made it first
+        return fingerprint_key()
+    except OSError:
+        return None
 
 
 def store_url(options: Globals) -> str:

@@ -153,6 +153,19 @@ def _endpoint_unreachable(d: Mapping[str, Any]) -> str:
     return f"{d.get('url')} unreachable during {d.get('during')}: {d.get('detail')}"
 
 
+def _authorization_failed(d: Mapping[str, Any]) -> str:
+    schemes = d.get("schemes")
+    sent = ", ".join(map(str, schemes)) if isinstance(schemes, list) and schemes else "none"
+    return (
+        f"credentials refused during {d.get('during')} (HTTP {d.get('status')}, schemes: {sent}); "
+        "the task goes on"
+    )
+
+
+def _credentials_missing(d: Mapping[str, Any]) -> str:
+    return f"skill {d.get('skill')} refused before sending: credentials missing: {d.get('detail')}"
+
+
 def _cancel_requested(d: Mapping[str, Any]) -> str:
     return "cancel asked of the remote (the state moves only when it reports canceled)"
 
@@ -214,6 +227,7 @@ _DESCRIBE: Final[Mapping[str, Describe]] = {
     ev.CONTRACT_PINNED: _contract_pinned,
     ev.CONTRACT_ACCEPTED: _contract_accepted,
     ev.TASK_CREATION_REFUSED: _task_creation_refused,
+    ev.CREDENTIALS_MISSING: _credentials_missing,
     ev.TASK_SUBMITTED: _task_submitted,
     ev.STATE_CHANGED: _state_changed,
     ev.OBSERVATION_IGNORED: _observation_ignored,
@@ -232,6 +246,7 @@ _DESCRIBE: Final[Mapping[str, Describe]] = {
     ev.REPLY_SENT: _reply_sent,
     ev.DEADLINE_EXCEEDED: _deadline_exceeded,
     ev.ARTIFACT_RECEIVED: _artifact_received,
+    ev.AUTHORIZATION_FAILED: _authorization_failed,
 }
 
 

@@ -15,6 +15,7 @@ from cardfence.engine import errors
 from cardfence.engine.cards.discovery import CardLimits
 from cardfence.engine.cli.app import (
     MIN_POLL_INTERVAL,
+    CredentialsOption,
     DbOption,
     DebugOption,
     InsecureOption,
@@ -24,6 +25,7 @@ from cardfence.engine.cli.app import (
     checked_store_url,
     open_store,
     options_of,
+    with_credentials,
 )
 from cardfence.engine.cli.tasks import CardAgeOption, PollOption
 from cardfence.engine.engine import Engine, EngineConfig
@@ -44,6 +46,7 @@ def serve_command(
         int, typer.Option("--workers", min=1, help="Polls in flight at once, at most.")
     ] = 32,
     allow_insecure_http: InsecureOption = False,
+    credentials: CredentialsOption = None,
     db: DbOption = None,
     json_: JsonOption = False,
     debug: DebugOption = False,
@@ -53,7 +56,7 @@ def serve_command(
     from cardfence.engine.driver import Driver
     from cardfence.engine.serve import listen, serve
 
-    options = options_of(ctx, db, json_, debug)
+    options = options_of(ctx, db, json_, debug, credentials)
     check_seconds("--max-poll-interval", max_poll_interval, minimum=MIN_POLL_INTERVAL)
     check_seconds("--max-card-age", max_card_age)
     checked_store_url(options)
@@ -62,6 +65,7 @@ def serve_command(
         max_card_age=max_card_age,
         card_limits=CardLimits(allow_insecure=allow_insecure_http),
     )
+    config = with_credentials(options, config)
     _log_decisions(debug)
     try:
         sock = listen(host, port)

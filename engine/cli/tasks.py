@@ -19,6 +19,7 @@ from cardfence.engine.cli import signals
 from cardfence.engine.cli.app import (
     MIN_POLL_INTERVAL,
     CardTimeoutOption,
+    CredentialsOption,
     DbOption,
     DebugOption,
     Globals,
@@ -33,6 +34,7 @@ from cardfence.engine.cli.app import (
     emit,
     open_store,
     options_of,
+    with_credentials,
 )
 from cardfence.engine.cli.render import (
     audit_text,
@@ -94,6 +96,7 @@ def _engine_run(
     makes ends by ``deadline`` (R16). On SIGINT/SIGTERM the job is cancelled at its next await
     (the append in hand commits first) and :class:`Interrupted` says what ``left(engine)``
     reports."""
+    config = with_credentials(options, config)
     store = open_store(options, existing=existing)
 
     async def main() -> _T:
@@ -183,12 +186,13 @@ def run(
         bool, typer.Option("--accept-contract", help="Accept a changed agent contract.")
     ] = False,
     allow_insecure_http: InsecureOption = False,
+    credentials: CredentialsOption = None,
     db: DbOption = None,
     json_: JsonOption = False,
     debug: DebugOption = False,
 ) -> None:
     """Discover the agent, check skill and contract, send the message, then drive the task."""
-    options = options_of(ctx, db, json_, debug)
+    options = options_of(ctx, db, json_, debug, credentials)
     _check_drive_options(until, timeout, max_poll_interval)
     check_seconds("--max-card-age", max_card_age)
     check_seconds("--card-timeout", card_timeout)
@@ -227,12 +231,13 @@ def reply(
     until: UntilOption = "interrupted",
     timeout: TimeoutOption = 300.0,
     max_poll_interval: PollOption = 30.0,
+    credentials: CredentialsOption = None,
     db: DbOption = None,
     json_: JsonOption = False,
     debug: DebugOption = False,
 ) -> None:
     """Answer an input-required task, then drive it."""
-    options = options_of(ctx, db, json_, debug)
+    options = options_of(ctx, db, json_, debug, credentials)
     _check_drive_options(until, timeout, max_poll_interval)
     deadline = time.monotonic() + timeout
     found: list[str] = []
@@ -253,12 +258,13 @@ def reply(
 def cancel(
     ctx: typer.Context,
     task: TaskArgument,
+    credentials: CredentialsOption = None,
     db: DbOption = None,
     json_: JsonOption = False,
     debug: DebugOption = False,
 ) -> None:
     """Ask the remote to cancel; the state moves only when the remote reports it."""
-    options = options_of(ctx, db, json_, debug)
+    options = options_of(ctx, db, json_, debug, credentials)
     found: list[str] = []
 
     async def job(engine: Engine) -> TaskView:
@@ -280,12 +286,13 @@ def resume(
     until: UntilOption = "interrupted",
     timeout: TimeoutOption = 300.0,
     max_poll_interval: PollOption = 30.0,
+    credentials: CredentialsOption = None,
     db: DbOption = None,
     json_: JsonOption = False,
     debug: DebugOption = False,
 ) -> None:
     """After a restart: reconcile each task with a fresh card (R9), then drive it."""
-    options = options_of(ctx, db, json_, debug)
+    options = options_of(ctx, db, json_, debug, credentials)
     if (task is None) == (not all_):
         raise errors.UsageError("name one TASK or pass --all")
     _check_drive_options(until, timeout, max_poll_interval)

@@ -9,7 +9,7 @@ Plain functions and classes, no pytest fixtures: the test modules define their f
   :func:`agent_events`, :func:`write_marks` (to prove a refusal wrote nothing).
 - :func:`restored` — one agent shared by a module, back to normal service for every test.
 - Card edits for ``Peer.mutate_card``: :func:`drop_skill`, :func:`withdraw_push`,
-  :func:`rotate_security`, :func:`drop_jsonrpc_interface`.
+  :func:`rotate_security`, :func:`rotate_to_bearer`, :func:`drop_jsonrpc_interface`.
 - :class:`PushReceiver` — a webhook on 127.0.0.1 that records what the agent POSTs and, once told
   to, hands each delivery to ``Engine.deliver`` on the test's event loop.
 - :class:`MovableEndpoint` — a JSON-RPC endpoint of its own that relays to the agent's until it is
@@ -163,6 +163,13 @@ def rotate_security(card: dict[str, Any]) -> None:
     """Seed 004 #1: the agent moves to mTLS-only between two reads."""
     card["securitySchemes"] = {"mtls": {"mtlsSecurityScheme": {"description": "mTLS only"}}}
     card["securityRequirements"] = [{"schemes": {"mtls": {"list": []}}}]
+    card["version"] = "2.0.0"
+
+
+def rotate_to_bearer(card: dict[str, Any]) -> None:
+    """The agent starts requiring an HTTP bearer token (scheme ``bearer``)."""
+    card["securitySchemes"] = {"bearer": {"httpAuthSecurityScheme": {"scheme": "bearer"}}}
+    card["securityRequirements"] = [{"schemes": {"bearer": {"list": []}}}]
     card["version"] = "2.0.0"
 
 

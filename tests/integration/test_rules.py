@@ -34,6 +34,7 @@ from engine_fixtures import (
     point_jsonrpc_at,
     push_headers,
     rotate_security,
+    rotate_to_bearer,
     state_of,
     status_update_body,
     transitions,
@@ -46,6 +47,7 @@ from support import Peer
 
 from cardfence.engine import events as ev
 from cardfence.engine.cards.model import JSONRPC, Interface
+from cardfence.engine.credentials import Bearer, CredentialsConfig
 from cardfence.engine.engine import Engine
 from cardfence.engine.errors import (
     CardInvalidError,
@@ -202,10 +204,17 @@ async def test_contract_rotated_between_reads_sends_nothing(peer: Peer, engine: 
 
 
 async def test_rotated_contract_accepted_explicitly_is_recorded_then_sent(
-    peer: Peer, engine: Engine
+    peer: Peer, db: str
 ) -> None:
+    # The new contract requires a bearer token: configured, so only R3 stands in the way.
+    token = CredentialsConfig.of({peer.base_url: {"bearer": Bearer("t-rotated")}})
+    async with audited_engine(db, dataclasses.replace(FAST, credentials=token)) as engine:
+        await _rotated_contract_accepted(peer, engine)
+
+
+async def _rotated_contract_accepted(peer: Peer, engine: Engine) -> None:
     first = await engine.start_task(peer.base_url, skill="echo", text="echo pinned")
-    peer.mutate_card(rotate_security)
+    peer.mutate_card(rotate_to_bearer)
 
     accepted = await engine.start_task(
         peer.base_url, skill="echo", text="echo accepted", accept_contract=True

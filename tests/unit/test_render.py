@@ -14,7 +14,8 @@ import pytest
 from cardfence.engine import events as ev
 from cardfence.engine.cards.model import AgentCard, parse_card
 from cardfence.engine.cli.render import describe, summary, task_path, timeline
-from cardfence.engine.errors import DiscoveryError
+from cardfence.engine.engine import _authorization_failed
+from cardfence.engine.errors import AuthorizationFailedError, DiscoveryError
 from cardfence.engine.guards import downgrade, reconcile_card, resume_check, unavailable
 from cardfence.engine.lifecycle import mermaid as lifecycle_mermaid
 from cardfence.engine.observations import ArtifactRecord, Observation, apply_observation
@@ -144,6 +145,13 @@ def representative_payloads() -> dict[str, dict[str, Any]]:
         ev.CANCEL_REFUSED: {"code": -32002, "detail": "task is not cancelable"},
         ev.REPLY_SENT: {"message_id": "m-2", "chars": 2},
         ev.DEADLINE_EXCEEDED: {"state": "working", "seconds": 5.0, "until": "terminal"},
+        ev.AUTHORIZATION_FAILED: _authorization_failed(
+            AuthorizationFailedError("http://a.test/rpc", 401, schemes=("bearer",)), "poll"
+        )[1],
+        ev.CREDENTIALS_MISSING: {
+            "reason": "credentials_missing", "skill": "echo", "at": T0.isoformat(),
+            "detail": "[bearer]: bearer not configured",
+        },
     }  # fmt: skip
     return payloads
 
