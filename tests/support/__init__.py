@@ -6,6 +6,19 @@ tests import this package as ``support``; scripts that add the repository root t
 ``sys.path`` may import it as ``tests.support``.
 """
 
+from .auth_peer import AuthHit, AuthPeer
 from .peer import CardHit, Peer, ScriptedExecutor, ServerThread, card_etag, select_script
+from .tls import TlsFiles, make_tls
 
-__all__ = ["CardHit", "Peer", "ScriptedExecutor", "ServerThread", "card_etag", "select_script"]
+__all__ = [
+    "AuthHit",
+    "AuthPeer",
+    "CardHit",
+    "Peer",
+    "ScriptedExecutor",
+    "ServerThread",
+    "TlsFiles",
+    "card_etag",
+    "make_tls",
+    "select_script",
+]
