@@ -3,6 +3,12 @@
 Binding first means the port is known (and can go into an Agent Card) before the first request.
 The server runs in its own thread and event loop and installs no signal handlers, so the caller
 keeps control of Ctrl-C and SIGTERM.
+
+With `ServerTls` it serves HTTPS instead, optionally verifying client certificates; each request
+of a TLS connection then carries the ASGI TLS extension (``scope["extensions"]["tls"]``), whose
+``client_cert_chain`` holds the client certificate the handshake verified (empty when none was
+presented), since uvicorn itself does not expose it. Under TLS, HTTP/1.1 is served by uvicorn's
+h11 protocol whatever else is installed.
 """
 
 from __future__ import annotations
@@ -10,14 +16,18 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Awaitable, Callable, Iterable
+from dataclasses import dataclass
+from typing import Any
 
 import uvicorn
-from starlette.types import ASGIApp
+from starlette.types import ASGIApp, Receive, Scope, Send
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
-__all__ = ["ServerThread", "bind"]
+__all__ = ["ServerThread", "ServerTls", "bind"]
 
 
 def bind(host: str, port: int) -> socket.socket:
@@ -34,12 +44,80 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+@dataclass(frozen=True, slots=True)
+class ServerTls:
+    """HTTPS for a `ServerThread`: the server's certificate and key (PEM files) and, to verify
+    client certificates, the CA file they must chain to and ``cert_reqs``: ``CERT_OPTIONAL``
+    (a client may present one; an invalid one fails the handshake) or ``CERT_REQUIRED`` (a
+    connection without one fails the handshake)."""
+
+    certfile: str
+    keyfile: str
+    ca_certs: str | None = None
+    cert_reqs: ssl.VerifyMode = ssl.CERT_NONE
+
+
+_TLS_VERSIONS = {"TLSv1.2": 0x0303, "TLSv1.3": 0x0304}
+_RDN_KEYS = {  # RFC 4514 names of the attributes ssl spells out
+    "commonName": "CN",
+    "organizationName": "O",
+    "organizationalUnitName": "OU",
+    "countryName": "C",
+    "localityName": "L",
+    "stateOrProvinceName": "ST",
+}
+
+
+def _tls_extension(ssl_object: ssl.SSLObject) -> dict[str, Any]:
+    """The ASGI TLS extension for one connection (cipher suites are not known by number here)."""
+    der = ssl_object.getpeercert(binary_form=True)
+    peer = ssl_object.getpeercert() or {}
+    subject = ",".join(
+        f"{_RDN_KEYS.get(key, key)}={value}"
+        for rdn in reversed(peer.get("subject", ()))
+        for key, value in rdn
+    )
+    return {
+        "server_cert": None,
+        "client_cert_chain": [ssl.DER_cert_to_PEM_cert(der)] if der else [],
+        "client_cert_name": subject or None,
+        "client_cert_error": None,
+        "tls_version": _TLS_VERSIONS.get(ssl_object.version() or ""),
+        "cipher_suite": None,
+    }
+
+
+class _WithTlsExtension:
+    def __init__(self, app: Any, tls: dict[str, Any]) -> None:
+        self._app = app
+        self._tls = tls
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] in ("http", "websocket"):
+            extensions = dict(scope.get("extensions") or {})
+            extensions["tls"] = self._tls
+            scope = {**scope, "extensions": extensions}
+        await self._app(scope, receive, send)
+
+
+class _TlsAwareProtocol(H11Protocol):
+    """uvicorn's h11 protocol, with the TLS extension added to every request of the connection
+    (asyncio makes the connection once the handshake, client certificate included, is done)."""
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        ssl_object = transport.get_extra_info("ssl_object")
+        if ssl_object is not None:
+            self.app = _WithTlsExtension(self.app, _tls_extension(ssl_object))
+
+
 class ServerThread:
     """Serve an ASGI app with uvicorn on ``host:port`` (default 127.0.0.1, any free port) from a
     daemon thread.
 
     ``extra_hosts`` are further loopback addresses bound on the same port when they are free
     (``bound_hosts`` says which were). Binding ``port`` may raise :class:`OSError` (in use).
+    ``tls`` (settable until `start`, like ``app``) serves HTTPS; `base_url` follows it.
     """
 
     def __init__(
@@ -50,8 +128,10 @@ class ServerThread:
         port: int = 0,
         extra_hosts: Iterable[str] = (),
         graceful_timeout: int = 1,
+        tls: ServerTls | None = None,
     ) -> None:
         self.app = app  # may be set after construction, once `port` is known
+        self.tls = tls  # likewise
         self._host = host
         self._graceful_timeout = graceful_timeout
         self._sockets: list[socket.socket] = [bind(host, port)]
@@ -72,7 +152,8 @@ class ServerThread:
 
     @property
     def base_url(self) -> str:
-        return f"http://{self._host}:{self.port}"
+        scheme = "http" if self.tls is None else "https"
+        return f"{scheme}://{self._host}:{self.port}"
 
     def on_start(self, callback: Callable[[], None]) -> None:
         """Run ``callback`` in the server loop before uvicorn starts serving."""
@@ -89,6 +170,15 @@ class ServerThread:
     def start(self, timeout: float = 10.0) -> None:
         if self.app is None:
             raise RuntimeError("ServerThread.app is not set")
+        tls: dict[str, Any] = {}
+        if self.tls is not None:
+            tls = {
+                "ssl_certfile": self.tls.certfile,
+                "ssl_keyfile": self.tls.keyfile,
+                "ssl_ca_certs": self.tls.ca_certs,
+                "ssl_cert_reqs": self.tls.cert_reqs,
+                "http": _TlsAwareProtocol,
+            }
         config = uvicorn.Config(
             self.app,
             lifespan="off",
@@ -96,6 +186,7 @@ class ServerThread:
             access_log=False,
             interface="asgi3",
             timeout_graceful_shutdown=self._graceful_timeout,
+            **tls,
         )
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._run, name=f"uvicorn:{self.port}", daemon=True)

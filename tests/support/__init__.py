@@ -1,21 +1,29 @@
 """Test support: a real in-process A2A agent (`Peer`, the demo agent with test-only faults),
-a real OAuth 2.0 token server (`TokenServer`) and a threaded uvicorn server.
+the same agent behind real authentication middleware (`AuthPeer`, HTTPS with client
+certificates from `make_tls`), a real OAuth 2.0 token server (`TokenServer`) and a threaded
+uvicorn server.
 
 `tests/` is on ``sys.path`` under pytest (``tests/conftest.py`` puts it there), so
 tests import this package as ``support``; scripts that add the repository root to
 ``sys.path`` may import it as ``tests.support``.
 """
 
+from .auth_peer import AuthHit, AuthPeer
 from .oauth import Issued, TokenServer
 from .peer import CardHit, Peer, ScriptedExecutor, ServerThread, card_etag, select_script
+from .tls import TlsFiles, make_tls
 
 __all__ = [
+    "AuthHit",
+    "AuthPeer",
     "CardHit",
     "Issued",
     "Peer",
     "ScriptedExecutor",
     "ServerThread",
+    "TlsFiles",
     "TokenServer",
     "card_etag",
+    "make_tls",
     "select_script",
 ]
