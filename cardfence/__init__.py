@@ -4,15 +4,28 @@ Card state may gate task creation and webhook registration. It never gates task 
 
 The public API: :class:`Engine` (start, follow, reply to, cancel, resume tasks, ingest push
 deliveries), :func:`audit` and :func:`replay` (no network), the card model
-(:func:`parse_card`), and the one error tree under :class:`CardfenceError`.
+(:func:`parse_card`), credentials for agents that require them (:class:`CredentialsConfig` and
+the secrets it holds: :class:`ApiKey`, :class:`Bearer`, :class:`Basic`, :class:`OAuthClient`,
+:class:`MutualTls`; :func:`load_credentials`), and the one error tree under
+:class:`CardfenceError`.
 """
 
 from cardfence.engine.audit import AuditReport, Violation, audit, replay
 from cardfence.engine.cards.discovery import CardLimits
 from cardfence.engine.cards.model import AgentCard, parse_card
+from cardfence.engine.credentials import (
+    ApiKey,
+    Basic,
+    Bearer,
+    CredentialsConfig,
+    MutualTls,
+    OAuthClient,
+    load_credentials,
+)
 from cardfence.engine.engine import Engine, EngineConfig, WebhookOutcome
 from cardfence.engine.errors import (
     AuditViolation,
+    AuthorizationFailedError,
     CardfenceError,
     CardInvalidError,
     ConcurrencyError,
@@ -35,6 +48,7 @@ from cardfence.engine.errors import (
     StreamDroppedError,
     TaskEndedError,
     TaskOrphanedError,
+    TokenRequestError,
     UsageError,
     WrongTaskAnswerError,
 )
@@ -46,15 +60,20 @@ __version__ = "0.1.0"
 
 __all__ = [
     "AgentCard",
+    "ApiKey",
     "AsOf",
     "AuditReport",
     "AuditViolation",
+    "AuthorizationFailedError",
+    "Basic",
+    "Bearer",
     "CardInvalidError",
     "CardLimits",
     "CardfenceError",
     "ConcurrencyError",
     "ContractChangedError",
     "CreationRefusedError",
+    "CredentialsConfig",
     "CredentialsConfigError",
     "CredentialsMissingError",
     "DeadlineExceeded",
@@ -64,6 +83,8 @@ __all__ = [
     "Engine",
     "EngineConfig",
     "InvalidAgentResponseError",
+    "MutualTls",
+    "OAuthClient",
     "PayloadError",
     "ProtocolMismatchError",
     "RemoteRefusedError",
@@ -76,12 +97,14 @@ __all__ = [
     "TaskEndedError",
     "TaskOrphanedError",
     "TaskView",
+    "TokenRequestError",
     "UsageError",
     "Violation",
     "WebhookOutcome",
     "WrongTaskAnswerError",
     "__version__",
     "audit",
+    "load_credentials",
     "parse_card",
     "replay",
 ]

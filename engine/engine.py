@@ -202,7 +202,7 @@ class Engine:
         self.tokens = TokenSource(
             timeout=config.request_timeout,
             allow_insecure=config.card_limits.allow_insecure,
-            verify=_tls_context(config.ca_file),
+            verify=config.ca_file or True,  # a context is made only when a token is fetched
             on_discovery=self._oidc_discovered,
         )
         self.authorizer = Authorizer(config.credentials, self.tokens, key=config.fingerprint_key)
@@ -748,7 +748,11 @@ class Engine:
     async def _closing_read(self, key: str) -> None:
         state = await self._state(key)
         try:
-            task = await self._transport(state["endpoint"]).get_task(state["remote_task_id"])
+            transport = await self._task_transport(state)
+            task = await transport.get_task(state["remote_task_id"])
+        except AuthorizationFailedError as refused:  # R15: an annotation, the task has ended
+            await self._record(key, [_authorization_failed(refused, "poll")])
+            return
         except _STREAM_FAILURES as failure:  # the task has ended all the same (R10)
             _log.info(
                 "closing read failed",

@@ -112,6 +112,12 @@ def _skills(tags: list[str]) -> list[AgentSkill]:
     return [
         skill("echo", "Echo", "Completes at once with an artifact echoing the text.", "echo hi"),
         skill("ask", "Ask", "Asks a question (input-required); the reply completes it.", "ask"),
+        skill(
+            "authorize",
+            "Authorize",
+            "Asks for a sign-in (auth-required); the reply completes it.",
+            "authorize",
+        ),
         skill("slow", "Slow", "Works for N seconds, then completes; cancellable.", "slow 2"),
         skill("fail", "Fail", "Fails with no diagnostic message.", "fail"),
     ]

@@ -9,8 +9,10 @@ names no script fails the task with no diagnostic, like the gateway in incident 
 
 Scripts: ``echo TEXT`` completes at once with an artifact holding TEXT; ``ask`` goes working, then
 input-required with a question, and the next message on that task (same ``taskId``) completes it
-with an artifact; ``slow N`` goes working and completes after N seconds (float, default 1) -- or,
-while its `Hold` is held, once released -- cancellable meanwhile; ``fail`` fails with no status
+with an artifact; ``authorize`` goes working, then auth-required with a message asking for a
+sign-in, and the next message completes it the same way; ``slow N`` goes working and completes
+after N seconds (float, default 1) -- or, while its `Hold` is held, once released -- cancellable
+meanwhile; ``fail`` fails with no status
 message; ``fail-diag`` fails with a status message; ``reject`` is rejected with a status message.
 """
 
@@ -29,7 +31,7 @@ from google.protobuf.json_format import MessageToDict  # type: ignore[import-unt
 
 __all__ = ["SCRIPTS", "SKILL_METADATA_KEY", "Hold", "ScriptedExecutor", "select_script"]
 
-SCRIPTS = ("echo", "ask", "slow", "fail", "fail-diag", "reject")
+SCRIPTS = ("echo", "ask", "authorize", "slow", "fail", "fail-diag", "reject")
 SKILL_METADATA_KEY = "skillId"
 _HOLD_CHECK_SECONDS = 0.01
 
@@ -116,8 +118,11 @@ class ScriptedExecutor(AgentExecutor):
             if context.message is not None:
                 task.history.append(context.message)
             await event_queue.enqueue_event(task)
-        elif current.status.state == TaskState.TASK_STATE_INPUT_REQUIRED:
-            # The reply to `ask`.
+        elif current.status.state in (
+            TaskState.TASK_STATE_INPUT_REQUIRED,
+            TaskState.TASK_STATE_AUTH_REQUIRED,
+        ):
+            # The reply to `ask` or `authorize`.
             reply = context.get_user_input().strip()
             await updater.start_work()
             await updater.add_artifact([Part(text=f"answer: {reply}")], name="answer")
@@ -130,6 +135,9 @@ class ScriptedExecutor(AgentExecutor):
         elif script == "ask":
             await updater.start_work()
             await updater.requires_input(_text(updater, "What is your answer?"))
+        elif script == "authorize":
+            await updater.start_work()
+            await updater.requires_auth(_text(updater, "Sign in at https://id.example/device"))
         elif script == "slow":
             seconds = _seconds(argument)
             await updater.start_work()

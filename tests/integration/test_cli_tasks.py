@@ -274,8 +274,8 @@ def test_endpoint_gone_exits_9_on_run_and_resume_and_resume_all_recovers(
     peer: Peer, db: str
 ) -> None:
     started = cardfence(
-        db, "run", peer.base_url, "--skill", "slow", "--text", "slow 1.5", "--until", "terminal",
-        "--timeout", "0.3", *RUN_FAST, "--json",
+        db, "run", peer.base_url, "--skill", "slow", "--text", "slow 3", "--until", "terminal",
+        "--timeout", "1", *RUN_FAST, "--json",
     )  # fmt: skip
     live = failed_with(started, 6, "DeadlineExceeded")
     peer.set_endpoint_gone(True)  # plain 404 without an A2A body (incident 002)
