@@ -7,11 +7,16 @@
   card :class:`Variant` (push on/off, skill present/absent, contract rotated, endpoint moved;
   with an ``ETag``, and a ``304`` on a matching ``If-None-Match``) or a failure
   (:data:`FAILURES`: network error, timeout, 503, invalid JSON, a body over the engine's card
-  size limit). Every request is recorded as a :class:`Seen`, card requests with their answer.
+  size limit). Every request is recorded as a :class:`Seen`, card requests with their answer,
+  each with its URL, headers and body (what credentials it carried, R15). For R15 a variant may
+  carry a security contract of :data:`AUTH_CONTRACTS` and put its JSON-RPC endpoint at another
+  origin (``Variant.origin``); the agent may serve JSON-RPC at one URL only (``rpc_at``: a bare
+  404 elsewhere) and refuse every JSON-RPC request with a bare 401 or 403 (``refuse``).
 - :func:`open_engine` — an :class:`Engine` on a real store (unless given, a fresh in-memory
-  SQLite one, copied from a migrated template by :func:`fresh_store`) whose client is the
-  fake's, with a clock that jumps ``max_card_age`` at every reading (so the engine's memoised
-  reads always go to the wire, unless a planted bug trusts the memo).
+  SQLite one, copied from a migrated template by :func:`fresh_store`; unless given,
+  :data:`CONFIG`) whose client is the fake's, with a clock that jumps ``max_card_age`` at every
+  reading (so the engine's memoised reads always go to the wire, unless a planted bug trusts
+  the memo).
 - :func:`hunt` — the settings of a ``find()`` hunt for a planted bug.
 - Reading what was recorded: :func:`agent_events`, :func:`task_events`, :func:`write_marks`,
   :func:`audit_problems`.
@@ -37,6 +42,7 @@ from cardfence.engine import events as ev
 from cardfence.engine.audit import audit
 from cardfence.engine.cards.discovery import CardLimits, card_urls
 from cardfence.engine.cards.model import AgentCard, parse_card
+from cardfence.engine.credentials import Bearer, CredentialsConfig
 from cardfence.engine.engine import Engine, EngineConfig
 from cardfence.engine.tasklog import task_stream_id
 from cardfence.store import EventStore, RecordedEvent
@@ -58,6 +64,9 @@ CONFIG = EngineConfig(
         timeout=5.0, connect_timeout=1.0, max_bytes=MAX_CARD_BYTES, allow_insecure=True
     ),
     request_timeout=5.0,
+    # R15: the rotated contract (_CONTRACTS[1]) requires a bearer token; without one configured
+    # a creation on it would be refused before sending (CredentialsMissing).
+    credentials=CredentialsConfig.of({AGENT_URL: {"bearer": Bearer("fake-agent-token")}}),
 )
 
 # What a card request may be answered with, besides a card.
@@ -81,6 +90,61 @@ _CONTRACTS: tuple[dict[str, Any], ...] = (
 )
 
 
+def _alternatives(*alternatives: tuple[str, ...]) -> list[dict[str, Any]]:
+    """1.0 ``securityRequirements``: each alternative's schemes, without scopes."""
+    return [{"schemes": {name: {"list": []} for name in names}} for names in alternatives]
+
+
+_BEARER = {"httpAuthSecurityScheme": {"scheme": "bearer"}}
+_BASIC = {"httpAuthSecurityScheme": {"scheme": "basic"}}
+
+
+def _api_key(location: str, name: str) -> dict[str, Any]:
+    return {"apiKeySecurityScheme": {"location": location, "name": name}}
+
+
+@dataclass(frozen=True, slots=True)
+class AuthContract:
+    """A card's R15 contract: its ``securitySchemes``, its card-level ``securityRequirements``
+    and, when not None, the ones of skill :data:`SKILL` (which replace the card's)."""
+
+    schemes: dict[str, dict[str, Any]]
+    requirements: list[dict[str, Any]]
+    skill_requirements: list[dict[str, Any]] | None = None
+
+
+# Security contracts a card may carry (``Variant.auth``), by name. The scheme names ``bearer``,
+# ``key`` and ``basic`` are the ones a test would configure credentials for; ``acme`` (first in
+# canonical order: the alternatives naming it come first) is meant to be left unconfigured.
+AUTH_CONTRACTS: dict[str, AuthContract] = {
+    "none": AuthContract({}, []),
+    "optional": AuthContract({"bearer": _BEARER}, _alternatives((), ("bearer",))),
+    "bearer": AuthContract({"bearer": _BEARER}, _alternatives(("bearer",))),
+    "basic": AuthContract({"basic": _BASIC}, _alternatives(("basic",))),
+    "key-header": AuthContract({"key": _api_key("header", "X-Key")}, _alternatives(("key",))),
+    "key-renamed": AuthContract({"key": _api_key("header", "X-Api-Key")}, _alternatives(("key",))),
+    "key-query": AuthContract({"key": _api_key("query", "api_key")}, _alternatives(("key",))),
+    "key-cookie": AuthContract({"key": _api_key("cookie", "sid")}, _alternatives(("key",))),
+    "bearer+key": AuthContract(
+        {"bearer": _BEARER, "key": _api_key("header", "X-Key")}, _alternatives(("bearer", "key"))
+    ),
+    "key|bearer": AuthContract(
+        {"bearer": _BEARER, "key": _api_key("query", "api_key")},
+        _alternatives(("key",), ("bearer",)),
+    ),
+    "acme|key": AuthContract(
+        {"acme": _api_key("header", "X-Acme"), "key": _api_key("header", "X-Key")},
+        _alternatives(("acme",), ("key",)),
+    ),
+    "skill-key": AuthContract(  # the skill's requirements replace the card's
+        {"bearer": _BEARER, "key": _api_key("query", "api_key")},
+        _alternatives(("bearer",)),
+        _alternatives(("key",)),
+    ),
+    "acme": AuthContract({"acme": _api_key("header", "X-Acme")}, _alternatives(("acme",))),
+}
+
+
 @dataclass(frozen=True, slots=True)
 class Variant:
     """One card the endpoint may serve."""
@@ -89,22 +153,36 @@ class Variant:
     skill: bool = True
     contract: int = 0  # index into _CONTRACTS
     moved: bool = False  # the JSON-RPC endpoint is at MOVED_RPC_PATH
+    auth: str = ""  # a name in AUTH_CONTRACTS: that contract instead of _CONTRACTS[contract]
+    origin: str = AGENT_URL  # where the JSON-RPC endpoint is (another origin than the card's)
 
     @property
     def rpc_path(self) -> str:
         return MOVED_RPC_PATH if self.moved else RPC_PATH
 
+    @property
+    def rpc_url(self) -> str:
+        return self.origin + self.rpc_path
+
     def document(self) -> dict[str, Any]:
-        skills = [{"id": "other", "name": "Other", "inputModes": ["text/plain"]}]
+        skills: list[dict[str, Any]] = [
+            {"id": "other", "name": "Other", "inputModes": ["text/plain"]}
+        ]
         if self.skill:
             skills.insert(0, {"id": SKILL, "name": "Echo", "inputModes": ["text/plain"]})
+        contract: dict[str, Any] = _CONTRACTS[self.contract]
+        if self.auth:
+            auth = AUTH_CONTRACTS[self.auth]
+            contract = {"securitySchemes": auth.schemes, "securityRequirements": auth.requirements}
+            if auth.skill_requirements is not None and self.skill:
+                skills[0]["securityRequirements"] = auth.skill_requirements
         return {
             "name": "fake-agent",
             "description": "in-memory A2A agent for property tests",
             "version": "1.0.0",
             "supportedInterfaces": [
                 {
-                    "url": AGENT_URL + self.rpc_path,
+                    "url": self.rpc_url,
                     "protocolBinding": "JSONRPC",
                     "protocolVersion": "1.0",
                 }
@@ -113,7 +191,7 @@ class Variant:
             "defaultInputModes": ["text/plain"],
             "defaultOutputModes": ["text/plain"],
             "skills": skills,
-            **_CONTRACTS[self.contract],
+            **contract,
         }
 
     @property
@@ -160,6 +238,38 @@ class Seen:
     served: Behaviour | None = None  # card requests: the card variant or the failure
     status: int | None = None  # card requests: the HTTP status (None: raised)
     params: dict[str, Any] = field(default_factory=dict)
+    url: str = ""  # the whole URL asked, query included
+    headers: tuple[tuple[str, str], ...] = ()  # every header sent (names lower-case), in order
+    body: bytes = b""
+    answered: int | None = None  # JSON-RPC requests: the HTTP status they were answered with
+
+    @property
+    def origin(self) -> str:
+        """``scheme://host[:port]`` of the request, default port left out."""
+        return card_urls(self.url)[0] if self.url else ""
+
+    @property
+    def endpoint(self) -> str:
+        """The URL asked, without its query."""
+        return str(httpx.URL(self.url).copy_with(query=None)) if self.url else ""
+
+    @property
+    def query(self) -> list[tuple[str, str]]:
+        return list(httpx.URL(self.url).params.multi_items()) if self.url else []
+
+    def header_values(self, name: str) -> list[str]:
+        return [value for key, value in self.headers if key == name.lower()]
+
+    @property
+    def cookies(self) -> list[tuple[str, str]]:
+        """The ``Cookie`` header's pairs."""
+        pairs = []
+        for header in self.header_values("cookie"):
+            for item in header.split(";"):
+                name, _, value = item.strip().partition("=")
+                if name:
+                    pairs.append((name, value))
+        return pairs
 
     @property
     def is_card(self) -> bool:
@@ -182,6 +292,12 @@ class FakeAgent:
         self.script: deque[Behaviour] = deque(script)
         self.default = default
         self.seen: list[Seen] = []
+        # JSON-RPC only at this URL (None: at RPC_PATH and MOVED_RPC_PATH on any host);
+        # elsewhere a bare 404, as from a server that has no such route.
+        self.rpc_at: str | None = None
+        # When set (401 or 403), every JSON-RPC request is answered with that status and a body
+        # that is no A2A error, as a gateway refusing the credentials would.
+        self.refuse: int | None = None
         self.tasks: dict[str, dict[str, Any]] = {}
         self.configs: dict[str, list[dict[str, Any]]] = {}
         self._ids = itertools.count(1)
@@ -219,9 +335,13 @@ class FakeAgent:
         path = request.url.path
         if request.method == "GET" and path in CARD_PATHS:
             return self._card(request)
-        if request.method == "POST" and path in (RPC_PATH, MOVED_RPC_PATH):
+        if self.rpc_at is None:
+            served = path in (RPC_PATH, MOVED_RPC_PATH)
+        else:
+            served = str(request.url.copy_with(query=None)) == self.rpc_at
+        if request.method == "POST" and served:
             return self._rpc(request)
-        self.seen.append(Seen(request.method, path))
+        self.seen.append(Seen(request.method, path, **_sent(request), answered=404))
         return wire(404, b"Not Found", {"Content-Type": "text/plain; charset=utf-8"})
 
     def _card(self, request: httpx.Request) -> httpx.Response:
@@ -229,7 +349,8 @@ class FakeAgent:
         path = request.url.path
 
         def answered(status: int | None) -> None:
-            self.seen.append(Seen("GET", path, served=behaviour, status=status))
+            seen = Seen("GET", path, served=behaviour, status=status, **_sent(request))
+            self.seen.append(seen)
 
         if behaviour == NETWORK:
             answered(None)
@@ -258,7 +379,13 @@ class FakeAgent:
     def _rpc(self, request: httpx.Request) -> httpx.Response:
         envelope = json.loads(request.content)
         method, params, rid = envelope["method"], envelope.get("params") or {}, envelope.get("id")
-        self.seen.append(Seen("POST", request.url.path, rpc=method, params=params))
+        status = self.refuse or 200
+        sent = _sent(request)
+        seen = Seen("POST", request.url.path, rpc=method, params=params, answered=status, **sent)
+        self.seen.append(seen)
+        if self.refuse is not None:
+            refusal = json.dumps({"detail": "invalid or missing credentials"}).encode()
+            return wire(self.refuse, refusal, {**_JSON, "WWW-Authenticate": 'Bearer realm="a2a"'})
         if request.headers.get("a2a-version") != "1.0":
             return _error(rid, -32009, "VERSION_NOT_SUPPORTED", "A2A version is not supported")
         handler = {
@@ -320,6 +447,14 @@ class FakeAgent:
 
 
 _JSON = {"Content-Type": "application/json"}
+
+
+def _sent(request: httpx.Request) -> dict[str, Any]:
+    """What a :class:`Seen` keeps of what the request carried."""
+    headers = tuple((k.decode().lower(), v.decode()) for k, v in request.headers.raw)
+    return {"url": str(request.url), "headers": headers, "body": request.content}
+
+
 _TERMINAL = frozenset(
     {"TASK_STATE_COMPLETED", "TASK_STATE_FAILED", "TASK_STATE_CANCELED", "TASK_STATE_REJECTED"}
 )
@@ -408,11 +543,13 @@ def _driver(store: EventStore) -> Iterator[Any]:
 
 
 @contextlib.asynccontextmanager
-async def open_engine(agent: FakeAgent, store: EventStore | None = None) -> AsyncIterator[Engine]:
+async def open_engine(
+    agent: FakeAgent, store: EventStore | None = None, config: EngineConfig = CONFIG
+) -> AsyncIterator[Engine]:
     """An engine on a real store (a fresh in-memory one unless given), talking to ``agent``;
     closing it closes the store."""
     opened = store if store is not None else fresh_store()
-    engine = Engine(opened, agent.client(), CONFIG, owns_client=True, clock=jumping_clock())
+    engine = Engine(opened, agent.client(), config, owns_client=True, clock=jumping_clock())
     async with engine:
         yield engine
 
