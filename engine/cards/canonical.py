@@ -1,8 +1,14 @@
 """Card bytes to a JSON value with every limit checked, and the RFC 8785 hashes (pure).
 
 Split from :mod:`.model`: decoding untrusted bytes (UTF-8, JSON, nesting depth, duplicate
-keys, I-JSON numbers, lone surrogates) is checked iteratively, so hostile nesting cannot exhaust
+keys, finite numbers, lone surrogates) is checked iteratively, so hostile nesting cannot exhaust
 the stack, and every refusal names the field it is about.
+
+RFC 8785 numbers are IEEE-754 doubles written as ECMAScript's ``Number.prototype.toString``
+writes them (``1e21`` as ``1e+21``, ``1e20`` as ``100000000000000000000``, ``4.50`` as ``4.5``).
+An integer beyond ±(2**53-1) is the double nearest it, as ``JSON.parse`` reads it:
+``9007199254740993`` is written ``9007199254740992``. Only a number no double holds (NaN,
+Infinity, an integer past the largest double) is refused.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ from typing import Any, Final
 
 import rfc8785
 
-JSON_NUMBER_LIMIT: Final = 2**53 - 1  # I-JSON: integers beyond lose precision as doubles
+SAFE_INTEGER: Final = 2**53 - 1  # beyond it an integer is written as the double nearest it
 
 
 class Invalid(Exception):
@@ -84,11 +90,20 @@ def check_tree(doc: object, max_depth: int) -> None:
             continue
         elif isinstance(value, float) and not math.isfinite(value):
             raise Invalid(path_of(at), "NaN and Infinity are not JSON numbers")
-        elif isinstance(value, int | float) and abs(value) > JSON_NUMBER_LIMIT:
-            # Floats too: RFC 8785 writes 2.0**60 as integer digits, which would not re-parse.
-            raise Invalid(path_of(at), "number outside the I-JSON range ±(2**53-1)")
+        elif isinstance(value, int) and abs(value) > SAFE_INTEGER and not is_double(value):
+            raise Invalid(
+                path_of(at), "number beyond the largest double (±1.7976931348623157e+308)"
+            )
         elif isinstance(value, str) and not is_utf8(value):
             raise Invalid(path_of(at), "string is not valid Unicode (lone surrogate)")
+
+
+def is_double(number: int) -> bool:
+    try:
+        float(number)
+    except OverflowError:
+        return False
+    return True
 
 
 def is_utf8(text: str) -> bool:
@@ -117,10 +132,31 @@ def join(path: str, key: str) -> str:
 
 
 def canonical(value: Any, path: str) -> bytes:
+    """RFC 8785 bytes of ``value``; see the module docstring for numbers."""
     try:
-        return bytes(rfc8785.dumps(value))
-    except (rfc8785.CanonicalizationError, RecursionError, ValueError, TypeError) as exc:
+        try:
+            return bytes(rfc8785.dumps(value))
+        except rfc8785.IntegerDomainError:  # rfc8785 refuses integers past ±(2**53-1)
+            return bytes(rfc8785.dumps(as_doubles(value)))
+    except (
+        rfc8785.CanonicalizationError,
+        RecursionError,
+        ValueError,
+        TypeError,
+        OverflowError,  # an integer past the largest double
+    ) as exc:
         raise Invalid(path, f"cannot be canonicalised (RFC 8785): {exc}") from None
+
+
+def as_doubles(value: Any) -> Any:
+    """A copy of ``value`` with each integer beyond ±(2**53-1) made the double nearest it."""
+    if isinstance(value, dict):
+        return {key: as_doubles(child) for key, child in value.items()}
+    if isinstance(value, list | tuple):
+        return [as_doubles(child) for child in value]
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) > SAFE_INTEGER:
+        return float(value)  # round half to even, as ECMAScript reads the literal
+    return value
 
 
 def sha256(value: Any, path: str) -> str:

@@ -313,8 +313,11 @@ HOSTILE: list[tuple[str, bytes, str]] = [
     ("NaN literal", b'{"name": "a", "url": "http://a.test", "x": [NaN]}', "x[0]"),
     ("Infinity literal", b'{"name": "a", "url": "http://a.test", "x": -Infinity}', "x"),
     ("float overflowing to infinity", b'{"name": "a", "url": "http://a.test", "x": 1e400}', "x"),
-    ("integer beyond 2**53", encode(minimal(skills=[{"id": "a", "n": 2**60}])), "skills[0].n"),
-    ("float beyond 2**53", b'{"name": "a", "url": "http://a.test", "x": 1.2e18}', "x"),
+    (
+        "integer beyond the largest double",
+        encode(minimal(skills=[{"id": "a", "n": 2**1024}])),
+        "skills[0].n",
+    ),
     ("integer over the digit limit", b'{"name": "a", "x": ' + b"9" * 5000 + b"}", ""),
     ("duplicate key", b'{"name": "a", "url": "http://a.test", "o": {"k": 1, "k": 2}}', "o.k"),
     ("lone surrogate", b'{"name": "a", "url": "http://a.test", "s": "\\ud800"}', "s"),
