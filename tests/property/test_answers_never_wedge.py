@@ -158,7 +158,13 @@ def catches(apply: Apply) -> str | None:
     found = hypothesis_find(
         scenarios,
         lambda scenario: play(scenario, apply) is not None,
-        settings=settings(max_examples=300, phases=[Phase.generate], database=None, deadline=None),
+        settings=settings(
+            max_examples=1000,
+            phases=[Phase.generate],
+            database=None,
+            deadline=None,
+            derandomize=True,  # a planted bug must be caught on every run, not on most
+        ),
     )
     return play(found, apply)
 

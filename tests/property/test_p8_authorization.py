@@ -40,9 +40,9 @@ Teeth: planted bugs -- credentials rebuilt from the latest card instead of the f
 to whatever origin the endpoint moved to, a refusal applied as the task having failed -- are
 each found by a derandomised hunt.
 
-Not generated: replies and cancels (the fake agent answers a reply with a new task), and a push
-of a terminal state, whose closing read goes out without the task's credentials (an engine
-bug, pinned by the strict xfail at the end of this module; generate those pushes once fixed).
+Not generated: replies and cancels (the fake agent answers a reply with a new task). Pushes of
+a terminal state are: the closing read they prompt is a request of the task like any other (it
+went out without the task's credentials until this property's pinned case found it).
 """
 
 from __future__ import annotations
@@ -393,7 +393,7 @@ async def _open_side(name: str, variant: Variant, stack: contextlib.AsyncExitSta
     return side
 
 
-async def _play(scenario: Scenario, *, terminal_pushes: bool = False) -> str | None:
+async def _play(scenario: Scenario) -> str | None:
     variant = Variant(auth=scenario.contract, **PLACES[scenario.place])
     granted, frozen = GRANTED[scenario.contract], placement(scenario.contract)
     async with contextlib.AsyncExitStack() as stack:
@@ -413,8 +413,6 @@ async def _play(scenario: Scenario, *, terminal_pushes: bool = False) -> str | N
             versions = [side.version() for side in sides]
             if step[0] in WORLD_STEPS:
                 variant = _change_world(step, variant, subject, twin)
-            elif step[0] == "push" and _ended(subject) and not terminal_pushes:
-                pass  # see the strict xfail at the end of this module
             else:
                 for side in sides:
                     problem = await _act(side, step)
@@ -572,22 +570,16 @@ def test_property_catches_a_refusal_read_as_a_failed_task(monkeypatch: pytest.Mo
     assert "StateChanged to ('failed'" in problem or "twin" in problem, problem
 
 
-# --- a finding: the closing read after a terminal push --------------------------------------------
+# --- the closing read after a terminal push --------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=AssertionError,
-    reason="Engine._closing_read asks self._transport(state['endpoint']) for its GetTask: a "
-    "transport without the task's credentials (R15); _task_transport(state) is the one to use",
-)
 def test_the_closing_read_after_a_terminal_push_carries_the_frozen_credentials() -> None:
     """A push that ends the task prompts one closing read (GetTask) of the task's endpoint: a
-    request of the task like any other, so it carries the frozen alternative. Pushes of
-    terminal states are left out of the generated scenarios until it does."""
+    request of the task like any other, so it carries the frozen alternative (found by this
+    property: it once went out bare)."""
     scenario = Scenario(
         "bearer", "home", registered=True,
         steps=(("remote", "TASK_STATE_COMPLETED"), ("push",)),
     )  # fmt: skip
-    problem = asyncio.run(_play(scenario, terminal_pushes=True))
+    problem = asyncio.run(_play(scenario))
     assert problem is None, problem
