@@ -18,10 +18,10 @@ from cardfence.store.chain import content_hash, verify_chain
 
 # Payload fields that name a card revision, by event type (R14: events refer to revisions).
 _REVISION_FIELDS: Mapping[str, tuple[str, ...]] = {
-    ev.CARD_FETCHED: ("revision",),
+    ev.CARD_FETCHED: ("revision", "public_revision"),
     ev.CONTRACT_PINNED: ("revision",),
     ev.CONTRACT_ACCEPTED: ("revision",),
-    ev.TASK_SUBMITTED: ("card_revision",),
+    ev.TASK_SUBMITTED: ("card_revision", "public_revision"),
     ev.CARD_REVISION_CHANGED: ("old", "new"),
     ev.WEBHOOK_REGISTERED: ("card_revision",),
     ev.DELIVERY_DOWNGRADED: ("card_revision",),

@@ -89,6 +89,15 @@ _STREAM_FAILURES = (EndpointUnreachableError, RemoteRefusedError, InvalidAgentRe
 # starts closer to the deadline than that (R16).
 _LAST_POLL = 1.0
 _log = logging.getLogger("cardfence.engine")
+# Why an authenticated extended card could not be read (R15): the public card decides then.
+_EXTENDED_FAILURES = (
+    EndpointUnreachableError,  # AuthorizationFailedError (401/403, no token) included
+    RemoteRefusedError,  # -32007 ExtendedAgentCardNotConfigured, -32004, ...
+    InvalidAgentResponseError,
+    CardInvalidError,
+    CredentialsMissingError,
+    CredentialsConfigError,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,10 +290,17 @@ class Engine:
             failure.consequence = "nothing was sent"
             await self._refuse(agent_url, "discovery_failed", str(failure), skill)
             raise
-        decision = guards.creation_check(read.card, skill, media_type)
+        # R15: when the card offers an authenticated extended card, its skills count too (R2),
+        # and the task is frozen under it. Unreadable, the public card alone decides.
+        extended, unread = await self._extended_at_creation(read, accept_contract)
+        card = read.card if extended is None else extended.card
+        decision = guards.creation_check(card, skill, media_type)
         if not decision.allowed:
-            await self._refuse(agent_url, decision.reason, decision.detail, skill)
-            raise SkillUnavailableError(read.agent, skill, decision.detail)
+            detail = decision.detail
+            if unread:
+                detail += f"; the extended card could not be read ({unread})"
+            await self._refuse(agent_url, decision.reason, detail, skill)
+            raise SkillUnavailableError(read.agent, skill, detail)
         try:
             check = await self.discovery.check_contract(read, accept=accept_contract)
             interface = select_interface(
@@ -295,12 +311,26 @@ class Engine:
                 refusal.consequence = "nothing was sent"
             await self._refuse(agent_url, type(refusal).__name__, str(refusal), skill)
             raise
-        grant = await self._creation_grant(agent_url, read.card, skill, interface.url)
+        grant = await self._creation_grant(agent_url, card, skill, interface.url)
         key = key or uuid.uuid4().hex
         message_id, context_id = f"m-{uuid.uuid4().hex}", f"c-{uuid.uuid4().hex}"
         submitted = _submitted(key, agent_url, read, check.contract_hash, skill, interface.url,
                                interface.binding, message_id, context_id, text,
                                media_type)  # fmt: skip
+        if extended is not None:
+            # Frozen under the extended card: its revision, contract and skill (R3, R9, R15);
+            # the public card it was offered by, and the contract pinned from it, beside them.
+            submitted[1].update(
+                card_revision=card.revision,
+                card_version=card.version,
+                contract_hash=card.contract_hash,
+                skill_hash=card.compatibility_hash(skill),
+                extended=True,
+                public_revision=read.revision,
+                public_contract_hash=check.contract_hash,
+            )
+        elif unread:
+            submitted[1]["extended_unread"] = unread
         submitted[1]["authorization"] = self._grant_record(grant)
         await self._calls.run(self.log.create, key, [submitted])
         endpoint = {"url": interface.url, "binding": interface.binding}
@@ -309,6 +339,36 @@ class Engine:
             await self._send_creation(key, transport, text, message_id, context_id, skill,
                                       media_type)
         )  # fmt: skip
+
+    async def _extended_at_creation(
+        self, read: CardRead, accept_contract: bool
+    ) -> tuple[CardRead | None, str]:
+        """R15 at creation: the authenticated extended card, when the fresh public card offers
+        one, read over the interface the task would use with credentials granted for the card's
+        own requirements (a skill the card lacks gets them). ``(read, "")``, or ``(None, why)``
+        when it could not be read (``why`` empty when none is offered). Credentials go only under
+        a contract that will pass R3: a changed one not accepted gets no extended read."""
+        card = read.card
+        if not card.capabilities.extended_agent_card:
+            return None, ""
+        pinned = (await self.discovery.agent_state(read.agent)).get("pinned_contract")
+        if pinned not in (None, card.contract_hash) and not accept_contract:
+            return None, "the contract changed and is not accepted: no credentials were sent"
+        try:
+            interface = select_interface(
+                card, self.config.prefer_bindings, allow_insecure=self._allow_insecure
+            )
+            credentials = self.authorizer.for_task(
+                self.authorizer.grant(card, "", interface.url), interface.url
+            )
+            endpoint = {"url": interface.url, "binding": interface.binding}
+            transport = self._transport(endpoint, credentials, keep=False)
+            extended = await self.discovery.read_extended(
+                read.agent, transport, public_revision=read.revision
+            )
+        except _EXTENDED_FAILURES as failure:
+            return None, f"{type(failure).__name__}: {failure}"
+        return extended, ""
 
     async def _creation_grant(
         self, agent_url: str, card: AgentCard, skill: str, endpoint_url: str
@@ -817,9 +877,37 @@ class Engine:
 
     async def _revalidate(self, key: str) -> None:
         state = await self._state(key)
-        card, failure = await self._read(state["agent_url"], fresh=False, share=True)
+        card, failure, unread = await self._task_card(state, fresh=False, share=True)
+        if unread is not None:  # the public card stands in for the extended one
+            await self._decide(key, lambda s: guards.reconcile_stand_in(s, card, failure, unread))
+            return
         previous = await self._calls.run(self._card, state.get("latest_card_revision"))
         await self._decide(key, lambda s: guards.reconcile_card(s, card, failure, previous))
+
+    async def _task_card(
+        self, state: State, *, fresh: bool, share: bool = False
+    ) -> tuple[AgentCard | None, DiscoveryError | None, DiscoveryError | None]:
+        """The card R7 and R9 compare a task with: the public card, or for a task created under
+        the authenticated extended card that card, read again with the task's own credentials
+        (R15). ``(card, failure, unread)``: when the extended read fails, ``unread`` says why
+        (kind ``extended_card``) and the public card (or its failure) stands in."""
+        if state.get("extended"):
+            endpoint = state["endpoint"]
+            marker = (endpoint["url"], endpoint["binding"], repr(state.get("authorization")))
+            try:
+                transport = await self._task_transport(state)
+                read = await self.discovery.read_extended(
+                    str(state["agent_url"]), transport, memo=marker, fresh=fresh,
+                    public_revision=state.get("public_revision"),
+                )  # fmt: skip
+            except _EXTENDED_FAILURES as error:
+                url = getattr(error, "url", "") or str(endpoint["url"])
+                unread = DiscoveryError(url, "extended_card", f"{type(error).__name__}: {error}")
+                card, failure = await self._read(state["agent_url"], fresh=fresh, share=share)
+                return card, failure, unread
+            return read.card, None, None
+        card, failure = await self._read(state["agent_url"], fresh=fresh, share=share)
+        return card, failure, None
 
     async def _read(
         self, agent_url: str, *, fresh: bool, share: bool = False
@@ -925,8 +1013,13 @@ class Engine:
 
     async def _reconcile_endpoint(self, key: str) -> None:
         state = await self._state(key)
-        card, failure = await self._read(state["agent_url"], fresh=True)
-        plan = guards.resume_check(state, card, failure, allow_insecure=self._allow_insecure)
+        card, failure, unread = await self._task_card(state, fresh=True)
+        insecure = self._allow_insecure
+        plan = (
+            guards.resume_check(state, card, failure, allow_insecure=insecure)
+            if unread is None
+            else guards.resume_stand_in(state, card, failure, unread, allow_insecure=insecure)
+        )
         await self._record(key, plan.events)
         if plan.orphaned:
             revision = card.revision if card else ""
@@ -1019,18 +1112,25 @@ class Engine:
         return self.config.card_limits.allow_insecure
 
     def _transport(
-        self, endpoint: Mapping[str, Any], credentials: TaskCredentials | None = None
+        self,
+        endpoint: Mapping[str, Any],
+        credentials: TaskCredentials | None = None,
+        *,
+        keep: bool = True,
     ) -> A2ATransport:
-        """The transport to ``endpoint``, carrying ``credentials`` (one per grant and place)."""
+        """The transport to ``endpoint``, carrying ``credentials`` (one per grant and place;
+        ``keep`` False: a transport for one request, not kept)."""
         url, binding = str(endpoint["url"]), str(endpoint["binding"])
         place = (url, binding, id(credentials.grant) if credentials else 0)
         transport = self._transports.get(place)
         if transport is None:
             cert = credentials.client_cert() if credentials is not None else None
-            transport = self._transports[place] = A2ATransport(
+            transport = A2ATransport(
                 self._client_for(cert), Interface(url, binding, "1.0"),
                 timeout=self.config.request_timeout, credentials=credentials,
             )  # fmt: skip
+            if keep:
+                self._transports[place] = transport
         return transport
 
     async def _task_transport(self, state: State) -> A2ATransport:

@@ -58,10 +58,11 @@ def resend_check(task: Mapping[str, Any], card: AgentCard) -> Decision:
     decision = creation_check(card, str(task.get("skill")), task.get("media_type") or "text/plain")
     if not decision.allowed:
         return decision
-    if card.contract_hash != task.get("contract_hash"):
-        return Decision(
-            False, "contract_changed", f"the contract is no longer {task.get('contract_hash')}"
-        )
+    # A task created under the authenticated extended card froze that card's contract; the
+    # public card is compared with the public contract it was created beside (R15).
+    frozen = task.get("public_contract_hash") or task.get("contract_hash")
+    if card.contract_hash != frozen:
+        return Decision(False, "contract_changed", f"the contract is no longer {frozen}")
     return Decision(True, "ok")
 
 
@@ -162,6 +163,28 @@ def reconcile_card(
     return out
 
 
+def reconcile_stand_in(
+    task: Mapping[str, Any],
+    card: AgentCard | None,
+    failure: DiscoveryError | None,
+    unread: DiscoveryError,
+) -> list[Event]:
+    """R7 for a task created under the authenticated extended card when that card could not be
+    read again (``unread``, kind ``extended_card``): the public ``card`` (or its ``failure``)
+    stands in. Annotations only, never a transition (R1, R8).
+
+    The public card need not carry the task's skill, and its revision and contract are not the
+    task's: the skill is not reviewed (a skill only on the extended card never looks withdrawn),
+    and nothing is compared but the card-level ``pushNotifications``.
+    """
+    out: list[Event] = [unavailable(unread, "revalidation")]
+    if failure is not None:
+        out.append(unavailable(failure, "revalidation"))
+    elif card is not None and task.get("delivery_mode") == "push" and not card.push_notifications:
+        out.append(downgrade("push_withdrawn", "card withdrew pushNotifications", card.revision))
+    return out
+
+
 def _skill_review(task: Mapping[str, Any], card: AgentCard) -> list[Event]:
     skill_id = str(task.get("skill"))
     compat = card.compatibility_hash(skill_id)
@@ -237,7 +260,37 @@ def resume_check(
         )
     if card.contract_hash != task.get("contract_hash"):
         events_out.append(_diverged(task, card))
-    endpoint = recorded
+    endpoint, moved = _endpoint_on(recorded, card, allow_insecure)
+    return ResumePlan(False, endpoint, (*events_out, *moved))
+
+
+def resume_stand_in(
+    task: Mapping[str, Any],
+    card: AgentCard | None,
+    failure: DiscoveryError | None,
+    unread: DiscoveryError,
+    *,
+    allow_insecure: bool = False,
+) -> ResumePlan:
+    """R9 for a task created under the authenticated extended card when that card could not be
+    read again (``unread``): the public ``card`` stands in for where the agent now lives (its
+    endpoint may have moved). Never orphaned: the public card need not carry the task's skill,
+    and its revision and contract are not the task's, so they are not compared."""
+    recorded = task.get("endpoint")
+    events: list[Event] = [unavailable(unread, "resume")]
+    if failure is not None or card is None:
+        if failure is not None:
+            events.append(unavailable(failure, "resume"))
+        return ResumePlan(False, recorded, tuple(events))
+    endpoint, moved = _endpoint_on(recorded, card, allow_insecure)
+    return ResumePlan(False, endpoint, (*events, *moved))
+
+
+def _endpoint_on(
+    recorded: Mapping[str, Any] | None, card: AgentCard, allow_insecure: bool
+) -> tuple[Mapping[str, Any] | None, tuple[Event, ...]]:
+    """The task's endpoint on ``card`` (same binding preferred; R16: only an interface that may
+    be used), and ``EndpointMoved`` when it is not the recorded one."""
     binding = recorded.get("binding") if recorded else None
     try:
         chosen = select_interface(
@@ -245,16 +298,26 @@ def resume_check(
         )
     except CardInvalidError:
         chosen = None
-    if chosen is not None and recorded is not None and chosen.url != recorded.get("url"):
-        endpoint = {"url": chosen.url, "binding": chosen.binding}
-        events_out.append((ev.ENDPOINT_MOVED, {"old": recorded, "new": endpoint}))
-    return ResumePlan(False, endpoint, tuple(events_out))
+    if chosen is None or recorded is None or chosen.url == recorded.get("url"):
+        return recorded, ()
+    endpoint = {"url": chosen.url, "binding": chosen.binding}
+    return endpoint, ((ev.ENDPOINT_MOVED, {"old": recorded, "new": endpoint}),)
 
 
 def card_is_stale(task: Mapping[str, Any], agent_state: Mapping[str, Any]) -> bool:
-    """R9's other trigger: the agent's latest recorded revision differs from the task's."""
+    """R9's other trigger: the agent's latest recorded revision differs from the task's (for a
+    task created under the authenticated extended card, from the public card it was created
+    beside: the agent's projection follows the public card)."""
     latest = agent_state.get("revision")
-    return latest is not None and latest != task.get("latest_card_revision")
+    return latest is not None and latest != _public_revision(task, "latest_card_revision")
+
+
+def _public_revision(task: Mapping[str, Any], field: str) -> Any:
+    """The public card revision a task is compared with: ``field``, unless the task was created
+    under the authenticated extended card (R15), whose revision is no public card's."""
+    if task.get("extended"):
+        return task.get("public_revision")
+    return task.get(field)
 
 
 # -- R12: an answer about another task, or in another context ------------------------------------
@@ -306,7 +369,7 @@ def failure_review(
     """A bare ``failed`` is terminal, never retried; flag it if the card moved since creation."""
     if to_state != "failed" or message:
         return []
-    if agent_revision is None or agent_revision == task.get("card_revision"):
+    if agent_revision is None or agent_revision == _public_revision(task, "card_revision"):
         return []
     return [
         (

@@ -40,7 +40,11 @@ def initial_agent_state(origin: str) -> State:
 def apply_agent_event(state: Mapping[str, Any], type_: str, data: Mapping[str, Any]) -> State:
     """The agent stream's state after one event (a new dict; ``state`` is not modified)."""
     out = dict(state)
-    if type_ == ev.CARD_FETCHED:
+    if type_ == ev.CARD_FETCHED and data.get("extended"):
+        # R15: the authenticated extended card. The public card's fields stay as they were; the
+        # keys are added by the first such read, so older logs replay to their projections.
+        out.update(extended_revision=data["revision"], extended_fetched_at=data.get("fetched_at"))
+    elif type_ == ev.CARD_FETCHED:
         out.update(
             card_url=data["url"],
             revision=data["revision"],
@@ -211,6 +215,9 @@ def _apply_in_place(out: State, type_: str, data: Mapping[str, Any]) -> None:
         out["latest_card_revision"] = data.get("card_revision")
         if "authorization" in data:  # R15; absent from tasks created before it was recorded
             out["authorization"] = data["authorization"]
+        for name in ("extended", "public_revision", "public_contract_hash"):
+            if name in data:  # R15: created under the authenticated extended card
+                out[name] = data[name]
     elif type_ in (ev.STATE_CHANGED, ev.OBSERVATION_IGNORED):
         _apply_observation_event(out, type_, data)
     elif type_ == ev.WEBHOOK_REGISTERED:

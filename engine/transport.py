@@ -289,6 +289,24 @@ class A2ATransport:
             seen.add(token)
         return tuple(tasks)
 
+    async def get_extended_card(self) -> bytes:
+        """GetExtendedAgentCard: the authenticated extended Agent Card, as the JSON bytes of the
+        card object (JSON-RPC: its ``result``; HTTP+JSON: ``GET {url}/extendedAgentCard``),
+        re-encoded with sorted keys. Parse them with
+        :func:`cardfence.engine.cards.model.parse_card`: nothing is validated here but that the
+        answer is a JSON object within ``max_bytes``.
+
+        Raises as any request does: :class:`RemoteRefusedError` for an A2A error (-32007
+        ExtendedAgentCardNotConfigured, -32004 when the agent offers no extended card),
+        :class:`AuthorizationFailedError` on a 401/403 without one,
+        :class:`EndpointUnreachableError`, :class:`InvalidAgentResponseError`.
+        """
+        url, result = await self._call("GetExtendedAgentCard", {}, "GET", "/extendedAgentCard")
+        if not isinstance(result, dict):
+            raise InvalidAgentResponseError(url, "the extended Agent Card is not a JSON object")
+        encoded = json.dumps(result, ensure_ascii=False, sort_keys=True, separators=(",", ":"))
+        return encoded.encode()
+
     # --- event streams --------------------------------------------------------------------------
 
     def subscribe(

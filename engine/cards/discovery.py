@@ -9,6 +9,11 @@ the stored snapshot), and recorded in the agent's stream: ``CardFetched`` with t
 
 Two kinds of read: ``fresh`` (creation and webhook registration: always on the wire) and memoised
 (diagnostic re-validation off the critical path: at most every ``max_card_age`` seconds).
+
+When a card says ``capabilities.extendedAgentCard``, the authenticated extended card is read over
+an interface of the agent with the credentials the caller chose (:meth:`Discovery.read_extended`,
+R15): recorded as a ``CardFetched`` with ``extended: true`` and stored as its own snapshot, beside
+the public card, which it never replaces in the agent's projection.
 """
 
 from __future__ import annotations
@@ -18,26 +23,30 @@ import dataclasses
 import random
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
 
 from cardfence.engine import deadline
 from cardfence.engine import events as ev
 from cardfence.engine.bodies import ACCEPT_ENCODING, BodyRefused, read_body
-from cardfence.engine.cards.model import AgentCard, parse_card, url_refusal
+from cardfence.engine.cards.model import JSONRPC, AgentCard, Interface, parse_card, url_refusal
 from cardfence.engine.errors import CardInvalidError, ContractChangedError, DiscoveryError
 from cardfence.engine.offload import StoreCalls
 from cardfence.engine.replay import State, apply_agent_event, initial_agent_state
 from cardfence.store import CardSnapshot, ConcurrencyError, EventStore, NewEvent, Projection
 
+if TYPE_CHECKING:  # engine.transport imports engine.credentials, which imports this module
+    from cardfence.engine.transport import A2ATransport
+
 WELL_KNOWN_PATHS = ("/.well-known/agent-card.json", "/.well-known/agent.json")
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _APPEND_RETRIES = 20
 _MAX_BACKOFF = 0.1  # seconds, at most, between two attempts of one agent-stream append
+_EXTENDED_KEPT = 64  # extended card reads kept in the memo (one per agent, interface, grant)
 USER_AGENT = "cardfence/0.1"
 
 
@@ -104,6 +113,14 @@ def card_urls(agent_url: str) -> tuple[str, tuple[str, ...]]:
         return origin, (str(url.copy_with(query=None, fragment=None)),)
     base = str(url.copy_with(query=None, fragment=None)).rstrip("/")
     return origin, tuple(base + path for path in WELL_KNOWN_PATHS)
+
+
+def extended_card_url(interface: Interface) -> str:
+    """Where ``GetExtendedAgentCard`` is asked on ``interface``: the JSON-RPC endpoint itself,
+    or ``{url}/extendedAgentCard`` over HTTP+JSON."""
+    if interface.binding == JSONRPC:
+        return interface.url
+    return interface.url.rstrip("/") + "/extendedAgentCard"
 
 
 def _origin(url: httpx.URL) -> str:
@@ -254,6 +271,8 @@ class Discovery:
         self._memo: dict[str, tuple[CardRead, float]] = {}
         self._parsed: OrderedDict[tuple[str, bytes], AgentCard] = OrderedDict()
         self._in_flight: dict[str, asyncio.Future[CardRead]] = {}  # origin -> its wire read
+        # (origin, the caller's memo key) -> the last extended card read there, and when
+        self._extended: OrderedDict[tuple[str, Hashable], tuple[CardRead, float]] = OrderedDict()
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -361,6 +380,50 @@ class Discovery:
             return None
         return parse_card(snapshot.body.encode(), url=snapshot.source_url, max_bytes=1 << 30)
 
+    # -- the authenticated extended card (R15) --------------------------------------------------
+
+    async def read_extended(
+        self,
+        agent_url: str,
+        transport: A2ATransport,
+        *,
+        public_revision: str | None = None,
+        memo: Hashable | None = None,
+        fresh: bool = True,
+    ) -> CardRead:
+        """The agent's authenticated extended card (``GetExtendedAgentCard``) over
+        ``transport``: an interface of the agent, carrying the credentials the caller chose.
+
+        Every wire read is recorded in the agent's stream as ``CardFetched`` with ``extended:
+        true`` (``public_revision``: the public card that offered it), its card stored as a
+        snapshot of its own; the public card's fields of the agent's projection are left alone.
+        With ``memo`` (what tells the credentials apart), a read not ``fresh`` is served from the
+        last read under that key while it is younger than ``max_card_age`` (``status`` 0).
+
+        Raises what the transport raises (:class:`RemoteRefusedError` for -32007,
+        :class:`AuthorizationFailedError`, :class:`EndpointUnreachableError`,
+        :class:`InvalidAgentResponseError`), and :class:`CardInvalidError` for an answer that
+        is not a valid card; nothing is recorded then (the public card is unaffected).
+        """
+        origin = card_urls(agent_url)[0]
+        place = (origin, memo)
+        if memo is not None and not fresh:
+            kept = self._extended.get(place)
+            if kept is not None and self._clock() - kept[1] < self.max_card_age:
+                self._extended.move_to_end(place)
+                return dataclasses.replace(kept[0], status=0)
+        url = extended_card_url(transport.interface)
+        body = await transport.get_extended_card()
+        card = self._parse(body, url)
+        read = CardRead(origin, card, url, 200, None, None, _now())
+        await self._record_extended(read, transport.interface.binding, public_revision)
+        if memo is not None:
+            self._extended[place] = (read, self._clock())
+            self._extended.move_to_end(place)
+            if len(self._extended) > _EXTENDED_KEPT:
+                self._extended.popitem(last=False)
+        return read
+
     # -- contract pinning (R3) -----------------------------------------------------------------
 
     async def check_contract(self, read: CardRead, *, accept: bool = False) -> ContractCheck:
@@ -453,6 +516,34 @@ class Discovery:
         await self._append(
             read.agent, lambda _: [NewEvent(ev.CARD_FETCHED, data)], snapshots, known
         )
+
+    async def _record_extended(
+        self, read: CardRead, binding: str, public_revision: str | None
+    ) -> None:
+        card = read.card
+        data = {
+            "url": read.url,
+            "status": read.status,
+            "revision": card.revision,
+            "version": card.version,
+            "etag": None,
+            "last_modified": None,
+            "contract_hash": card.contract_hash,
+            "push_notifications": card.push_notifications,
+            "fetched_at": read.fetched_at.isoformat(),
+            "extended": True,
+            "binding": binding,
+            "public_revision": public_revision,
+        }
+        snapshot = CardSnapshot(
+            revision=card.revision,
+            body=card.canonical_bytes().decode(),
+            source_url=read.url,
+            etag=None,
+            http_status=read.status,
+            fetched_at=read.fetched_at,
+        )
+        await self._append(read.agent, lambda _: [NewEvent(ev.CARD_FETCHED, data)], [snapshot])
 
     async def _record_failure(self, origin: str, failure: DiscoveryError) -> None:
         data = {

@@ -1,7 +1,8 @@
 """The revisions of an agent's card this store has seen, and what changed between them.
 
 The data behind ``cardfence cards``: read from the agent stream's ``CardFetched`` events and the
-content-addressed snapshots (R14). No network.
+content-addressed snapshots (R14). No network. The authenticated extended card (``CardFetched``
+with ``extended: true``, R15) has a history of its own beside the public card's.
 """
 
 from __future__ import annotations
@@ -34,13 +35,16 @@ class RevisionEntry:
         }
 
 
-def revision_history(store: EventStore, origin: str) -> list[RevisionEntry]:
-    """The agent's card revisions, oldest first, each with its changes from the one before."""
+def revision_history(
+    store: EventStore, origin: str, *, extended: bool = False
+) -> list[RevisionEntry]:
+    """The agent's card revisions, oldest first, each with its changes from the one before:
+    the public card's, or with ``extended`` the authenticated extended card's (R15)."""
     entries: list[RevisionEntry] = []
     cards: dict[str, AgentCard | None] = {}
     previous: str | None = None
     for event in store.read_stream(ev.agent_stream_id(origin)):
-        if event.type != ev.CARD_FETCHED:
+        if event.type != ev.CARD_FETCHED or bool(event.data.get("extended")) != extended:
             continue
         data = event.data
         revision = data["revision"]
@@ -62,6 +66,11 @@ def revision_history(store: EventStore, origin: str) -> list[RevisionEntry]:
         )
         previous = revision
     return entries
+
+
+def stored_card(store: EventStore, revision: str) -> AgentCard | None:
+    """The card stored under ``revision``, or None when the store does not hold it."""
+    return _card(store, {}, revision)
 
 
 def _card(store: EventStore, cache: dict[str, AgentCard | None], revision: str) -> AgentCard | None:

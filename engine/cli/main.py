@@ -17,8 +17,9 @@ import httpx
 import typer
 
 from cardfence.engine import errors
+from cardfence.engine import events as ev
 from cardfence.engine.cards.discovery import CardLimits, CardRead, Discovery, card_urls
-from cardfence.engine.cards.history import RevisionEntry, revision_history
+from cardfence.engine.cards.history import RevisionEntry, revision_history, stored_card
 from cardfence.engine.cli import demo as demo_commands
 from cardfence.engine.cli import serve as serve_commands
 from cardfence.engine.cli import signals
@@ -71,7 +72,8 @@ def cards(
     json_: JsonOption = False,
     debug: DebugOption = False,
 ) -> None:
-    """Read the agent's card once (conditional), then show the revisions this store has seen."""
+    """Read the agent's card once (conditional), then show the revisions this store has seen
+    (and those of its authenticated extended card, when tasks read one)."""
     options = options_of(ctx, db, json_, debug)
     check_seconds("--card-timeout", card_timeout)
     check_positive("--max-card-bytes", max_card_bytes)
@@ -88,12 +90,20 @@ def cards(
             failure = exc
             exc.consequence = "the revisions already recorded are shown"
         history = revision_history(store, origin)
+        skills = _public_skills(store, read, history)
+        extended_history = revision_history(store, origin, extended=True)
+        extended = _extended_json(store, origin, skills, extended_history)
     document: dict[str, Any] = {
         "agent": origin,
         "read": _read_json(read, failure),
         "revisions": [entry.to_json() for entry in history],
+        "skills": skills,
+        "extended": extended,
     }
-    emit(options, document, _render_history(origin, read, history))
+    shown = _render_history(origin, read, history, skills)
+    if extended is not None:
+        shown += "\n\n" + _render_extended(extended, extended_history)
+    emit(options, document, shown)
     if failure is not None:
         raise failure
 
@@ -111,12 +121,67 @@ def _read_json(read: CardRead | None, failure: errors.DiscoveryError | None) -> 
     return {"ok": False, "url": failure.url, "kind": failure.kind, "detail": failure.detail}
 
 
-def _render_history(origin: str, read: CardRead | None, history: list[RevisionEntry]) -> str:
+def _public_skills(
+    store: EventStore, read: CardRead | None, history: list[RevisionEntry]
+) -> list[str] | None:
+    """The skill ids of the public card just read, else of the last one recorded."""
+    card = read.card if read is not None else None
+    if card is None and history:
+        card = stored_card(store, history[-1].revision)
+    return None if card is None else [skill.id for skill in card.skills]
+
+
+def _extended_json(
+    store: EventStore, origin: str, public: list[str] | None, history: list[RevisionEntry]
+) -> dict[str, Any] | None:
+    """The authenticated extended card as the log last recorded it (R15; ``cards`` does not
+    read it: that takes a task's credentials), or None when it never was."""
+    if not history:
+        return None
+    head = store.stream(ev.agent_stream_id(origin))
+    state = head.state if head is not None else {}
+    revision = str(state.get("extended_revision") or history[-1].revision)
+    card = stored_card(store, revision)
+    skills = [skill.id for skill in card.skills] if card is not None else []
+    return {
+        "revision": revision,
+        "version": card.version if card is not None else None,
+        "fetched_at": state.get("extended_fetched_at"),
+        "skills": skills,
+        "only_extended": [skill for skill in skills if skill not in (public or ())],
+        "revisions": [entry.to_json() for entry in history],
+    }
+
+
+def _render_history(
+    origin: str, read: CardRead | None, history: list[RevisionEntry], skills: list[str] | None
+) -> str:
     lines = [f"agent {origin}"]
     if read is not None:
         how = "unchanged (304)" if read.status == 304 else "read (200)"
         lines.append(f"card {how}: revision {read.revision[:12]} version {read.card.version}")
+    if skills is not None:
+        lines.append(f"skills: {', '.join(skills) or '(none)'}")
     lines.append("")
+    lines.extend(_render_revisions(history))
+    return "\n".join(lines)
+
+
+def _render_extended(extended: dict[str, Any], history: list[RevisionEntry]) -> str:
+    only = extended["only_extended"]
+    beyond = f" (only on the extended card: {', '.join(only)})" if only else ""
+    lines = [
+        f"extended card (authenticated): revision {extended['revision'][:12]} "
+        f"version {extended['version'] or '-'}, last read {extended['fetched_at'] or '-'}",
+        f"skills: {', '.join(extended['skills']) or '(none)'}{beyond}",
+        "",
+        *_render_revisions(history),
+    ]
+    return "\n".join(lines)
+
+
+def _render_revisions(history: list[RevisionEntry]) -> list[str]:
+    lines = []
     for entry in history:
         lines.append(
             f"  {entry.revision[:12]}  version {entry.version or '-':<10} "
@@ -126,7 +191,7 @@ def _render_history(origin: str, read: CardRead | None, history: list[RevisionEn
             lines.append(f"      {group}: {json.dumps(change, sort_keys=True)}")
     if not history:
         lines.append("  (no revision recorded)")
-    return "\n".join(lines)
+    return lines
 
 
 def run(argv: Sequence[str] | None = None) -> int:

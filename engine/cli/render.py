@@ -93,8 +93,9 @@ def _quoted(text: Any) -> str:
 
 
 def _task_submitted(d: Mapping[str, Any]) -> str:
+    card = "extended card" if d.get("extended") else "card"  # R15: frozen under it
     return (
-        f"skill {d.get('skill')} on {d.get('agent')}  card {_short(d.get('card_revision'))} "
+        f"skill {d.get('skill')} on {d.get('agent')}  {card} {_short(d.get('card_revision'))} "
         f"v{d.get('card_version')}  contract {_short(d.get('contract_hash'))}"
     )
 
