@@ -1062,7 +1062,10 @@ class Engine:
             failure.consequence = "nothing was sent"
             await self._refuse(agent_url, "discovery_failed", str(failure), skill, key)
             raise
-        decision = guards.resend_check(state, read.card)
+        extended: AgentCard | None = None
+        if state.get("extended"):  # R15: its skill is on the authenticated extended card
+            extended, _, _ = await self._task_card(state, fresh=True)
+        decision = guards.resend_check(state, read.card, extended)
         if decision.allowed:
             return
         await self._refuse(agent_url, decision.reason, decision.detail, skill, key)

@@ -51,11 +51,16 @@ def never_created(task: Mapping[str, Any]) -> bool:
     return task.get("closed") == "never_created" or "send_refused" in (task.get("flags") or ())
 
 
-def resend_check(task: Mapping[str, Any], card: AgentCard) -> Decision:
+def resend_check(
+    task: Mapping[str, Any], card: AgentCard, extended: AgentCard | None = None
+) -> Decision:
     """May ``resume`` send a task's creation again on this fresh card (R2, R3)? The skill and
-    media type as for any creation, and the contract must be the task's frozen one: a re-send
-    is a creation under the contract the task was created with, never another."""
-    decision = creation_check(card, str(task.get("skill")), task.get("media_type") or "text/plain")
+    media type as for any creation -- on the fresh ``extended`` card when the task was created
+    under one and it could be read again (R15) -- and the contract must be the task's frozen
+    one: a re-send is a creation under the contract the task was created with, never another."""
+    offered = extended if extended is not None else card
+    media_type = task.get("media_type") or "text/plain"
+    decision = creation_check(offered, str(task.get("skill")), media_type)
     if not decision.allowed:
         return decision
     # A task created under the authenticated extended card froze that card's contract; the

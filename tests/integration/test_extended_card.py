@@ -37,7 +37,12 @@ from cardfence.engine.cli.app import exit_code_for
 from cardfence.engine.cli.main import run as cli
 from cardfence.engine.credentials import Bearer, CredentialsConfig
 from cardfence.engine.engine import EngineConfig
-from cardfence.engine.errors import DeadlineExceeded, SkillUnavailableError
+from cardfence.engine.errors import (
+    DeadlineExceeded,
+    EndpointUnreachableError,
+    SkillUnavailableError,
+)
+from cardfence.engine.transport import A2ATransport
 from cardfence.store import EventStore
 
 SLOW = [("submitted", "working"), ("working", "completed")]
@@ -213,6 +218,29 @@ async def test_resume_after_a_restart_reads_the_extended_card_and_does_not_orpha
         assert ev.TASK_ORPHANED not in recorded
         assert ev.ENDPOINT_MOVED not in recorded
         assert "orphaned" not in done.flags
+
+
+async def test_resume_re_sends_a_creation_that_never_arrived_under_the_extended_card(
+    peer: ExtendedPeer, db: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sent = A2ATransport.send_message
+
+    async def lost(self: A2ATransport, **kwargs: object) -> object:
+        raise EndpointUnreachableError(self.interface.url, "network error: connection reset")
+
+    async with audited_engine(db, config(peer)) as engine:
+        monkeypatch.setattr(A2ATransport, "send_message", lost)  # recorded, then never arrived
+        with pytest.raises(EndpointUnreachableError):
+            await engine.start_task(peer.base_url, skill=EXTENDED_ONLY, text="slow 0.1")
+        monkeypatch.setattr(A2ATransport, "send_message", sent)
+        [pending] = engine.tasks()
+
+        resumed = await engine.resume(pending.task)  # ListTasks finds nothing: sent again
+        done = await engine.drive(resumed.task, until="terminal", timeout=10)
+
+        assert done.state == "completed"
+        assert calls(peer, "SendMessage") == 1
+        assert state_of(engine, pending.task)["extended"] is True
 
 
 async def test_the_extended_card_unreadable_mid_task_lets_the_public_card_stand_in(
