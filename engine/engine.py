@@ -33,6 +33,7 @@ from cardfence.engine import guards, webhook
 from cardfence.engine.authorization import Authorizer, Grant, TaskCredentials
 from cardfence.engine.cards.discovery import CardLimits, CardRead, Discovery
 from cardfence.engine.cards.model import (
+    V03,
     AgentCard,
     Interface,
     parse_card,
@@ -200,7 +201,7 @@ class Engine:
         self.discovery._calls = self._calls
         self._clock = clock
         self._sleep = sleep
-        self._transports: dict[tuple[str, str, int], A2ATransport] = {}
+        self._transports: dict[tuple[str, str, str, int], A2ATransport] = {}
         self._pushed: dict[str, asyncio.Event] = {}
         self._background: set[asyncio.Task[None]] = set()
         self._closing: dict[str, asyncio.Task[None]] = {}  # key -> its closing read
@@ -314,9 +315,9 @@ class Engine:
         grant = await self._creation_grant(agent_url, card, skill, interface.url)
         key = key or uuid.uuid4().hex
         message_id, context_id = f"m-{uuid.uuid4().hex}", f"c-{uuid.uuid4().hex}"
-        submitted = _submitted(key, agent_url, read, check.contract_hash, skill, interface.url,
-                               interface.binding, message_id, context_id, text,
-                               media_type)  # fmt: skip
+        endpoint = guards.endpoint_of(interface)
+        submitted = _submitted(key, agent_url, read, check.contract_hash, skill, endpoint,
+                               message_id, context_id, text, media_type)  # fmt: skip
         if extended is not None:
             # Frozen under the extended card: its revision, contract and skill (R3, R9, R15);
             # the public card it was offered by, and the contract pinned from it, beside them.
@@ -333,7 +334,6 @@ class Engine:
             submitted[1]["extended_unread"] = unread
         submitted[1]["authorization"] = self._grant_record(grant)
         await self._calls.run(self.log.create, key, [submitted])
-        endpoint = {"url": interface.url, "binding": interface.binding}
         transport = self._transport(endpoint, self.authorizer.for_task(grant, interface.url))
         return TaskView.of(
             await self._send_creation(key, transport, text, message_id, context_id, skill,
@@ -361,8 +361,7 @@ class Engine:
             credentials = self.authorizer.for_task(
                 self.authorizer.grant(card, "", interface.url), interface.url
             )
-            endpoint = {"url": interface.url, "binding": interface.binding}
-            transport = self._transport(endpoint, credentials, keep=False)
+            transport = self._transport(guards.endpoint_of(interface), credentials, keep=False)
             extended = await self.discovery.read_extended(
                 read.agent, transport, public_revision=read.revision
             )
@@ -491,7 +490,8 @@ class Engine:
 
         The configuration carries a notification ``token`` and an ``authentication`` block
         (scheme ``Bearer`` and a per-config secret unless ``auth_scheme``/``auth_credentials``
-        are given); a delivery must present both (:meth:`deliver`).
+        are given; none by default for a task at an A2A 0.3 endpoint, whose agents push the
+        token alone); a delivery must present both (:meth:`deliver`).
 
         When the read fails or says no push, or ``url`` is plain http to a host other than
         loopback (R16), nothing is registered, ``DeliveryDowngraded`` is recorded and the task
@@ -518,9 +518,11 @@ class Engine:
             return WebhookOutcome(False, decision.reason, decision.detail)
         config_id = f"cf-{uuid.uuid4().hex[:16]}"  # always ours: a2a-sdk would reuse the task id
         token = token or secrets.token_urlsafe(32)
-        if auth_scheme is None and auth_credentials is None:
+        legacy = guards.endpoint_dialect(state["endpoint"]) == V03
+        if auth_scheme is None and auth_credentials is None and not legacy:
             # R15: the agent is also told how to authenticate to the webhook, with a secret of
-            # this config's own; the webhook app checks both (kept as digests only).
+            # this config's own; the webhook app checks both (kept as digests only). Not a 0.3
+            # agent: a2a-sdk 0.3 pushes the token alone, and every delivery would be refused.
             auth_scheme, auth_credentials = "Bearer", secrets.token_urlsafe(32)
         config = PushConfig(config_id, url, token, auth_scheme, auth_credentials)
         try:
@@ -893,7 +895,12 @@ class Engine:
         (kind ``extended_card``) and the public card (or its failure) stands in."""
         if state.get("extended"):
             endpoint = state["endpoint"]
-            marker = (endpoint["url"], endpoint["binding"], repr(state.get("authorization")))
+            marker = (
+                endpoint["url"],
+                endpoint["binding"],
+                guards.endpoint_version(endpoint),
+                repr(state.get("authorization")),
+            )
             try:
                 transport = await self._task_transport(state)
                 read = await self.discovery.read_extended(
@@ -1122,14 +1129,16 @@ class Engine:
         keep: bool = True,
     ) -> A2ATransport:
         """The transport to ``endpoint``, carrying ``credentials`` (one per grant and place;
-        ``keep`` False: a transport for one request, not kept)."""
+        ``keep`` False: a transport for one request, not kept), in the A2A version the endpoint
+        was recorded with (1.0 for tasks recorded before it was kept)."""
         url, binding = str(endpoint["url"]), str(endpoint["binding"])
-        place = (url, binding, id(credentials.grant) if credentials else 0)
+        version = guards.endpoint_version(endpoint)
+        place = (url, binding, version, id(credentials.grant) if credentials else 0)
         transport = self._transports.get(place)
         if transport is None:
             cert = credentials.client_cert() if credentials is not None else None
             transport = A2ATransport(
-                self._client_for(cert), Interface(url, binding, "1.0"),
+                self._client_for(cert), Interface(url, binding, version),
                 timeout=self.config.request_timeout, credentials=credentials,
             )  # fmt: skip
             if keep:
@@ -1237,8 +1246,7 @@ def _submitted(
     read: CardRead,
     contract_hash: str,
     skill: str,
-    endpoint_url: str,
-    binding: str,
+    endpoint: Mapping[str, Any],
     message_id: str,
     context_id: str,
     text: str,
@@ -1259,7 +1267,7 @@ def _submitted(
         "card_version": card.version,
         "contract_hash": contract_hash,
         "skill_hash": card.compatibility_hash(skill),
-        "endpoint": {"url": endpoint_url, "binding": binding},
+        "endpoint": dict(endpoint),
         "submitted_at": _now_iso(),
     }
 

@@ -17,6 +17,7 @@ done.
     │   └── CredentialsConfigError      credentials file unsafe or malformed, variable unset
     ├── DiscoveryError                  the card could not be read (kind: network, timeout, …)
     │   └── CardInvalidError            the card body is invalid or over the size limit
+    │       └── ProtocolUnsupportedError  no interface declares an A2A version we speak
     ├── SkillUnavailableError           skill absent or media type not accepted
     ├── ContractChangedError            the agent's contract differs from the pinned one
     ├── CredentialsMissingError         the contract requires credentials not configured
@@ -27,7 +28,8 @@ done.
     │       └── TokenRequestError       no access token could be had from the token endpoint
     ├── RemoteRefusedError              the agent answered with an A2A error
     │   ├── CreationRefusedError        ... to a creation: final, the task was never created
-    │   └── ProtocolMismatchError       ... -32601: the endpoint speaks another A2A version
+    │   └── ProtocolMismatchError       ... the endpoint speaks another A2A version than its card's
+    ├── OperationUnsupportedError       the endpoint's A2A version has no such operation (not sent)
     ├── InvalidAgentResponseError       the agent's answer is not a valid A2A response
     │   └── WrongTaskAnswerError        the answer is about another task than the one asked
     ├── DeadlineExceeded                the task was not at the requested point in time
@@ -64,8 +66,10 @@ __all__ = [
     "DiscoveryError",
     "EndpointUnreachableError",
     "InvalidAgentResponseError",
+    "OperationUnsupportedError",
     "PayloadError",
     "ProtocolMismatchError",
+    "ProtocolUnsupportedError",
     "RemoteRefusedError",
     "SchemaTooNewError",
     "SkillUnavailableError",
@@ -286,27 +290,81 @@ class CreationRefusedError(RemoteRefusedError):
 
 
 class ProtocolMismatchError(RemoteRefusedError):
-    """The endpoint answered JSON-RPC -32601 (method not found) to an A2A 1.0 method: the card
-    says it speaks 1.0, the endpoint speaks another version (0.3 names its methods
-    ``message/send``, ``tasks/get``, …). ``code`` stays -32601; ``method`` is the one refused."""
+    """The endpoint speaks another A2A version than its card declares for it: it answered
+    JSON-RPC -32601 (method not found) to a method of the declared version (0.3 names them
+    ``message/send``, ``tasks/get``, …; 1.0 ``SendMessage``, ``GetTask``, …), -32009 (version not
+    supported), or, declared 0.3, an error only 1.0 sends. Nothing was changed.
+
+    ``declared`` is the card's version, ``spoken`` the one the answer points to, ``method`` the
+    one refused and ``legacy`` its name in ``spoken``; ``code`` is the agent's (-32601 unless
+    given), ``answer`` the agent's own message when it is not -32601's.
+    """
 
     def __init__(
-        self, url: str, method: str, *, declared: str, legacy: str = "", task: str = ""
+        self,
+        url: str,
+        method: str,
+        *,
+        declared: str,
+        spoken: str = "",
+        legacy: str = "",
+        task: str = "",
+        code: int | str = -32601,
+        answer: str = "",
     ) -> None:
         self.method = method
         self.declared = declared
+        self.spoken = spoken or ("1.0" if declared.startswith("0.") else "0.3")
         self.legacy = legacy
-        called = f" (0.3 calls it {legacy})" if legacy else ""
+        if code == -32601:
+            why = f"it does not know the method {method}"
+            why += f", which {self.spoken} calls {legacy}" if legacy else ""
+        else:
+            why = f"it refused {method} with {code}" + (f" ({answer})" if answer else "")
         super().__init__(
             url,
-            -32601,
-            f"the card says A2A {declared} but the endpoint does not know the method {method}: "
-            f"it speaks another protocol version, 0.3 perhaps{called}",
+            code,
+            f"the card says A2A {declared or '(none)'}, the endpoint speaks another version "
+            f"({self.spoken} perhaps): {why}",
             task=task,
         )
 
     def __str__(self) -> str:
         return f"{self.url}: protocol mismatch: {self.detail} (nothing was changed)"
+
+
+class ProtocolUnsupportedError(CardInvalidError):
+    """No interface of the card that cardfence could otherwise use declares an A2A version it
+    speaks (1.x, 0.3 or 0.2): refused at discovery, before anything is sent. ``offered`` are
+    the versions the card declares."""
+
+    def __init__(self, url: str, offered: tuple[str, ...], *, consequence: str = "") -> None:
+        self.offered = offered
+        versions = ", ".join(repr(v) for v in offered) or "none"
+        super().__init__(
+            url,
+            f"no interface speaks an A2A version cardfence speaks (1.x, 0.3, 0.2); "
+            f"the card declares {versions}",
+            field="supportedInterfaces",
+            kind="unsupported_protocol",
+            consequence=consequence,
+        )
+
+
+class OperationUnsupportedError(CardfenceError):
+    """The operation does not exist in the A2A version the endpoint speaks (0.3 has no
+    ``ListTasks``): nothing was sent. ``resume`` then cannot tell whether a send whose outcome
+    was unknown reached the agent, and sends nothing."""
+
+    def __init__(self, url: str, operation: str, *, version: str, task: str = "") -> None:
+        self.url = url
+        self.operation = operation
+        self.version = version
+        self.task = task
+        super().__init__(
+            f"{url}: {operation} is not part of A2A {version}, which the endpoint speaks: "
+            "not sent (nothing was changed)"
+        )
 
 
 class InvalidAgentResponseError(CardfenceError):

@@ -13,7 +13,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from cardfence.engine import events as ev
-from cardfence.engine.cards.model import AgentCard, diff, select_interface
+from cardfence.engine.cards.model import (
+    V10,
+    AgentCard,
+    Interface,
+    diff,
+    select_interface,
+    spoken_version,
+)
 from cardfence.engine.errors import CardInvalidError, DiscoveryError
 from cardfence.engine.lifecycle import TERMINAL
 from cardfence.engine.observations import Event
@@ -291,11 +298,35 @@ def resume_stand_in(
     return ResumePlan(False, endpoint, (*events, *moved))
 
 
+def endpoint_of(interface: Interface) -> dict[str, Any]:
+    """The endpoint a task records (``TaskSubmitted``, ``EndpointMoved``): where it lives, over
+    which binding, in which A2A version (as declared, else the one spoken: never empty)."""
+    return {
+        "url": interface.url,
+        "binding": interface.binding,
+        "protocol_version": interface.protocol_version or interface.speaks,
+    }
+
+
+def endpoint_version(endpoint: Mapping[str, Any]) -> str:
+    """The A2A version a recorded endpoint speaks. Tasks recorded before the version was kept
+    lived at 1.0 endpoints: absent reads as ``1.0``, here at use, never in the fold, so their
+    logs replay to what was stored."""
+    return str(endpoint.get("protocol_version") or V10)
+
+
+def endpoint_dialect(endpoint: Mapping[str, Any]) -> str:
+    """The version whose methods and shapes requests to a recorded endpoint take (``1.0`` or
+    ``0.3``: :attr:`Interface.dialect`)."""
+    return Interface(str(endpoint.get("url")), "", endpoint_version(endpoint)).dialect
+
+
 def _endpoint_on(
     recorded: Mapping[str, Any] | None, card: AgentCard, allow_insecure: bool
 ) -> tuple[Mapping[str, Any] | None, tuple[Event, ...]]:
     """The task's endpoint on ``card`` (same binding preferred; R16: only an interface that may
-    be used), and ``EndpointMoved`` when it is not the recorded one."""
+    be used), and ``EndpointMoved`` when it is not the recorded one: another URL, or the same
+    URL now speaking another A2A version."""
     binding = recorded.get("binding") if recorded else None
     try:
         chosen = select_interface(
@@ -303,9 +334,12 @@ def _endpoint_on(
         )
     except CardInvalidError:
         chosen = None
-    if chosen is None or recorded is None or chosen.url == recorded.get("url"):
+    if chosen is None or recorded is None:
         return recorded, ()
-    endpoint = {"url": chosen.url, "binding": chosen.binding}
+    same_version = chosen.speaks == spoken_version(endpoint_version(recorded))
+    if chosen.url == recorded.get("url") and same_version:
+        return recorded, ()
+    endpoint = endpoint_of(chosen)
     return endpoint, ((ev.ENDPOINT_MOVED, {"old": recorded, "new": endpoint}),)
 
 

@@ -1,13 +1,18 @@
 """A2A requests to one agent interface, over an injected ``httpx.AsyncClient``.
 
 One :class:`A2ATransport` per card :class:`Interface` (binding ``JSONRPC`` or ``HTTP+JSON``,
-docs/wire.md). Every request carries ``A2A-Version: 1.0`` (a 1.0 server refuses requests without it)
-and is bounded (R16): each request ends within its timeout and by the deadline in force
-(:mod:`engine.deadline`), and its body is capped once decoded, while it streams in
-(:mod:`engine.bodies`). What comes back is told apart (R11):
+docs/wire.md), speaking the A2A version the interface declares: 1.0, where every request carries
+``A2A-Version: 1.0`` (a 1.0 server refuses requests without it), or 0.3 (and 0.2), whose methods,
+paths and shapes :mod:`engine.wire03` translates to and from 1.0's, so that every answer is read
+into the same values whatever the version. Every request is bounded (R16): each request ends
+within its timeout and by the deadline in force (:mod:`engine.deadline`), and its body is capped
+once decoded, while it streams in (:mod:`engine.bodies`). What comes back is told apart (R11):
 
 - an A2A error (a JSON-RPC ``error`` object, or a REST error whose google.rpc ``ErrorInfo`` names a
-  ``reason``) -> :class:`RemoteRefusedError` with the JSON-RPC code (:class:`A2AErrorCode`);
+  ``reason``; 0.3: :func:`engine.wire03.rest_error`) -> :class:`RemoteRefusedError` with the
+  JSON-RPC code (:class:`A2AErrorCode`); :class:`ProtocolMismatchError` when the error says the
+  endpoint speaks another version than its card's (-32601 to a JSON-RPC method, -32009, or a
+  1.0-only error body from an interface declared 0.3);
 - HTTP 404 *without* such a body (a route that is not there), any other non-2xx without one, a
   network error or a timeout -> :class:`EndpointUnreachableError`: the endpoint could not be
   reached as an A2A agent, which changes nothing and prompts an R9 check — never TaskNotFound;
@@ -43,7 +48,7 @@ from urllib.parse import quote
 import httpx
 from httpx_sse import EventSource, aconnect_sse
 
-from cardfence.engine import deadline
+from cardfence.engine import deadline, wire03
 from cardfence.engine.bodies import (
     ACCEPT_ENCODING,
     PIECE,
@@ -51,12 +56,13 @@ from cardfence.engine.bodies import (
     BoundedDecoder,
     read_body,
 )
-from cardfence.engine.cards.model import HTTP_JSON, JSONRPC, Interface
+from cardfence.engine.cards.model import HTTP_JSON, JSONRPC, V03, V10, Interface
 from cardfence.engine.credentials import RequestAuth, redact
 from cardfence.engine.errors import (
     AuthorizationFailedError,
     EndpointUnreachableError,
     InvalidAgentResponseError,
+    OperationUnsupportedError,
     ProtocolMismatchError,
     RemoteRefusedError,
     StreamDroppedError,
@@ -150,10 +156,11 @@ _REFUSED_AUTH: Final = (401, 403)
 class A2ATransport:
     """The A2A operations the engine uses, on one interface of one agent.
 
-    ``headers`` are sent with every request; ``A2A-Version`` and ``Content-Type`` are always
-    ours. ``credentials`` add what the task's frozen contract requires, per request (R15).
-    ``timeout`` bounds each request as a whole, a blocking ``SendMessage`` included.
-    ``max_pages`` bounds ``list_tasks``.
+    ``headers`` are sent with every request; ``A2A-Version`` (1.0 only) and ``Content-Type``
+    are always ours. :attr:`version` is what is spoken: 0.3 when the interface declares 0.x
+    (or is of a 0.x card that declares nothing), else 1.0. ``credentials`` add what the task's
+    frozen contract requires, per request (R15). ``timeout`` bounds each request as a whole, a
+    blocking ``SendMessage`` included. ``max_pages`` bounds ``list_tasks``.
     """
 
     def __init__(
@@ -176,8 +183,13 @@ class A2ATransport:
         self.timeout = timeout
         self.max_bytes = max_bytes
         self.max_pages = max_pages
+        self.version = interface.dialect
+        self.legacy = self.version == V03
         self._headers = httpx.Headers(headers or {})
-        self._headers["A2A-Version"] = A2A_VERSION
+        if self.legacy:  # 0.3 has no version header; a 1.0 server reads its absence as 0.3
+            self._headers.pop("A2A-Version", None)
+        else:
+            self._headers["A2A-Version"] = A2A_VERSION
         self._headers["Content-Type"] = "application/json"
         self._headers["Accept"] = "application/json, application/a2a+json"
         self._headers["Accept-Encoding"] = ACCEPT_ENCODING  # what engine.bodies decodes
@@ -221,7 +233,7 @@ class A2ATransport:
         url, result = await self._call(
             "SendMessage", params, "POST", "/message:send", body=params, task=task_id or ""
         )
-        answer = parse_send_response(result, url=url)
+        answer = parse_send_response(self._answer("send", result), url=url)
         if task_id and isinstance(answer, RemoteTask):
             _same_task(url, task_id, answer)
         return answer
@@ -236,7 +248,7 @@ class A2ATransport:
             query={"historyLength": str(history_length)},
             task=task_id,
         )
-        return _same_task(url, task_id, parse_task(result, url=url))
+        return _same_task(url, task_id, parse_task(self._answer("task", result), url=url))
 
     async def cancel_task(self, task_id: str) -> RemoteTask:
         """CancelTask; the answer's state is what the remote says, not necessarily ``canceled``."""
@@ -248,7 +260,7 @@ class A2ATransport:
             body={},
             task=task_id,
         )
-        return _same_task(url, task_id, parse_task(result, url=url))
+        return _same_task(url, task_id, parse_task(self._answer("task", result), url=url))
 
     async def create_push_config(self, task_id: str, config: PushConfig) -> PushConfig:
         """CreateTaskPushNotificationConfig; returns the config as the agent stored it."""
@@ -261,11 +273,16 @@ class A2ATransport:
             body=body,
             task=task_id,
         )
-        return parse_push_config(result, url=url)
+        return parse_push_config(self._answer("push_config", result), url=url)
 
     async def list_tasks(self, *, context_id: str, page_size: int = 50) -> tuple[RemoteTask, ...]:
         """ListTasks of one context, following ``nextPageToken`` for at most ``max_pages`` pages
-        (a deliberate bound: what lies beyond is not returned)."""
+        (a deliberate bound: what lies beyond is not returned).
+
+        A2A 0.3 has no ListTasks: :class:`OperationUnsupportedError`, nothing sent.
+        """
+        if self.legacy:
+            raise OperationUnsupportedError(self.interface.url, "ListTasks", version=self.version)
         tasks: list[RemoteTask] = []
         token: str | None = None
         seen: set[str] = set()
@@ -291,7 +308,8 @@ class A2ATransport:
 
     async def get_extended_card(self) -> bytes:
         """GetExtendedAgentCard: the authenticated extended Agent Card, as the JSON bytes of the
-        card object (JSON-RPC: its ``result``; HTTP+JSON: ``GET {url}/extendedAgentCard``),
+        card object (JSON-RPC: its ``result``; HTTP+JSON: ``GET {url}/extendedAgentCard``; 0.3:
+        ``agent/getAuthenticatedExtendedCard``, ``GET {url}/v1/card``),
         re-encoded with sorted keys. Parse them with
         :func:`cardfence.engine.cards.model.parse_card`: nothing is validated here but that the
         answer is a JSON object within ``max_bytes``.
@@ -416,9 +434,10 @@ class A2ATransport:
             raise UsageError("idle_timeout must be positive")
         request_id: int | None = None
         content: bytes | None = None
+        sent, params, path, body = self._dialect(method, params, path, body)
         if self.binding == JSONRPC:
             request_id = next(self._ids)
-            envelope = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
+            envelope = {"jsonrpc": "2.0", "id": request_id, "method": sent, "params": params}
             url, content, verb = self.interface.url, _encode(envelope), "POST"
         else:
             url = self.interface.url.rstrip("/") + path
@@ -457,7 +476,9 @@ class A2ATransport:
             except (httpx.HTTPError, httpx.InvalidURL) as exc:
                 detail = _redacted(f"network error: {str(exc) or type(exc).__name__}", auth)
                 raise EndpointUnreachableError(url, detail, task=task) from None
-            updates = self._updates(source.response, url, request_id, task=task, idle=idle)
+            updates = self._updates(
+                source.response, url, request_id, task=task, idle=idle, operation=method
+            )
             async with aclosing(updates):
                 yield updates
 
@@ -475,29 +496,15 @@ class A2ATransport:
         except BodyRefused:
             raw = None  # no A2A error to read in it
         jsonrpc = self.binding == JSONRPC
-        error: Exception
         if not ok:
-            error = self._failure(url, status, raw, task, jsonrpc=jsonrpc)
-        else:
-            # JSON-RPC refuses with HTTP 200 and a JSON error object, a stream's opening too.
-            refused = _a2a_error(_loads(raw), jsonrpc=True) if jsonrpc else None
-            if refused is None:
-                got = media_type[:60] or "no content type"
-                detail = f"answered {got}, not an event stream (not read)"
-                raise InvalidAgentResponseError(url, detail)
-            error = RemoteRefusedError(url, *refused, task=task)
-        refused_method = (
-            isinstance(error, RemoteRefusedError) and error.code == A2AErrorCode.METHOD_NOT_FOUND
-        )
-        if jsonrpc and refused_method:
-            raise ProtocolMismatchError(
-                url,
-                method,
-                declared=self.interface.protocol_version,
-                legacy=_LEGACY_METHODS.get(method, ""),
-                task=task,
-            ) from error
-        raise error
+            raise self._failure(url, status, raw, task, method)
+        # JSON-RPC refuses with HTTP 200 and a JSON error object, a stream's opening too.
+        refused = _a2a_error(_loads(raw), jsonrpc=True) if jsonrpc else None
+        if refused is None:
+            got = media_type[:60] or "no content type"
+            detail = f"answered {got}, not an event stream (not read)"
+            raise InvalidAgentResponseError(url, detail)
+        raise self._refusal(url, *refused, task, method)
 
     async def _updates(
         self,
@@ -507,6 +514,7 @@ class A2ATransport:
         *,
         task: str,
         idle: float,
+        operation: str,
     ) -> AsyncGenerator[StreamUpdate, None]:
         """The stream's updates, until a final one (see :meth:`subscribe`)."""
         body = _BoundedEvents(response, self.max_bytes, idle, url, task)
@@ -523,7 +531,7 @@ class A2ATransport:
                         f"stream event over the limit of {self.max_bytes} bytes ({len(raw)}); "
                         "the stream was closed",
                     )
-                update = self._stream_update(url, raw, request_id, task)
+                update = self._stream_update(url, raw, request_id, task, operation)
                 if event.event == "error":
                     raise InvalidAgentResponseError(url, "an error event that is not an A2A error")
                 if update.task_id is not None:
@@ -537,19 +545,19 @@ class A2ATransport:
         raise StreamDroppedError(url, *body.ended(), task=expected or "")
 
     def _stream_update(
-        self, url: str, raw: bytes, request_id: int | None, task: str
+        self, url: str, raw: bytes, request_id: int | None, task: str, operation: str
     ) -> StreamUpdate:
         """One event's data: a JSON-RPC response whose result is a StreamResponse, or (REST)
         the bare StreamResponse; an A2A error in either is raised as the agent's refusal."""
         if request_id is not None:
-            result = self._jsonrpc_result(url, 200, raw, request_id, task)
-            return parse_stream_response(result, url=url)
+            result = self._jsonrpc_result(url, 200, raw, request_id, task, operation)
+            return parse_stream_response(self._answer("stream", result), url=url)
         doc = self._decode(url, raw)
         refused = _a2a_error(doc, jsonrpc=False)
         if refused is not None:
             code, message = refused
             raise RemoteRefusedError(url, code, message, task=task)
-        return parse_stream_response(doc, url=url)
+        return parse_stream_response(self._answer("stream", doc), url=url)
 
     # --- one request ----------------------------------------------------------------------------
 
@@ -564,30 +572,80 @@ class A2ATransport:
         query: Mapping[str, str] | None = None,
         task: str = "",
     ) -> tuple[str, object]:
-        """One operation on this binding; returns the URL asked and the decoded result."""
+        """One operation on this binding; returns the URL asked and the decoded result.
+
+        ``method``, ``params``, ``path`` and ``body`` are 1.0's; on a 0.3 interface they are
+        translated here (:meth:`_dialect`), and the result by the caller (:meth:`_answer`).
+        """
+        operation = method
+        method, params, path, body = self._dialect(method, params, path, body)
         if self.binding == JSONRPC:
             request_id = next(self._ids)
             envelope = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
             url = self.interface.url
             status, raw = await self._exchange("POST", url, _encode(envelope), None, task)
-            try:
-                return url, self._jsonrpc_result(url, status, raw, request_id, task)
-            except RemoteRefusedError as refused:
-                if refused.code != A2AErrorCode.METHOD_NOT_FOUND:
-                    raise
-                raise ProtocolMismatchError(
-                    url,
-                    method,
-                    declared=self.interface.protocol_version,
-                    legacy=_LEGACY_METHODS.get(method, ""),
-                    task=task,
-                ) from refused
+            return url, self._jsonrpc_result(url, status, raw, request_id, task, operation)
         url = self.interface.url.rstrip("/") + path
         content = None if body is None else _encode(body)
         status, raw = await self._exchange(verb, url, content, query, task)
         if 200 <= status < 300:
             return url, self._decode(url, raw)
-        raise self._failure(url, status, raw, task, jsonrpc=False)
+        raise self._failure(url, status, raw, task, operation)
+
+    def _dialect(
+        self, method: str, params: dict[str, Any], path: str, body: Mapping[str, Any] | None
+    ) -> tuple[str, dict[str, Any], str, Mapping[str, Any] | None]:
+        """The request as this interface's version says it: 1.0's as it is, or its 0.3 form
+        (:func:`engine.wire03.request`): method name, params, path and body."""
+        if not self.legacy:
+            return method, params, path, body
+        rest = None if body is None else wire03.request(method, params, rest=True)
+        return (
+            wire03.METHODS.get(method, method),
+            wire03.request(method, params, rest=False),
+            wire03.rest_path(path),
+            rest,
+        )
+
+    def _answer(self, kind: wire03.Answer, result: object) -> object:
+        """A result in the shape :mod:`engine.remote` reads: 0.3's translated to 1.0's."""
+        if not self.legacy:
+            return result
+        return wire03.answer(kind, result, rest=self.binding == HTTP_JSON)
+
+    def _refusal(
+        self, url: str, code: int | str, message: str, task: str, operation: str
+    ) -> RemoteRefusedError:
+        """The agent's A2A error, or :class:`ProtocolMismatchError` when it says the endpoint
+        speaks another version than its card declares: -32601 to a JSON-RPC method (the
+        version's method names differ), or -32009 (VersionNotSupported)."""
+        jsonrpc = self.binding == JSONRPC
+        unknown_method = jsonrpc and code == A2AErrorCode.METHOD_NOT_FOUND
+        if not unknown_method and code != A2AErrorCode.VERSION_NOT_SUPPORTED:
+            return RemoteRefusedError(url, code, message, task=task)
+        return self._mismatch(url, operation, task, code=code, answer=message)
+
+    def _mismatch(
+        self, url: str, operation: str, task: str, *, code: int | str, answer: str = ""
+    ) -> ProtocolMismatchError:
+        """The mismatch an answer to ``operation`` (1.0's name) shows: the method as sent, and
+        its name in the other version (JSON-RPC; HTTP+JSON has no method names)."""
+        if self.binding != JSONRPC:
+            sent, other = operation, ""
+        elif self.legacy:
+            sent, other = wire03.METHODS.get(operation, operation), operation
+        else:
+            sent, other = operation, _LEGACY_METHODS.get(operation, "")
+        return ProtocolMismatchError(
+            url,
+            sent,
+            declared=self.interface.protocol_version or self.version,
+            spoken=V10 if self.legacy else V03,
+            legacy=other,
+            task=task,
+            code=code,
+            answer="" if code == A2AErrorCode.METHOD_NOT_FOUND else answer,
+        )
 
     async def _exchange(
         self,
@@ -659,10 +717,16 @@ class A2ATransport:
             raise EndpointUnreachableError(url, detail, task=task) from None
 
     def _jsonrpc_result(
-        self, url: str, status: int, raw: bytes | None, request_id: int, task: str
+        self,
+        url: str,
+        status: int,
+        raw: bytes | None,
+        request_id: int,
+        task: str,
+        operation: str,
     ) -> object:
         if not 200 <= status < 300:
-            raise self._failure(url, status, raw, task, jsonrpc=True)
+            raise self._failure(url, status, raw, task, operation)
         doc = self._decode(url, raw)
         if not isinstance(doc, dict) or doc.get("jsonrpc") != "2.0":
             raise InvalidAgentResponseError(url, "not a JSON-RPC 2.0 response object")
@@ -684,16 +748,25 @@ class A2ATransport:
         if refused is None:
             raise InvalidAgentResponseError(url, "JSON-RPC error needs an object with integer code")
         code, message = refused
-        raise RemoteRefusedError(url, code, message, task=task)
+        raise self._refusal(url, code, message, task, operation)
 
     def _failure(
-        self, url: str, status: int, raw: bytes | None, task: str, *, jsonrpc: bool
+        self, url: str, status: int, raw: bytes | None, task: str, operation: str
     ) -> Exception:
-        """The error for a non-2xx answer: the agent's A2A error, else unreachable (R11)."""
-        refused = _a2a_error(_loads(raw), jsonrpc=jsonrpc)
+        """The error for a non-2xx answer: the agent's A2A error (or a protocol mismatch it
+        shows), else unreachable (R11)."""
+        doc = _loads(raw)
+        jsonrpc = self.binding == JSONRPC
+        refused = _a2a_error(doc, jsonrpc=jsonrpc)
+        if self.legacy and not jsonrpc:
+            error = doc.get("error") if isinstance(doc, dict) else None
+            if refused is not None and isinstance(error, dict) and _reason(error):
+                # A google.rpc ErrorInfo: only 1.0 answers so, never a 0.3 endpoint.
+                return self._mismatch(url, operation, task, code=refused[0], answer=refused[1])
+            refused = refused or wire03.rest_error(status, doc, operation)
         if refused is not None:
             code, message = refused
-            return RemoteRefusedError(url, code, message, task=task)
+            return self._refusal(url, code, message, task, operation)
         if status in _REFUSED_AUTH:  # R15: an annotation mid-task, never a transition
             schemes = self.credentials.schemes if self.credentials is not None else ()
             return AuthorizationFailedError(url, status, task=task, schemes=schemes)

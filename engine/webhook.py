@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from cardfence.engine import wire03
 from cardfence.engine.errors import InvalidAgentResponseError
 from cardfence.engine.remote import StreamUpdate, loads, parse_stream_response
 
@@ -49,7 +50,9 @@ def _matches(presented: str | None, expected_digest: str | None) -> bool:
 
 
 def decode(body: bytes, headers: Mapping[str, str]) -> StreamUpdate:
-    """The delivery's StreamResponse, or :class:`Refused` (413, 415, 400)."""
+    """The delivery's StreamResponse, or :class:`Refused` (413, 415, 400). A 1.0 agent pushes a
+    StreamResponse (``{"task"}``, ``{"statusUpdate"}``, …), a 0.3 agent the whole Task: told
+    apart by shape (:func:`engine.wire03.push_body`), both are read the same way."""
     if len(body) > MAX_DELIVERY_BYTES:
         raise Refused(413, f"body of {len(body)} bytes is over {MAX_DELIVERY_BYTES}")
     check_content_type(headers)
@@ -58,7 +61,7 @@ def decode(body: bytes, headers: Mapping[str, str]) -> StreamUpdate:
     except (ValueError, RecursionError) as exc:
         raise Refused(400, f"body is not JSON: {str(exc)[:80]}") from None
     try:
-        return parse_stream_response(document, url="webhook")
+        return parse_stream_response(wire03.push_body(document), url="webhook")
     except InvalidAgentResponseError as exc:
         raise Refused(400, f"not an A2A StreamResponse: {exc}") from None
 

@@ -33,7 +33,14 @@ import httpx
 from cardfence.engine import deadline
 from cardfence.engine import events as ev
 from cardfence.engine.bodies import ACCEPT_ENCODING, BodyRefused, read_body
-from cardfence.engine.cards.model import JSONRPC, AgentCard, Interface, parse_card, url_refusal
+from cardfence.engine.cards.model import (
+    JSONRPC,
+    V03,
+    AgentCard,
+    Interface,
+    parse_card,
+    url_refusal,
+)
 from cardfence.engine.errors import CardInvalidError, ContractChangedError, DiscoveryError
 from cardfence.engine.offload import StoreCalls
 from cardfence.engine.replay import State, apply_agent_event, initial_agent_state
@@ -117,10 +124,11 @@ def card_urls(agent_url: str) -> tuple[str, tuple[str, ...]]:
 
 def extended_card_url(interface: Interface) -> str:
     """Where ``GetExtendedAgentCard`` is asked on ``interface``: the JSON-RPC endpoint itself,
-    or ``{url}/extendedAgentCard`` over HTTP+JSON."""
+    or ``{url}/extendedAgentCard`` over HTTP+JSON (0.3: ``{url}/v1/card``)."""
     if interface.binding == JSONRPC:
         return interface.url
-    return interface.url.rstrip("/") + "/extendedAgentCard"
+    path = "/v1/card" if interface.dialect == V03 else "/extendedAgentCard"
+    return interface.url.rstrip("/") + path
 
 
 def _origin(url: httpx.URL) -> str:

@@ -29,12 +29,14 @@ from cardfence.engine.cards.canonical import decode as _decode
 from cardfence.engine.cards.canonical import join as _join
 from cardfence.engine.cards.canonical import sha256 as _sha256
 from cardfence.engine.cards.diff import CardDiff, diff
-from cardfence.engine.errors import CardInvalidError
+from cardfence.engine.errors import CardInvalidError, ProtocolUnsupportedError
 
 __all__ = [
     "HTTP_JSON",
     "JSONRPC",
     "SPOKEN_BINDINGS",
+    "V03",
+    "V10",
     "AgentCard",
     "Capabilities",
     "CardDiff",
@@ -46,13 +48,19 @@ __all__ = [
     "diff",
     "is_loopback",
     "parse_card",
+    "part_kind",
     "select_interface",
+    "spoken_version",
     "url_refusal",
 ]
 
 JSONRPC: Final = "JSONRPC"
 HTTP_JSON: Final = "HTTP+JSON"
 SPOKEN_BINDINGS: Final = (JSONRPC, HTTP_JSON)
+# The A2A versions cardfence speaks: 1.0 (any 1.x is sent as 1.0) and 0.3 (0.2 agents use the
+# same method names and shapes, docs/wire.md).
+V10: Final = "1.0"
+V03: Final = "0.3"
 # 0.3 also called HTTP+JSON "REST"; names are compared upper-cased.
 _BINDING_ALIASES: Final = {"JSONRPC": JSONRPC, "HTTP+JSON": HTTP_JSON, "REST": HTTP_JSON}
 # 1.0 proto JSON wraps each scheme in a oneof key; 0.3 flattens it and names it in "type".
@@ -67,11 +75,30 @@ _SCHEME_KEYS_BY_V03_TYPE: Final = {
 
 @dataclass(frozen=True, slots=True)
 class Interface:
-    """One endpoint; ``binding`` is ``JSONRPC`` or ``HTTP+JSON`` when we speak it."""
+    """One endpoint; ``binding`` is ``JSONRPC`` or ``HTTP+JSON`` when we speak it.
+
+    ``protocol_version`` is as the card declares it (``""`` when it does not); ``legacy_card``
+    marks an interface of a 0.2/0.3-shaped card (top-level ``url``), whose silence means 0.x.
+    """
 
     url: str
     binding: str
     protocol_version: str
+    legacy_card: bool = field(default=False, compare=False, repr=False)
+
+    @property
+    def speaks(self) -> str:
+        """The A2A version cardfence speaks here (:data:`V10` or :data:`V03`), ``""`` for a
+        version it does not speak (:func:`spoken_version`)."""
+        return spoken_version(self.protocol_version, legacy_card=self.legacy_card)
+
+    @property
+    def dialect(self) -> str:
+        """The version whose methods and shapes a request here takes: :data:`V03` for any 0.x
+        (and a 0.x card that declares none), else :data:`V10`."""
+        if self.speaks == V03 or self.protocol_version.strip().startswith("0."):
+            return V03
+        return V10
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,16 +290,19 @@ def select_interface(
 ) -> Interface:
     """Choose the endpoint to talk to.
 
-    Among interfaces we speak (JSON-RPC or HTTP+JSON over http(s)) and may use (:func:`url_refusal`:
-    plain ``http`` only to loopback unless ``allow_insecure``), 1.x protocol versions come first
-    (we send ``A2A-Version: 1.0``), then the caller's ``prefer`` order of bindings (a preference:
-    unlisted bindings still qualify after the listed ones), then the card's order, which is the
-    agent's preference.
+    Among interfaces we speak (JSON-RPC or HTTP+JSON over http(s), A2A 1.x, 0.3 or 0.2:
+    :func:`spoken_version`) and may use (:func:`url_refusal`: plain ``http`` only to loopback
+    unless ``allow_insecure``), 1.x protocol versions come first (we send ``A2A-Version: 1.0``),
+    then an interface that declares none (1.0 is meant), then 0.3 and 0.2; within each, the
+    caller's ``prefer`` order of bindings (a preference: unlisted bindings still qualify after
+    the listed ones), then the card's order, which is the agent's preference.
 
     Raises:
         ValueError: ``prefer`` names a binding we do not speak.
         CardInvalidError: no interface is speakable (field ``supportedInterfaces``), or none of
             them may be used (kind ``insecure``).
+        ProtocolUnsupportedError: (a :class:`CardInvalidError`, kind ``unsupported_protocol``)
+            some interface has a binding we speak, but none an A2A version we speak.
     """
     rank: dict[str, int] = {}
     for name in prefer:
@@ -280,11 +310,17 @@ def select_interface(
         if binding is None:
             raise ValueError(f"cannot prefer binding {name!r}: we speak {SPOKEN_BINDINGS}")
         rank.setdefault(binding, len(rank))
-    speakable = [
-        (_version_rank(i.protocol_version), rank.get(i.binding, len(rank)), n, i)
+    bound = [
+        (n, i)
         for n, i in enumerate(card.interfaces)
         if i.binding in SPOKEN_BINDINGS and i.url.lower().startswith(("http://", "https://"))
     ]
+    speakable = [
+        (_version_rank(i), rank.get(i.binding, len(rank)), n, i) for n, i in bound if i.speaks
+    ]
+    if bound and not speakable:
+        versions = tuple(dict.fromkeys(i.protocol_version for _, i in bound))
+        raise ProtocolUnsupportedError(card.source_url, versions)
     if not speakable:
         offered = ", ".join(f"{i.binding or '?'} {i.url}" for i in card.interfaces)
         raise CardInvalidError(
@@ -357,11 +393,15 @@ def _interfaces(doc: dict[str, Any]) -> tuple[Interface, ...]:
                 _required_str(doc, "url", ""),
                 _binding(_str(doc, "preferredTransport", "") or JSONRPC),
                 version,
+                legacy_card=True,
             )
         )
         found.extend(
             Interface(
-                _required_str(item, "url", at), _binding(_str(item, "transport", at)), version
+                _required_str(item, "url", at),
+                _binding(_str(item, "transport", at)),
+                version,
+                legacy_card=True,
             )
             for item, at in _objects(doc, "additionalInterfaces", "")
         )
@@ -571,22 +611,54 @@ def _objects(obj: dict[str, Any], key: str, path: str) -> list[tuple[dict[str, A
 
 
 def _modes_match(modes: tuple[str, ...], media_type: str) -> bool:
-    """Media ranges ``*/*`` and ``type/*`` match; parameters and case are ignored."""
+    """Media ranges ``*/*`` and ``type/*`` match; parameters and case are ignored. The bare
+    words of 0.3 cards name the kind of part the agent takes (docs/wire.md): ``text`` is any
+    ``text/*`` type (a text part), ``data`` a JSON type (``application/json``, ``*/*+json``: a
+    data part), ``file`` any other type (a file part)."""
     if not modes:
         return True
     wanted = _essence(media_type)
     for mode in map(_essence, modes):
-        if mode in ("*/*", "*", wanted):
+        if mode in ("*/*", "*", wanted) or part_kind(wanted) == mode:
             return True
         if mode.endswith("/*") and wanted.partition("/")[0] == mode[:-2] and "/" in wanted:
             return True
     return False
 
 
+def part_kind(media_type: str) -> str:
+    """The 0.3 part a message of this media type travels in: ``text``, ``data`` or ``file`` --
+    what the bare words of a 0.3 card's modes name."""
+    media_type = _essence(media_type)
+    if media_type.startswith("text/"):
+        return "text"
+    if media_type == "application/json" or media_type.endswith("+json"):
+        return "data"
+    return "file"
+
+
 def _essence(media_type: str) -> str:
     return media_type.partition(";")[0].strip().lower()
 
 
-def _version_rank(version: str) -> int:
-    major = version.strip().partition(".")[0]
-    return 0 if major == "1" else 1 if not major else 2
+def spoken_version(declared: str, *, legacy_card: bool = False) -> str:
+    """The A2A version cardfence speaks to an interface that declares ``declared``: :data:`V10`
+    for 1.x, :data:`V03` for 0.3 and 0.2 (same methods and shapes), ``""`` for any other.
+    Nothing declared means 1.0 (it is required there), or 0.3 on a 0.x-shaped card
+    (``legacy_card``: 0.2 cards had no ``protocolVersion``)."""
+    version = declared.strip()
+    if not version:
+        return V03 if legacy_card else V10
+    major, _, rest = version.partition(".")
+    if major == "1":
+        return V10
+    if major == "0" and rest.partition(".")[0] in ("2", "3"):
+        return V03
+    return ""
+
+
+def _version_rank(interface: Interface) -> int:
+    """1.x first, then an interface that declares no version (1.0 is meant), then 0.x."""
+    if interface.speaks == V10:
+        return 0 if interface.protocol_version.strip() else 1
+    return 2

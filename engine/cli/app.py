@@ -67,6 +67,7 @@ _EXIT_CODES: tuple[tuple[type[errors.CardfenceError], int], ...] = (
     (errors.DeadlineExceeded, EXIT_DEADLINE),
     (errors.CreationRefusedError, EXIT_CREATION_REFUSED),
     (errors.ProtocolMismatchError, EXIT_UNREACHABLE),
+    (errors.OperationUnsupportedError, EXIT_UNREACHABLE),
     (errors.RemoteRefusedError, EXIT_REMOTE_REFUSED),
     (errors.EndpointUnreachableError, EXIT_UNREACHABLE),
     (errors.InvalidAgentResponseError, EXIT_UNREACHABLE),

@@ -83,8 +83,8 @@ def _short(value: Any, width: int = 12) -> str:
 
 def _endpoint(value: Any) -> str:
     if isinstance(value, Mapping):
-        binding = value.get("binding")
-        return f"{value.get('url')}" + (f" ({binding})" if binding else "")
+        about = [str(v) for v in (value.get("binding"), value.get("protocol_version")) if v]
+        return f"{value.get('url')}" + (f" ({' '.join(about)})" if about else "")
     return _short(value, 200)
 
 

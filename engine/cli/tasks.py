@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -67,6 +68,8 @@ CardAgeOption = Annotated[
     float,
     typer.Option("--max-card-age", help="Re-validate the card at most this often (seconds)."),
 ]
+# A media type as RFC 6838 names one (type/subtype, optional parameters); not a bare word.
+_MEDIA_TYPE = re.compile(r"[A-Za-z0-9][\w!#$&^.+-]*/[A-Za-z0-9][\w!#$&^.+-]*(\s*;.*)?")
 TaskArgument = Annotated[str, typer.Argument(metavar="TASK", help="Local key or remote task id.")]
 AsOfOption = Annotated[
     str | None,
@@ -170,6 +173,14 @@ def run(
     agent_url: Annotated[str, typer.Argument(metavar="AGENT_URL")],
     skill: Annotated[str, typer.Option("--skill", help="The skill id to use.")],
     text: Annotated[str, typer.Option("--text", help="The message text.")],
+    media_type: Annotated[
+        str,
+        typer.Option(
+            "--media-type",
+            metavar="TYPE",
+            help="The media type of the message; the skill must accept it.",
+        ),
+    ] = "text/plain",
     webhook_url: Annotated[
         str | None, typer.Option("--webhook-url", help="Ask for push delivery to this URL.")
     ] = None,
@@ -197,6 +208,8 @@ def run(
     check_seconds("--max-card-age", max_card_age)
     check_seconds("--card-timeout", card_timeout)
     check_positive("--max-card-bytes", max_card_bytes)
+    if not _MEDIA_TYPE.fullmatch(media_type.strip()):
+        raise errors.UsageError(f"--media-type {media_type!r}: not a media type (type/subtype)")
     checked_store_url(options)
     deadline = time.monotonic() + timeout
     key = uuid.uuid4().hex  # chosen here, so an interruption can name the task
@@ -212,7 +225,12 @@ def run(
 
     async def job(engine: Engine) -> TaskView:
         view = await engine.start_task(
-            agent_url, skill=skill, text=text, accept_contract=accept_contract, key=key
+            agent_url,
+            skill=skill,
+            text=text,
+            media_type=media_type.strip(),
+            accept_contract=accept_contract,
+            key=key,
         )
         if webhook_url:
             await engine.register_webhook(view.task, webhook_url, token=webhook_token)

@@ -413,7 +413,11 @@ async def test_an_endpoint_moved_to_another_origin_is_sent_no_credential(
         await engine.drive(view.task, until="terminal", timeout=2)
 
     moved = [hit for hit in peer.auth_log if hit.host.startswith("127.0.0.2")]
-    assert state_of(engine, view.task)["endpoint"] == {"url": elsewhere, "binding": "JSONRPC"}
+    assert state_of(engine, view.task)["endpoint"] == {
+        "url": elsewhere,
+        "binding": "JSONRPC",
+        "protocol_version": "1.0",
+    }
     assert moved, "the moved endpoint was never asked"
     assert all(hit.presented == () for hit in moved)
     assert all(not hit.credentials for hit in moved)

@@ -250,7 +250,11 @@ async def test_contract_rotated_mid_task_is_recorded_as_diverged_and_the_task_co
     assert diverged[0]["observed"] != view.contract_hash
     state = state_of(engine, view.task)
     assert state["contract_hash"] == view.contract_hash  # the frozen contract still governs
-    assert state["endpoint"] == {"url": peer.jsonrpc_url, "binding": JSONRPC}
+    assert state["endpoint"] == {
+        "url": peer.jsonrpc_url,
+        "binding": JSONRPC,
+        "protocol_version": "1.0",
+    }
     assert "contract_diverged" in done.flags
 
 
@@ -575,8 +579,12 @@ async def test_resume_follows_an_endpoint_moved_for_the_same_skill(
     done = await engine.drive(resumed.task, until="terminal", timeout=10)
 
     [moved] = data_of(engine.store, view.task, ev.ENDPOINT_MOVED)
-    assert moved["old"] == {"url": peer.jsonrpc_url, "binding": "JSONRPC"}
-    assert moved["new"] == {"url": peer.rest_url, "binding": "HTTP+JSON"}
+    assert moved["old"] == {
+        "url": peer.jsonrpc_url,
+        "binding": "JSONRPC",
+        "protocol_version": "1.0",
+    }
+    assert moved["new"] == {"url": peer.rest_url, "binding": "HTTP+JSON", "protocol_version": "1.0"}
     assert state_of(engine, view.task)["endpoint"] == moved["new"]
     assert done.state == "completed"
     assert ("REST", "GetTask") in peer.calls
@@ -596,7 +604,11 @@ async def test_resume_with_the_card_unreadable_goes_on_at_the_recorded_endpoint(
 
     assert (unavailable["during"], unavailable["kind"]) == ("resume", "http_status")
     assert done.state == "completed"
-    assert state_of(engine, view.task)["endpoint"] == {"url": peer.jsonrpc_url, "binding": JSONRPC}
+    assert state_of(engine, view.task)["endpoint"] == {
+        "url": peer.jsonrpc_url,
+        "binding": JSONRPC,
+        "protocol_version": "1.0",
+    }
     assert calls(peer, "GetTask", "JSONRPC") > 0
     assert ev.TASK_ORPHANED not in types(engine.store, view.task)
 

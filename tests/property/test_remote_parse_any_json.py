@@ -2,7 +2,9 @@
 
 What an agent sends (SendMessage/GetTask answers, push deliveries, stream events) is untrusted; a
 crash on it would stop the observation path (R12). The property is one function, :func:`escapes`,
-checked against the real parsers and, to show it has teeth, against planted bugs it must catch.
+checked against the real parsers, against the parsers behind the A2A 0.3 translation
+(``engine/wire03.py``, which reads the same untrusted JSON first) and, to show it has teeth,
+against planted bugs it must catch.
 """
 
 from __future__ import annotations
@@ -16,11 +18,14 @@ from hypothesis import find, given, settings
 from hypothesis import strategies as st
 
 from cardfence.engine import remote as remote_module
+from cardfence.engine import wire03
 from cardfence.engine.errors import InvalidAgentResponseError
 from cardfence.engine.remote import (
+    PushConfig,
     RemoteMessage,
     RemoteTask,
     StreamUpdate,
+    parse_push_config,
     parse_send_response,
     parse_stream_response,
     parse_task,
@@ -52,6 +57,14 @@ KEYS = [
     "file",
     "kind",
     "role",
+    # A2A 0.3: HTTP+JSON (protobuf JSON) message parts, file parts and push configs
+    "content",
+    "fileWithUri",
+    "fileWithBytes",
+    "mimeType",
+    "pushNotificationConfig",
+    "authentication",
+    "schemes",
 ]
 LEAVES = [
     "TASK_STATE_COMPLETED",
@@ -169,6 +182,7 @@ RESULT_TYPES: dict[str, tuple[type, ...]] = {
     "parse_task": (RemoteTask,),
     "parse_send_response": (RemoteTask, RemoteMessage),
     "parse_stream_response": (StreamUpdate,),
+    "parse_push_config": (PushConfig,),
 }
 PARSERS: list[Parser] = [parse_task, parse_send_response, parse_stream_response]
 
@@ -234,3 +248,69 @@ def test_property_catches_a_timestamp_read_without_a_guard(
     monkeypatch.setattr(remote_module, "_timestamp", trusting_timestamp)
     doc = catches(parse_task)
     assert "escaped" in (escapes(parse_task, doc) or "")
+
+
+# --- A2A 0.3: the translation in front of the parsers --------------------------------------------
+
+file_03 = obj(
+    {},
+    {
+        "fileWithUri": st.text(max_size=4),
+        "fileWithBytes": st.sampled_from(["YUdrPQ==", "aGk=", "!!"]) | json_values,
+        "uri": st.text(max_size=4),
+        "bytes": json_values,
+        "mimeType": json_values,
+    },
+)
+part_03 = obj({}, {"text": json_values, "file": file_03, "data": json_values, "kind": json_values})
+message_03 = obj(
+    {"messageId": ids}, {"content": st.lists(part_03, max_size=3), "parts": json_values}
+)
+status_03 = obj({"state": states}, {"message": message_03})
+task_03 = obj(
+    {"id": ids, "status": status_03},
+    {"artifacts": st.lists(obj({"artifactId": ids, "parts": st.lists(part_03)}), max_size=2)},
+)
+config_03 = obj(
+    {"pushNotificationConfig": obj({"id": ids, "url": ids}, {"authentication": json_values})},
+    {"taskId": ids, "name": ids},
+)
+shaped_03 = st.one_of(
+    task_03,
+    obj({"task": task_03}),
+    obj({"message": message_03}),
+    obj({"statusUpdate": obj({"taskId": ids, "status": status_03})}),
+    config_03,
+)
+TRANSLATED: list[tuple[wire03.Answer, Parser]] = [
+    ("task", parse_task),
+    ("send", parse_send_response),
+    ("stream", parse_stream_response),
+    ("push_config", parse_push_config),
+]
+
+
+@pytest.mark.parametrize(("kind", "parser"), TRANSLATED, ids=[k for k, _ in TRANSLATED])
+@pytest.mark.parametrize("rest", [False, True], ids=["jsonrpc", "rest"])
+@given(data=st.data())
+def test_any_json_translated_from_03_gives_a_value_or_an_invalid_agent_response_error(
+    kind: wire03.Answer, parser: Parser, rest: bool, data: st.DataObject
+) -> None:
+    doc = data.draw(any_json | shaped_03, label="doc")
+
+    def translated(obj: object, *, url: str) -> object:
+        return parser(wire03.answer(kind, obj, rest=rest), url=url)
+
+    translated.__name__ = parser.__name__
+    assert escapes(translated, doc) is None
+
+
+@given(doc=any_json | shaped_03)
+def test_any_push_body_read_as_03_or_10_gives_a_value_or_an_invalid_agent_response_error(
+    doc: object,
+) -> None:
+    def pushed(obj: object, *, url: str) -> object:
+        return parse_stream_response(wire03.push_body(obj), url=url)
+
+    pushed.__name__ = "parse_stream_response"
+    assert escapes(pushed, doc) is None

@@ -121,7 +121,7 @@ def test_resume_standing_in_follows_the_endpoint_the_public_card_moved() -> None
         doc["supportedInterfaces"][0]["url"] = "http://a.test/rpc2"
 
     plan = resume_stand_in(extended_task(), public(moved), None, UNREAD, allow_insecure=True)
-    new = {"url": "http://a.test/rpc2", "binding": "JSONRPC"}
+    new = {"url": "http://a.test/rpc2", "binding": "JSONRPC", "protocol_version": "1.0"}
     assert not plan.orphaned
     assert plan.endpoint == new
     assert plan.events == (

@@ -143,7 +143,11 @@ def test_resume_ignores_descriptive_edits_and_follows_a_moved_endpoint() -> None
 
     plan = resume_check(task, card(move), None)
     assert not plan.orphaned
-    assert plan.endpoint == {"url": "https://b.test/rpc", "binding": "JSONRPC"}
+    assert plan.endpoint == {
+        "url": "https://b.test/rpc",
+        "binding": "JSONRPC",
+        "protocol_version": "1.0",
+    }
     assert [k for k, _ in plan.events] == [ev.CARD_REVISION_CHANGED, ev.ENDPOINT_MOVED]
 
 

@@ -362,7 +362,7 @@ def test_resume_records_a_new_revision_a_divergence_and_a_move_in_full() -> None
         doc["supportedInterfaces"][0]["url"] = "https://b.test/rpc"
 
     moved = card(move_and_rotate)
-    new_endpoint = {"url": "https://b.test/rpc", "binding": "JSONRPC"}
+    new_endpoint = {"url": "https://b.test/rpc", "binding": "JSONRPC", "protocol_version": "1.0"}
     assert resume_check(task_on(fresh), moved, None) == ResumePlan(
         False,
         new_endpoint,
@@ -569,7 +569,7 @@ def test_resume_follows_an_interface_moved_for_the_recorded_binding() -> None:
         doc["supportedInterfaces"][1]["url"] = "https://b.test/rest"
 
     moved = card(move_rest)
-    new = {"url": "https://b.test/rest", "binding": "HTTP+JSON"}
+    new = {"url": "https://b.test/rest", "binding": "HTTP+JSON", "protocol_version": "1.0"}
     plan = resume_check(task_on(fresh, endpoint=dict(HTTPS_REST)), moved, None)
     assert (plan.orphaned, plan.endpoint) == (False, new)
     assert plan.events[-1] == (ev.ENDPOINT_MOVED, {"old": HTTPS_REST, "new": new})
@@ -586,4 +586,8 @@ def test_resume_moves_to_plain_http_elsewhere_only_when_insecure_http_is_allowed
     assert resume_check(task, moved, None).endpoint == RPC
     assert resume_check(task, moved, None, allow_insecure=False).endpoint == RPC
     plan = resume_check(task, moved, None, allow_insecure=True)
-    assert plan.endpoint == {"url": "http://b.test/rpc", "binding": "JSONRPC"}
+    assert plan.endpoint == {
+        "url": "http://b.test/rpc",
+        "binding": "JSONRPC",
+        "protocol_version": "1.0",
+    }

@@ -186,7 +186,9 @@ def test_the_words_say_what_the_payload_says() -> None:
         "the remote refused to cancel (code -32002): task is not cancelable"
     )
     assert said(ev.DEADLINE_EXCEEDED) == "still working after 5.0s waiting for terminal"
-    assert said(ev.ENDPOINT_MOVED) == "http://a.test/rpc (JSONRPC) → https://b.test/rpc (JSONRPC)"
+    assert (
+        said(ev.ENDPOINT_MOVED) == "http://a.test/rpc (JSONRPC) → https://b.test/rpc (JSONRPC 1.0)"
+    )
     assert "during poll" in said(ev.ENDPOINT_UNREACHABLE)
     assert "cf-1" in said(ev.WEBHOOK_CONFIRMED)
     diverged = PAYLOADS[ev.CONTRACT_DIVERGED]

@@ -1,0 +1,1024 @@
+"""A2A 0.3 on the wire (engine/wire03.py through A2ATransport), against a fake 0.3 agent that
+answers from bodies recorded from a2a-sdk 0.3.26 (JSON-RPC: its pydantic JSON; HTTP+JSON: the
+protobuf JSON of its 0.3 ``a2a.proto``), ids shortened and ``history`` left out where noted.
+
+What is checked: the requests a 0.3 interface gets (methods, paths, shapes, no ``A2A-Version``),
+that every answer reads into the same values a 1.0 answer does, the errors (HTTP+JSON 0.3 has no
+codes), protocol mismatches named with both versions, 0.3 push bodies, and the media-type words
+of 0.3 cards.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from cardfence.engine import guards, webhook, wire03
+from cardfence.engine.cards.model import (
+    HTTP_JSON,
+    JSONRPC,
+    Interface,
+    parse_card,
+    part_kind,
+    select_interface,
+    spoken_version,
+)
+from cardfence.engine.cli.main import run as cli_run
+from cardfence.engine.errors import (
+    CardInvalidError,
+    EndpointUnreachableError,
+    OperationUnsupportedError,
+    ProtocolMismatchError,
+    ProtocolUnsupportedError,
+    RemoteRefusedError,
+    StreamDroppedError,
+)
+from cardfence.engine.remote import PushConfig, RemoteMessage, RemoteTask
+from cardfence.engine.transport import A2ATransport
+
+RPC_URL = "http://agent.test/a2a/jsonrpc"
+REST_URL = "http://agent.test/a2a/rest"
+TASK_ID = "8c20046d-fd45-4192-8b63-57b37d164863"
+HISTORY = [
+    {
+        "contextId": "c-1",
+        "kind": "message",
+        "messageId": "m-6c73b159",
+        "parts": [{"kind": "text", "text": "echo hi"}],
+        "role": "user",
+        "taskId": TASK_ID,
+    }
+]
+
+# --- recorded: JSON-RPC (a2a-sdk 0.3.26, A2AStarletteApplication) ---------------------------------
+
+RPC_SUBMITTED = {
+    "contextId": "c-1",
+    "history": HISTORY,
+    "id": TASK_ID,
+    "kind": "task",
+    "status": {"state": "submitted"},
+}
+RPC_COMPLETED = {
+    "artifacts": [
+        {
+            "artifactId": "e42a6b3e-8455-4dc4-89fb-faa9a633a919",
+            "name": "parts",
+            "parts": [
+                {"kind": "text", "text": "t"},
+                {
+                    "file": {"mimeType": "application/pdf", "uri": "https://x.test/f.pdf"},
+                    "kind": "file",
+                },
+                {"file": {"bytes": "aGk=", "mimeType": "text/plain"}, "kind": "file"},
+                {"data": {"k": 1}, "kind": "data"},
+            ],
+        }
+    ],
+    "contextId": "c-1",
+    "history": HISTORY,
+    "id": TASK_ID,
+    "kind": "task",
+    "status": {"state": "completed", "timestamp": "2026-12-01T05:25:15.340125+00:00"},
+}
+RPC_INPUT_REQUIRED = {
+    "contextId": "c-1",
+    "id": TASK_ID,
+    "kind": "task",
+    "status": {
+        "message": {
+            "contextId": "c-1",
+            "kind": "message",
+            "messageId": "7274cabb-2cae-4466-ad17-d877010d662d",
+            "parts": [{"kind": "text", "text": "what?"}],
+            "role": "agent",
+            "taskId": TASK_ID,
+        },
+        "state": "input-required",
+        "timestamp": "2026-12-01T05:17:09.696643+00:00",
+    },
+}
+RPC_CANCELED = {
+    "contextId": "c-1",
+    "id": TASK_ID,
+    "kind": "task",
+    "status": {"state": "canceled", "timestamp": "2026-12-01T05:17:09.908954+00:00"},
+}
+RPC_PUSH_CONFIG = {
+    "pushNotificationConfig": {
+        "authentication": {"credentials": "s2", "schemes": ["Bearer"]},
+        "id": "cf-2",
+        "token": "tok2",
+        "url": "http://127.0.0.1:9/hook2",
+    },
+    "taskId": TASK_ID,
+}
+RPC_STREAM = [  # message/stream of `slow 0.2`
+    {**RPC_SUBMITTED},
+    {
+        "contextId": "c-1",
+        "final": False,
+        "kind": "status-update",
+        "status": {"state": "working", "timestamp": "2026-12-01T05:17:13.788863+00:00"},
+        "taskId": TASK_ID,
+    },
+    {
+        "artifact": {
+            "artifactId": "b4af327e-f605-488a-b177-8a65e1d2dbdd",
+            "name": "slow",
+            "parts": [{"kind": "text", "text": "slept"}],
+        },
+        "contextId": "c-1",
+        "kind": "artifact-update",
+        "taskId": TASK_ID,
+    },
+    {
+        "contextId": "c-1",
+        "final": True,
+        "kind": "status-update",
+        "status": {"state": "completed", "timestamp": "2026-12-01T05:17:13.990071+00:00"},
+        "taskId": TASK_ID,
+    },
+]
+RPC_MESSAGE = {
+    "contextId": "c-1",
+    "kind": "message",
+    "messageId": "m-a",
+    "parts": [{"kind": "text", "text": "hello"}],
+    "role": "agent",
+}
+
+# --- recorded: HTTP+JSON (a2a-sdk 0.3.26, A2ARESTFastAPIApplication) ------------------------------
+
+REST_HISTORY = [
+    {
+        "messageId": "m-b6b6c102",
+        "contextId": "c-1",
+        "taskId": TASK_ID,
+        "role": "ROLE_USER",
+        "content": [{"text": "echo hi"}],
+        "metadata": {},
+    }
+]
+REST_SUBMITTED = {
+    "task": {
+        "id": TASK_ID,
+        "contextId": "c-1",
+        "status": {"state": "TASK_STATE_SUBMITTED"},
+        "history": REST_HISTORY,
+    }
+}
+REST_COMPLETED = {
+    "id": TASK_ID,
+    "contextId": "c-1",
+    "status": {"state": "TASK_STATE_COMPLETED"},
+    "artifacts": [
+        {
+            "artifactId": "1095a0c4-debd-44e8-8dcd-f58d68e80bcb",
+            "name": "parts",
+            "parts": [
+                {"text": "t"},
+                {"file": {"fileWithUri": "https://x.test/f.pdf", "mimeType": "application/pdf"}},
+                {"file": {"fileWithBytes": "YUdrPQ==", "mimeType": "text/plain"}},
+                {"data": {"data": {"k": 1.0}}},
+            ],
+        }
+    ],
+    "history": REST_HISTORY,
+}
+REST_CANCELLED = {
+    "id": TASK_ID,
+    "contextId": "c-1",
+    "status": {"state": "TASK_STATE_CANCELLED"},
+    "history": REST_HISTORY,
+}
+REST_PUSH_CONFIG = {
+    "name": f"tasks/{TASK_ID}/pushNotificationConfigs/cf-4",
+    "pushNotificationConfig": {"id": "cf-4", "url": "http://127.0.0.1:9/h2", "token": "t2"},
+}
+REST_INPUT_REQUIRED_EVENT = {
+    "statusUpdate": {
+        "taskId": TASK_ID,
+        "contextId": "c-1",
+        "status": {
+            "state": "TASK_STATE_INPUT_REQUIRED",
+            "message": {
+                "messageId": "97503614-ce5e-4258-835a-e860e2cf0549",
+                "contextId": "c-1",
+                "taskId": TASK_ID,
+                "role": "ROLE_AGENT",
+                "content": [{"text": "what?"}],
+            },
+        },
+        "final": True,
+    }
+}
+REST_STREAM = [REST_SUBMITTED, REST_INPUT_REQUIRED_EVENT]
+
+
+# --- a fake 0.3 agent ----------------------------------------------------------------------------
+
+
+class Fake03:
+    """Answers each request from ``answers``, keyed by JSON-RPC method or ``"VERB /path"``: a
+    JSON-RPC result (wrapped in the envelope), a ``(status, body)`` pair, or a list of events
+    (an SSE stream). ``requests`` are what it received, decoded."""
+
+    def __init__(self, answers: dict[str, Any]) -> None:
+        self.answers = answers
+        self.requests: list[dict[str, Any]] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content) if request.content else None
+        seen = {
+            "verb": request.method,
+            "path": request.url.path,
+            "query": dict(request.url.params),
+            "headers": request.headers,
+            "body": body,
+        }
+        self.requests.append(seen)
+        rpc = request.url.path.endswith("/jsonrpc")
+        key = body["method"] if rpc else f"{request.method} {request.url.path}"
+        answer = self.answers[key]
+        if isinstance(answer, tuple):
+            status, payload = answer
+            if rpc and status == 200:
+                payload = {"jsonrpc": "2.0", "id": body["id"], **payload}
+            return httpx.Response(status, json=payload)
+        if isinstance(answer, list):
+            events = [
+                {"jsonrpc": "2.0", "id": body["id"], "result": e} if rpc else e for e in answer
+            ]
+            # HTTP+JSON 0.3 prints each event as indented JSON: one data line per JSON line.
+            text = "".join(
+                "".join(f"data: {line}\n" for line in json.dumps(e, indent=2).splitlines()) + "\n"
+                for e in events
+            )
+            return sse(text)
+        payload = {"jsonrpc": "2.0", "id": body["id"], "result": answer} if rpc else answer
+        return httpx.Response(200, json=payload)
+
+
+def sse(text: str) -> httpx.Response:
+    """An event stream, read as it comes (not preloaded, as a real body is)."""
+    stream = httpx.ByteStream(text.encode())
+    return httpx.Response(200, stream=stream, headers={"content-type": "text/event-stream"})
+
+
+Make = Callable[..., tuple[A2ATransport, Fake03]]
+
+
+@pytest.fixture
+async def fake() -> AsyncIterator[Make]:
+    """``fake(answers, binding=JSONRPC, version="0.3.0")``: a transport to a :class:`Fake03`."""
+    clients: list[httpx.AsyncClient] = []
+
+    def make(
+        answers: dict[str, Any], binding: str = JSONRPC, version: str = "0.3.0"
+    ) -> tuple[A2ATransport, Fake03]:
+        agent = Fake03(answers)
+        clients.append(httpx.AsyncClient(transport=httpx.MockTransport(agent)))
+        url = RPC_URL if binding == JSONRPC else REST_URL
+        return A2ATransport(clients[-1], Interface(url, binding, version)), agent
+
+    yield make
+    for client in clients:
+        await client.aclose()
+
+
+PUSH = PushConfig("cf-1", "https://hook.test/h", "tok", "Bearer", "sekrit")
+
+
+# --- requests -------------------------------------------------------------------------------------
+
+
+async def test_jsonrpc_send_is_message_send_with_kinds_and_blocking_false(fake: Make) -> None:
+    transport, agent = fake({"message/send": RPC_SUBMITTED})
+    answer = await transport.send_message(
+        text="echo hi",
+        message_id="m-1",
+        context_id="c-1",
+        metadata={"skillId": "echo"},
+        push_config=PUSH,
+    )
+    assert isinstance(answer, RemoteTask)
+    assert answer.state == "submitted"
+    sent = agent.requests[0]
+    assert "a2a-version" not in sent["headers"]
+    assert sent["body"]["method"] == "message/send"
+    assert sent["body"]["params"] == {
+        "message": {
+            "kind": "message",
+            "messageId": "m-1",
+            "role": "user",
+            "parts": [{"kind": "text", "text": "echo hi"}],
+            "contextId": "c-1",
+            "metadata": {"skillId": "echo"},
+        },
+        "configuration": {
+            "blocking": False,
+            "pushNotificationConfig": {
+                "id": "cf-1",
+                "url": "https://hook.test/h",
+                "token": "tok",
+                "authentication": {"schemes": ["Bearer"], "credentials": "sekrit"},
+            },
+        },
+    }
+
+
+async def test_rest_send_is_proto_json_under_v1(fake: Make) -> None:
+    transport, agent = fake({"POST /a2a/rest/v1/message:send": REST_SUBMITTED}, HTTP_JSON)
+    answer = await transport.send_message(
+        text="echo hi", message_id="m-1", context_id="c-1", push_config=PUSH
+    )
+    assert isinstance(answer, RemoteTask)
+    assert (answer.id, answer.state, answer.timestamp) == (TASK_ID, "submitted", None)
+    sent = agent.requests[0]
+    assert "a2a-version" not in sent["headers"]
+    assert sent["body"] == {
+        "message": {
+            "messageId": "m-1",
+            "role": "ROLE_USER",
+            "content": [{"text": "echo hi"}],
+            "contextId": "c-1",
+        },
+        "configuration": {
+            "blocking": False,
+            "pushNotification": {
+                "id": "cf-1",
+                "url": "https://hook.test/h",
+                "token": "tok",
+                "authentication": {"schemes": ["Bearer"], "credentials": "sekrit"},
+            },
+        },
+    }
+
+
+@pytest.mark.parametrize("binding", [JSONRPC, HTTP_JSON])
+async def test_a_reply_blocks_and_names_its_task(fake: Make, binding: str) -> None:
+    answer = RPC_COMPLETED if binding == JSONRPC else {"task": REST_COMPLETED}
+    transport, agent = fake(
+        {"message/send": answer, "POST /a2a/rest/v1/message:send": answer}, binding
+    )
+    got = await transport.send_message(
+        text="yes", message_id="m-2", context_id="c-1", task_id=TASK_ID, return_immediately=False
+    )
+    assert isinstance(got, RemoteTask)
+    assert got.state == "completed"
+    body = agent.requests[0]["body"]
+    params = body["params"] if binding == JSONRPC else body
+    assert params["configuration"] == {"blocking": True}  # a2a-sdk's REST reads absent as false
+    assert params["message"]["taskId"] == TASK_ID
+
+
+@pytest.mark.parametrize(
+    ("media_type", "text", "rpc_part", "rest_part"),
+    [
+        ("text/plain", "hi", {"kind": "text", "text": "hi"}, {"text": "hi"}),
+        ("text/markdown", "*hi*", {"kind": "text", "text": "*hi*"}, {"text": "*hi*"}),
+        (
+            "application/json",
+            '{"a": 1}',
+            {"kind": "data", "data": {"a": 1}},
+            {"data": {"data": {"a": 1}}},
+        ),
+        (
+            "application/json",  # not an object: 0.3 data parts hold objects only
+            "[1]",
+            {"kind": "file", "file": {"bytes": "WzFd", "mimeType": "application/json"}},
+            {"file": {"fileWithBytes": "V3pGZA==", "mimeType": "application/json"}},
+        ),
+        (
+            "application/pdf",
+            "héllo",  # recorded: a2a-sdk 0.3 reads "aMOpbGxv" as the bytes over both bindings
+            {"kind": "file", "file": {"bytes": "aMOpbGxv", "mimeType": "application/pdf"}},
+            {"file": {"fileWithBytes": "YU1PcGJHeHY=", "mimeType": "application/pdf"}},
+        ),
+    ],
+)
+@pytest.mark.parametrize("binding", [JSONRPC, HTTP_JSON])
+async def test_the_media_type_chooses_the_part(
+    fake: Make,
+    binding: str,
+    media_type: str,
+    text: str,
+    rpc_part: dict[str, Any],
+    rest_part: dict[str, Any],
+) -> None:
+    transport, agent = fake(
+        {"message/send": RPC_SUBMITTED, "POST /a2a/rest/v1/message:send": REST_SUBMITTED}, binding
+    )
+    await transport.send_message(text=text, message_id="m", context_id="c", media_type=media_type)
+    body = agent.requests[0]["body"]
+    if binding == JSONRPC:
+        assert body["params"]["message"]["parts"] == [rpc_part]
+    else:
+        assert body["message"]["content"] == [rest_part]
+
+
+@pytest.mark.parametrize(
+    ("call", "method", "params", "verb", "path", "query", "body"),
+    [
+        (
+            lambda t: t.get_task(TASK_ID),
+            "tasks/get",
+            {"id": TASK_ID, "historyLength": 0},
+            "GET",
+            f"/a2a/rest/v1/tasks/{TASK_ID}",
+            {"historyLength": "0"},
+            None,
+        ),
+        (
+            lambda t: t.cancel_task(TASK_ID),
+            "tasks/cancel",
+            {"id": TASK_ID},
+            "POST",
+            f"/a2a/rest/v1/tasks/{TASK_ID}:cancel",
+            {},
+            {"name": f"tasks/{TASK_ID}"},
+        ),
+        (
+            lambda t: t.create_push_config(
+                TASK_ID, PushConfig("cf-4", "http://127.0.0.1:9/h2", "t2")
+            ),
+            "tasks/pushNotificationConfig/set",
+            {
+                "taskId": TASK_ID,
+                "pushNotificationConfig": {
+                    "id": "cf-4",
+                    "url": "http://127.0.0.1:9/h2",
+                    "token": "t2",
+                },
+            },
+            "POST",
+            f"/a2a/rest/v1/tasks/{TASK_ID}/pushNotificationConfigs",
+            {},
+            {
+                "parent": f"tasks/{TASK_ID}",
+                "configId": "cf-4",
+                "config": {
+                    "name": f"tasks/{TASK_ID}/pushNotificationConfigs/cf-4",
+                    "pushNotificationConfig": {
+                        "id": "cf-4",
+                        "url": "http://127.0.0.1:9/h2",
+                        "token": "t2",
+                    },
+                },
+            },
+        ),
+        (
+            lambda t: t.get_extended_card(),
+            "agent/getAuthenticatedExtendedCard",
+            {},
+            "GET",
+            "/a2a/rest/v1/card",
+            {},
+            None,
+        ),
+    ],
+    ids=["get", "cancel", "push_config", "extended_card"],
+)
+@pytest.mark.parametrize("binding", [JSONRPC, HTTP_JSON])
+async def test_each_operation_has_its_03_method_and_path(
+    fake: Make,
+    binding: str,
+    call: Callable[[A2ATransport], Any],
+    method: str,
+    params: dict[str, Any],
+    verb: str,
+    path: str,
+    query: dict[str, str],
+    body: dict[str, Any] | None,
+) -> None:
+    answers = {
+        "tasks/get": RPC_COMPLETED,
+        "tasks/cancel": RPC_CANCELED,
+        "tasks/pushNotificationConfig/set": {
+            **RPC_PUSH_CONFIG,
+            "pushNotificationConfig": params.get("pushNotificationConfig"),
+        },
+        "agent/getAuthenticatedExtendedCard": {"name": "x", "url": RPC_URL},
+        f"GET /a2a/rest/v1/tasks/{TASK_ID}": REST_COMPLETED,
+        f"POST /a2a/rest/v1/tasks/{TASK_ID}:cancel": REST_CANCELLED,
+        f"POST /a2a/rest/v1/tasks/{TASK_ID}/pushNotificationConfigs": REST_PUSH_CONFIG,
+        "GET /a2a/rest/v1/card": {"name": "x", "url": RPC_URL},
+    }
+    transport, agent = fake(answers, binding)
+    await call(transport)
+    sent = agent.requests[0]
+    assert "a2a-version" not in sent["headers"]
+    if binding == JSONRPC:
+        assert (sent["verb"], sent["body"]["method"], sent["body"]["params"]) == (
+            "POST",
+            method,
+            params,
+        )
+    else:
+        assert (sent["verb"], sent["path"], sent["query"], sent["body"]) == (
+            verb,
+            path,
+            query,
+            body,
+        )
+
+
+@pytest.mark.parametrize("binding", [JSONRPC, HTTP_JSON])
+async def test_list_tasks_does_not_exist_in_03_and_nothing_is_sent(
+    fake: Make, binding: str
+) -> None:
+    transport, agent = fake({}, binding)
+    with pytest.raises(OperationUnsupportedError) as raised:
+        await transport.list_tasks(context_id="c-1")
+    assert agent.requests == []
+    assert "ListTasks is not part of A2A 0.3" in str(raised.value)
+    assert "not sent" in str(raised.value)
+
+
+# --- answers --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("binding", [JSONRPC, HTTP_JSON])
+async def test_a_task_reads_the_same_from_either_binding(fake: Make, binding: str) -> None:
+    transport, _ = fake(
+        {"tasks/get": RPC_COMPLETED, f"GET /a2a/rest/v1/tasks/{TASK_ID}": REST_COMPLETED}, binding
+    )
+    task = await transport.get_task(TASK_ID)
+    assert (task.id, task.context_id, task.state) == (TASK_ID, "c-1", "completed")
+    (artifact,) = task.artifacts
+    assert artifact.name == "parts"
+    got = [(p.kind, p.text, p.url, p.data, p.media_type) for p in artifact.parts]
+    assert got == [
+        ("text", "t", None, None, None),
+        ("url", None, "https://x.test/f.pdf", None, "application/pdf"),
+        ("raw", None, None, "aGk=", "text/plain"),  # REST: a2a-sdk's base64 of the base64
+        ("data", None, None, {"k": 1}, None),
+    ]
+
+
+async def test_jsonrpc_status_messages_and_timestamps_are_read(fake: Make) -> None:
+    transport, _ = fake({"tasks/get": RPC_INPUT_REQUIRED})
+    task = await transport.get_task(TASK_ID)
+    assert task.state == "input-required"
+    assert task.message is not None
+    assert (task.message.role, task.message.text) == ("agent", "what?")
+    assert task.timestamp is not None
+    assert task.timestamp.isoformat().startswith("2026-12-01T05:17")
+
+
+@pytest.mark.parametrize("binding", [JSONRPC, HTTP_JSON])
+async def test_canceled_is_read_in_both_spellings(fake: Make, binding: str) -> None:
+    transport, _ = fake(
+        {"tasks/cancel": RPC_CANCELED, f"POST /a2a/rest/v1/tasks/{TASK_ID}:cancel": REST_CANCELLED},
+        binding,
+    )
+    assert (await transport.cancel_task(TASK_ID)).state == "canceled"
+
+
+async def test_a_bare_message_answer_is_a_message(fake: Make) -> None:
+    transport, _ = fake({"message/send": RPC_MESSAGE})
+    answer = await transport.send_message(text="hi", message_id="m", context_id="c-1")
+    assert isinstance(answer, RemoteMessage)
+    assert answer.text == "hello"
+
+
+@pytest.mark.parametrize("binding", [JSONRPC, HTTP_JSON])
+async def test_a_push_config_is_read_flat(fake: Make, binding: str) -> None:
+    path = f"POST /a2a/rest/v1/tasks/{TASK_ID}/pushNotificationConfigs"
+    transport, _ = fake(
+        {"tasks/pushNotificationConfig/set": RPC_PUSH_CONFIG, path: REST_PUSH_CONFIG}, binding
+    )
+    stored = await transport.create_push_config(TASK_ID, PUSH)
+    if binding == JSONRPC:
+        assert (stored.id, stored.token, stored.auth_scheme) == ("cf-2", "tok2", "Bearer")
+        assert stored.auth_credentials == "s2"
+    else:
+        assert (stored.id, stored.url, stored.token) == ("cf-4", "http://127.0.0.1:9/h2", "t2")
+
+
+async def test_a_jsonrpc_stream_reads_kind_tagged_events(fake: Make) -> None:
+    transport, agent = fake({"message/stream": RPC_STREAM})
+    async with transport.send_streaming_message(
+        text="slow 0.2", message_id="m", context_id="c-1"
+    ) as updates:
+        got = [(u.kind, u.state) async for u in updates]
+    assert got == [
+        ("task", "submitted"),
+        ("status", "working"),
+        ("artifact", None),
+        ("status", "completed"),
+    ]
+    assert agent.requests[0]["body"]["method"] == "message/stream"
+
+
+async def test_a_rest_stream_reads_proto_json_events(fake: Make) -> None:
+    transport, agent = fake({f"GET /a2a/rest/v1/tasks/{TASK_ID}:subscribe": REST_STREAM}, HTTP_JSON)
+    async with transport.subscribe(TASK_ID) as updates:
+        got = [u async for u in updates]
+    assert [(u.kind, u.state) for u in got] == [("task", "submitted"), ("status", "input-required")]
+    assert got[1].message is not None
+    assert got[1].message.text == "what?"
+    assert agent.requests[0]["verb"] == "GET"
+
+
+async def test_a_jsonrpc_resubscribe_refused_in_the_stream_is_the_agents_refusal(
+    fake: Make,
+) -> None:
+    """a2a-sdk 0.3 refuses a terminal task's resubscribe inside the event stream (-32602)."""
+
+    def agent(request: httpx.Request) -> httpx.Response:
+        request_id = json.loads(request.content)["id"]
+        error = {"code": -32602, "message": f"Task {TASK_ID} is in terminal state: failed"}
+        event = {"error": error, "id": request_id, "jsonrpc": "2.0"}
+        return sse(f"data: {json.dumps(event)}\n\n")
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(agent)) as client:
+        transport = A2ATransport(client, Interface(RPC_URL, JSONRPC, "0.3.0"))
+        with pytest.raises(RemoteRefusedError) as raised:
+            async with transport.subscribe(TASK_ID) as updates:
+                _ = [u async for u in updates]
+    assert raised.value.code == -32602
+
+
+async def test_a_rest_stream_cut_by_the_agent_is_a_drop(fake: Make) -> None:
+    """a2a-sdk 0.3 answers a terminal task's subscribe over HTTP+JSON with an event stream it
+    then breaks: a drop, the caller's cue to poll."""
+    transport, _ = fake({f"GET /a2a/rest/v1/tasks/{TASK_ID}:subscribe": []}, HTTP_JSON)
+    with pytest.raises(StreamDroppedError):
+        async with transport.subscribe(TASK_ID) as updates:
+            _ = [u async for u in updates]
+
+
+# --- errors ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("status", "body", "code"),
+    [
+        (404, {"message": "Task not found"}, -32001),  # recorded
+        (409, {"message": "Task cannot be canceled - current state: TaskState.canceled"}, -32002),
+        (501, {"message": "Streaming is not supported by the agent"}, -32004),
+        (415, {"message": "Incompatible content types"}, -32005),
+        (422, {"message": "Invalid parameters"}, -32602),
+    ],
+)
+async def test_rest_03_errors_are_the_agents_refusals(
+    fake: Make, status: int, body: dict[str, Any], code: int
+) -> None:
+    transport, _ = fake({f"GET /a2a/rest/v1/tasks/{TASK_ID}": (status, body)}, HTTP_JSON)
+    with pytest.raises(RemoteRefusedError) as raised:
+        await transport.get_task(TASK_ID)
+    assert raised.value.code == code
+    assert not isinstance(raised.value, ProtocolMismatchError)
+
+
+async def test_rest_03_push_not_supported_is_its_own_code(fake: Make) -> None:
+    path = f"POST /a2a/rest/v1/tasks/{TASK_ID}/pushNotificationConfigs"
+    body = {"message": "Push notifications are not supported by the agent"}
+    transport, _ = fake({path: (501, body)}, HTTP_JSON)
+    with pytest.raises(RemoteRefusedError) as raised:
+        await transport.create_push_config(TASK_ID, PUSH)
+    assert raised.value.code == -32003
+
+
+@pytest.mark.parametrize(
+    ("status", "body"),
+    [
+        (404, {"detail": "Not Found"}),  # recorded: a path a2a-sdk 0.3 (FastAPI) does not have
+        (404, {"message": "Not Found"}),  # a gateway's missing route: never TaskNotFound (R11)
+        (500, {"message": "unknown exception"}),  # recorded: the outcome is unknown
+        (502, {"message": "Internal server error"}),
+        (503, {"message": "Service Unavailable"}),
+    ],
+)
+async def test_rest_03_answers_without_an_a2a_error_are_unreachable(
+    fake: Make, status: int, body: dict[str, Any]
+) -> None:
+    transport, _ = fake({f"GET /a2a/rest/v1/tasks/{TASK_ID}": (status, body)}, HTTP_JSON)
+    with pytest.raises(EndpointUnreachableError) as raised:
+        await transport.get_task(TASK_ID)
+    assert raised.value.status == status
+
+
+# --- protocol mismatches -------------------------------------------------------------------------
+
+METHOD_NOT_FOUND = {"error": {"code": -32601, "message": "Method not found"}}
+VERSION_REFUSED = {  # a 1.0 a2a-sdk answering a request without A2A-Version (docs/wire.md)
+    "error": {
+        "code": -32009,
+        "message": "A2A version '0.3' is not supported by this handler. Expected version '1.0'.",
+        "data": [
+            {
+                "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+                "reason": "VERSION_NOT_SUPPORTED",
+                "domain": "a2a-protocol.org",
+                "metadata": {},
+            }
+        ],
+    }
+}
+
+
+async def test_a_03_interface_answering_method_not_found_speaks_10(fake: Make) -> None:
+    transport, _ = fake({"message/send": (200, METHOD_NOT_FOUND)})
+    with pytest.raises(ProtocolMismatchError) as raised:
+        await transport.send_message(text="hi", message_id="m", context_id="c")
+    text = str(raised.value)
+    assert "the card says A2A 0.3.0, the endpoint speaks another version (1.0 perhaps)" in text
+    assert "message/send, which 1.0 calls SendMessage" in text
+    assert (raised.value.declared, raised.value.spoken, raised.value.code) == (
+        "0.3.0",
+        "1.0",
+        -32601,
+    )
+
+
+async def test_a_10_interface_answering_method_not_found_speaks_03(fake: Make) -> None:
+    transport, _ = fake({"GetTask": (200, METHOD_NOT_FOUND)}, JSONRPC, "1.0")
+    with pytest.raises(ProtocolMismatchError) as raised:
+        await transport.get_task(TASK_ID)
+    text = str(raised.value)
+    assert "the card says A2A 1.0, the endpoint speaks another version (0.3 perhaps)" in text
+    assert "GetTask, which 0.3 calls tasks/get" in text
+
+
+@pytest.mark.parametrize("version", ["0.3.0", "1.0"])
+async def test_version_not_supported_is_a_mismatch_either_way(fake: Make, version: str) -> None:
+    method = "tasks/get" if version.startswith("0.") else "GetTask"
+    transport, _ = fake({method: (200, VERSION_REFUSED)}, JSONRPC, version)
+    with pytest.raises(ProtocolMismatchError) as raised:
+        await transport.get_task(TASK_ID)
+    assert raised.value.code == -32009
+    assert f"the card says A2A {version}" in str(raised.value)
+    assert "Expected version '1.0'" in str(raised.value)
+
+
+async def test_a_03_rest_interface_answering_a_10_error_body_is_a_mismatch(fake: Make) -> None:
+    body = {
+        "error": {
+            "code": 404,
+            "status": "NOT_FOUND",
+            "message": "Task not found",
+            "details": [
+                {"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "TASK_NOT_FOUND"}
+            ],
+        }
+    }
+    transport, _ = fake({f"GET /a2a/rest/v1/tasks/{TASK_ID}": (404, body)}, HTTP_JSON)
+    with pytest.raises(ProtocolMismatchError) as raised:
+        await transport.get_task(TASK_ID)
+    assert "the card says A2A 0.3.0, the endpoint speaks another version (1.0 perhaps)" in str(
+        raised.value
+    )
+
+
+async def test_a_stream_refused_with_method_not_found_is_a_mismatch(fake: Make) -> None:
+    transport, _ = fake({"tasks/resubscribe": (200, METHOD_NOT_FOUND)})
+    with pytest.raises(ProtocolMismatchError, match=r"tasks/resubscribe, which 1\.0 calls"):
+        async with transport.subscribe(TASK_ID):
+            pass
+
+
+# --- push deliveries ------------------------------------------------------------------------------
+
+HEADERS = {"content-type": "application/json", "x-a2a-notification-token": "tok"}
+
+
+def test_a_03_push_is_the_whole_task_and_reads_as_a_task_update() -> None:
+    """a2a-sdk 0.3's BasePushNotificationSender posts ``task.model_dump(mode="json")``."""
+    update = webhook.decode(json.dumps(RPC_COMPLETED).encode(), HEADERS)
+    assert (update.kind, update.task_id, update.state) == ("task", TASK_ID, "completed")
+    assert update.task is not None
+    assert [p.kind for p in update.task.artifacts[0].parts] == ["text", "url", "raw", "data"]
+
+
+def test_a_03_task_without_kind_is_told_by_its_shape() -> None:
+    body = {k: v for k, v in RPC_INPUT_REQUIRED.items() if k != "kind"}
+    update = webhook.decode(json.dumps(body).encode(), HEADERS)
+    assert (update.kind, update.state) == ("task", "input-required")
+    assert update.message is not None
+    assert update.message.text == "what?"
+
+
+def test_a_10_push_reads_as_before() -> None:
+    body = {"statusUpdate": {"taskId": "t-1", "status": {"state": "TASK_STATE_WORKING"}}}
+    update = webhook.decode(json.dumps(body).encode(), HEADERS)
+    assert (update.kind, update.task_id, update.state) == ("status", "t-1", "working")
+
+
+def test_a_push_of_neither_shape_is_refused() -> None:
+    with pytest.raises(webhook.Refused) as raised:
+        webhook.decode(json.dumps({"id": "t-1"}).encode(), HEADERS)
+    assert raised.value.delivery.status == 400
+
+
+@pytest.mark.parametrize(
+    "doc",
+    [
+        None,
+        [],
+        "x",
+        {"kind": 3},
+        {"kind": []},  # unhashable: never looked up as a key
+        {"kind": {}, "id": "t", "status": {}},
+        {"kind": "task", "status": []},
+        {"task": 1},
+        {"content": 1, "parts": None, "file": {"fileWithBytes": 3}},
+    ],
+)
+def test_translation_never_raises(doc: object) -> None:
+    for kind in ("send", "task", "stream", "push_config", "card"):
+        for rest in (False, True):
+            wire03.answer(kind, doc, rest=rest)  # type: ignore[arg-type]
+    wire03.push_body(doc)
+
+
+# --- media-type words and versions on the card --------------------------------------------------
+
+
+def card_03(**extra: Any) -> bytes:
+    card: dict[str, Any] = {
+        "name": "p03",
+        "description": "0.3 peer",
+        "version": "1",
+        "url": "http://127.0.0.1:9/a2a/jsonrpc",
+        "preferredTransport": "JSONRPC",
+        "protocolVersion": "0.3.0",
+        "additionalInterfaces": [
+            {"transport": "JSONRPC", "url": "http://127.0.0.1:9/a2a/jsonrpc"},
+            {"transport": "HTTP+JSON", "url": "http://127.0.0.1:9/a2a/rest"},
+        ],
+        "capabilities": {"pushNotifications": True, "streaming": True},
+        "defaultInputModes": ["text"],
+        "defaultOutputModes": ["text"],
+        "skills": [
+            {"id": "echo", "name": "echo", "description": "echo", "tags": ["t"]},
+            {"id": "files", "name": "f", "description": "f", "tags": [], "inputModes": ["file"]},
+            {"id": "json", "name": "j", "description": "j", "tags": [], "inputModes": ["data"]},
+        ],
+    }
+    card.update(extra)
+    return json.dumps(card).encode()
+
+
+@pytest.mark.parametrize(
+    ("skill", "media_type", "accepted"),
+    [
+        ("echo", "text/plain", True),
+        ("echo", "text/markdown", True),
+        ("echo", "TEXT/PLAIN; charset=utf-8", True),
+        ("echo", "application/json", False),
+        ("json", "application/json", True),
+        ("json", "application/ld+json", True),
+        ("json", "text/plain", False),
+        ("files", "application/pdf", True),
+        ("files", "image/png", True),
+        ("files", "text/plain", False),
+        ("files", "application/json", False),
+    ],
+)
+def test_the_bare_words_of_03_cards_name_kinds_of_part(
+    skill: str, media_type: str, accepted: bool
+) -> None:
+    found = parse_card(card_03()).skill(skill)
+    assert found is not None
+    assert found.accepts(media_type) is accepted
+
+
+def test_part_kinds() -> None:
+    assert [part_kind(t) for t in ("text/csv", "application/json", "a/b+json", "image/png")] == [
+        "text",
+        "data",
+        "data",
+        "file",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("declared", "legacy", "spoken"),
+    [
+        ("1.0", False, "1.0"),
+        ("1.1", False, "1.0"),
+        ("", False, "1.0"),
+        ("", True, "0.3"),
+        ("0.3.0", True, "0.3"),
+        ("0.3", False, "0.3"),
+        ("0.2.5", True, "0.3"),
+        ("0.1", True, ""),
+        ("2.0", False, ""),
+        ("x", False, ""),
+    ],
+)
+def test_the_versions_spoken(declared: str, legacy: bool, spoken: str) -> None:
+    assert spoken_version(declared, legacy_card=legacy) == spoken
+
+
+def test_a_03_card_selects_a_03_interface_and_records_it() -> None:
+    card = parse_card(card_03())
+    chosen = select_interface(card, ["HTTP+JSON"])
+    assert (chosen.binding, chosen.protocol_version, chosen.speaks) == (HTTP_JSON, "0.3.0", "0.3")
+    assert guards.endpoint_of(chosen) == {
+        "url": "http://127.0.0.1:9/a2a/rest",
+        "binding": HTTP_JSON,
+        "protocol_version": "0.3.0",
+    }
+
+
+def test_a_02_card_without_a_version_speaks_03() -> None:
+    doc = json.loads(card_03())
+    del doc["protocolVersion"]
+    chosen = select_interface(parse_card(json.dumps(doc).encode()))
+    assert (chosen.protocol_version, chosen.speaks) == ("", "0.3")
+    assert guards.endpoint_of(chosen)["protocol_version"] == "0.3"
+
+
+def test_a_card_in_a_version_not_spoken_is_refused_before_sending() -> None:
+    card = parse_card(card_03(protocolVersion="2.0"), url="http://127.0.0.1:9/card")
+    with pytest.raises(ProtocolUnsupportedError) as raised:
+        select_interface(card)
+    assert isinstance(raised.value, CardInvalidError)
+    assert (raised.value.kind, raised.value.offered) == ("unsupported_protocol", ("2.0",))
+    assert "no interface speaks an A2A version cardfence speaks" in str(raised.value)
+
+
+def test_a_version_spoken_is_chosen_over_one_that_is_not() -> None:
+    doc = {
+        "name": "dual",
+        "supportedInterfaces": [
+            {
+                "url": "http://127.0.0.1:9/v2",
+                "protocolBinding": "JSONRPC",
+                "protocolVersion": "2.0",
+            },
+            {
+                "url": "http://127.0.0.1:9/v03",
+                "protocolBinding": "JSONRPC",
+                "protocolVersion": "0.3",
+            },
+        ],
+    }
+    chosen = select_interface(parse_card(json.dumps(doc).encode()))
+    assert chosen.url == "http://127.0.0.1:9/v03"
+
+
+# --- the recorded endpoint ------------------------------------------------------------------------
+
+
+def test_an_endpoint_recorded_without_a_version_is_10_at_use() -> None:
+    old = {"url": RPC_URL, "binding": JSONRPC}  # TaskSubmitted before versions were recorded
+    assert guards.endpoint_version(old) == "1.0"
+    assert guards.endpoint_dialect(old) == "1.0"
+    assert guards.endpoint_dialect({**old, "protocol_version": "0.3.0"}) == "0.3"
+
+
+def test_an_old_endpoint_on_an_unchanged_10_card_does_not_move() -> None:
+    card = {
+        "name": "a",
+        "supportedInterfaces": [
+            {"url": RPC_URL, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}
+        ],
+        "skills": [{"id": "echo", "name": "e", "description": "e", "tags": []}],
+    }
+    parsed = parse_card(json.dumps(card).encode())
+    task = {
+        "endpoint": {"url": RPC_URL, "binding": JSONRPC},
+        "skill": "echo",
+        "skill_hash": parsed.compatibility_hash("echo"),
+        "latest_card_revision": parsed.revision,
+        "contract_hash": parsed.contract_hash,
+    }
+    plan = guards.resume_check(task, parsed, None, allow_insecure=True)
+    assert plan.endpoint == task["endpoint"]
+    assert plan.events == ()
+
+
+def test_the_same_url_speaking_another_version_is_a_move() -> None:
+    card = parse_card(card_03(url=RPC_URL, additionalInterfaces=[]))
+    task = {
+        "endpoint": {"url": RPC_URL, "binding": JSONRPC},  # recorded as 1.0
+        "skill": "echo",
+        "skill_hash": card.compatibility_hash("echo"),
+        "latest_card_revision": card.revision,
+        "contract_hash": card.contract_hash,
+    }
+    plan = guards.resume_check(task, card, None, allow_insecure=True)
+    assert plan.endpoint == {"url": RPC_URL, "binding": JSONRPC, "protocol_version": "0.3.0"}
+    assert [kind for kind, _ in plan.events] == ["EndpointMoved"]
+
+
+# --- the command line -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("media_type", ["text", "data", "plain", "text/", "/json"])
+def test_run_refuses_what_is_not_a_media_type(tmp_path: Path, media_type: str) -> None:
+    db = tmp_path / "c.db"
+    argv = ["run", "http://127.0.0.1:9", "--skill", "echo", "--text", "hi"]
+    code = cli_run([*argv, "--media-type", media_type, "--db", f"sqlite:///{db}"])
+    assert code == 2
+    assert not db.exists()
