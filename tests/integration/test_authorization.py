@@ -50,6 +50,7 @@ from cardfence.engine.credentials import (
 from cardfence.engine.engine import Engine, EngineConfig
 from cardfence.engine.errors import (
     AuthorizationFailedError,
+    ContractChangedError,
     CredentialsMissingError,
     DeadlineExceeded,
     TokenRequestError,
@@ -283,6 +284,27 @@ async def test_a_token_endpoint_refusing_the_client_sends_nothing_to_the_agent(
 
     assert a2a_hits(peer) == []
     assert engine.tasks() == []
+
+
+async def test_a_token_url_that_changed_is_a_contract_change_and_nothing_is_sent(
+    peer: AuthPeer, engines: Engines, tokens: TokenServer
+) -> None:
+    tokens.reset()
+    peer.protect({"oauth": oauth2_scheme(tokens.token_url)}, [requirement("oauth")])
+    peer.accept_oauth("oauth", tokens.check)
+    engine = await engines.open(
+        config_for(peer, {"oauth": OAuthClient("cf-client", "cf-client-secret")})
+    )
+    await engine.start_task(peer.base_url, skill="echo", text="echo pinned")
+    elsewhere = tokens.token_url.replace("127.0.0.1", "localhost")
+    peer.protect({"oauth": oauth2_scheme(elsewhere)}, [requirement("oauth")])
+    mark, asked = len(a2a_hits(peer)), tokens.token_requests
+
+    with pytest.raises(ContractChangedError, match="security_schemes"):
+        await engine.start_task(peer.base_url, skill="echo", text="echo redirected")
+
+    assert len(a2a_hits(peer)) == mark  # nothing reached the agent
+    assert tokens.token_requests == asked  # and the client secret went to no token URL
 
 
 # -- the frozen contract mid-task -----------------------------------------------------------------
