@@ -50,6 +50,7 @@ from cardfence.engine.credentials import (
 from cardfence.engine.engine import Engine, EngineConfig
 from cardfence.engine.errors import (
     AuthorizationFailedError,
+    ContractChangedError,
     CredentialsMissingError,
     DeadlineExceeded,
     TokenRequestError,
@@ -285,6 +286,27 @@ async def test_a_token_endpoint_refusing_the_client_sends_nothing_to_the_agent(
     assert engine.tasks() == []
 
 
+async def test_a_token_url_that_changed_is_a_contract_change_and_nothing_is_sent(
+    peer: AuthPeer, engines: Engines, tokens: TokenServer
+) -> None:
+    tokens.reset()
+    peer.protect({"oauth": oauth2_scheme(tokens.token_url)}, [requirement("oauth")])
+    peer.accept_oauth("oauth", tokens.check)
+    engine = await engines.open(
+        config_for(peer, {"oauth": OAuthClient("cf-client", "cf-client-secret")})
+    )
+    await engine.start_task(peer.base_url, skill="echo", text="echo pinned")
+    elsewhere = tokens.token_url.replace("127.0.0.1", "localhost")
+    peer.protect({"oauth": oauth2_scheme(elsewhere)}, [requirement("oauth")])
+    mark, asked = len(a2a_hits(peer)), tokens.token_requests
+
+    with pytest.raises(ContractChangedError, match="security_schemes"):
+        await engine.start_task(peer.base_url, skill="echo", text="echo redirected")
+
+    assert len(a2a_hits(peer)) == mark  # nothing reached the agent
+    assert tokens.token_requests == asked  # and the client secret went to no token URL
+
+
 # -- the frozen contract mid-task -----------------------------------------------------------------
 
 
@@ -395,7 +417,10 @@ async def test_an_endpoint_moved_to_another_origin_is_sent_no_credential(
         pytest.skip("127.0.0.2 cannot be bound here")
     peer.protect({"bearer": bearer_scheme()}, [requirement("bearer")])
     peer.accept_bearer("bearer", "t-moved-1")
-    engine = await engines.open(config_for(peer, {"bearer": Bearer("t-moved-1")}))
+    moved_origin = peer.base_url.replace("127.0.0.1", "127.0.0.2")
+    secrets = {"bearer": Bearer("t-moved-1")}
+    both = CredentialsConfig.of({peer.base_url: secrets, moved_origin: secrets})
+    engine = await engines.open(dataclasses.replace(FAST, credentials=both))
     peer.hold()
     view = await engine.start_task(peer.base_url, skill="slow", text="slow 0.1")
     await engine.poll(view.task)
@@ -418,6 +443,20 @@ async def test_an_endpoint_moved_to_another_origin_is_sent_no_credential(
     assert all(hit.presented == () for hit in moved)
     assert all(not hit.credentials for hit in moved)
     assert data_of(engine.store, view.task, ev.AUTHORIZATION_FAILED)
+
+    # The operator accepts the new origin: from then on the task's credentials go there. (One
+    # server answers on both addresses: the old one's 404 must not stand in the new one's way.)
+    peer.set_endpoint_gone(False)
+    mark = len(peer.auth_log)
+    await engine.resume(view.task, accept_contract=True)
+    done = await engine.drive(view.task, until="terminal", timeout=10)
+
+    assert done.state == "completed"
+    [accepted] = data_of(engine.store, view.task, ev.CREDENTIALS_MOVED)
+    assert accepted["new"] == moved_origin
+    later = [hit for hit in peer.auth_log[mark:] if hit.binding is not None]
+    assert later
+    assert all(hit.credentials.get("authorization") == "Bearer t-moved-1" for hit in later)
 
 
 # -- auth-required from the agent -----------------------------------------------------------------
