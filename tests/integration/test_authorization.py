@@ -417,7 +417,10 @@ async def test_an_endpoint_moved_to_another_origin_is_sent_no_credential(
         pytest.skip("127.0.0.2 cannot be bound here")
     peer.protect({"bearer": bearer_scheme()}, [requirement("bearer")])
     peer.accept_bearer("bearer", "t-moved-1")
-    engine = await engines.open(config_for(peer, {"bearer": Bearer("t-moved-1")}))
+    moved_origin = peer.base_url.replace("127.0.0.1", "127.0.0.2")
+    secrets = {"bearer": Bearer("t-moved-1")}
+    both = CredentialsConfig.of({peer.base_url: secrets, moved_origin: secrets})
+    engine = await engines.open(dataclasses.replace(FAST, credentials=both))
     peer.hold()
     view = await engine.start_task(peer.base_url, skill="slow", text="slow 0.1")
     await engine.poll(view.task)
@@ -440,6 +443,20 @@ async def test_an_endpoint_moved_to_another_origin_is_sent_no_credential(
     assert all(hit.presented == () for hit in moved)
     assert all(not hit.credentials for hit in moved)
     assert data_of(engine.store, view.task, ev.AUTHORIZATION_FAILED)
+
+    # The operator accepts the new origin: from then on the task's credentials go there. (One
+    # server answers on both addresses: the old one's 404 must not stand in the new one's way.)
+    peer.set_endpoint_gone(False)
+    mark = len(peer.auth_log)
+    await engine.resume(view.task, accept_contract=True)
+    done = await engine.drive(view.task, until="terminal", timeout=10)
+
+    assert done.state == "completed"
+    [accepted] = data_of(engine.store, view.task, ev.CREDENTIALS_MOVED)
+    assert accepted["new"] == moved_origin
+    later = [hit for hit in peer.auth_log[mark:] if hit.binding is not None]
+    assert later
+    assert all(hit.credentials.get("authorization") == "Bearer t-moved-1" for hit in later)
 
 
 # -- auth-required from the agent -----------------------------------------------------------------
