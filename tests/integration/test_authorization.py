@@ -21,7 +21,6 @@ from engine_fixtures import (
     FAST,
     assert_audit_ok,
     data_of,
-    restored,
     state_of,
     transitions,
     types,
@@ -60,16 +59,9 @@ BINDINGS = ("JSONRPC", "HTTP+JSON")
 SLOW = [("submitted", "working"), ("working", "completed")]
 
 
-@pytest.fixture(scope="module")
-def shared_auth_peer() -> Iterator[AuthPeer]:
-    with AuthPeer() as running:
-        yield running
-
-
 @pytest.fixture
-def peer(shared_auth_peer: AuthPeer) -> Iterator[AuthPeer]:
-    with restored(shared_auth_peer) as fresh:
-        yield fresh  # type: ignore[misc]
+def peer(auth_peer: AuthPeer) -> AuthPeer:
+    return auth_peer
 
 
 @pytest.fixture(scope="module")
@@ -111,6 +103,16 @@ async def engines(db: str) -> AsyncIterator[Engines]:
         await engine.settle()
         assert_audit_ok(engine.store)
         await engine.aclose()
+
+
+async def oauth_engine(peer: AuthPeer, engines: Engines, tokens: TokenServer) -> Engine:
+    """An engine with the OAuth client, at an agent requiring the token server's tokens."""
+    tokens.reset()
+    peer.protect({"oauth": oauth2_scheme(tokens.token_url)}, [requirement("oauth")])
+    peer.accept_oauth("oauth", tokens.check)
+    return await engines.open(
+        config_for(peer, {"oauth": OAuthClient("cf-client", "cf-client-secret")})
+    )
 
 
 def a2a_hits(peer: AuthPeer) -> list[Any]:
@@ -289,12 +291,7 @@ async def test_a_token_endpoint_refusing_the_client_sends_nothing_to_the_agent(
 async def test_a_token_url_that_changed_is_a_contract_change_and_nothing_is_sent(
     peer: AuthPeer, engines: Engines, tokens: TokenServer
 ) -> None:
-    tokens.reset()
-    peer.protect({"oauth": oauth2_scheme(tokens.token_url)}, [requirement("oauth")])
-    peer.accept_oauth("oauth", tokens.check)
-    engine = await engines.open(
-        config_for(peer, {"oauth": OAuthClient("cf-client", "cf-client-secret")})
-    )
+    engine = await oauth_engine(peer, engines, tokens)
     await engine.start_task(peer.base_url, skill="echo", text="echo pinned")
     elsewhere = tokens.token_url.replace("127.0.0.1", "localhost")
     peer.protect({"oauth": oauth2_scheme(elsewhere)}, [requirement("oauth")])
@@ -341,12 +338,7 @@ async def test_a_contract_adding_a_required_scheme_mid_task_keeps_the_frozen_one
 async def test_a_token_revoked_mid_task_is_refreshed_once_and_nothing_is_flagged(
     peer: AuthPeer, engines: Engines, tokens: TokenServer
 ) -> None:
-    tokens.reset()
-    peer.protect({"oauth": oauth2_scheme(tokens.token_url)}, [requirement("oauth")])
-    peer.accept_oauth("oauth", tokens.check)
-    engine = await engines.open(
-        config_for(peer, {"oauth": OAuthClient("cf-client", "cf-client-secret")})
-    )
+    engine = await oauth_engine(peer, engines, tokens)
     view = await engine.start_task(peer.base_url, skill="slow", text="slow 0.8")
     await engine.poll(view.task)
     assert tokens.token_requests == 1
@@ -481,12 +473,7 @@ async def test_auth_required_is_a_state_like_any_other_and_reply_answers_it(
 async def test_many_tasks_share_one_token(
     peer: AuthPeer, engines: Engines, tokens: TokenServer
 ) -> None:
-    tokens.reset()
-    peer.protect({"oauth": oauth2_scheme(tokens.token_url)}, [requirement("oauth")])
-    peer.accept_oauth("oauth", tokens.check)
-    engine = await engines.open(
-        config_for(peer, {"oauth": OAuthClient("cf-client", "cf-client-secret")})
-    )
+    engine = await oauth_engine(peer, engines, tokens)
 
     views = await asyncio.gather(
         *(engine.start_task(peer.base_url, skill="echo", text=f"echo {n}") for n in range(8))
