@@ -188,6 +188,10 @@ class Authorizer:
             prepared = prepared.merged(part)
         return prepared
 
+    def has(self, origin: str, scheme: str) -> bool:
+        """Whether a secret is configured for ``scheme`` at ``origin``."""
+        return self._secret(origin, scheme) is not None
+
     def _secret(self, origin: str, scheme: str) -> Secret | None:
         return None if self.provider is None else self.provider(origin, scheme)
 

@@ -40,7 +40,7 @@ from cardfence.engine.cards.model import (
     select_interface,
     url_refusal,
 )
-from cardfence.engine.credentials import CredentialsProvider
+from cardfence.engine.credentials import CredentialsProvider, normalise_origin
 from cardfence.engine.deadline import left as time_left
 from cardfence.engine.deadline import within as deadline_within
 from cardfence.engine.errors import (
@@ -1003,20 +1003,45 @@ class Engine:
 
     # -- resume (R9) ---------------------------------------------------------------------------
 
-    async def resume(self, ref: str) -> TaskView:
+    async def resume(self, ref: str, *, accept_contract: bool = False) -> TaskView:
         """Reconcile the task with a fresh card before any request to its endpoint (R9), and
         find its remote id if a crash fell between send and record. Raises
         :class:`TaskOrphanedError` (the state untouched) when the card no longer carries its
-        skill compatibly. Does not drive; call :meth:`drive` next."""
+        skill compatibly. Does not drive; call :meth:`drive` next.
+
+        R15: when the endpoint moved to another origin than the one the task's credentials were
+        granted for, they are not sent there; ``accept_contract`` accepts the fresh card's
+        contract (R3, ``ContractAccepted`` when it changed) and moves the credentials to the
+        endpoint's origin (``CredentialsMoved``)."""
         key = await self._find(ref)
         state = await self._state(key)
         if state["state"] in TERMINAL or guards.never_created(state):
             return TaskView.of(state)  # R3: a refused creation is final, never sent again
         await self._reconcile_endpoint(key)
         state = await self._state(key)
+        if accept_contract:
+            await self._move_credentials(key, state)
+            state = await self._state(key)
         if not state.get("remote_task_id"):
             await self._rebind(key, state)
         return TaskView.of(await self._state(key))
+
+    async def _move_credentials(self, key: str, state: State) -> None:
+        """R15: the caller accepts the origin the task's endpoint moved to, under the contract
+        a fresh read finds there (accepted for the agent, R3)."""
+        recorded = state.get("authorization") or {}
+        old = recorded.get("origin")
+        new = normalise_origin(str(state["endpoint"]["url"]))
+        if not recorded.get("schemes") or old == new:
+            return
+        missing = [name for name in recorded["schemes"] if not self.authorizer.has(new, name)]
+        if missing:  # the same schemes, never others (R3): each must be configured there
+            needs = "; or ".join(f"[{name}]: not configured for {new}" for name in missing)
+            raise CredentialsMissingError(new, str(state["skill"]), needs)
+        read = await self.discovery.read(str(state["agent_url"]), fresh=True)
+        await self.discovery.check_contract(read, accept=True)
+        moved = {"old": old, "new": new, "revision": read.card.revision, "at": _now_iso()}
+        await self._record(key, [(ev.CREDENTIALS_MOVED, moved)])
 
     async def _reconcile_endpoint(self, key: str) -> None:
         state = await self._state(key)

@@ -53,6 +53,8 @@ DEADLINE_EXCEEDED: Final = "DeadlineExceeded"
 ARTIFACT_RECEIVED: Final = "ArtifactReceived"
 # R15: the agent answered 401/403 to a request of the task; an annotation, never a transition.
 AUTHORIZATION_FAILED: Final = "AuthorizationFailed"
+# R15: the caller accepted the origin the task's endpoint moved to; its credentials go there now.
+CREDENTIALS_MOVED: Final = "CredentialsMoved"
 # Also on the task stream (R3): the agent refused the creation with an A2A error; final.
 # TASK_CREATION_REFUSED, same name as the agent stream's refusal.
 
@@ -77,6 +79,7 @@ TASK_EVENTS: Final = frozenset(
         DEADLINE_EXCEEDED,
         ARTIFACT_RECEIVED,
         AUTHORIZATION_FAILED,
+        CREDENTIALS_MOVED,
         TASK_CREATION_REFUSED,
     }
 )

@@ -236,6 +236,8 @@ def _apply_in_place(out: State, type_: str, data: Mapping[str, Any]) -> None:
         out["flags"] = _with_flag(out["flags"], str(data.get("reason")))
     elif type_ == ev.ENDPOINT_MOVED:
         out["endpoint"] = data.get("new")
+    elif type_ == ev.CREDENTIALS_MOVED and out.get("authorization"):
+        out["authorization"] = {**out["authorization"], "origin": data.get("new")}
     elif type_ == ev.CANCEL_REQUESTED:
         out["cancel_requested"] = True
     elif type_ == ev.REPLY_SENT and "last_report" in out:

@@ -21,6 +21,7 @@ from cardfence.engine import events as ev
 from cardfence.engine.cards.discovery import CardLimits, CardRead, Discovery, card_urls
 from cardfence.engine.cards.history import RevisionEntry, revision_history, stored_card
 from cardfence.engine.cli import demo as demo_commands
+from cardfence.engine.cli import events as event_commands
 from cardfence.engine.cli import serve as serve_commands
 from cardfence.engine.cli import signals
 from cardfence.engine.cli import tasks as task_commands
@@ -47,7 +48,15 @@ from cardfence.engine.cli.app import (
 )
 from cardfence.store import EventStore
 
-__all__ = ["app", "demo_commands", "main", "run", "serve_commands", "task_commands"]
+__all__ = [
+    "app",
+    "demo_commands",
+    "event_commands",
+    "main",
+    "run",
+    "serve_commands",
+    "task_commands",
+]
 
 
 @app.command()

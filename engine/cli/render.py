@@ -163,6 +163,10 @@ def _authorization_failed(d: Mapping[str, Any]) -> str:
     )
 
 
+def _credentials_moved(d: Mapping[str, Any]) -> str:
+    return f"credentials moved from {d.get('old')} to {d.get('new')} (contract accepted)"
+
+
 def _credentials_missing(d: Mapping[str, Any]) -> str:
     return f"skill {d.get('skill')} refused before sending: credentials missing: {d.get('detail')}"
 
@@ -248,6 +252,7 @@ _DESCRIBE: Final[Mapping[str, Describe]] = {
     ev.DEADLINE_EXCEEDED: _deadline_exceeded,
     ev.ARTIFACT_RECEIVED: _artifact_received,
     ev.AUTHORIZATION_FAILED: _authorization_failed,
+    ev.CREDENTIALS_MOVED: _credentials_moved,
 }
 
 

@@ -301,6 +301,14 @@ def resume(
     ctx: typer.Context,
     task: Annotated[str | None, typer.Argument(metavar="[TASK]")] = None,
     all_: Annotated[bool, typer.Option("--all", help="Every task not yet terminal.")] = False,
+    accept_contract: Annotated[
+        bool,
+        typer.Option(
+            "--accept-contract",
+            help="Accept the agent's contract as it is now, and send the task's credentials to "
+            "the origin its endpoint moved to.",
+        ),
+    ] = False,
     until: UntilOption = "interrupted",
     timeout: TimeoutOption = 300.0,
     max_poll_interval: PollOption = 30.0,
@@ -318,7 +326,7 @@ def resume(
     config = EngineConfig(max_poll_interval=max_poll_interval)
 
     async def one(engine: Engine, key: str, *, report: bool) -> TaskView:
-        view = await engine.resume(key)
+        view = await engine.resume(key, accept_contract=accept_contract)
         if report:  # one task: on a deadline, its document is the one printed
             return await _drive_or_report(engine, options, view.task, until, deadline)
         left = max(deadline - time.monotonic(), 0.0)

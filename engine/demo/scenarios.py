@@ -11,7 +11,8 @@ to show (the headline last), facts for machines, and whether the rule held.
 4. A restart after the card moved the endpoint (incident 002): with the skill retired, resume
    refuses (``TaskOrphanedError``, state untouched); with the skill kept, it follows the new
    endpoint.
-5. The contract rotated between read and send (incident 004): nothing sent unless accepted.
+5. The contract rotated between read and send (incident 004): nothing sent unless accepted, and
+   then with the credentials the new contract requires.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import dataclasses
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -27,6 +29,7 @@ from typing import Any
 
 from cardfence.engine import events as ev
 from cardfence.engine.cards.discovery import CardLimits, card_urls
+from cardfence.engine.credentials import Bearer, CredentialsConfig
 from cardfence.engine.demo.agent import DemoAgent
 from cardfence.engine.demo.receiver import WebhookReceiver
 from cardfence.engine.engine import Engine, EngineConfig
@@ -95,9 +98,9 @@ async def play(scenario: Scenario, stage: Stage) -> Played:
 
 
 @contextlib.asynccontextmanager
-async def _engine(stage: Stage) -> AsyncIterator[Engine]:
+async def _engine(stage: Stage, config: EngineConfig | None = None) -> AsyncIterator[Engine]:
     """An engine on the demo's store -- one process's lifetime; leaving the block is a stop."""
-    engine = Engine.open(stage.store_url, config=stage.config)
+    engine = Engine.open(stage.store_url, config=config or stage.config)
     try:
         yield engine
         await engine.settle()
@@ -189,10 +192,14 @@ def _move_off_jsonrpc(card: dict[str, Any]) -> None:
 
 
 def _rotate_contract(card: dict[str, Any]) -> None:
-    """Seed 004 #1: the agent moves to mTLS-only between two reads."""
-    card["securitySchemes"] = {"mtls": {"mtlsSecurityScheme": {"description": "mTLS only"}}}
-    card["securityRequirements"] = [{"schemes": {"mtls": {"list": []}}}]
+    """Seed 004 #1: the agent starts requiring a bearer token between two reads."""
+    card["securitySchemes"] = {"bearer": {"httpAuthSecurityScheme": {"scheme": "bearer"}}}
+    card["securityRequirements"] = [{"schemes": {"bearer": {"list": []}}}]
     card["version"] = "2.0.0"
+
+
+# The token the demo's operator was given for the agent's new contract (R15).
+_DEMO_TOKEN = "demo-bearer-token"
 
 
 # -- the scenarios -----------------------------------------------------------------------------
@@ -376,7 +383,8 @@ async def restart_after_endpoint_moved(stage: Stage) -> Played:
 
 async def contract_rotated_before_send(stage: Stage) -> Played:
     agent = stage.agent
-    async with _engine(stage) as engine:
+    token = CredentialsConfig.of({agent.base_url: {"bearer": Bearer(_DEMO_TOKEN)}})
+    async with _engine(stage, dataclasses.replace(stage.config, credentials=token)) as engine:
         pin = await engine.start_task(agent.base_url, skill="echo", text="echo pinned")
         await engine.drive(pin.task, until="terminal", timeout=DRIVE_SECONDS)
         agent.mutate_card(_rotate_contract)  # between the pinning read and the next send
@@ -409,10 +417,10 @@ async def contract_rotated_before_send(stage: Stage) -> Played:
         and done.state == "completed"
     )
     outcome = (
-        f"the card rotated to mTLS-only after the contract was pinned: "
+        f"the card rotated to require a bearer token after the contract was pinned: "
         f"{type(refused).__name__ if refused else 'no refusal'}, SendMessage calls "
         f"{sends_before} -> {sends_after} (nothing sent); accepted explicitly "
-        f"(ContractAccepted), the task {done.state}"
+        f"(ContractAccepted), the task sent with the token and {done.state}"
     )
     return Played(outcome, held, (accepted.task,), facts)
 

@@ -38,16 +38,9 @@ SEND = ("JSONRPC", "SendMessage")
 # -- fixtures and helpers ------------------------------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def shared_peer() -> Iterator[AuthPeer]:
-    with AuthPeer() as running:
-        yield running
-
-
 @pytest.fixture
-def peer(shared_peer: AuthPeer) -> Iterator[AuthPeer]:
-    with restored(shared_peer):
-        yield shared_peer
+def peer(auth_peer: AuthPeer) -> AuthPeer:
+    return auth_peer
 
 
 @pytest.fixture(scope="module")
@@ -324,12 +317,12 @@ def test_enforcement_can_differ_from_the_card(peer: AuthPeer, client: httpx.Clie
 
 
 def test_restoring_the_card_restores_enforcement(
-    shared_peer: AuthPeer, client: httpx.Client
+    shared_auth_peer: AuthPeer, client: httpx.Client
 ) -> None:
-    with restored(shared_peer):
-        shared_peer.protect({"token": bearer_scheme()}, [requirement("token")])
-        assert_refused(send_message(client, shared_peer), "Bearer")
-    completed(send_message(client, shared_peer))
+    with restored(shared_auth_peer):
+        shared_auth_peer.protect({"token": bearer_scheme()}, [requirement("token")])
+        assert_refused(send_message(client, shared_auth_peer), "Bearer")
+    completed(send_message(client, shared_auth_peer))
 
 
 # -- the card ---------------------------------------------------------------------------------

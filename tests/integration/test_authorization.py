@@ -21,7 +21,6 @@ from engine_fixtures import (
     FAST,
     assert_audit_ok,
     data_of,
-    restored,
     state_of,
     transitions,
     types,
@@ -50,6 +49,7 @@ from cardfence.engine.credentials import (
 from cardfence.engine.engine import Engine, EngineConfig
 from cardfence.engine.errors import (
     AuthorizationFailedError,
+    ContractChangedError,
     CredentialsMissingError,
     DeadlineExceeded,
     TokenRequestError,
@@ -59,16 +59,9 @@ BINDINGS = ("JSONRPC", "HTTP+JSON")
 SLOW = [("submitted", "working"), ("working", "completed")]
 
 
-@pytest.fixture(scope="module")
-def shared_auth_peer() -> Iterator[AuthPeer]:
-    with AuthPeer() as running:
-        yield running
-
-
 @pytest.fixture
-def peer(shared_auth_peer: AuthPeer) -> Iterator[AuthPeer]:
-    with restored(shared_auth_peer) as fresh:
-        yield fresh  # type: ignore[misc]
+def peer(auth_peer: AuthPeer) -> AuthPeer:
+    return auth_peer
 
 
 @pytest.fixture(scope="module")
@@ -110,6 +103,16 @@ async def engines(db: str) -> AsyncIterator[Engines]:
         await engine.settle()
         assert_audit_ok(engine.store)
         await engine.aclose()
+
+
+async def oauth_engine(peer: AuthPeer, engines: Engines, tokens: TokenServer) -> Engine:
+    """An engine with the OAuth client, at an agent requiring the token server's tokens."""
+    tokens.reset()
+    peer.protect({"oauth": oauth2_scheme(tokens.token_url)}, [requirement("oauth")])
+    peer.accept_oauth("oauth", tokens.check)
+    return await engines.open(
+        config_for(peer, {"oauth": OAuthClient("cf-client", "cf-client-secret")})
+    )
 
 
 def a2a_hits(peer: AuthPeer) -> list[Any]:
@@ -285,6 +288,22 @@ async def test_a_token_endpoint_refusing_the_client_sends_nothing_to_the_agent(
     assert engine.tasks() == []
 
 
+async def test_a_token_url_that_changed_is_a_contract_change_and_nothing_is_sent(
+    peer: AuthPeer, engines: Engines, tokens: TokenServer
+) -> None:
+    engine = await oauth_engine(peer, engines, tokens)
+    await engine.start_task(peer.base_url, skill="echo", text="echo pinned")
+    elsewhere = tokens.token_url.replace("127.0.0.1", "localhost")
+    peer.protect({"oauth": oauth2_scheme(elsewhere)}, [requirement("oauth")])
+    mark, asked = len(a2a_hits(peer)), tokens.token_requests
+
+    with pytest.raises(ContractChangedError, match="security_schemes"):
+        await engine.start_task(peer.base_url, skill="echo", text="echo redirected")
+
+    assert len(a2a_hits(peer)) == mark  # nothing reached the agent
+    assert tokens.token_requests == asked  # and the client secret went to no token URL
+
+
 # -- the frozen contract mid-task -----------------------------------------------------------------
 
 
@@ -319,12 +338,7 @@ async def test_a_contract_adding_a_required_scheme_mid_task_keeps_the_frozen_one
 async def test_a_token_revoked_mid_task_is_refreshed_once_and_nothing_is_flagged(
     peer: AuthPeer, engines: Engines, tokens: TokenServer
 ) -> None:
-    tokens.reset()
-    peer.protect({"oauth": oauth2_scheme(tokens.token_url)}, [requirement("oauth")])
-    peer.accept_oauth("oauth", tokens.check)
-    engine = await engines.open(
-        config_for(peer, {"oauth": OAuthClient("cf-client", "cf-client-secret")})
-    )
+    engine = await oauth_engine(peer, engines, tokens)
     view = await engine.start_task(peer.base_url, skill="slow", text="slow 0.8")
     await engine.poll(view.task)
     assert tokens.token_requests == 1
@@ -395,7 +409,10 @@ async def test_an_endpoint_moved_to_another_origin_is_sent_no_credential(
         pytest.skip("127.0.0.2 cannot be bound here")
     peer.protect({"bearer": bearer_scheme()}, [requirement("bearer")])
     peer.accept_bearer("bearer", "t-moved-1")
-    engine = await engines.open(config_for(peer, {"bearer": Bearer("t-moved-1")}))
+    moved_origin = peer.base_url.replace("127.0.0.1", "127.0.0.2")
+    secrets = {"bearer": Bearer("t-moved-1")}
+    both = CredentialsConfig.of({peer.base_url: secrets, moved_origin: secrets})
+    engine = await engines.open(dataclasses.replace(FAST, credentials=both))
     peer.hold()
     view = await engine.start_task(peer.base_url, skill="slow", text="slow 0.1")
     await engine.poll(view.task)
@@ -423,6 +440,20 @@ async def test_an_endpoint_moved_to_another_origin_is_sent_no_credential(
     assert all(not hit.credentials for hit in moved)
     assert data_of(engine.store, view.task, ev.AUTHORIZATION_FAILED)
 
+    # The operator accepts the new origin: from then on the task's credentials go there. (One
+    # server answers on both addresses: the old one's 404 must not stand in the new one's way.)
+    peer.set_endpoint_gone(False)
+    mark = len(peer.auth_log)
+    await engine.resume(view.task, accept_contract=True)
+    done = await engine.drive(view.task, until="terminal", timeout=10)
+
+    assert done.state == "completed"
+    [accepted] = data_of(engine.store, view.task, ev.CREDENTIALS_MOVED)
+    assert accepted["new"] == moved_origin
+    later = [hit for hit in peer.auth_log[mark:] if hit.binding is not None]
+    assert later
+    assert all(hit.credentials.get("authorization") == "Bearer t-moved-1" for hit in later)
+
 
 # -- auth-required from the agent -----------------------------------------------------------------
 
@@ -446,12 +477,7 @@ async def test_auth_required_is_a_state_like_any_other_and_reply_answers_it(
 async def test_many_tasks_share_one_token(
     peer: AuthPeer, engines: Engines, tokens: TokenServer
 ) -> None:
-    tokens.reset()
-    peer.protect({"oauth": oauth2_scheme(tokens.token_url)}, [requirement("oauth")])
-    peer.accept_oauth("oauth", tokens.check)
-    engine = await engines.open(
-        config_for(peer, {"oauth": OAuthClient("cf-client", "cf-client-secret")})
-    )
+    engine = await oauth_engine(peer, engines, tokens)
 
     views = await asyncio.gather(
         *(engine.start_task(peer.base_url, skill="echo", text=f"echo {n}") for n in range(8))

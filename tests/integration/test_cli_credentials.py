@@ -9,11 +9,9 @@ import json
 import os
 import stat
 import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from engine_fixtures import restored
 from support import AuthPeer
 from support.auth_peer import bearer_scheme, requirement
 from test_cli_tasks import CARDFENCE, RUN_FAST, document, failed_with
@@ -21,18 +19,11 @@ from test_cli_tasks import CARDFENCE, RUN_FAST, document, failed_with
 TOKEN = "cli-bearer-5e6f7a8b"
 
 
-@pytest.fixture(scope="module")
-def shared_auth_peer() -> Iterator[AuthPeer]:
-    with AuthPeer() as running:
-        yield running
-
-
 @pytest.fixture
-def peer(shared_auth_peer: AuthPeer) -> Iterator[AuthPeer]:
-    with restored(shared_auth_peer) as fresh:
-        fresh.protect({"bearer": bearer_scheme()}, [requirement("bearer")])
-        fresh.accept_bearer("bearer", TOKEN)
-        yield fresh  # type: ignore[misc]
+def peer(auth_peer: AuthPeer) -> AuthPeer:
+    auth_peer.protect({"bearer": bearer_scheme()}, [requirement("bearer")])
+    auth_peer.accept_bearer("bearer", TOKEN)
+    return auth_peer
 
 
 def credentials_file(tmp_path: Path, peer: AuthPeer, value: str, mode: int = 0o600) -> Path:

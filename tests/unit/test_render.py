@@ -148,6 +148,10 @@ def representative_payloads() -> dict[str, dict[str, Any]]:
         ev.AUTHORIZATION_FAILED: _authorization_failed(
             AuthorizationFailedError("http://a.test/rpc", 401, schemes=("bearer",)), "poll"
         )[1],
+        ev.CREDENTIALS_MOVED: {
+            "old": "http://a.test", "new": "http://b.test", "revision": "r" * 64,
+            "at": T0.isoformat(),
+        },
         ev.CREDENTIALS_MISSING: {
             "reason": "credentials_missing", "skill": "echo", "at": T0.isoformat(),
             "detail": "[bearer]: bearer not configured",
