@@ -96,15 +96,6 @@ A2A_VERSION: Final = "1.0"
 DEFAULT_MAX_BYTES: Final = 8 * 1024 * 1024
 _USER_AGENT: Final = "cardfence/0.1"
 _MAX_DETAIL: Final = 200  # characters of a remote error message kept in ours
-# What A2A 0.3 called the 1.0 methods, for the message of a -32601 (ProtocolMismatchError).
-_LEGACY_METHODS: Final = {
-    "SendMessage": "message/send",
-    "GetTask": "tasks/get",
-    "CancelTask": "tasks/cancel",
-    "CreateTaskPushNotificationConfig": "tasks/pushNotificationConfig/set",
-    "SubscribeToTask": "tasks/resubscribe",
-    "SendStreamingMessage": "message/stream",
-}
 _EVENT_STREAM: Final = "text/event-stream"
 # Once more than this has come in without completing an event, reading stops (memory bound): the
 # event is over ``max_bytes`` already, or all but a piece of it, framing ("data: ", line ends)
@@ -635,7 +626,7 @@ class A2ATransport:
         elif self.legacy:
             sent, other = wire03.METHODS.get(operation, operation), operation
         else:
-            sent, other = operation, _LEGACY_METHODS.get(operation, "")
+            sent, other = operation, wire03.METHODS.get(operation, "")
         return ProtocolMismatchError(
             url,
             sent,

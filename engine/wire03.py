@@ -40,6 +40,7 @@ __all__ = [
     "EXTENDED_CARD_PATH",
     "METHODS",
     "PATH_PREFIX",
+    "Answer",
     "answer",
     "push_body",
     "request",
@@ -145,7 +146,7 @@ def _part_out(part: dict[str, Any], rest: bool) -> dict[str, Any]:
     if kind == "data":
         try:
             value = json.loads(text)
-        except ValueError:
+        except (ValueError, RecursionError):
             value = None
         if isinstance(value, dict):  # 0.3 data parts hold an object
             return {"data": {"data": value}} if rest else {"kind": "data", "data": value}
