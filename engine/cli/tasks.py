@@ -4,9 +4,12 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import os
 import time
 import uuid
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import httpx
@@ -15,6 +18,7 @@ import typer
 from cardfence.engine import errors
 from cardfence.engine.audit import audit as audit_store
 from cardfence.engine.cards.discovery import CardLimits
+from cardfence.engine.cards.signatures import load_card_signatures
 from cardfence.engine.cli import signals
 from cardfence.engine.cli.app import (
     MIN_POLL_INTERVAL,
@@ -96,7 +100,7 @@ def _engine_run(
     makes ends by ``deadline`` (R16). On SIGINT/SIGTERM the job is cancelled at its next await
     (the append in hand commits first) and :class:`Interrupted` says what ``left(engine)``
     reports."""
-    config = with_credentials(options, config)
+    config = _with_card_signatures(with_credentials(options, config))
     store = open_store(options, existing=existing)
 
     async def main() -> _T:
@@ -114,6 +118,17 @@ def _engine_run(
                     await engine.aclose()
 
     return asyncio.run(main())
+
+
+def _with_card_signatures(config: EngineConfig) -> EngineConfig:
+    """``config`` with the card signature policies of the file ``$CARDFENCE_CARD_SIGNATURES``
+    names (docs/cli.md, "Signed cards"); a file that cannot be read is a usage error."""
+    path = os.environ.get("CARDFENCE_CARD_SIGNATURES") or None
+    if path is None:
+        return config
+    signatures = load_card_signatures(Path(path))
+    limits = dataclasses.replace(config.card_limits, signatures=signatures)
+    return dataclasses.replace(config, card_limits=limits)
 
 
 def _left_task(key: str) -> Callable[[Engine], str]:
@@ -444,15 +459,24 @@ def show(
 @app.command()
 def audit(
     ctx: typer.Context,
+    verify_signatures: Annotated[
+        bool,
+        typer.Option(
+            "--verify-signatures",
+            help="Also verify again every signed card read recorded as verified, against the "
+            "key set recorded with it.",
+        ),
+    ] = False,
     db: DbOption = None,
     json_: JsonOption = False,
     debug: DebugOption = False,
 ) -> None:
     """Verify every stream's chain and versions, replay it against its projection, and check
-    every referenced card snapshot. Exit 5 on any violation."""
+    every referenced card snapshot (--verify-signatures: and every verified card signature).
+    Exit 5 on any violation."""
     options = options_of(ctx, db, json_, debug)
     with open_store(options, existing=True) as store:
-        report = audit_store(store)
+        report = audit_store(store, verify_signatures=verify_signatures)
     emit(options, report.to_json(), audit_text(report))
     if not report.ok:
         first = report.violations[0]
