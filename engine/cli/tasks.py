@@ -4,12 +4,9 @@
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import os
 import time
 import uuid
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from typing import Annotated, Any, TypeVar
 
 import httpx
@@ -18,7 +15,6 @@ import typer
 from cardfence.engine import errors
 from cardfence.engine.audit import audit as audit_store
 from cardfence.engine.cards.discovery import CardLimits
-from cardfence.engine.cards.signatures import load_card_signatures
 from cardfence.engine.cli import signals
 from cardfence.engine.cli.app import (
     MIN_POLL_INTERVAL,
@@ -35,10 +31,10 @@ from cardfence.engine.cli.app import (
     check_positive,
     check_seconds,
     checked_store_url,
+    configured,
     emit,
     open_store,
     options_of,
-    with_credentials,
 )
 from cardfence.engine.cli.render import (
     audit_text,
@@ -100,7 +96,7 @@ def _engine_run(
     makes ends by ``deadline`` (R16). On SIGINT/SIGTERM the job is cancelled at its next await
     (the append in hand commits first) and :class:`Interrupted` says what ``left(engine)``
     reports."""
-    config = _with_card_signatures(with_credentials(options, config))
+    config = configured(options, config)
     store = open_store(options, existing=existing)
 
     async def main() -> _T:
@@ -118,17 +114,6 @@ def _engine_run(
                     await engine.aclose()
 
     return asyncio.run(main())
-
-
-def _with_card_signatures(config: EngineConfig) -> EngineConfig:
-    """``config`` with the card signature policies of the file ``$CARDFENCE_CARD_SIGNATURES``
-    names (docs/cli.md, "Signed cards"); a file that cannot be read is a usage error."""
-    path = os.environ.get("CARDFENCE_CARD_SIGNATURES") or None
-    if path is None:
-        return config
-    signatures = load_card_signatures(Path(path))
-    limits = dataclasses.replace(config.card_limits, signatures=signatures)
-    return dataclasses.replace(config, card_limits=limits)
 
 
 def _left_task(key: str) -> Callable[[Engine], str]:
