@@ -3,6 +3,11 @@ projection, and every referenced card snapshot present and hashing to its key. N
 
 Unknown event types (from a newer cardfence) are reported, not crashed on: the replay leaves the
 state unchanged for them, so a projection a newer version wrote may then differ, and says so.
+
+With ``verify_signatures`` (``cardfence audit --verify-signatures``), every card read recorded as
+verified (a ``CardFetched`` whose ``signature`` says ``verified``) is verified again: its stored
+snapshot with the signatures the event recorded, against the key set stored under the revision
+the event names. A failure is a ``signature_invalid`` violation.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from cardfence.engine import events as ev
+from cardfence.engine.cards.signatures import reverify
 from cardfence.engine.replay import State, fold_agent, fold_task
 from cardfence.store import EventStore, RecordedEvent
 from cardfence.store.chain import content_hash, verify_chain
@@ -52,17 +58,21 @@ class AuditReport:
     streams_checked: int
     events_checked: int
     violations: tuple[Violation, ...] = field(default=())
+    signatures_checked: int | None = None  # verified card reads checked again; None: not asked
 
     @property
     def ok(self) -> bool:
         return not self.violations
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        document: dict[str, Any] = {
             "streams_checked": self.streams_checked,
             "events_checked": self.events_checked,
             "violations": [v.to_json() for v in self.violations],
         }
+        if self.signatures_checked is not None:
+            document["signatures_checked"] = self.signatures_checked
+        return document
 
 
 def replay(stream_id: str, events: Iterable[RecordedEvent]) -> State | None:
@@ -75,10 +85,12 @@ def replay(stream_id: str, events: Iterable[RecordedEvent]) -> State | None:
     return None
 
 
-def audit(store: EventStore) -> AuditReport:
-    """Check every stream and every card snapshot the store holds."""
+def audit(store: EventStore, *, verify_signatures: bool = False) -> AuditReport:
+    """Check every stream and every card snapshot the store holds; with ``verify_signatures``,
+    every card read recorded as verified is verified again."""
     violations: list[Violation] = []
     referenced: dict[str, tuple[str, int]] = {}
+    signed: list[tuple[str, int, dict[str, Any]]] = []
     streams = events_checked = 0
     for stream_id in store.stream_ids():
         streams += 1
@@ -97,13 +109,55 @@ def audit(store: EventStore) -> AuditReport:
                         "cardfence's catalogue: written by a newer version?",
                     )
                 )  # fmt: skip
+            data = event.data
             for name in _REVISION_FIELDS.get(event.type, ()):
-                revision = event.data.get(name)
+                revision = data.get(name)
                 if isinstance(revision, str) and revision:
                     referenced.setdefault(revision, (stream_id, event.position))
+            keys = _verified_keys(event.type, data)
+            if keys is not None:  # a signed card read: the key set it was verified with is stored
+                if keys:
+                    referenced.setdefault(keys, (stream_id, event.position))
+                signed.append((stream_id, event.position, data))
         violations.extend(_projection_check(stream_id, logged, head.state if head else None))
     violations.extend(_snapshot_check(store, referenced))
-    return AuditReport(streams, events_checked, tuple(violations))
+    if not verify_signatures:
+        return AuditReport(streams, events_checked, tuple(violations))
+    violations.extend(_signature_check(store, signed))
+    return AuditReport(streams, events_checked, tuple(violations), len(signed))
+
+
+def _verified_keys(type_: str, data: Mapping[str, Any]) -> str | None:
+    """The stored key set's revision of a card read recorded as verified, else None."""
+    signature = data.get("signature") if type_ == ev.CARD_FETCHED else None
+    if not isinstance(signature, dict) or signature.get("status") != "verified":
+        return None
+    keys = signature.get("keys")
+    revision = keys.get("revision") if isinstance(keys, dict) else None
+    return revision if isinstance(revision, str) and revision else ""
+
+
+def _signature_check(
+    store: EventStore, signed: list[tuple[str, int, dict[str, Any]]]
+) -> list[Violation]:
+    out: list[Violation] = []
+    for stream, position, data in signed:
+        revision = str(data.get("revision") or "")
+        record = data["signature"]
+        keys_revision = _verified_keys(ev.CARD_FETCHED, data) or ""
+        card = store.get_snapshot(revision) if revision else None
+        keys = store.get_snapshot(keys_revision) if keys_revision else None
+        if card is None or keys is None:
+            missing = "card snapshot" if card is None else "key set"
+            reason: str | None = f"the {missing} it was verified with is not stored"
+        else:
+            reason = reverify(card.body, record, keys.body)
+        if reason is not None:
+            out.append(
+                Violation(stream, position, "signature_invalid",
+                          f"card revision {revision[:12]}: {reason}")
+            )  # fmt: skip
+    return out
 
 
 def _projection_check(

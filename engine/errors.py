@@ -16,8 +16,9 @@ done.
     ├── UsageError                      bad flags, unknown task (CLI exit 2)
     │   └── CredentialsConfigError      credentials file unsafe or malformed, variable unset
     ├── DiscoveryError                  the card could not be read (kind: network, timeout, …)
-    │   └── CardInvalidError            the card body is invalid or over the size limit
-    │       └── ProtocolUnsupportedError  no interface declares an A2A version we speak
+    │   ├── CardInvalidError            the card body is invalid or over the size limit
+    │   │   └── ProtocolUnsupportedError  no interface declares an A2A version we speak
+    │   └── CardSignatureError          the card's signatures do not hold under its agent's policy
     ├── SkillUnavailableError           skill absent or media type not accepted
     ├── ContractChangedError            the agent's contract differs from the pinned one
     ├── CredentialsMissingError         the contract requires credentials not configured
@@ -56,6 +57,7 @@ __all__ = [
     "AuditViolation",
     "AuthorizationFailedError",
     "CardInvalidError",
+    "CardSignatureError",
     "CardfenceError",
     "ConcurrencyError",
     "ContractChangedError",
@@ -111,8 +113,8 @@ class DiscoveryError(CardfenceError):
     """The Agent Card could not be read; nothing that depended on it was done.
 
     ``kind`` is one of ``network``, ``timeout``, ``http_status``, ``invalid_card``, ``too_large``,
-    ``redirect``, ``insecure``. ``consequence`` says what was (not) done because of it; the caller
-    that knows sets it (e.g. the engine: "nothing was sent").
+    ``redirect``, ``insecure``, ``signature``. ``consequence`` says what was (not) done because of
+    it; the caller that knows sets it (e.g. the engine: "nothing was sent").
     """
 
     def __init__(self, url: str, kind: str, detail: str, *, consequence: str = "") -> None:
@@ -144,6 +146,22 @@ class CardInvalidError(DiscoveryError):
     ) -> None:
         self.field = field
         super().__init__(url, kind, detail, consequence=consequence)
+
+
+class CardSignatureError(DiscoveryError):
+    """The card's signatures do not hold under its agent's signature policy (``require``, or
+    ``prefer`` with a signature present): unsigned where one is required, an algorithm refused
+    (``none``, HMAC), a key not in the key set, a signature that does not verify, a key set that
+    could not be read or differs from the pinned one. The card was neither used nor stored;
+    ``kind`` is ``signature`` and ``detail`` the one-line reason.
+    """
+
+    def __init__(self, url: str, detail: str, *, consequence: str = "") -> None:
+        super().__init__(url, "signature", detail, consequence=consequence)
+
+    def __str__(self) -> str:
+        tail = f" ({self.consequence})" if self.consequence else ""
+        return f"GET {self.url} -> card signature refused: {self.detail}{tail}"
 
 
 class SkillUnavailableError(CardfenceError):

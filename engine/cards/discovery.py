@@ -14,6 +14,13 @@ When a card says ``capabilities.extendedAgentCard``, the authenticated extended 
 an interface of the agent with the credentials the caller chose (:meth:`Discovery.read_extended`,
 R15): recorded as a ``CardFetched`` with ``extended: true`` and stored as its own snapshot, beside
 the public card, which it never replaces in the agent's projection.
+
+Signed cards (:mod:`.signatures`): under an agent's ``require`` or ``prefer`` policy
+(``CardLimits.signatures``), a card read on the wire is verified before anything else sees it,
+against a key set read within the same bounds; its key set is pinned on first use like the
+contract. A card that fails is recorded as ``DiscoveryFailed`` (kind ``signature``), raised as
+:class:`CardSignatureError`, and neither stored, memoised nor returned. A verified read's
+``CardFetched`` carries ``signature``: the raw signatures, the key set's stored revision, the pin.
 """
 
 from __future__ import annotations
@@ -21,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import random
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping, Sequence
@@ -41,7 +49,23 @@ from cardfence.engine.cards.model import (
     parse_card,
     url_refusal,
 )
-from cardfence.engine.errors import CardInvalidError, ContractChangedError, DiscoveryError
+from cardfence.engine.cards.signatures import (
+    IGNORED,
+    CardKeys,
+    CardSignatures,
+    SignatureCheck,
+    SignaturePolicy,
+    apply_policy,
+    entries,
+    parse_keys,
+    read_key_file,
+)
+from cardfence.engine.errors import (
+    CardInvalidError,
+    CardSignatureError,
+    ContractChangedError,
+    DiscoveryError,
+)
 from cardfence.engine.offload import StoreCalls
 from cardfence.engine.replay import State, apply_agent_event, initial_agent_state
 from cardfence.store import CardSnapshot, ConcurrencyError, EventStore, NewEvent, Projection
@@ -59,13 +83,16 @@ USER_AGENT = "cardfence/0.1"
 
 @dataclass(frozen=True, slots=True)
 class CardLimits:
-    """Bounds on one card read (CLI: ``--card-timeout``, ``--max-card-bytes``)."""
+    """Bounds on one card read (CLI: ``--card-timeout``, ``--max-card-bytes``), and what makes a
+    card acceptable beyond them: its agent's signature policy (``$CARDFENCE_CARD_SIGNATURES``)."""
 
     timeout: float = 10.0
     connect_timeout: float = 5.0
     max_bytes: int = 1_048_576
     max_redirects: int = 3
     allow_insecure: bool = False  # plain http to hosts other than loopback
+    # Signed cards: the policy per agent origin; None (or an agent not listed) ignores signatures.
+    signatures: CardSignatures | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -281,6 +308,11 @@ class Discovery:
         self._in_flight: dict[str, asyncio.Future[CardRead]] = {}  # origin -> its wire read
         # (origin, the caller's memo key) -> the last extended card read there, and when
         self._extended: OrderedDict[tuple[str, Hashable], tuple[CardRead, float]] = OrderedDict()
+        # Signed cards: key sets by where they are read (and when); per origin, the agent
+        # stream's version scanned for the pinned key set, and that key set.
+        self._key_sets: dict[str, tuple[CardKeys, float]] = {}
+        self._pins: dict[str, tuple[int, str | None]] = {}
+        self._pins_lock = threading.Lock()
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -333,11 +365,17 @@ class Discovery:
                 )
         known = await self._calls.run(self._agent_head, origin)
         state = known[1]
+        policy = self.signature_policy(origin)
         validators: dict[str, tuple[str | None, str | None]] = {}
-        if state["card_url"] in urls and (state["etag"] or state["last_modified"]):
+        if (
+            state["card_url"] in urls
+            and (state["etag"] or state["last_modified"])
+            and (not policy.active or self._memo_holds(origin, state["revision"]))
+        ):
+            # A signed card is confirmed by a 304 only while its signatures are in memory.
             validators[state["card_url"]] = (state["etag"], state["last_modified"])
         try:
-            with deadline.within(self.limits.timeout):  # one read, all in: its re-read too
+            with deadline.within(self.limits.timeout):  # one read, all in: re-read, keys too
                 response = await fetch_card(
                     self.client, urls, validators=validators, limits=self.limits
                 )
@@ -345,7 +383,8 @@ class Discovery:
                 if response.status == 304 and stored is None:
                     # The validator names a revision we do not hold: read it whole.
                     response = await fetch_card(self.client, urls, limits=self.limits)
-            card = stored or self._parse(response.body, response.url)
+                card = stored or self._parse(response.body, response.url)
+                signed = await self._check_signatures(origin, policy, card, response.url)
         except DiscoveryError as failure:
             await self._record_failure(origin, failure)
             raise
@@ -358,9 +397,17 @@ class Discovery:
             response.last_modified or (state["last_modified"] if response.status == 304 else None),
             _now(),
         )
-        await self._record_read(read, known)
+        try:
+            await self._record_read(read, known, signed)
+        except CardSignatureError as refused:  # the key set is not the pinned one
+            await self._record_failure(origin, refused)
+            raise
         self._memo[origin] = (read, self._clock())
         return read
+
+    def _memo_holds(self, origin: str, revision: str | None) -> bool:
+        memo = self._memo.get(origin)
+        return memo is not None and revision is not None and memo[0].card.revision == revision
 
     def _parse(self, body: bytes, url: str) -> AgentCard:
         """Parse a card body; the same bytes from the same URL parse to the same card, so the
@@ -387,6 +434,128 @@ class Discovery:
         if snapshot is None:
             return None
         return parse_card(snapshot.body.encode(), url=snapshot.source_url, max_bytes=1 << 30)
+
+    # -- signed cards ------------------------------------------------------------------------------
+
+    def signature_policy(self, origin: str) -> SignaturePolicy:
+        """The signature policy for the agent at ``origin`` (``ignore`` unless configured)."""
+        config = self.limits.signatures
+        return IGNORED if config is None else config.policy(origin)
+
+    async def _check_signatures(
+        self, origin: str, policy: SignaturePolicy, card: AgentCard, url: str
+    ) -> SignatureCheck | None:
+        """The card's signatures under ``policy``, before the card is used or stored; None when
+        the policy is ``ignore``. Raises :class:`CardSignatureError`."""
+        if not policy.active:
+            return None
+        found = entries(card, url)
+        keys = (
+            await self._keys(origin, policy, {e.jku for e in found if e.jku}, url)
+            if found
+            else None
+        )
+        return apply_policy(card, policy, keys, url)
+
+    async def _keys(
+        self, origin: str, policy: SignaturePolicy, named: set[str], card_url: str
+    ) -> CardKeys:
+        """The key set the policy says to verify with: its ``keys`` (a file or a URL), else the
+        one the signatures name by ``jku`` when the policy allows it, on the agent's origin."""
+        if policy.keys is not None and not policy.keys_url:
+            return read_key_file(policy.keys, card_url, self.limits.max_bytes)
+        if policy.keys is not None:
+            return await self._fetch_keys(policy.keys, "url", card_url)
+        if not named:
+            raise CardSignatureError(
+                card_url, f"no keys to verify the card's signatures with: none are configured "
+                f"for {origin}, and the signatures name no jku",
+            )  # fmt: skip
+        jku = min(named)
+        if not policy.jku:
+            raise CardSignatureError(
+                card_url, f"the signature names its keys by jku {jku}, and jku is not allowed "
+                f"for {origin}: configure keys, or allow jku",
+            )  # fmt: skip
+        if len(named) > 1:
+            raise CardSignatureError(card_url, f"the signatures name {len(named)} jku URLs")
+        try:
+            jku_origin = card_urls(jku)[0]
+        except DiscoveryError:
+            jku_origin = ""
+        if jku_origin != origin:
+            raise CardSignatureError(
+                card_url, f"jku {jku} is not on the agent's origin {origin}: refused"
+            )
+        return await self._fetch_keys(jku, "jku", card_url)
+
+    async def _fetch_keys(self, url: str, source: str, card_url: str) -> CardKeys:
+        """The JWKS at ``url``, read as a card is (R16 bounds, https, same-origin redirects),
+        kept for ``max_card_age``."""
+        kept = self._key_sets.get(url)
+        if kept is not None and self._clock() - kept[1] < self.max_card_age:
+            return dataclasses.replace(kept[0], source=source)
+        try:
+            response = await fetch_card(self.client, [url], limits=self.limits)
+        except DiscoveryError as failure:
+            raise CardSignatureError(
+                card_url, f"keys at {url} could not be read: {failure.detail}"
+            ) from None
+        keys = parse_keys(
+            response.body, source=source, url=url, card_url=card_url,
+            max_bytes=self.limits.max_bytes,
+        )  # fmt: skip
+        self._key_sets[url] = (keys, self._clock())
+        return keys
+
+    def _pinned_key_set(self, origin: str) -> str | None:
+        """The key set pinned for the agent: that of the last ``CardFetched`` whose signature
+        check pinned, matched or accepted one (None: none, or an unsigned card was accepted).
+        Read from the agent's stream, from where the last call left off (in a store worker)."""
+        with self._pins_lock:
+            version, pinned = self._pins.get(origin, (0, None))
+        for event in self.store.read_stream(ev.agent_stream_id(origin), version + 1):
+            version = event.version
+            if event.type != ev.CARD_FETCHED or '"pin"' not in event.payload:
+                continue
+            data = event.data
+            signature = data.get("signature")
+            if data.get("extended") or not isinstance(signature, dict) or "pin" not in signature:
+                continue
+            keys = signature.get("keys")
+            pinned = keys.get("key_set") if isinstance(keys, dict) else None
+        with self._pins_lock:
+            if version >= self._pins.get(origin, (0, None))[0]:
+                self._pins[origin] = (version, pinned)
+        return pinned
+
+    def _pin(self, read: CardRead, signed: SignatureCheck) -> dict[str, Any]:
+        """The ``signature`` record of a read, its key set compared with the pinned one (R3's
+        way: first use pins, a change is refused unless the policy accepts it)."""
+        record = signed.record()
+        policy = self.signature_policy(read.agent)
+        pinned = self._pinned_key_set(read.agent)
+        fresh = signed.keys.key_set if signed.keys is not None else None
+        if fresh is None and pinned is None:
+            return record  # unsigned under prefer, nothing pinned: nothing to keep
+        if fresh == pinned:
+            record["pin"] = "matched"
+        elif pinned is None:
+            record["pin"] = "pinned"
+        elif policy.accept_key_change:
+            record.update(pin="accepted", previous=pinned)
+        elif fresh is None:
+            raise CardSignatureError(
+                read.url, f"the card is unsigned, and key set {pinned[:12]} is pinned for "
+                f"{read.agent}: refused as a downgrade (accept_key_change accepts it)",
+            )  # fmt: skip
+        else:
+            kids = ", ".join(signed.keys.kids) if signed.keys is not None else ""
+            raise CardSignatureError(
+                read.url, f"key set changed from {pinned[:12]} to {fresh[:12]} (kids: "
+                f"{kids or 'none'}) since it was pinned: refused (accept_key_change accepts it)",
+            )  # fmt: skip
+        return record
 
     # -- the authenticated extended card (R15) --------------------------------------------------
 
@@ -496,7 +665,12 @@ class Discovery:
             return 0, initial_agent_state(origin)
         return head.version, head.state
 
-    async def _record_read(self, read: CardRead, known: tuple[int, State] | None = None) -> None:
+    async def _record_read(
+        self,
+        read: CardRead,
+        known: tuple[int, State] | None = None,
+        signed: SignatureCheck | None = None,
+    ) -> None:
         card = read.card
         data = {
             "url": read.url,
@@ -521,9 +695,19 @@ class Discovery:
                     fetched_at=read.fetched_at,
                 )
             )
-        await self._append(
-            read.agent, lambda _: [NewEvent(ev.CARD_FETCHED, data)], snapshots, known
-        )
+        if signed is not None and signed.keys is not None:
+            keys = signed.keys  # stored like a card, so the audit can verify again
+            snapshots.append(
+                CardSnapshot(keys.revision, keys.body, keys.url, None, 200, read.fetched_at)
+            )
+
+        def decide(_: State) -> list[NewEvent]:
+            if signed is None:
+                return [NewEvent(ev.CARD_FETCHED, data)]
+            # Decided on the stream as it stands at the append: two first uses cannot both pin.
+            return [NewEvent(ev.CARD_FETCHED, {**data, "signature": self._pin(read, signed)})]
+
+        await self._append(read.agent, decide, snapshots, known)
 
     async def _record_extended(
         self, read: CardRead, binding: str, public_revision: str | None

@@ -20,6 +20,8 @@ import sqlalchemy as sa
 import typer
 
 from cardfence.engine import errors
+from cardfence.engine.cards.discovery import CardLimits
+from cardfence.engine.cards.signatures import load_card_signatures
 from cardfence.engine.credentials import CredentialsConfig, load_credentials
 from cardfence.store import EventStore
 
@@ -184,12 +186,24 @@ def credentials_of(options: Globals) -> CredentialsConfig | None:
     return load_credentials(Path(path))
 
 
-def with_credentials(options: Globals, config: EngineConfig) -> EngineConfig:
-    """``config`` with the credentials the options name and the local fingerprint key."""
+def configured(options: Globals, config: EngineConfig) -> EngineConfig:
+    """``config`` with what the options and the environment say of agents: the credentials
+    (and the local fingerprint key) and the card signature policies."""
     credentials = credentials_of(options)
-    if credentials is None:
-        return config
-    return dataclasses.replace(config, credentials=credentials, fingerprint_key=fingerprint_key())
+    if credentials is not None:
+        config = dataclasses.replace(
+            config, credentials=credentials, fingerprint_key=fingerprint_key()
+        )
+    return dataclasses.replace(config, card_limits=with_card_signatures(config.card_limits))
+
+
+def with_card_signatures(limits: CardLimits) -> CardLimits:
+    """``limits`` with the card signature policies of the file ``$CARDFENCE_CARD_SIGNATURES``
+    names (docs/cli.md, "Signed cards"); a file that cannot be read is a usage error."""
+    path = os.environ.get("CARDFENCE_CARD_SIGNATURES") or None
+    if path is None:
+        return limits
+    return dataclasses.replace(limits, signatures=load_card_signatures(Path(path)))
 
 
 def fingerprint_key() -> bytes | None:

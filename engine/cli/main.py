@@ -45,6 +45,7 @@ from cardfence.engine.cli.app import (
     open_store,
     options_of,
     silence_stdout,
+    with_card_signatures,
 )
 from cardfence.store import EventStore
 
@@ -86,8 +87,10 @@ def cards(
     options = options_of(ctx, db, json_, debug)
     check_seconds("--card-timeout", card_timeout)
     check_positive("--max-card-bytes", max_card_bytes)
-    limits = CardLimits(
-        timeout=card_timeout, max_bytes=max_card_bytes, allow_insecure=allow_insecure_http
+    limits = with_card_signatures(
+        CardLimits(
+            timeout=card_timeout, max_bytes=max_card_bytes, allow_insecure=allow_insecure_http
+        )
     )
     origin = card_urls(agent_url)[0]
     with open_store(options) as store:

@@ -23,9 +23,9 @@ from cardfence.engine.cli.app import (
     app,
     check_seconds,
     checked_store_url,
+    configured,
     open_store,
     options_of,
-    with_credentials,
 )
 from cardfence.engine.cli.tasks import CardAgeOption, PollOption
 from cardfence.engine.engine import Engine, EngineConfig
@@ -65,7 +65,7 @@ def serve_command(
         max_card_age=max_card_age,
         card_limits=CardLimits(allow_insecure=allow_insecure_http),
     )
-    config = with_credentials(options, config)
+    config = configured(options, config)
     _log_decisions(debug)
     try:
         sock = listen(host, port)

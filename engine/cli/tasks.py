@@ -32,10 +32,10 @@ from cardfence.engine.cli.app import (
     check_positive,
     check_seconds,
     checked_store_url,
+    configured,
     emit,
     open_store,
     options_of,
-    with_credentials,
 )
 from cardfence.engine.cli.render import (
     audit_text,
@@ -99,7 +99,7 @@ def _engine_run(
     makes ends by ``deadline`` (R16). On SIGINT/SIGTERM the job is cancelled at its next await
     (the append in hand commits first) and :class:`Interrupted` says what ``left(engine)``
     reports."""
-    config = with_credentials(options, config)
+    config = configured(options, config)
     store = open_store(options, existing=existing)
 
     async def main() -> _T:
@@ -462,15 +462,24 @@ def show(
 @app.command()
 def audit(
     ctx: typer.Context,
+    verify_signatures: Annotated[
+        bool,
+        typer.Option(
+            "--verify-signatures",
+            help="Also verify again every signed card read recorded as verified, against the "
+            "key set recorded with it.",
+        ),
+    ] = False,
     db: DbOption = None,
     json_: JsonOption = False,
     debug: DebugOption = False,
 ) -> None:
     """Verify every stream's chain and versions, replay it against its projection, and check
-    every referenced card snapshot. Exit 5 on any violation."""
+    every referenced card snapshot (--verify-signatures: and every verified card signature).
+    Exit 5 on any violation."""
     options = options_of(ctx, db, json_, debug)
     with open_store(options, existing=True) as store:
-        report = audit_store(store)
+        report = audit_store(store, verify_signatures=verify_signatures)
     emit(options, report.to_json(), audit_text(report))
     if not report.ok:
         first = report.violations[0]

@@ -84,7 +84,9 @@ def test_follow_tails_concurrent_writers_without_skipping_and_stops_on_sigterm(
             stored = [e.position for e in store.read_all(limit=10_000)]
         time.sleep(0.5)  # a few follow intervals: everything committed is printed by then
         follower.send_signal(signal.SIGTERM)
-        out, err = follower.communicate(timeout=20)
+        out = follower.stdout.read()  # the same buffered reader as `first`: nothing is lost
+        follower.wait(timeout=20)
+        err = follower.stderr.read() if follower.stderr else ""
     finally:
         if follower.poll() is None:
             follower.kill()
