@@ -3,12 +3,13 @@ same agent behind real authentication middleware (``tests/support/auth_peer.py``
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from engine_fixtures import restored
-from support import AuthPeer, Peer
+from support import AuthPeer, Peer, Peer03, Venv03Unavailable
 
 from cardfence.store import EventStore
 
@@ -24,6 +25,32 @@ def shared_peer() -> Iterator[Peer]:
 def peer(shared_peer: Peer) -> Iterator[Peer]:
     """The module's agent in normal service, counters zeroed, its card restored afterwards."""
     with restored(shared_peer) as fresh:
+        yield fresh
+
+
+@pytest.fixture(scope="module", params=["1.3", "0.3"])
+def shared_agent(request: pytest.FixtureRequest) -> Iterator[Peer | Peer03]:
+    """The module's agent of each generation: the a2a-sdk 1.3 one (the module's `shared_peer`)
+    and the official a2a-sdk 0.3 one (`Peer03`, a subprocess: about a second to start)."""
+    if request.param == "1.3":
+        yield request.getfixturevalue("shared_peer")
+        return
+    try:
+        running = Peer03().start()
+    except Venv03Unavailable as exc:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"the a2a-sdk 0.3 venv is needed under CI: {exc}")
+        pytest.skip(f"no a2a-sdk 0.3 venv: {exc}")
+    try:
+        yield running
+    finally:
+        running.close()
+
+
+@pytest.fixture
+def agent(shared_agent: Peer | Peer03) -> Iterator[Peer | Peer03]:
+    """`peer`, for tests that hold on both generations: in normal service, its card restored."""
+    with restored(shared_agent) as fresh:
         yield fresh
 
 

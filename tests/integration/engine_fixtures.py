@@ -8,8 +8,11 @@ Plain functions and classes, no pytest fixtures: the test modules define their f
 - Reading what was recorded: :func:`events`, :func:`types`, :func:`transitions`, :func:`data_of`,
   :func:`agent_events`, :func:`write_marks` (to prove a refusal wrote nothing).
 - :func:`restored` — one agent shared by a module, back to normal service for every test.
-- Card edits for ``Peer.mutate_card``: :func:`drop_skill`, :func:`withdraw_push`,
-  :func:`rotate_security`, :func:`rotate_to_bearer`, :func:`drop_jsonrpc_interface`.
+- Card edits for ``mutate_card``: :func:`drop_skill`, :func:`withdraw_push`,
+  :func:`rotate_security`, :func:`rotate_to_bearer`, :func:`drop_jsonrpc_interface`,
+  :func:`point_jsonrpc_at`; those rule tests run against both generations use edit a 1.0 card
+  (`Peer`) and a 0.3 one (`Peer03`: ``url``, ``additionalInterfaces``) alike.
+  :func:`wire_version` is the protocol version the engine records for an agent's endpoints.
 - :class:`PushReceiver` — a webhook on 127.0.0.1 that records what the agent POSTs and, once told
   to, hands each delivery to ``Engine.deliver`` on the test's event loop.
 - :class:`MovableEndpoint` — a JSON-RPC endpoint of its own that relays to the agent's until it is
@@ -34,7 +37,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
-from support import Peer, ServerThread
+from support import Peer, Peer03, ServerThread
 
 from cardfence.engine import events as ev
 from cardfence.engine.audit import audit
@@ -55,6 +58,8 @@ FAST = EngineConfig(
 )
 
 JSON = "application/json"
+
+Agent = Peer | Peer03  # an agent of either generation
 
 
 # -- engines and the audit ------------------------------------------------------------------------
@@ -90,7 +95,7 @@ async def wait_until(
 
 
 @contextlib.contextmanager
-def restored(peer: Peer) -> Iterator[Peer]:
+def restored(peer: Agent) -> Iterator[Agent]:
     """A shared agent in normal service with zeroed counters, its card restored afterwards (one
     agent per module: starting one costs a quarter of a second)."""
     original = copy.deepcopy(peer.card)
@@ -124,7 +129,7 @@ def transitions(store: EventStore, key: str) -> list[tuple[str, str]]:
     return [(d["from"], d["to"]) for d in data_of(store, key, ev.STATE_CHANGED)]
 
 
-def agent_events(store: EventStore, peer: Peer) -> list[tuple[str, dict[str, Any]]]:
+def agent_events(store: EventStore, peer: Agent) -> list[tuple[str, dict[str, Any]]]:
     stream = ev.agent_stream_id(card_urls(peer.base_url)[0])
     return [(e.type, e.data) for e in store.read_stream(stream)]
 
@@ -138,7 +143,7 @@ def write_marks(store: EventStore) -> tuple[int, dict[str, int]]:
     return store.last_position(), versions
 
 
-def calls(peer: Peer, method: str, binding: str | None = None) -> int:
+def calls(peer: Agent, method: str, binding: str | None = None) -> int:
     """How many ``method`` requests the agent received (on ``binding``, or either)."""
     return sum(1 for b, m in peer.calls if m == method and binding in (None, b))
 
@@ -154,6 +159,16 @@ def drop_skill(skill_id: str) -> Callable[[dict[str, Any]], None]:
     return edit
 
 
+def wire_version(agent: Agent) -> str:
+    """The protocol version recorded for the agent's endpoints: its card's."""
+    return agent.protocol_version if isinstance(agent, Peer03) else "1.0"
+
+
+def _is_03(card: dict[str, Any]) -> bool:
+    """A 0.3 card names its main endpoint at the top (``url``); a 1.0 card lists them all."""
+    return "supportedInterfaces" not in card
+
+
 def withdraw_push(card: dict[str, Any]) -> None:
     card["capabilities"]["pushNotifications"] = False
     card["version"] = "1.1.0"
@@ -161,6 +176,11 @@ def withdraw_push(card: dict[str, Any]) -> None:
 
 def rotate_security(card: dict[str, Any]) -> None:
     """Seed 004 #1: the agent moves to mTLS-only between two reads."""
+    if _is_03(card):
+        card["securitySchemes"] = {"mtls": {"type": "mutualTLS", "description": "mTLS only"}}
+        card["security"] = [{"mtls": []}]
+        card["version"] = "2.0.0"
+        return
     card["securitySchemes"] = {"mtls": {"mtlsSecurityScheme": {"description": "mTLS only"}}}
     card["securityRequirements"] = [{"schemes": {"mtls": {"list": []}}}]
     card["version"] = "2.0.0"
@@ -168,6 +188,11 @@ def rotate_security(card: dict[str, Any]) -> None:
 
 def rotate_to_bearer(card: dict[str, Any]) -> None:
     """The agent starts requiring an HTTP bearer token (scheme ``bearer``)."""
+    if _is_03(card):
+        card["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
+        card["security"] = [{"bearer": []}]
+        card["version"] = "2.0.0"
+        return
     card["securitySchemes"] = {"bearer": {"httpAuthSecurityScheme": {"scheme": "bearer"}}}
     card["securityRequirements"] = [{"schemes": {"bearer": {"list": []}}}]
     card["version"] = "2.0.0"
@@ -175,6 +200,11 @@ def rotate_to_bearer(card: dict[str, Any]) -> None:
 
 def drop_jsonrpc_interface(card: dict[str, Any]) -> None:
     """The JSON-RPC endpoint is retired: only the HTTP+JSON one is left (same skills, contract)."""
+    if _is_03(card):
+        [rest] = [i for i in card["additionalInterfaces"] if i["transport"] == "HTTP+JSON"]
+        card.update(url=rest["url"], preferredTransport="HTTP+JSON", additionalInterfaces=[rest])
+        card["version"] = "1.2.0"
+        return
     card["supportedInterfaces"] = [
         i for i in card["supportedInterfaces"] if i["protocolBinding"] != "JSONRPC"
     ]
@@ -221,13 +251,20 @@ class PushReceiver(WebhookReceiver):
 
     def states_delivered(self) -> list[str]:
         """The wire states of the status updates and tasks received, in order."""
-        out = []
-        for body, _ in self.deliveries:
-            doc = json.loads(body)
-            status = (doc.get("statusUpdate") or doc.get("task") or {}).get("status") or {}
-            if "state" in status:
-                out.append(str(status["state"]))
-        return out
+        return [state for state in map(delivered_state, (b for b, _ in self.deliveries)) if state]
+
+
+def delivered_state(body: bytes) -> str | None:
+    """The state a push body reports, in 1.0 wire form: a 1.0 ``StreamResponse`` (status update
+    or task), or a 0.3 push (the whole task, ``"completed"`` becomes ``TASK_STATE_COMPLETED``)."""
+    doc = json.loads(body)
+    task = doc.get("statusUpdate") or doc.get("task") or doc
+    state = (task.get("status") or {}).get("state")
+    if not isinstance(state, str):
+        return None
+    if state.startswith("TASK_STATE_"):
+        return state
+    return "TASK_STATE_" + state.upper().replace("-", "_")
 
 
 def state_of(engine: Engine, key: str) -> Mapping[str, Any]:
@@ -320,6 +357,13 @@ def point_jsonrpc_at(url: str) -> Callable[[dict[str, Any]], None]:
     """A card edit: the JSON-RPC interface now lives at ``url`` (same skills, same contract)."""
 
     def edit(card: dict[str, Any]) -> None:
+        if _is_03(card):
+            if card.get("preferredTransport", "JSONRPC") == "JSONRPC":
+                card["url"] = url
+            for interface in card.get("additionalInterfaces") or []:
+                if interface["transport"] == "JSONRPC":
+                    interface["url"] = url
+            return
         for interface in card["supportedInterfaces"]:
             if interface["protocolBinding"] == "JSONRPC":
                 interface["url"] = url

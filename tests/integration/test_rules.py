@@ -1,10 +1,14 @@
-"""Rules R1-R12 of docs/rules.md against a real a2a-sdk 1.3 agent, one incident at a time.
+"""Rules R1-R12 of docs/rules.md against real agents, one incident at a time.
 
 Each test replays what a incident did (a card that breaks, changes or withdraws something
 while a task is live; a webhook that goes silent; an endpoint that moves) and asserts the bad
 outcome of the seed does not happen: no cancel is sent, no task is failed or ended locally, nothing
 is sent or registered on a card that could not confirm it, every remote report is applied once.
 Every test that drives tasks ends with the audit (replay == projection, chains intact).
+
+The tests taking ``agent`` run against both generations: the a2a-sdk 1.3 agent (`Peer`, A2A 1.0)
+and the official a2a-sdk 0.3 agent (`Peer03`, A2A 0.3), ids ``1.3`` and ``0.3``. Those taking
+``peer`` rely on something only the 1.3 agent offers, said at each.
 """
 
 from __future__ import annotations
@@ -21,12 +25,14 @@ import httpx
 import pytest
 from engine_fixtures import (
     FAST,
+    Agent,
     MovableEndpoint,
     PushReceiver,
     agent_events,
     audited_engine,
     calls,
     data_of,
+    delivered_state,
     drop_jsonrpc_interface,
     drop_skill,
     events,
@@ -40,6 +46,7 @@ from engine_fixtures import (
     transitions,
     types,
     wait_until,
+    wire_version,
     withdraw_push,
     write_marks,
 )
@@ -73,10 +80,20 @@ def db(tmp_path: Path) -> str:
 
 
 @pytest.fixture
-async def engine(peer: Peer, db: str) -> AsyncIterator[Engine]:
+async def engine(db: str) -> AsyncIterator[Engine]:
     """An engine on a fresh SQLite store (FAST intervals); audited when the test is done."""
     async with audited_engine(db) as running:
         yield running
+
+
+@pytest.fixture
+def fault(request: pytest.FixtureRequest, agent: Agent) -> str:
+    """A card fault (parametrised indirectly); skipped, before any engine is opened, where the
+    agent cannot serve it: the 0.3 agent has no hanging, invalid or huge card (only 503, 404)."""
+    kind = str(request.param)
+    if kind not in agent.card_faults:
+        pytest.skip(f"the 0.3 agent serves the card faults {sorted(agent.card_faults)} only")
+    return kind
 
 
 @pytest.fixture
@@ -85,7 +102,7 @@ def hook() -> Iterator[PushReceiver]:
         yield receiver
 
 
-async def healthy_reference(engine: Engine, peer: Peer, text: str) -> list[tuple[str, str]]:
+async def healthy_reference(engine: Engine, peer: Agent, text: str) -> list[tuple[str, str]]:
     """The StateChanged sequence of a run with the card left alone."""
     view = await engine.start_task(peer.base_url, skill="slow", text=text)
     done = await engine.drive(view.task, until="terminal", timeout=10)
@@ -96,18 +113,18 @@ async def healthy_reference(engine: Engine, peer: Peer, text: str) -> list[tuple
 # -- R1: continuation is never gated by discovery (incident 000 #2) --------------------------------
 
 
-async def test_card_503_mid_task_never_sends_cancel(peer: Peer, db_url: str) -> None:
+async def test_card_503_mid_task_never_sends_cancel(agent: Agent, db_url: str) -> None:
     async with audited_engine(db_url) as engine:
-        reference = await healthy_reference(engine, peer, "slow 0.8")
-        view = await engine.start_task(peer.base_url, skill="slow", text="slow 0.8")
-        peer.set_card_fault("503")  # the agent is being redeployed: its card answers 503
+        reference = await healthy_reference(engine, agent, "slow 0.8")
+        view = await engine.start_task(agent.base_url, skill="slow", text="slow 0.8")
+        agent.set_card_fault("503")  # the agent is being redeployed: its card answers 503
 
         done = await engine.drive(view.task, until="terminal", timeout=10)
         await engine.settle()
 
         assert done.state == "completed"
-        assert ("JSONRPC", "CancelTask") not in peer.calls
-        assert calls(peer, "CancelTask") == 0
+        assert ("JSONRPC", "CancelTask") not in agent.calls
+        assert calls(agent, "CancelTask") == 0
         unavailable = data_of(engine.store, view.task, ev.DISCOVERY_UNAVAILABLE)
         assert unavailable, "the failed re-validation was not recorded"
         assert {u["kind"] for u in unavailable} == {"http_status"}
@@ -125,20 +142,21 @@ async def test_card_503_mid_task_never_sends_cancel(peer: Peer, db_url: str) -> 
         ("invalid_json", CardInvalidError, "invalid_card"),
         ("huge", CardInvalidError, "too_large"),
     ],
+    indirect=["fault"],
 )
 async def test_creation_refused_when_the_card_read_fails_sends_nothing(
-    peer: Peer, engine: Engine, fault: str, error: type[DiscoveryError], kind: str
+    agent: Agent, fault: str, engine: Engine, error: type[DiscoveryError], kind: str
 ) -> None:
-    peer.set_card_fault(fault)
+    agent.set_card_fault(fault)
     with pytest.raises(DiscoveryError) as caught:
-        await engine.start_task(peer.base_url, skill="echo", text="echo hi")
+        await engine.start_task(agent.base_url, skill="echo", text="echo hi")
 
     assert type(caught.value) is error
     assert caught.value.kind == kind
     assert "nothing was sent" in str(caught.value)
-    assert peer.calls == []
+    assert agent.calls == []
     assert engine.tasks() == []
-    recorded = agent_events(engine.store, peer)
+    recorded = agent_events(engine.store, agent)
     assert [t for t, _ in recorded] == [ev.DISCOVERY_FAILED, ev.TASK_CREATION_REFUSED]
     assert recorded[0][1]["kind"] == kind
     assert recorded[1][1]["reason"] == "discovery_failed"
@@ -152,18 +170,19 @@ async def test_creation_refused_when_the_card_read_fails_sends_nothing(
     ],
 )
 async def test_creation_refused_when_skill_or_media_type_unavailable_sends_nothing(
-    peer: Peer, engine: Engine, skill: str, media_type: str, reason: str
+    agent: Agent, engine: Engine, skill: str, media_type: str, reason: str
 ) -> None:
     with pytest.raises(SkillUnavailableError) as caught:
-        await engine.start_task(peer.base_url, skill=skill, text="hi", media_type=media_type)
+        await engine.start_task(agent.base_url, skill=skill, text="hi", media_type=media_type)
 
     assert "nothing was sent" in str(caught.value)
-    assert calls(peer, "SendMessage") == 0
+    assert calls(agent, "SendMessage") == 0
     assert engine.tasks() == []
-    refusals = [d for t, d in agent_events(engine.store, peer) if t == ev.TASK_CREATION_REFUSED]
+    refusals = [d for t, d in agent_events(engine.store, agent) if t == ev.TASK_CREATION_REFUSED]
     assert [(r["reason"], r["skill"]) for r in refusals] == [(reason, skill)]
 
 
+# 1.3 only: it checks the conditional re-read, and a2a-sdk 0.3 serves its card without an ETag.
 async def test_creation_reads_the_card_fresh_so_a_skill_dropped_since_the_last_task_is_refused(
     peer: Peer, engine: Engine
 ) -> None:
@@ -184,66 +203,66 @@ async def test_creation_reads_the_card_fresh_so_a_skill_dropped_since_the_last_t
 # -- R3: the contract is frozen at send (incident 004) ---------------------------------------------
 
 
-async def test_contract_rotated_between_reads_sends_nothing(peer: Peer, engine: Engine) -> None:
-    first = await engine.start_task(peer.base_url, skill="echo", text="echo pinned")
+async def test_contract_rotated_between_reads_sends_nothing(agent: Agent, engine: Engine) -> None:
+    first = await engine.start_task(agent.base_url, skill="echo", text="echo pinned")
     await engine.drive(first.task, until="terminal", timeout=5)
-    peer.mutate_card(rotate_security)
+    agent.mutate_card(rotate_security)
 
     with pytest.raises(ContractChangedError) as caught:
-        await engine.start_task(peer.base_url, skill="echo", text="echo rotated")
+        await engine.start_task(agent.base_url, skill="echo", text="echo rotated")
 
     assert "nothing was sent" in str(caught.value)
     assert caught.value.pinned == first.contract_hash
-    assert calls(peer, "SendMessage") == 1  # the first task's only
-    assert calls(peer, "CancelTask") == 0  # never send and then cancel
+    assert calls(agent, "SendMessage") == 1  # the first task's only
+    assert calls(agent, "CancelTask") == 0  # never send and then cancel
     assert [v.task for v in engine.tasks()] == [first.task]
-    recorded = agent_events(engine.store, peer)
+    recorded = agent_events(engine.store, agent)
     assert [t for t, _ in recorded if t.startswith("Contract")] == [ev.CONTRACT_PINNED]
     assert recorded[-1][0] == ev.TASK_CREATION_REFUSED
     assert recorded[-1][1]["reason"] == "ContractChangedError"
 
 
 async def test_rotated_contract_accepted_explicitly_is_recorded_then_sent(
-    peer: Peer, db: str
+    agent: Agent, db: str
 ) -> None:
     # The new contract requires a bearer token: configured, so only R3 stands in the way.
-    token = CredentialsConfig.of({peer.base_url: {"bearer": Bearer("t-rotated")}})
+    token = CredentialsConfig.of({agent.base_url: {"bearer": Bearer("t-rotated")}})
     async with audited_engine(db, dataclasses.replace(FAST, credentials=token)) as engine:
-        await _rotated_contract_accepted(peer, engine)
+        await _rotated_contract_accepted(agent, engine)
 
 
-async def _rotated_contract_accepted(peer: Peer, engine: Engine) -> None:
-    first = await engine.start_task(peer.base_url, skill="echo", text="echo pinned")
-    peer.mutate_card(rotate_to_bearer)
+async def _rotated_contract_accepted(agent: Agent, engine: Engine) -> None:
+    first = await engine.start_task(agent.base_url, skill="echo", text="echo pinned")
+    agent.mutate_card(rotate_to_bearer)
 
     accepted = await engine.start_task(
-        peer.base_url, skill="echo", text="echo accepted", accept_contract=True
+        agent.base_url, skill="echo", text="echo accepted", accept_contract=True
     )
     done = await engine.drive(accepted.task, until="terminal", timeout=5)
-    again = await engine.start_task(peer.base_url, skill="echo", text="echo again")  # new pin
+    again = await engine.start_task(agent.base_url, skill="echo", text="echo again")  # new pin
 
     assert done.state == "completed"
-    assert calls(peer, "SendMessage") == 3
+    assert calls(agent, "SendMessage") == 3
     assert accepted.contract_hash != first.contract_hash
     assert again.contract_hash == accepted.contract_hash
-    contracts = [(t, d) for t, d in agent_events(engine.store, peer) if t.startswith("Contract")]
+    contracts = [(t, d) for t, d in agent_events(engine.store, agent) if t.startswith("Contract")]
     assert [t for t, _ in contracts] == [ev.CONTRACT_PINNED, ev.CONTRACT_ACCEPTED]
     assert contracts[1][1]["previous"] == first.contract_hash
     assert contracts[1][1]["contract_hash"] == accepted.contract_hash
 
 
 async def test_contract_rotated_mid_task_is_recorded_as_diverged_and_the_task_completes(
-    peer: Peer, engine: Engine
+    agent: Agent, engine: Engine
 ) -> None:
-    view = await engine.start_task(peer.base_url, skill="slow", text="slow 0.8")
-    peer.mutate_card(rotate_security)
+    view = await engine.start_task(agent.base_url, skill="slow", text="slow 0.8")
+    agent.mutate_card(rotate_security)
 
     done = await engine.drive(view.task, until="terminal", timeout=10)
     await engine.settle()
 
     assert done.state == "completed"
     assert transitions(engine.store, view.task) == SLOW
-    assert calls(peer, "CancelTask") == 0
+    assert calls(agent, "CancelTask") == 0
     diverged = data_of(engine.store, view.task, ev.CONTRACT_DIVERGED)
     assert diverged
     assert diverged[0]["frozen"] == view.contract_hash
@@ -251,9 +270,9 @@ async def test_contract_rotated_mid_task_is_recorded_as_diverged_and_the_task_co
     state = state_of(engine, view.task)
     assert state["contract_hash"] == view.contract_hash  # the frozen contract still governs
     assert state["endpoint"] == {
-        "url": peer.jsonrpc_url,
+        "url": agent.jsonrpc_url,
         "binding": JSONRPC,
-        "protocol_version": "1.0",
+        "protocol_version": wire_version(agent),
     }
     assert "contract_diverged" in done.flags
 
@@ -266,21 +285,21 @@ async def test_contract_rotated_mid_task_is_recorded_as_diverged_and_the_task_co
     [("push_withdrawn", "push_not_advertised"), ("card_503", "discovery_failed")],
 )
 async def test_registration_without_fresh_push_registers_nothing_and_polls_to_the_end(
-    peer: Peer, engine: Engine, hook: PushReceiver, break_card: str, reason: str
+    agent: Agent, engine: Engine, hook: PushReceiver, break_card: str, reason: str
 ) -> None:
-    view = await engine.start_task(peer.base_url, skill="slow", text="slow 0.4")
-    reads_before = peer.card_requests
+    view = await engine.start_task(agent.base_url, skill="slow", text="slow 0.4")
+    reads_before = agent.card_requests
     if break_card == "push_withdrawn":
-        peer.mutate_card(withdraw_push)  # the card read at creation still said push: true
+        agent.mutate_card(withdraw_push)  # the card read at creation still said push: true
     else:
-        peer.set_card_fault("503")
+        agent.set_card_fault("503")
     before = state_of(engine, view.task)["state"]
 
     outcome = await engine.register_webhook(view.task, hook.url)
 
     assert (outcome.registered, outcome.reason) == (False, reason)
-    assert peer.card_requests == reads_before + 1  # read for this registration, not memoised
-    assert calls(peer, "CreateTaskPushNotificationConfig") == 0
+    assert agent.card_requests == reads_before + 1  # read for this registration, not memoised
+    assert calls(agent, "CreateTaskPushNotificationConfig") == 0
     [downgraded] = data_of(engine.store, view.task, ev.DELIVERY_DOWNGRADED)
     assert (downgraded["reason"], downgraded["to"]) == (reason, "polling")
     after = state_of(engine, view.task)
@@ -294,6 +313,7 @@ async def test_registration_without_fresh_push_registers_nothing_and_polls_to_th
     assert hook.deliveries == []
 
 
+# 1.3 only: it lists the configs through the 1.0 HTTP+JSON route (0.3 has another).
 async def test_registration_with_push_advertised_is_provisional_and_uses_our_config_id(
     peer: Peer, engine: Engine, hook: PushReceiver
 ) -> None:
@@ -324,19 +344,19 @@ async def test_registration_with_push_advertised_is_provisional_and_uses_our_con
 
 
 async def test_push_withdrawn_after_registration_still_reaches_terminal_within_max_poll_interval(
-    peer: Peer, engine: Engine, hook: PushReceiver
+    agent: Agent, engine: Engine, hook: PushReceiver
 ) -> None:
     hook.forward_to(engine)
-    view = await engine.start_task(peer.base_url, skill="slow", text="slow 0.6")
+    view = await engine.start_task(agent.base_url, skill="slow", text="slow 0.6")
     outcome = await engine.register_webhook(view.task, hook.url)
     assert outcome.registered
-    peer.set_push_dropped(True)  # registrations accepted, deliveries silently dropped
+    agent.set_push_dropped(True)  # registrations accepted, deliveries silently dropped
 
     done = await engine.drive(view.task, until="terminal", timeout=30)
 
     assert done.state == "completed"  # not failed, not left waiting for the timeout
     assert transitions(engine.store, view.task) == SLOW
-    assert peer.pushes_dropped >= 1
+    assert agent.pushes_dropped >= 1
     assert hook.deliveries == []
     [completed] = [e for e in events(engine.store, view.task) if e.type == ev.STATE_CHANGED][1:]
     assert completed.data["source"] == "poll"
@@ -347,6 +367,7 @@ async def test_push_withdrawn_after_registration_still_reaches_terminal_within_m
     assert state_of(engine, view.task)["webhook"]["status"] == "provisional"
 
 
+# 1.3 only: 0.3 pushes carry the token alone, no Authorization (test_wire03 covers them).
 async def test_first_valid_delivery_confirms_the_webhook(
     peer: Peer, engine: Engine, hook: PushReceiver
 ) -> None:
@@ -371,6 +392,7 @@ async def test_first_valid_delivery_confirms_the_webhook(
     assert data_of(engine.store, view.task, ev.ARTIFACT_RECEIVED)  # the task's output is kept
 
 
+# 1.3 only: it picks the status-update push; 0.3 pushes the whole task each time.
 async def test_a_push_that_ends_the_task_is_followed_by_one_read_that_keeps_its_artifacts(
     peer: Peer, engine: Engine, hook: PushReceiver
 ) -> None:
@@ -399,6 +421,7 @@ async def test_a_push_that_ends_the_task_is_followed_by_one_read_that_keeps_its_
 # -- R6: capability re-checks are bound to state boundaries (incident 001) -------------------------
 
 
+# 1.3 only: it checks the re-check is conditional, and a2a-sdk 0.3 sends no card ETag.
 async def test_push_withdrawn_before_submitted_to_working_downgrades_after_the_transition(
     peer: Peer, db: str, hook: PushReceiver
 ) -> None:
@@ -432,16 +455,16 @@ async def test_push_withdrawn_before_submitted_to_working_downgrades_after_the_t
 # -- R7: a card change mid-task is reconciled, never acted on by cancelling (incident 004 #2) ------
 
 
-async def test_skill_dropped_mid_task_never_cancels(peer: Peer, engine: Engine) -> None:
-    view = await engine.start_task(peer.base_url, skill="slow", text="slow 0.8")
-    peer.mutate_card(drop_skill("slow"))
+async def test_skill_dropped_mid_task_never_cancels(agent: Agent, engine: Engine) -> None:
+    view = await engine.start_task(agent.base_url, skill="slow", text="slow 0.8")
+    agent.mutate_card(drop_skill("slow"))
 
     done = await engine.drive(view.task, until="terminal", timeout=10)
     await engine.settle()
 
     assert done.state == "completed"
     assert transitions(engine.store, view.task) == SLOW
-    assert calls(peer, "CancelTask") == 0
+    assert calls(agent, "CancelTask") == 0
     [changed] = data_of(engine.store, view.task, ev.CARD_REVISION_CHANGED)
     assert changed["old"] == view.card_revision
     assert changed["changes"]["skills"] == {"removed": ["slow"]}
@@ -452,10 +475,10 @@ async def test_skill_dropped_mid_task_never_cancels(peer: Peer, engine: Engine) 
 
 
 async def test_endpoint_moved_mid_task_is_recorded_but_the_task_stays_on_its_endpoint(
-    peer: Peer, engine: Engine
+    agent: Agent, engine: Engine
 ) -> None:
-    view = await engine.start_task(peer.base_url, skill="slow", text="slow 0.8")
-    peer.mutate_card(drop_jsonrpc_interface)
+    view = await engine.start_task(agent.base_url, skill="slow", text="slow 0.8")
+    agent.mutate_card(drop_jsonrpc_interface)
 
     done = await engine.drive(view.task, until="terminal", timeout=10)
     await engine.settle()
@@ -464,11 +487,11 @@ async def test_endpoint_moved_mid_task_is_recorded_but_the_task_stays_on_its_end
     assert transitions(engine.store, view.task) == SLOW
     [changed] = data_of(engine.store, view.task, ev.CARD_REVISION_CHANGED)
     new_endpoints = [(i["url"], i["binding"]) for i in changed["changes"]["endpoints"]["new"]]
-    assert new_endpoints == [(peer.rest_url, "HTTP+JSON")]
+    assert new_endpoints == [(agent.rest_url, "HTTP+JSON")]
     assert "contract" not in changed["changes"]
     assert ev.ENDPOINT_MOVED not in types(engine.store, view.task)  # not until R9
-    assert calls(peer, "GetTask", "REST") == 0
-    assert calls(peer, "GetTask", "JSONRPC") > 0
+    assert calls(agent, "GetTask", "REST") == 0
+    assert calls(agent, "GetTask", "JSONRPC") > 0
 
 
 # -- R8: a discovery failure mid-task is an annotation (incident 000) ------------------------------
@@ -482,12 +505,13 @@ async def test_endpoint_moved_mid_task_is_recorded_but_the_task_stays_on_its_end
         ("invalid_json", "invalid_card"),
         ("huge", "too_large"),
     ],
+    indirect=["fault"],
 )
 async def test_discovery_failing_mid_task_only_annotates(
-    peer: Peer, engine: Engine, fault: str, kind: str
+    agent: Agent, fault: str, engine: Engine, kind: str
 ) -> None:
-    view = await engine.start_task(peer.base_url, skill="slow", text="slow 0.8")
-    peer.set_card_fault(fault)
+    view = await engine.start_task(agent.base_url, skill="slow", text="slow 0.8")
+    agent.set_card_fault(fault)
 
     done = await engine.drive(view.task, until="terminal", timeout=10)
     await engine.settle()
@@ -501,27 +525,27 @@ async def test_discovery_failing_mid_task_only_annotates(
     assert kinds == {kind}
     assert done.flags == ()
     assert done.delivery_mode == "polling"
-    assert calls(peer, "CancelTask") == 0
+    assert calls(agent, "CancelTask") == 0
 
 
 # -- R9: resume reconciles the task with a fresh card (incident 002) -------------------------------
 
 
 async def test_resume_after_skill_vanished_raises_orphaned_and_leaves_state(
-    peer: Peer, engine: Engine, db: str
+    agent: Agent, engine: Engine, db: str
 ) -> None:
-    view = await engine.start_task(peer.base_url, skill="slow", text="slow 5")
+    view = await engine.start_task(agent.base_url, skill="slow", text="slow 5")
     working = await engine.poll(view.task)
     assert working.state == "working"
-    peer.mutate_card(drop_skill("slow"))
+    agent.mutate_card(drop_skill("slow"))
 
     async with audited_engine(db) as restarted:  # a new process on the same store
-        sent_before = len(peer.calls)
+        sent_before = len(agent.calls)
         with pytest.raises(TaskOrphanedError) as caught:
             await restarted.resume(view.task)
 
         assert caught.value.skill == "slow"
-        assert peer.calls[sent_before:] == []  # no GetTask after the fresh read
+        assert agent.calls[sent_before:] == []  # no GetTask after the fresh read
         after = restarted.task(view.task)
         assert after.state == "working"  # its last observed state, never failed
         [orphaned] = data_of(restarted.store, view.task, ev.TASK_ORPHANED)
@@ -539,9 +563,9 @@ async def test_resume_after_skill_vanished_raises_orphaned_and_leaves_state(
     ],
 )
 async def test_resume_tells_compatible_skill_edits_from_incompatible_ones(
-    peer: Peer, engine: Engine, edit: str, orphaned: bool
+    agent: Agent, engine: Engine, edit: str, orphaned: bool
 ) -> None:
-    view = await engine.start_task(peer.base_url, skill="ask", text="ask")
+    view = await engine.start_task(agent.base_url, skill="ask", text="ask")
     await engine.drive(view.task, until="interrupted", timeout=5)
 
     def change(card: dict[str, Any]) -> None:
@@ -552,7 +576,7 @@ async def test_resume_tells_compatible_skill_edits_from_incompatible_ones(
             skill["inputModes"] = ["application/json"]
         card["version"] = "1.0.1"
 
-    peer.mutate_card(change)
+    agent.mutate_card(change)
     if orphaned:
         with pytest.raises(TaskOrphanedError):
             await engine.resume(view.task)
@@ -569,34 +593,39 @@ async def test_resume_tells_compatible_skill_edits_from_incompatible_ones(
 
 
 async def test_resume_follows_an_endpoint_moved_for_the_same_skill(
-    peer: Peer, engine: Engine
+    agent: Agent, engine: Engine
 ) -> None:
-    view = await engine.start_task(peer.base_url, skill="slow", text="slow 0.6")
+    view = await engine.start_task(agent.base_url, skill="slow", text="slow 0.6")
     assert (await engine.poll(view.task)).state == "working"
-    peer.mutate_card(drop_jsonrpc_interface)  # same skills, same contract, JSON-RPC retired
+    agent.mutate_card(drop_jsonrpc_interface)  # same skills, same contract, JSON-RPC retired
 
     resumed = await engine.resume(view.task)
     done = await engine.drive(resumed.task, until="terminal", timeout=10)
 
     [moved] = data_of(engine.store, view.task, ev.ENDPOINT_MOVED)
+    version = wire_version(agent)
     assert moved["old"] == {
-        "url": peer.jsonrpc_url,
+        "url": agent.jsonrpc_url,
         "binding": "JSONRPC",
-        "protocol_version": "1.0",
+        "protocol_version": version,
     }
-    assert moved["new"] == {"url": peer.rest_url, "binding": "HTTP+JSON", "protocol_version": "1.0"}
+    assert moved["new"] == {
+        "url": agent.rest_url,
+        "binding": "HTTP+JSON",
+        "protocol_version": version,
+    }
     assert state_of(engine, view.task)["endpoint"] == moved["new"]
     assert done.state == "completed"
-    assert ("REST", "GetTask") in peer.calls
+    assert ("REST", "GetTask") in agent.calls
     assert transitions(engine.store, view.task) == SLOW
     assert ev.TASK_ORPHANED not in types(engine.store, view.task)
 
 
 async def test_resume_with_the_card_unreadable_goes_on_at_the_recorded_endpoint(
-    peer: Peer, engine: Engine
+    agent: Agent, engine: Engine
 ) -> None:
-    view = await engine.start_task(peer.base_url, skill="slow", text="slow 0.5")
-    peer.set_card_fault("503")
+    view = await engine.start_task(agent.base_url, skill="slow", text="slow 0.5")
+    agent.set_card_fault("503")
 
     resumed = await engine.resume(view.task)
     [unavailable] = data_of(engine.store, view.task, ev.DISCOVERY_UNAVAILABLE)
@@ -605,11 +634,11 @@ async def test_resume_with_the_card_unreadable_goes_on_at_the_recorded_endpoint(
     assert (unavailable["during"], unavailable["kind"]) == ("resume", "http_status")
     assert done.state == "completed"
     assert state_of(engine, view.task)["endpoint"] == {
-        "url": peer.jsonrpc_url,
+        "url": agent.jsonrpc_url,
         "binding": JSONRPC,
-        "protocol_version": "1.0",
+        "protocol_version": wire_version(agent),
     }
-    assert calls(peer, "GetTask", "JSONRPC") > 0
+    assert calls(agent, "GetTask", "JSONRPC") > 0
     assert ev.TASK_ORPHANED not in types(engine.store, view.task)
 
 
@@ -617,9 +646,9 @@ async def test_resume_with_the_card_unreadable_goes_on_at_the_recorded_endpoint(
 
 
 async def test_deadline_records_deadline_exceeded_and_does_not_fail_the_task(
-    peer: Peer, engine: Engine
+    agent: Agent, engine: Engine
 ) -> None:
-    view = await engine.start_task(peer.base_url, skill="ask", text="ask")
+    view = await engine.start_task(agent.base_url, skill="ask", text="ask")
 
     with pytest.raises(DeadlineExceeded) as caught:
         await engine.drive(view.task, until="terminal", timeout=0.3)
@@ -632,20 +661,20 @@ async def test_deadline_records_deadline_exceeded_and_does_not_fail_the_task(
     assert recorded[-2].data.get("source") == "poll"  # after a last poll
     assert engine.task(view.task).state == "input-required"
     assert "deadline_exceeded" in engine.task(view.task).flags
-    assert calls(peer, "CancelTask") == 0
+    assert calls(agent, "CancelTask") == 0
     assert all(to not in ("failed", "canceled") for _, to in transitions(engine.store, view.task))
 
 
 async def test_cancel_is_requested_and_the_state_moves_only_from_the_remote_answer(
-    peer: Peer, engine: Engine
+    agent: Agent, engine: Engine
 ) -> None:
-    view = await engine.start_task(peer.base_url, skill="slow", text="slow 2")
+    view = await engine.start_task(agent.base_url, skill="slow", text="slow 2")
     assert (await engine.poll(view.task)).state == "working"
 
     canceled = await engine.cancel(view.task)
 
     assert canceled.state == "canceled"
-    assert calls(peer, "CancelTask", "JSONRPC") == 1
+    assert calls(agent, "CancelTask", "JSONRPC") == 1
     recorded = events(engine.store, view.task)
     requested = [e.type for e in recorded].index(ev.CANCEL_REQUESTED)
     [to_canceled] = [
@@ -664,6 +693,7 @@ async def test_cancel_is_requested_and_the_state_moves_only_from_the_remote_answ
     assert engine.task(view.task).state == "canceled"
 
 
+# 1.3 only: the late push is crafted as a 1.0 StreamResponse body, which a 0.3 agent never sends.
 async def test_terminal_state_absorbs_a_late_non_terminal_push(
     peer: Peer, engine: Engine, hook: PushReceiver
 ) -> None:
@@ -694,20 +724,20 @@ async def test_terminal_state_absorbs_a_late_non_terminal_push(
 
 
 async def test_endpoint_gone_is_unreachable_not_task_not_found_and_changes_nothing(
-    peer: Peer, engine: Engine
+    agent: Agent, engine: Engine
 ) -> None:
-    view = await engine.start_task(peer.base_url, skill="slow", text="slow 1")
+    view = await engine.start_task(agent.base_url, skill="slow", text="slow 1")
     assert (await engine.poll(view.task)).state == "working"
-    peer.set_endpoint_gone(True)  # plain 404, no A2A error body
+    agent.set_endpoint_gone(True)  # plain 404, no A2A error body
 
     with pytest.raises(EndpointUnreachableError) as caught:
         await engine.poll(view.task)
     assert "404" in str(caught.value)
-    reads_before = peer.card_requests
+    reads_before = agent.card_requests
     with pytest.raises(EndpointUnreachableError):
         await engine.drive(view.task, until="terminal", timeout=0.3)
 
-    assert peer.card_requests > reads_before  # a bare 404 prompts an R9 check
+    assert agent.card_requests > reads_before  # a bare 404 prompts an R9 check
     assert engine.task(view.task).state == "working"  # nothing was changed
     unreachable = data_of(engine.store, view.task, ev.ENDPOINT_UNREACHABLE)
     assert unreachable
@@ -715,8 +745,9 @@ async def test_endpoint_gone_is_unreachable_not_task_not_found_and_changes_nothi
     assert transitions(engine.store, view.task) == [("submitted", "working")]
 
     # A real TaskNotFound is something else: an A2A error body, told apart by its code.
-    transport = A2ATransport(engine.client, Interface(peer.jsonrpc_url, JSONRPC, "1.0"))
-    peer.set_endpoint_gone(False)
+    interface = Interface(agent.jsonrpc_url, JSONRPC, wire_version(agent))
+    transport = A2ATransport(engine.client, interface)
+    agent.set_endpoint_gone(False)
     with pytest.raises(RemoteRefusedError) as not_found:
         await transport.get_task("no-such-task")
     assert not_found.value.code == TASK_NOT_FOUND
@@ -734,6 +765,7 @@ def old_endpoint(peer: Peer) -> Iterator[MovableEndpoint]:
         yield relay
 
 
+# 1.3 only: the relay's log is asserted in 1.0 JSON-RPC method names.
 async def test_bare_404_at_a_moved_endpoint_prompts_the_r9_check_and_the_task_follows(
     peer: Peer, engine: Engine, old_endpoint: MovableEndpoint
 ) -> None:
@@ -758,6 +790,7 @@ async def test_bare_404_at_a_moved_endpoint_prompts_the_r9_check_and_the_task_fo
     assert calls(peer, "CancelTask") == 0
 
 
+# 1.3 only: it shares old_endpoint, the relay in front of the 1.3 agent, with the test above.
 async def test_cancel_at_a_moved_endpoint_is_unreachable_not_task_not_found(
     peer: Peer, engine: Engine, old_endpoint: MovableEndpoint
 ) -> None:
@@ -784,33 +817,33 @@ async def test_cancel_at_a_moved_endpoint_is_unreachable_not_task_not_found(
 
 
 async def test_failed_without_diagnostic_is_terminal_and_never_retried(
-    peer: Peer, engine: Engine
+    agent: Agent, engine: Engine
 ) -> None:
-    view = await engine.start_task(peer.base_url, skill="fail", text="fail")
+    view = await engine.start_task(agent.base_url, skill="fail", text="fail")
     done = await engine.drive(view.task, until="terminal", timeout=5)
     assert done.state == "failed"
     assert done.last_message is None
-    sent = list(peer.calls)
+    sent = list(agent.calls)
 
     again = await engine.drive(view.task, until="terminal", timeout=5)
     resumed = await engine.resume(view.task)
 
     assert again.state == resumed.state == "failed"
-    assert peer.calls == sent  # no further SendMessage or GetTask for it
-    assert calls(peer, "SendMessage") == 1
+    assert agent.calls == sent  # no further SendMessage or GetTask for it
+    assert calls(agent, "SendMessage") == 1
     assert [to for _, to in transitions(engine.store, view.task)].count("failed") == 1
     assert ev.FLAGGED_FOR_REVIEW not in types(engine.store, view.task)  # the card did not move
 
 
 async def test_failed_without_diagnostic_after_a_card_change_is_flagged_for_revision_skew(
-    peer: Peer, engine: Engine
+    agent: Agent, engine: Engine
 ) -> None:
-    view = await engine.start_task(peer.base_url, skill="fail", text="fail")
-    peer.mutate_card(drop_skill("fail"))  # the vendor rolled a new card (incident 002)
-    fresh = await engine.discovery.read(peer.base_url, fresh=True)
+    view = await engine.start_task(agent.base_url, skill="fail", text="fail")
+    agent.mutate_card(drop_skill("fail"))  # the vendor rolled a new card (incident 002)
+    fresh = await engine.discovery.read(agent.base_url, fresh=True)
 
     done = await engine.drive(view.task, until="terminal", timeout=5)
-    sent = len(peer.calls)
+    sent = len(agent.calls)
     await engine.drive(view.task, until="terminal", timeout=5)
 
     assert done.state == "failed"
@@ -818,19 +851,19 @@ async def test_failed_without_diagnostic_after_a_card_change_is_flagged_for_revi
     [skew] = [f for f in flagged if f["reason"] == "revision_skew"]
     assert skew["revision"] == fresh.revision
     assert "revision_skew" in done.flags
-    assert len(peer.calls) == sent  # still terminal, still not retried
+    assert len(agent.calls) == sent  # still terminal, still not retried
 
 
 async def test_failed_with_a_diagnostic_after_a_card_change_is_not_flagged(
-    peer: Peer, engine: Engine
+    agent: Agent, engine: Engine
 ) -> None:
     def add_fail_diag(card: dict[str, Any]) -> None:
         card["skills"].append({**card["skills"][-1], "id": "fail-diag", "name": "Fail loudly"})
 
-    peer.mutate_card(add_fail_diag)
-    view = await engine.start_task(peer.base_url, skill="fail-diag", text="fail-diag boom")
-    peer.mutate_card(lambda card: card.update(version="9.9.9"))
-    await engine.discovery.read(peer.base_url, fresh=True)
+    agent.mutate_card(add_fail_diag)
+    view = await engine.start_task(agent.base_url, skill="fail-diag", text="fail-diag boom")
+    agent.mutate_card(lambda card: card.update(version="9.9.9"))
+    await engine.discovery.read(agent.base_url, fresh=True)
 
     done = await engine.drive(view.task, until="terminal", timeout=5)
 
@@ -843,10 +876,10 @@ async def test_failed_with_a_diagnostic_after_a_card_change_is_not_flagged(
 # -- R12: observations are applied in order, exactly once -----------------------------------------
 
 
-async def test_redelivered_webhook_changes_nothing(peer: Peer, db_url: str) -> None:
+async def test_redelivered_webhook_changes_nothing(agent: Agent, db_url: str) -> None:
     with PushReceiver() as hook:
         async with audited_engine(db_url) as engine:
-            view = await engine.start_task(peer.base_url, skill="slow", text="slow 0.3")
+            view = await engine.start_task(agent.base_url, skill="slow", text="slow 0.3")
             assert (await engine.register_webhook(view.task, hook.url)).registered
             await wait_until(lambda: "TASK_STATE_COMPLETED" in hook.states_delivered())
 
@@ -861,7 +894,9 @@ async def test_redelivered_webhook_changes_nothing(peer: Peer, db_url: str) -> N
             assert "applied" in {d.outcome for d in first}
             assert {d.outcome for d in again} <= {"duplicate", "ignored"}
             completed = next(
-                n for n, (body, _) in enumerate(hook.deliveries) if b"TASK_STATE_COMPLETED" in body
+                n
+                for n, (body, _) in enumerate(hook.deliveries)
+                if delivered_state(body) == "TASK_STATE_COMPLETED"
             )
             assert again[completed].outcome == "duplicate"
             assert transitions(engine.store, view.task) == changed
@@ -870,9 +905,10 @@ async def test_redelivered_webhook_changes_nothing(peer: Peer, db_url: str) -> N
             for field in ("state", "remote_timestamp", "artifacts", "transitions", "webhook"):
                 assert after[field] == applied[field]
             assert types(engine.store, view.task).count(ev.WEBHOOK_CONFIRMED) == 1
-            assert calls(peer, "GetTask") == 1  # the one closing read; redeliveries read nothing
+            assert calls(agent, "GetTask") == 1  # the one closing read; redeliveries read nothing
 
 
+# 1.3 only: the pushes are crafted as 1.0 StreamResponse bodies, which a 0.3 agent never sends.
 @pytest.mark.parametrize(
     ("state", "offset", "reason", "outcome"),
     [
@@ -908,11 +944,11 @@ async def test_push_that_is_not_newer_or_not_legal_is_ignored_with_its_reason(
     assert transitions(engine.store, view.task) == before
 
 
-async def test_push_and_poll_racing_record_each_transition_once(peer: Peer, db_url: str) -> None:
+async def test_push_and_poll_racing_record_each_transition_once(agent: Agent, db_url: str) -> None:
     with PushReceiver() as hook:
         async with audited_engine(db_url) as engine:
             hook.forward_to(engine)
-            view = await engine.start_task(peer.base_url, skill="slow", text="slow 0.5")
+            view = await engine.start_task(agent.base_url, skill="slow", text="slow 0.5")
             assert (await engine.register_webhook(view.task, hook.url)).registered
 
             done = await engine.drive(view.task, until="terminal", timeout=10)
@@ -945,6 +981,7 @@ REFUSALS = [
 ]
 
 
+# 1.3 only: the pushes are crafted as 1.0 StreamResponse bodies, which a 0.3 agent never sends.
 @pytest.mark.parametrize(("case", "status"), REFUSALS)
 async def test_refused_delivery_writes_nothing(
     peer: Peer, engine: Engine, hook: PushReceiver, case: str, status: int
@@ -998,6 +1035,7 @@ async def test_refused_delivery_writes_nothing(
 # -- R6 and R11 apply to pushed observations too (R12: whatever the source) ----------------------
 
 
+# 1.3 only: the push is crafted as a 1.0 StreamResponse body, which a 0.3 agent never sends.
 async def test_failed_without_diagnostic_by_push_after_a_card_change_is_flagged_for_revision_skew(
     peer: Peer, engine: Engine, hook: PushReceiver
 ) -> None:
@@ -1020,6 +1058,7 @@ async def test_failed_without_diagnostic_by_push_after_a_card_change_is_flagged_
     assert [(f["reason"], f["revision"]) for f in flagged] == [("revision_skew", fresh.revision)]
 
 
+# 1.3 only: the push is crafted as a 1.0 StreamResponse body, which a 0.3 agent never sends.
 async def test_boundary_crossed_by_a_push_rechecks_the_card_and_downgrades(
     peer: Peer, db: str, hook: PushReceiver
 ) -> None:
@@ -1048,6 +1087,7 @@ async def test_boundary_crossed_by_a_push_rechecks_the_card_and_downgrades(
 # -- crash safety: recorded before sending; resume finds what was sent ----------------------------
 
 
+# 1.3 only: resume asks ListTasks first, which 0.3 does not have (test_wire03 covers 0.3).
 async def test_task_is_recorded_before_sending_and_resume_sends_it_when_it_never_arrived(
     peer: Peer, engine: Engine
 ) -> None:
@@ -1074,6 +1114,7 @@ async def test_task_is_recorded_before_sending_and_resume_sends_it_when_it_never
     assert submitted["message_id"].startswith("m-")
 
 
+# 1.3 only: the task is found through ListTasks, which 0.3 does not have.
 async def test_resume_binds_the_remote_task_found_through_list_tasks(
     peer: Peer, engine: Engine
 ) -> None:
@@ -1104,9 +1145,9 @@ async def test_resume_binds_the_remote_task_found_through_list_tasks(
 
 
 async def test_resume_after_a_restart_with_an_unchanged_card_drives_to_completion(
-    peer: Peer, engine: Engine, db: str
+    agent: Agent, engine: Engine, db: str
 ) -> None:
-    view = await engine.start_task(peer.base_url, skill="slow", text="slow 0.4")
+    view = await engine.start_task(agent.base_url, skill="slow", text="slow 0.4")
     await asyncio.sleep(0)  # nothing else: the process "dies" here
 
     async with audited_engine(db) as restarted:
