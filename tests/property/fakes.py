@@ -496,9 +496,14 @@ def _error(rid: object, code: int, reason: str, message: str) -> httpx.Response:
 def hunt(max_examples: int) -> settings:
     """Settings for a ``find()`` hunt for a planted bug: a budget of its own (the profile's, small
     under ``dev``, is for the property), and no shrinking — the hunt only has to show one failing
-    example, and shrinking would replay whole engine runs by the hundred."""
+    example, and shrinking would replay whole engine runs by the hundred. Derandomised: the
+    same hunt on every run, so a planted bug caught once is caught always."""
     return settings(
-        max_examples=max_examples, database=None, deadline=None, phases=[Phase.generate]
+        max_examples=max_examples,
+        database=None,
+        deadline=None,
+        phases=[Phase.generate],
+        derandomize=True,
     )
 
 
