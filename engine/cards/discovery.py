@@ -671,30 +671,8 @@ class Discovery:
         known: tuple[int, State] | None = None,
         signed: SignatureCheck | None = None,
     ) -> None:
-        card = read.card
-        data = {
-            "url": read.url,
-            "status": read.status,
-            "revision": card.revision,
-            "version": card.version,
-            "etag": read.etag,
-            "last_modified": read.last_modified,
-            "contract_hash": card.contract_hash,
-            "push_notifications": card.push_notifications,
-            "fetched_at": read.fetched_at.isoformat(),
-        }
-        snapshots = []
-        if read.status == 200:
-            snapshots.append(
-                CardSnapshot(
-                    revision=card.revision,
-                    body=card.canonical_bytes().decode(),
-                    source_url=read.url,
-                    etag=read.etag,
-                    http_status=read.status,
-                    fetched_at=read.fetched_at,
-                )
-            )
+        data = _fetched(read)
+        snapshots = [_snapshot(read)] if read.status == 200 else []
         if signed is not None and signed.keys is not None:
             keys = signed.keys  # stored like a card, so the audit can verify again
             snapshots.append(
@@ -712,29 +690,13 @@ class Discovery:
     async def _record_extended(
         self, read: CardRead, binding: str, public_revision: str | None
     ) -> None:
-        card = read.card
         data = {
-            "url": read.url,
-            "status": read.status,
-            "revision": card.revision,
-            "version": card.version,
-            "etag": None,
-            "last_modified": None,
-            "contract_hash": card.contract_hash,
-            "push_notifications": card.push_notifications,
-            "fetched_at": read.fetched_at.isoformat(),
+            **_fetched(read),  # a read of its own: no validators (etag, last_modified: None)
             "extended": True,
             "binding": binding,
             "public_revision": public_revision,
         }
-        snapshot = CardSnapshot(
-            revision=card.revision,
-            body=card.canonical_bytes().decode(),
-            source_url=read.url,
-            etag=None,
-            http_status=read.status,
-            fetched_at=read.fetched_at,
-        )
+        snapshot = _snapshot(read)
         await self._append(read.agent, lambda _: [NewEvent(ev.CARD_FETCHED, data)], [snapshot])
 
     async def _record_failure(self, origin: str, failure: DiscoveryError) -> None:
@@ -762,6 +724,34 @@ class Discovery:
         known: tuple[int, State] | None = None,
     ) -> None:
         await self._calls.run(append_agent_events, self.store, origin, decide, snapshots, known)
+
+
+def _fetched(read: CardRead) -> dict[str, Any]:
+    """The ``CardFetched`` payload of a read (docs/events.md)."""
+    card = read.card
+    return {
+        "url": read.url,
+        "status": read.status,
+        "revision": card.revision,
+        "version": card.version,
+        "etag": read.etag,
+        "last_modified": read.last_modified,
+        "contract_hash": card.contract_hash,
+        "push_notifications": card.push_notifications,
+        "fetched_at": read.fetched_at.isoformat(),
+    }
+
+
+def _snapshot(read: CardRead) -> CardSnapshot:
+    """The content-addressed snapshot of the card a 200 read brought (R14)."""
+    return CardSnapshot(
+        revision=read.card.revision,
+        body=read.card.canonical_bytes().decode(),
+        source_url=read.url,
+        etag=read.etag,
+        http_status=read.status,
+        fetched_at=read.fetched_at,
+    )
 
 
 def append_agent_events(

@@ -35,6 +35,13 @@ def shared_agent(request: pytest.FixtureRequest) -> Iterator[Peer | Peer03]:
     if request.param == "1.3":
         yield request.getfixturevalue("shared_peer")
         return
+    yield request.getfixturevalue("shared_peer03")
+
+
+@pytest.fixture(scope="module")
+def shared_peer03() -> Iterator[Peer03]:
+    """One a2a-sdk 0.3 agent for the module (a subprocess: about a second to start); without
+    its venv, a failure under CI and a skip elsewhere."""
     try:
         running = Peer03().start()
     except Venv03Unavailable as exc:
@@ -45,6 +52,13 @@ def shared_agent(request: pytest.FixtureRequest) -> Iterator[Peer | Peer03]:
         yield running
     finally:
         running.close()
+
+
+@pytest.fixture
+def peer03(shared_peer03: Peer03) -> Iterator[Peer03]:
+    """The module's 0.3 agent in normal service, logs cleared, its card restored afterwards."""
+    with restored(shared_peer03) as fresh:
+        yield fresh
 
 
 @pytest.fixture

@@ -88,7 +88,6 @@ with ``"final": true`` at the end. Push config set body: ``{"config": {"pushNoti
 from __future__ import annotations
 
 import json
-import os
 import time
 import uuid
 from collections.abc import Iterator
@@ -96,36 +95,11 @@ from typing import Any
 
 import httpx
 import pytest
-from support import Peer03, Venv03Unavailable
+from support import Peer03
 
 from cardfence.engine.demo.receiver import WebhookReceiver
 
 TERMINAL = {"completed", "canceled", "failed", "rejected"}
-
-
-@pytest.fixture(scope="module")
-def shared_peer03() -> Iterator[Peer03]:
-    """One 0.3 agent for the module (a subprocess: about a second to start)."""
-    try:
-        peer = Peer03().start()
-    except Venv03Unavailable as exc:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"the a2a-sdk 0.3 venv is needed under CI: {exc}")
-        pytest.skip(f"no a2a-sdk 0.3 venv: {exc}")
-    try:
-        yield peer
-    finally:
-        peer.close()
-
-
-@pytest.fixture
-def peer03(shared_peer03: Peer03) -> Iterator[Peer03]:
-    """The module's agent in normal service, logs cleared, its card restored afterwards."""
-    shared_peer03.reset()
-    card = shared_peer03.card
-    yield shared_peer03
-    shared_peer03.reset()
-    shared_peer03.card = card
 
 
 @pytest.fixture

@@ -14,10 +14,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-import os
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +31,7 @@ from engine_fixtures import (
     types,
     wait_until,
 )
-from support import Peer, Peer03, Venv03Unavailable
+from support import Peer, Peer03
 
 from cardfence.engine import events as ev
 from cardfence.engine.engine import Engine, EngineConfig
@@ -50,31 +49,6 @@ from cardfence.store import EventStore
 BINDINGS = ("JSONRPC", "HTTP+JSON")
 # What the agent logs for a JSON-RPC method 0.3 lacks, or an HTTP+JSON path it does not have.
 UNKNOWN = ("unknown:", "GET /", "POST /")
-
-
-@pytest.fixture(scope="module")
-def shared_peer03() -> Iterator[Peer03]:
-    """One 0.3 agent for the module (a subprocess: about a second to start)."""
-    try:
-        peer = Peer03().start()
-    except Venv03Unavailable as exc:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"the a2a-sdk 0.3 venv is needed under CI: {exc}")
-        pytest.skip(f"no a2a-sdk 0.3 venv: {exc}")
-    try:
-        yield peer
-    finally:
-        peer.close()
-
-
-@pytest.fixture
-def peer03(shared_peer03: Peer03) -> Iterator[Peer03]:
-    """The module's agent in normal service, logs cleared, its card restored afterwards."""
-    shared_peer03.reset()
-    card = shared_peer03.card
-    yield shared_peer03
-    shared_peer03.reset()
-    shared_peer03.card = card
 
 
 @pytest.fixture
