@@ -12,8 +12,16 @@ Nothing here decides a task's state: polls are observations like any other (R12)
 orphaned task (R9) keeps being polled on its recorded endpoint -- its contract is never switched,
 and only the remote ends it (R1, R10).
 
+Several drivers (``serve`` processes) may share one store: each live task is driven by exactly
+one of them at a time, the one holding its lease (:mod:`cardfence.store.duework`). A driver
+claims due tasks nobody holds, renews what it holds in one statement, lets go of everything on
+a clean stop, and drops a task whose lease it lost. Every append it makes for a task is made
+under the lease (:func:`tasklog.driving`): it commits only while the lease is still this
+driver's, and records the lease on its first event. Pushes are not leased: any process applies
+any delivery. On SQLite the same code runs, with one process.
+
 Scheduling is a heap of due times served by a fixed number of workers, so memory grows with
-the number of live tasks by a heap entry and a :class:`Pace` each, not by a coroutine each.
+the number of held tasks by a heap entry and a :class:`Pace` each, not by a coroutine each.
 """
 
 from __future__ import annotations
@@ -23,16 +31,20 @@ import contextlib
 import heapq
 import itertools
 import logging
+import os
+import socket
+import time
+import uuid
 from collections.abc import Iterable
 
 from cardfence.engine import events as ev
 from cardfence.engine import guards
 from cardfence.engine.engine import Engine, Pace
 from cardfence.engine.errors import TaskOrphanedError, UsageError
-from cardfence.engine.lifecycle import TERMINAL
+from cardfence.engine.guards import is_live
 from cardfence.engine.replay import State
-from cardfence.engine.tasklog import key_of
-from cardfence.store import EventStore
+from cardfence.engine.tasklog import driving, key_of, task_stream_id
+from cardfence.store import EventStore, Lease, LeaseLostError, StoreError
 
 __all__ = ["Driver", "is_live"]
 
@@ -42,21 +54,15 @@ _log = logging.getLogger("cardfence.driver")
 _PROMPT = frozenset({ev.TASK_SUBMITTED, ev.REPLY_SENT, ev.WEBHOOK_REGISTERED})
 
 
-def is_live(state: State) -> bool:
-    """Whether the driver follows this task: not ended, not refused, and bound to a remote id."""
-    return (
-        state["state"] not in TERMINAL
-        and not guards.never_created(state)
-        and bool(state.get("remote_task_id"))
-    )
-
-
 class Driver:
     """Keeps every live task of ``engine``'s store moving until :meth:`stop`.
 
     ``workers`` bounds the polls in flight at once; ``max_streams`` the event streams followed at
     once (tasks beyond it are polled only); ``scan_interval`` is how often the global log is read
-    for tasks started, replied to or registered by other processes.
+    for tasks replied to or registered by other processes, and due tasks are claimed;
+    ``lease_ttl`` how long a claim holds without renewal (renewed every third of it): a crashed
+    driver's tasks are taken over that long after its last renewal. ``owner`` names this driver
+    in the leases (default: host, process id and a random part).
     """
 
     def __init__(
@@ -66,10 +72,21 @@ class Driver:
         workers: int = 32,
         max_streams: int = 64,
         scan_interval: float = 0.5,
+        lease_ttl: float = 15.0,
+        claim_batch: int = 256,
+        owner: str | None = None,
     ) -> None:
+        if lease_ttl <= 0:
+            raise UsageError(f"the lease time must be positive, not {lease_ttl}")
         self.engine = engine
         self.workers = workers
         self.max_streams = max_streams
+        self.lease_ttl = lease_ttl
+        self.claim_batch = claim_batch
+        self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
+        self._leases: dict[str, Lease] = {}  # task key -> the lease this driver holds on it
+        self._renewed_at = -float("inf")
+        self._claim_soon = asyncio.Event()
         self._streams: dict[str, asyncio.Task[None]] = {}
         self.scan_interval = scan_interval
         self._clock = engine._clock
@@ -125,6 +142,7 @@ class Driver:
             for worker in workers:
                 worker.cancel()
             await asyncio.gather(*workers, return_exceptions=True)
+            await self._release_all()
             _log.info("driver stopped", extra={"event": "DriverStopped", "tasks": self.followed})
 
     def stop(self) -> None:
@@ -138,15 +156,58 @@ class Driver:
     # -- what to follow ------------------------------------------------------------------------
 
     async def load(self) -> None:
-        """List the live tasks to follow (:meth:`run` does it if not done before)."""
-        # The position first: an event committed while the tasks are listed is scanned again.
+        """Claim the due tasks to follow (:meth:`run` does it if not done before)."""
+        # The position first: an event committed while the tasks are claimed is scanned again.
         self._loaded = True
         self._position = await self.engine._calls.run(self.store.last_position)
-        heads = await self.engine._calls.run(self.engine.log.all)
-        now = self._clock()
-        for head in heads:
-            if is_live(head.state):
-                self._follow(head.key, now)
+        await self.engine._calls.run(self._backfill)
+        await self._claim()
+
+    def _backfill(self) -> None:
+        """Give a due-work row to every live task that has none (a store written before the
+        table existed); appends keep the rows in step from then on."""
+        listed = {row.stream_id for row in self.store.due.rows()}
+        live = (task_stream_id(h.key) for h in self.engine.log.all() if is_live(h.state))
+        self.store.due.ensure(sid for sid in live if sid not in listed)
+
+    async def _claim(self) -> int:
+        """Renew the leases held (every third of their time) and claim due tasks nobody holds;
+        tasks whose lease was lost are let go. Returns how many tasks were claimed."""
+        due = self.store.due
+        if time.monotonic() - self._renewed_at >= self.lease_ttl / 3:
+            held = await self.engine._calls.run(due.renew, self.owner, self.lease_ttl)
+            self._renewed_at = time.monotonic()
+            for key in [k for k in self._leases if task_stream_id(k) not in held]:
+                self._lose(key, "lease not renewed: another process claimed the task")
+        claimed = 0
+        while not self._stopping.is_set():
+            leases = await self.engine._calls.run(
+                due.claim, self.owner, self.lease_ttl, self.claim_batch
+            )
+            now = self._clock()
+            for lease in leases:
+                key = key_of(lease.stream_id)
+                self._leases[key] = lease
+                self._follow(key, now, prompt=True)
+            claimed += len(leases)
+            if len(leases) < self.claim_batch:
+                break
+        if claimed:
+            _log.info(
+                f"claimed {claimed} task(s)",
+                extra={"event": "TasksClaimed", "tasks": self.followed},
+            )
+        return claimed
+
+    def _lose(self, key: str, reason: str) -> None:
+        """Stop driving ``key``: another process holds it now."""
+        if self._leases.pop(key, None) is None:
+            return
+        self._drop(key)
+        stream = self._streams.pop(key, None)
+        if stream is not None:
+            stream.cancel()
+        _log.info(reason, extra={"task": key, "event": "LeaseLost", "reason": reason})
 
     def _follow(self, key: str, when: float, *, prompt: bool = False) -> None:
         if key not in self._paces:
@@ -174,10 +235,26 @@ class Driver:
         self._orphaned_at.pop(key, None)
         self._scheduled.pop(key, None)
 
+    async def _finish(self, key: str) -> None:
+        """The task needs no driving: let go of it, and of its due-work row if it is still
+        there (the append that ended the task removes it; a row added for a task that has
+        ended meanwhile is removed here)."""
+        self._drop(key)
+        lease = self._leases.pop(key, None)
+        if lease is not None:
+            await self.engine._calls.run(self.store.due.done, lease)
+
     async def _scan_forever(self) -> None:
         while True:
-            await asyncio.sleep(self.scan_interval)
-            await self.scan()
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(self.scan_interval):
+                    await self._claim_soon.wait()
+            try:
+                await self.scan()
+                self._claim_soon.clear()  # the claim below takes what the scan saw
+                await self._claim()
+            except StoreError:  # the store will answer again: the held tasks go on meanwhile
+                _log.exception("claiming failed", extra={"event": "ClaimFailed"})
 
     async def scan(self) -> int:
         """Read the global log past the last position seen; follow tasks that appeared or were
@@ -197,6 +274,9 @@ class Driver:
             if not stream_id.startswith(ev.TASK_STREAM_PREFIX):
                 continue
             key = key_of(stream_id)
+            if key not in self._leases:
+                self._claim_soon.set()  # a new task, or one whose driver let it go
+                continue
             if key in self._in_flight:
                 self._touched.add(key)
             if key not in self._paces or type_ in _PROMPT:
@@ -235,6 +315,9 @@ class Driver:
                 wait = await self._step(key)
             except asyncio.CancelledError:
                 raise
+            except LeaseLostError as lost:
+                self._lose(key, str(lost))
+                wait = None
             except Exception:  # a bug must not stop every other task from moving
                 _log.exception("step failed", extra={"task": key, "event": "StepFailed"})
             finally:
@@ -245,12 +328,21 @@ class Driver:
                 self._touched.discard(key)
                 wait = min(wait or 0.0, self.engine.config.first_poll_interval)
             if wait is None:
-                self._drop(key)
-            else:
+                if key in self._leases:
+                    await self._finish(key)
+            elif key in self._leases:
                 self._reschedule(key, wait)
 
     async def _step(self, key: str) -> float | None:
-        """One poll of the task; the wait before the next, or None to let it go."""
+        """One poll of the task under its lease; the wait before the next, or None to let it
+        go. :class:`LeaseLostError`: another process claimed it meanwhile (nothing written)."""
+        lease = self._leases.get(key)
+        if lease is None:
+            return None
+        with driving(lease):
+            return await self._step_leased(key)
+
+    async def _step_leased(self, key: str) -> float | None:
         engine = self.engine
         try:
             state = await engine._state(key)
@@ -288,6 +380,8 @@ class Driver:
             await self.engine.keep_streaming(key, after_each=lambda: self._poll_soon(key))
         except asyncio.CancelledError:
             raise
+        except LeaseLostError as lost:
+            self._lose(key, str(lost))
         except Exception:  # a bug here must not stop the polls: they go on regardless
             _log.exception("stream follower failed", extra={"task": key, "event": "StepFailed"})
         finally:
@@ -298,6 +392,22 @@ class Driver:
         """A stream ended, dropped or was refused: it may have missed the end, so poll now."""
         if key in self._paces and not self._stopping.is_set():
             self._follow(key, self._clock(), prompt=True)
+
+    async def _release_all(self) -> None:
+        """A clean stop: every lease let go, each task due again when this driver would have
+        polled it next, so another process takes it over at once."""
+        if not self._leases:
+            return
+        now = self._clock()
+        due_in = {
+            task_stream_id(key): max(self._scheduled.get(key, now) - now, 0.0)
+            for key in self._leases
+        }
+        try:
+            await self.engine._calls.run(self.store.due.release, self.owner, due_in)
+        except StoreError:  # the leases run out by themselves
+            _log.exception("releasing leases failed", extra={"event": "ReleaseFailed"})
+        self._leases.clear()
 
     def _reschedule(self, key: str, wait: float) -> None:
         if not self._stopping.is_set():

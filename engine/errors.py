@@ -9,6 +9,7 @@ done.
     CardfenceError
     ├── StoreError                      the event store refused or failed; nothing was written
     │   ├── ConcurrencyError            another writer appended to the stream first
+    │   ├── LeaseLostError              another process claimed the task this one was driving
     │   ├── PayloadError                payload not JSON, out of range or too large
     │   ├── SnapshotMismatchError       card body does not hash to its revision key
     │   ├── SchemaTooNewError           database migrated by a newer cardfence
@@ -46,6 +47,7 @@ from __future__ import annotations
 from cardfence.store.errors import (
     CardfenceError,
     ConcurrencyError,
+    LeaseLostError,
     PayloadError,
     SchemaTooNewError,
     SnapshotMismatchError,
@@ -68,6 +70,7 @@ __all__ = [
     "DiscoveryError",
     "EndpointUnreachableError",
     "InvalidAgentResponseError",
+    "LeaseLostError",
     "OperationUnsupportedError",
     "PayloadError",
     "ProtocolMismatchError",

@@ -90,6 +90,11 @@ KNOWN_EVENTS: Final = AGENT_EVENTS | TASK_EVENTS
 # since the stream's previous event. The fold adds it up in the projection's field of that name.
 REPEATS_IGNORED: Final = "repeats_ignored"
 
+# Scale-out: a field on the first event of every append a driver makes under its lease on the
+# task (``{"owner": ..., "epoch": ...}``), so the log shows which process drove the task when.
+# The fold ignores it.
+LEASE: Final = "lease"
+
 # R12: a projection field, per artifactId the digests of the versions a later one replaced. A
 # version seen once is never appended again, so an agent alternating two versions of one artifact
 # does not grow the log on every read. The fold keeps it; it appears once an artifact is replaced.

@@ -58,6 +58,15 @@ def never_created(task: Mapping[str, Any]) -> bool:
     return task.get("closed") == "never_created" or "send_refused" in (task.get("flags") or ())
 
 
+def is_live(task: Mapping[str, Any]) -> bool:
+    """Whether the task needs driving: not ended, not refused, and bound to a remote id."""
+    return (
+        task.get("state") not in TERMINAL
+        and not never_created(task)
+        and bool(task.get("remote_task_id"))
+    )
+
+
 def resend_check(
     task: Mapping[str, Any], card: AgentCard, extended: AgentCard | None = None
 ) -> Decision:

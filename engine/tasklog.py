@@ -12,13 +12,16 @@ an :class:`AsOf` point with the same fold the audit uses; nothing stored is cons
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from cardfence.engine import events as ev
 from cardfence.engine.errors import UsageError
+from cardfence.engine.guards import is_live
 from cardfence.engine.observations import Event
 from cardfence.engine.replay import (
     State,
@@ -29,6 +32,7 @@ from cardfence.engine.replay import (
 from cardfence.store import (
     ConcurrencyError,
     EventStore,
+    Lease,
     NewEvent,
     Projection,
     RecordedEvent,
@@ -131,15 +135,34 @@ def status_of(state: State) -> str | None:
     return str(closed) if closed else state.get("state")
 
 
-def projection_of(state: State) -> Projection:
+def projection_of(state: State, before: State | None = None) -> Projection:
+    """The stream's projection; it adds or removes the task's due-work row when the task starts
+    or stops needing a driver (``before``: the projection the append starts from)."""
     # The alias indexes the remote task id, which is unique per agent only (R16): several tasks
     # may share one, told apart by their agent (``find``) or their webhook (``Engine.deliver``).
+    live = is_live(state)
     return Projection(
         state,
         category=ev.TASK_CATEGORY,
         alias=state.get("remote_task_id"),
         status=status_of(state),
+        live=live if live != (before is not None and is_live(before)) else None,
     )
+
+
+_LEASE: ContextVar[Lease | None] = ContextVar("cardfence_lease", default=None)
+
+
+@contextmanager
+def driving(lease: Lease) -> Iterator[None]:
+    """Within this block, appends to ``lease``'s task stream are made under the lease: each
+    commits only while the lease is still this process's (else :class:`LeaseLostError`), and
+    its first event records the lease (``ev.LEASE``). Other streams are untouched."""
+    token = _LEASE.set(lease)
+    try:
+        yield
+    finally:
+        _LEASE.reset(token)
 
 
 class TaskLog:
@@ -192,8 +215,14 @@ class TaskLog:
         return head
 
     def record(self, key: str, decide: Callable[[State], Sequence[Event]]) -> tuple[State, State]:
-        """Append what ``decide`` makes of the current projection; return (before, after)."""
+        """Append what ``decide`` makes of the current projection; return (before, after).
+
+        Inside :func:`driving` for this task, the append is made under the driver's lease and
+        :class:`LeaseLostError` says another process has claimed the task (nothing written)."""
         stream_id = task_stream_id(key)
+        lease = _LEASE.get()
+        if lease is not None and lease.stream_id != stream_id:
+            lease = None
         head = self._heads.get(key) or self.head(key)
         for _ in range(_RETRIES):
             before = head.state
@@ -204,13 +233,18 @@ class TaskLog:
             if uncounted:
                 first_type, first_data = events[0]
                 events[0] = (first_type, {**first_data, ev.REPEATS_IGNORED: uncounted})
+            if lease is not None:
+                first_type, first_data = events[0]
+                stamp = {"owner": lease.owner, "epoch": lease.epoch}
+                events[0] = (first_type, {**first_data, ev.LEASE: stamp})
             after = apply_task_events(before, events)  # linear in the events (R16)
             try:
                 self.store.append(
                     stream_id,
                     head.version,
                     [NewEvent(type_, data) for type_, data in events],
-                    projection=projection_of(after),
+                    projection=projection_of(after, before),
+                    lease=lease,
                 )
             except ConcurrencyError:
                 head = self.head(key)  # another writer moved it: decide again on what is there

@@ -5,9 +5,11 @@ It knows nothing of A2A: streams, events, projections and content-addressed snap
 
 from cardfence.store.chain import ChainBreak, verify_chain
 from cardfence.store.database import normalise_url
+from cardfence.store.duework import DueRow, DueWork
 from cardfence.store.errors import (
     CardfenceError,
     ConcurrencyError,
+    LeaseLostError,
     PayloadError,
     SchemaTooNewError,
     SnapshotMismatchError,
@@ -18,6 +20,7 @@ from cardfence.store.eventlog import EventStore, iter_all
 from cardfence.store.records import (
     GENESIS_HASH,
     CardSnapshot,
+    Lease,
     NewEvent,
     Projection,
     RecordedEvent,
@@ -30,7 +33,11 @@ __all__ = [
     "CardfenceError",
     "ChainBreak",
     "ConcurrencyError",
+    "DueRow",
+    "DueWork",
     "EventStore",
+    "Lease",
+    "LeaseLostError",
     "NewEvent",
     "PayloadError",
     "Projection",

@@ -98,7 +98,7 @@ def build(dialect: str, lock_key: int | None) -> AppendSQL:
     return AppendSQL(
         dialect,
         *(
-            _pyformat(text)
+            pyformat(text)
             for text in (
                 statements.insert_head,
                 statements.update_head,
@@ -120,5 +120,5 @@ def _params(columns: tuple[str, ...]) -> str:
     return ", ".join(f":{c}" for c in columns)
 
 
-def _pyformat(text: str) -> str:
+def pyformat(text: str) -> str:
     return re.sub(r":([a-z_]+)", r"%(\1)s", text)

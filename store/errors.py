@@ -30,6 +30,21 @@ class ConcurrencyError(StoreError):
         )
 
 
+class LeaseLostError(StoreError):
+    """An append was made under a lease another process has since claimed (or the work ended)."""
+
+    def __init__(self, stream_id: str, owner: str, epoch: int, held_by: str | None) -> None:
+        self.stream_id = stream_id
+        self.owner = owner
+        self.epoch = epoch
+        self.held_by = held_by
+        now = "no process (the work ended)" if held_by is None else repr(held_by)
+        super().__init__(
+            f"stream {stream_id!r}: lease {epoch} of {owner!r} was lost, now held by {now} "
+            "(nothing was written)"
+        )
+
+
 class PayloadError(StoreError):
     """An event payload or projection cannot be stored (not JSON, out of range, too large)."""
 

@@ -47,6 +47,7 @@ from cardfence.store.database import (
     stream_record,
     timeout_detail,
 )
+from cardfence.store.duework import DueWork
 from cardfence.store.errors import (
     ConcurrencyError,
     PayloadError,
@@ -57,6 +58,7 @@ from cardfence.store.errors import (
 from cardfence.store.records import (
     GENESIS_HASH,
     CardSnapshot,
+    Lease,
     NewEvent,
     Projection,
     RecordedEvent,
@@ -129,6 +131,8 @@ class EventStore:
         self._dbapi: Any = engine.dialect.loaded_dbapi
         lock = _PG_APPEND_LOCK if self._is_postgres and self._SERIALISE_POSITIONS else None
         self._sql = append_sql.build(engine.dialect.name, lock)
+        self.due = DueWork(self)
+        """Due work and leases: which process drives which live stream (``store.duework``)."""
         # (version -> hash) of stream heads this process wrote or read. An event at a given
         # (stream, version) never changes, so a cached pair stays true forever; the conditional
         # update of the head row decides whether it is still the head.
@@ -311,13 +315,16 @@ class EventStore:
         *,
         projection: Projection | None = None,
         snapshots: Iterable[CardSnapshot] = (),
+        lease: Lease | None = None,
     ) -> list[int]:
         """Append ``new_events`` to a stream at ``expected_version``, atomically.
 
-        The projection (if given) and any card snapshots are written in the same transaction.
-        Returns the events' global positions. Raises :class:`ConcurrencyError` when the stream is
-        not at ``expected_version``, :class:`PayloadError` when a payload or the projection cannot
-        be stored; in both cases nothing is written.
+        The projection (if given), its due-work row (``Projection.live``) and any card snapshots
+        are written in the same transaction. Returns the events' global positions. Raises
+        :class:`ConcurrencyError` when the stream is not at ``expected_version``,
+        :class:`LeaseLostError` when ``lease`` is no longer the stream's current claim,
+        :class:`PayloadError` when a payload or the projection cannot be stored; in each case
+        nothing is written.
         """
         if not new_events:
             raise PayloadError(stream_id, "append of no events")
@@ -339,9 +346,11 @@ class EventStore:
             actual = content_hash(card.body)
             if actual != card.revision:
                 raise SnapshotMismatchError(card.revision, actual)
+        if lease is not None and lease.stream_id != stream_id:
+            raise PayloadError(stream_id, f"append under a lease on {lease.stream_id!r}")
         return self._retrying(
             lambda: self._append_once(
-                stream_id, expected_version, new_events, payloads, projection, state, cards
+                stream_id, expected_version, new_events, payloads, projection, state, cards, lease
             )
         )
 
@@ -354,6 +363,7 @@ class EventStore:
         projection: Projection | None,
         state: str | None,
         cards: list[CardSnapshot],
+        lease: Lease | None,
     ) -> list[int]:
         sql = self._sql
         now = _now()
@@ -362,7 +372,7 @@ class EventStore:
         with self._driver_connection() as raw:
             return self._append_on(
                 raw, stream_id, expected_version, new_events, payloads, projection, state, cards,
-                now, stamp, new_version,
+                now, stamp, new_version, lease,
             )  # fmt: skip
 
     def _append_on(
@@ -378,6 +388,7 @@ class EventStore:
         now: datetime,
         stamp: object,
         new_version: int,
+        lease: Lease | None,
     ) -> list[int]:
         sql = self._sql
         try:
@@ -385,6 +396,11 @@ class EventStore:
             if self._is_sqlite:
                 # Take the write lock up front: positions are drawn in commit order.
                 cursor.execute("BEGIN IMMEDIATE")
+            # The due-work row before the stream's head row, in every append: one lock order.
+            if lease is not None:
+                self.due.fence(cursor, lease)
+            if projection is not None and projection.live is not None:
+                self.due.track(cursor, stream_id, projection.live)
             prev = self._prev_hash(cursor, stream_id, expected_version)
             self._advance_head(
                 cursor, stream_id, expected_version, new_version, projection, state, stamp

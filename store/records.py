@@ -49,12 +49,29 @@ class Projection:
 
     ``category``, ``alias`` and ``status`` are indexed lookup keys whose meaning belongs to the
     caller (the engine uses them for the stream kind, the remote task id and the task state).
+    ``live`` keeps the stream's due-work row in step in the same transaction: ``True`` adds it
+    (the stream needs driving), ``False`` removes it, ``None`` leaves it as it is.
     """
 
     state: Mapping[str, Any]
     category: str | None = None
     alias: str | None = None
     status: str | None = None
+    live: bool | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Lease:
+    """A claim on one live stream: ``owner`` drives it until another claim raises ``epoch``.
+
+    An append made under a lease (``EventStore.append(..., lease=...)``) commits only while the
+    stream's due-work row still names this owner and epoch: a process that lost its lease cannot
+    append for the stream.
+    """
+
+    stream_id: str
+    owner: str
+    epoch: int
 
 
 @dataclass(frozen=True, slots=True)

@@ -94,3 +94,17 @@ card_snapshots = sa.Table(
     sa.Column("http_status", sa.SmallInteger, nullable=False),
     sa.Column("fetched_at", UTCDateTime, nullable=False),
 )
+
+due_work = sa.Table(
+    "due_work",
+    metadata,
+    # One row per live stream that some process must drive (a task the remote has not ended);
+    # inserted and deleted by the appends that make the stream live or end it.
+    sa.Column("stream_id", sa.String(512), primary_key=True),
+    # Seconds since the epoch, on the database's clock (every process shares it).
+    sa.Column("due_at", sa.Float, nullable=False, index=True),
+    sa.Column("owner", sa.String(128), nullable=True),
+    # The fencing token: raised by every claim, so an append made under an older claim is refused.
+    sa.Column("epoch", sa.BigInteger, nullable=False, server_default="0"),
+    sa.Column("lease_until", sa.Float, nullable=True),
+)

@@ -45,6 +45,15 @@ def serve_command(
     workers: Annotated[
         int, typer.Option("--workers", min=1, help="Polls in flight at once, at most.")
     ] = 32,
+    lease_ttl: Annotated[
+        float,
+        typer.Option(
+            "--lease-ttl",
+            metavar="S",
+            help="How long this process's claim on a task holds unrenewed (renewed every third "
+            "of it); another serve takes over a crashed one's tasks after it.",
+        ),
+    ] = 15.0,
     allow_insecure_http: InsecureOption = False,
     credentials: CredentialsOption = None,
     db: DbOption = None,
@@ -59,6 +68,7 @@ def serve_command(
     options = options_of(ctx, db, json_, debug, credentials)
     check_seconds("--max-poll-interval", max_poll_interval, minimum=MIN_POLL_INTERVAL)
     check_seconds("--max-card-age", max_card_age)
+    check_seconds("--lease-ttl", lease_ttl)
     checked_store_url(options)
     config = EngineConfig(
         max_poll_interval=max_poll_interval,
@@ -76,7 +86,8 @@ def serve_command(
     async def main() -> None:
         async with httpx.AsyncClient() as client:
             engine = Engine(store, client, config)
-            await serve(engine, sock, driver=Driver(engine, workers=workers), started=_started)
+            driver = Driver(engine, workers=workers, lease_ttl=lease_ttl)
+            await serve(engine, sock, driver=driver, started=_started)
 
     try:
         asyncio.run(main())

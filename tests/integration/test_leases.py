@@ -1,0 +1,231 @@
+"""Leases: each live task is driven by exactly one process at a time. The due-work table moves in
+step with the log (same transactions), claims never hand one task to two drivers, a lease that
+runs out is taken over, and a driver that lost its lease cannot append for the task -- the race
+forced here on both databases. SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import threading
+import time
+from collections.abc import AsyncIterator
+
+import pytest
+from engine_fixtures import (
+    FAST,
+    assert_audit_ok,
+    events,
+    state_of,
+    transitions,
+    wait_until,
+)
+from support import Peer
+
+from cardfence.engine import events as ev
+from cardfence.engine.driver import Driver
+from cardfence.engine.engine import Engine
+from cardfence.engine.tasklog import task_stream_id
+from cardfence.store import (
+    ConcurrencyError,
+    EventStore,
+    LeaseLostError,
+    NewEvent,
+    Projection,
+)
+
+SLOW = [("submitted", "working"), ("working", "completed")]
+
+
+def live_streams(store: EventStore, count: int, prefix: str = "task-") -> list[str]:
+    """``count`` streams made live by their first append (as the engine's binding append does)."""
+    ids = [f"{prefix}{n:04d}" for n in range(count)]
+    for stream_id in ids:
+        store.append(stream_id, 0, [NewEvent("Made", {})], projection=Projection({}, live=True))
+    return ids
+
+
+def test_the_append_that_makes_a_stream_live_or_ends_it_adds_or_removes_its_row(
+    db_url: str,
+) -> None:
+    with EventStore.open(db_url) as store:
+        (stream,) = live_streams(store, 1)
+        assert [row.stream_id for row in store.due.rows()] == [stream]
+        store.append(stream, 1, [NewEvent("Moved", {})], projection=Projection({}))
+        assert [row.stream_id for row in store.due.rows()] == [stream]  # live=None: untouched
+        with pytest.raises(ConcurrencyError):  # a refused append changes no row either
+            store.append(stream, 1, [NewEvent("Ended", {})], projection=Projection({}, live=False))
+        assert [row.stream_id for row in store.due.rows()] == [stream]
+        store.append(stream, 2, [NewEvent("Ended", {})], projection=Projection({}, live=False))
+        assert store.due.rows() == []
+
+
+def test_racing_claims_hand_each_due_task_to_exactly_one_driver(db_url: str) -> None:
+    with EventStore.open(db_url) as store:
+        streams = live_streams(store, 120)
+        won: dict[str, list[str]] = {f"driver-{n}": [] for n in range(4)}
+        start = threading.Barrier(len(won))
+
+        def claim_all(owner: str) -> None:
+            start.wait()
+            for _ in range(len(streams)):  # bounded: a claim that stole would never run dry
+                leases = store.due.claim(owner, ttl=30, limit=7)
+                if not leases:
+                    return
+                won[owner] += [lease.stream_id for lease in leases]
+
+        threads = [threading.Thread(target=claim_all, args=(owner,)) for owner in won]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+        claimed = [stream for mine in won.values() for stream in mine]
+        assert sorted(claimed) == streams  # every task claimed, none twice
+        assert {row.owner for row in store.due.rows()} == {o for o, mine in won.items() if mine}
+        assert store.due.claim("late", ttl=30, limit=100) == []  # nothing left while held
+
+
+def test_a_lease_that_runs_out_is_claimed_by_another_driver_with_a_higher_epoch(
+    db_url: str,
+) -> None:
+    with EventStore.open(db_url) as store:
+        (stream,) = live_streams(store, 1)
+        (first,) = store.due.claim("a", ttl=0.3, limit=10)
+        assert store.due.claim("b", ttl=10, limit=10) == []
+        assert store.due.renew("a", ttl=0.3) == {stream}
+        time.sleep(0.5)  # a crashed: no renewal
+        (second,) = store.due.claim("b", ttl=10, limit=10)
+        assert (second.owner, second.epoch) == ("b", first.epoch + 1)
+        assert store.due.renew("a", ttl=10) == set()  # a learns it holds nothing
+
+
+def test_a_driver_that_lost_its_lease_cannot_append_for_the_task(db_url: str) -> None:
+    """The race forced: ``a``'s lease runs out while it is about to append, ``b`` claims the task
+    and appends; ``a``'s append under its old lease is refused whole, even at the version it read
+    -- and without leases, optimistic concurrency alone refuses the loser's stale version."""
+    with EventStore.open(db_url) as store:
+        (stream,) = live_streams(store, 1)
+        (lease_a,) = store.due.claim("a", ttl=0.2, limit=1)
+        version_a = store.stream(stream).version  # a reads the head, then stalls
+        time.sleep(0.3)
+        (lease_b,) = store.due.claim("b", ttl=10, limit=1)
+
+        with pytest.raises(LeaseLostError, match="now held by 'b'") as lost:
+            store.append(stream, version_a, [NewEvent("Polled", {"by": "a"})], lease=lease_a)
+        assert "nothing was written" in str(lost.value)
+        assert store.stream(stream).version == version_a
+
+        store.append(stream, version_a, [NewEvent("Polled", {"by": "b"})], lease=lease_b)
+        with pytest.raises(ConcurrencyError):  # the unleased twin of a's stale append
+            store.append(stream, version_a, [NewEvent("Polled", {"by": "a"})])
+        assert [e.data["by"] for e in store.read_stream(stream)[1:]] == ["b"]
+
+
+def test_a_released_task_is_due_again_when_its_driver_would_have_polled_it(db_url: str) -> None:
+    with EventStore.open(db_url) as store:
+        soon, later = live_streams(store, 2)
+        store.due.claim("a", ttl=30, limit=10)
+        store.due.release("a", {soon: 0.0, later: 60.0})
+        assert [lease.stream_id for lease in store.due.claim("b", ttl=30, limit=10)] == [soon]
+        assert {row.stream_id: row.owner for row in store.due.rows()} == {soon: "b", later: None}
+
+
+@contextlib.asynccontextmanager
+async def driver_on(url: str, owner: str, **kw: float) -> AsyncIterator[Driver]:
+    async with Engine.open(url, config=FAST) as engine:
+        driver = Driver(
+            engine, owner=owner, scan_interval=0.05, lease_ttl=kw.get("lease_ttl", 15.0)
+        )
+        job = asyncio.create_task(driver.run())
+        await driver.ready()
+        try:
+            yield driver
+        finally:
+            driver.stop()
+            await job
+            await engine.settle()
+
+
+def lease_stamps(store: EventStore, key: str) -> list[tuple[str, int]]:
+    return [
+        (e.data[ev.LEASE]["owner"], e.data[ev.LEASE]["epoch"])
+        for e in events(store, key)
+        if ev.LEASE in e.data
+    ]
+
+
+async def test_two_drivers_share_the_tasks_and_each_is_driven_by_one_lease_at_a_time(
+    peer: Peer, db_url: str
+) -> None:
+    async with (
+        Engine.open(db_url, config=FAST) as starter,
+        driver_on(db_url, "one") as one,
+        driver_on(db_url, "two") as two,
+    ):
+        started = [
+            await starter.start_task(peer.base_url, skill="slow", text="slow 0.4")
+            for _ in range(12)
+        ]
+        await wait_until(
+            lambda: all(state_of(starter, v.task)["state"] == "completed" for v in started),
+            timeout=20,
+            what="the drivers to complete every task",
+        )
+        await wait_until(lambda: one.followed + two.followed == 0, what="ended tasks let go")
+
+        owners = set()
+        for view in started:
+            assert transitions(starter.store, view.task) == SLOW
+            stamps = lease_stamps(starter.store, view.task)
+            assert stamps, "every driven append records its lease"
+            assert len({owner for owner, _ in stamps}) == 1  # nobody took it over meanwhile
+            owners |= {owner for owner, _ in stamps}
+        assert starter.store.due.rows() == []  # every row went with the append that ended it
+        assert_audit_ok(starter.store)
+    assert owners <= {"one", "two"}
+
+
+async def test_a_stopped_driver_lets_go_and_the_other_finishes_its_tasks(
+    peer: Peer, db_url: str
+) -> None:
+    async with Engine.open(db_url, config=FAST) as starter:
+        async with driver_on(db_url, "leaving") as leaving:
+            view = await starter.start_task(peer.base_url, skill="slow", text="slow 1.5")
+            await wait_until(lambda: leaving.followed == 1, what="the first driver to claim it")
+        assert state_of(starter, view.task)["state"] != "completed"
+        (row,) = starter.store.due.rows()
+        assert row.owner is None  # let go on a clean stop, not left to run out
+        async with driver_on(db_url, "staying") as staying:
+            await wait_until(
+                lambda: state_of(starter, view.task)["state"] == "completed",
+                timeout=10,
+                what="the second driver to finish it",
+            )
+            await wait_until(lambda: staying.followed == 0, what="the ended task let go")
+        stamps = lease_stamps(starter.store, view.task)
+        owners = [owner for owner, _ in stamps]
+        assert owners == sorted(owners, key=["leaving", "staying"].index)  # handed over once
+        assert [epoch for _, epoch in stamps] == sorted(epoch for _, epoch in stamps)
+        assert_audit_ok(starter.store)
+
+
+async def test_a_driver_whose_lease_is_taken_lets_the_task_go_without_appending(
+    peer: Peer, db_url: str
+) -> None:
+    async with Engine.open(db_url, config=FAST) as starter:
+        async with driver_on(db_url, "slow-renewer", lease_ttl=30.0) as driver:
+            view = await starter.start_task(peer.base_url, skill="slow", text="slow 30")
+            await wait_until(lambda: driver.followed == 1, what="the driver to claim it")
+            stream = task_stream_id(view.task)
+            # Another process takes the task over (as if the lease had run out).
+            store = starter.store
+            (row,) = store.due.rows()
+            store.due.release(row.owner or "", {stream: 0.0})
+            (taken,) = store.due.claim("usurper", ttl=60, limit=1)
+            before = len(events(store, view.task))
+            driver._renewed_at = -float("inf")  # renew on the next claim round
+            await wait_until(lambda: driver.followed == 0, what="the driver to let it go")
+            assert [e for e in events(store, view.task)[before:] if ev.LEASE in e.data] == []
+            assert store.due.rows()[0].owner == taken.owner == "usurper"
+        await starter.cancel(view.task)  # the agent's task would work on for 30 s
