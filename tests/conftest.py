@@ -81,6 +81,12 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 
 
 @pytest.fixture
+def pg_admin_url() -> str:
+    """The PostgreSQL test server's own URL (for what makes databases of its own)."""
+    return postgres_admin_url()
+
+
+@pytest.fixture
 def pg_url() -> Iterator[str]:
     """A fresh schema on the PostgreSQL test server, for what only PostgreSQL can show."""
     admin = postgres_admin_url()

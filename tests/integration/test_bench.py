@@ -192,3 +192,24 @@ def test_serve_e2e_section_quick_json() -> None:
     # The engine as it comes (streams followed) has the target; without streams, a comparison.
     assert [f["target"] for f in figures] == [0.8, None]
     assert len({f["baseline"] for f in figures}) == 1  # one bare client, measured once
+
+
+@pytest.mark.postgres
+@pytest.mark.timeout(180)
+def test_scale_section_quick_json_reports_serves_against_the_agent_alone(
+    pg_admin_url: str,
+) -> None:
+    env = {**os.environ, PG_URL_VAR: pg_admin_url}
+    done, figures = _run_section("scale", timeout=170, env=env)
+    rates = [f for f in figures if f["unit"] == "tasks/s"]
+    assert [f["name"].split(" serve")[0] for f in rates] == [
+        "tasks completed by 1",
+        "tasks completed by 2",
+    ]
+    for figure in rates:
+        assert set(figure) == KEYS
+        assert _positive(figure["value"])
+        assert _positive(figure["baseline"])
+        assert math.isclose(figure["ratio"], figure["value"] / figure["baseline"])
+    assert all(_positive(f["value"]) for f in figures if f["unit"] == "transactions")
+    assert "scale: 1 serve(s)" in done.stderr

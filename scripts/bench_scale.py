@@ -1,0 +1,232 @@
+"""``scale``: tasks driven to completion per second by 1, 2 and 4 ``cardfence serve`` processes over
+one PostgreSQL store, beside the agent alone as the ceiling, in the same run.
+
+- The agent: ``cardfence demo --agent-only`` in its own process (a2a-sdk 1.3), skill ``slow`` with
+  ``SLOW_SECONDS``.
+- ``N serve``: N ``cardfence serve`` processes share the store (``--max-poll-interval`` =
+  ``MAX_POLL``). The bench process creates ``count`` tasks (``Engine.start_task``: card, send,
+  ``TaskSubmitted``; 32 at once) and never polls them: the serves claim them (leases) and poll them
+  to completion. A run ends when every task's stream says ``completed``.
+- ``ceiling``: the agent alone, with no client-side persistence: the a2a-sdk client sends the same
+  tasks (32 at once) and polls each with the serves' backoff (``first_poll_interval`` doubling to
+  ``MAX_POLL``) until it completes.
+
+Each figure is a ratio to the ceiling. The database work per task is read from PostgreSQL's own
+counters over the timed runs (``pg_stat_database``: transactions committed, rows fetched):
+every round trip of ours is inside a transaction, so transactions are a floor on round trips.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import sqlalchemy as sa
+from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
+from a2a.types import (
+    GetTaskRequest,
+    Message,
+    Part,
+    Role,
+    SendMessageConfiguration,
+    SendMessageRequest,
+)
+from bench import BenchContext, Figure, register
+from bench_serve import _process, _state, _wait_for, demo_agent
+from bench_store import postgres_database
+
+from cardfence.engine.engine import Engine, EngineConfig, reached
+from cardfence.store import EventStore
+
+SLOW_SECONDS = "0.2"
+FIRST_POLL = EngineConfig().first_poll_interval  # serve's driver starts here
+MAX_POLL = 0.5  # serve --max-poll-interval, and the bare client's backoff cap
+AT_ONCE = 32
+SERVE_COUNTS = (1, 2, 4)
+
+
+def _serve_args(db_url: str) -> list[str]:
+    return [
+        sys.executable, "-m", "cardfence", "serve", "--db", db_url, "--port", "0",
+        "--max-poll-interval", str(MAX_POLL), "--lease-ttl", "10",
+    ]  # fmt: skip
+
+
+@contextlib.contextmanager
+def serves(count: int, db_url: str, folder: Path) -> Iterator[None]:
+    """``count`` serve processes on the store, each listening before this yields."""
+    with contextlib.ExitStack() as stack:
+        for n in range(count):
+            log = folder / f"serve-{count}-{n}.log"
+            stack.enter_context(_process(_serve_args(db_url), log, stdout=subprocess.DEVNULL))
+            _wait_for(lambda log=log: "webhook at" in log.read_text(), f"serve {n + 1}/{count}")
+        yield
+
+
+def _pg_counters(url: str) -> tuple[int, int]:
+    """(transactions committed, rows fetched) in this database since the server started."""
+    engine = sa.create_engine(url)
+    try:
+        with engine.connect() as conn:
+            row = conn.execute(
+                sa.text(
+                    "SELECT xact_commit, tup_fetched FROM pg_stat_database "
+                    "WHERE datname = current_database()"
+                )
+            ).one()
+    finally:
+        engine.dispose()
+    return int(row[0]), int(row[1])
+
+
+class Created:
+    """``count`` tasks created by an engine that never polls them; done when all completed."""
+
+    def __init__(self, engine: Engine, agent_url: str) -> None:
+        self.engine = engine
+        self.agent_url = agent_url
+
+    async def run(self, count: int) -> float:
+        gate = asyncio.Semaphore(AT_ONCE)
+        start = time.perf_counter()
+
+        async def one() -> str:
+            async with gate:
+                view = await self.engine.start_task(self.agent_url, skill="slow", text=SLOW_SECONDS)
+                return view.task
+
+        keys = await asyncio.gather(*(one() for _ in range(count)))
+        # Done when no task has due work left (one query a look, not one per task)...
+        deadline = time.monotonic() + 300
+        while await asyncio.to_thread(self.engine.store.due.rows):
+            if time.monotonic() > deadline:
+                raise RuntimeError("scale: tasks still live after 300 s")
+            await asyncio.sleep(0.05)
+        rate = count / (time.perf_counter() - start)
+        # ...and each ended completed.
+        ended = [s for s in (self.engine.task(k).state for k in keys) if s != "completed"]
+        if ended:
+            raise RuntimeError(f"scale: {len(ended)} tasks ended otherwise: {ended[:3]}")
+        return rate
+
+
+class Bare:
+    """The ceiling: the a2a-sdk client sends and polls the same tasks, persisting nothing."""
+
+    def __init__(self, client: object) -> None:
+        self.client = client
+
+    async def one(self, gate: asyncio.Semaphore) -> None:
+        client = self.client
+        async with gate:
+            message = Message(
+                message_id=f"m-{uuid.uuid4().hex}",
+                role=Role.ROLE_USER,
+                parts=[Part(text=SLOW_SECONDS, media_type="text/plain")],
+                context_id=f"c-{uuid.uuid4().hex}",
+            )
+            message.metadata.update({"skillId": "slow"})
+            request = SendMessageRequest(
+                message=message, configuration=SendMessageConfiguration(return_immediately=True)
+            )
+            task = None
+            async for response in client.send_message(request):  # type: ignore[attr-defined]
+                if response.HasField("task"):
+                    task = response.task
+        if task is None:
+            raise RuntimeError("bare: SendMessage answered without a task")
+        delay = FIRST_POLL
+        while not reached(_state(task), "terminal"):
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, MAX_POLL)
+            task = await client.get_task(GetTaskRequest(id=task.id, history_length=0))  # type: ignore[attr-defined]
+        if _state(task) != "completed":
+            raise RuntimeError(f"bare: task ended {_state(task)}")
+
+    async def run(self, count: int) -> float:
+        gate = asyncio.Semaphore(AT_ONCE)
+        start = time.perf_counter()
+        await asyncio.gather(*(self.one(gate) for _ in range(count)))
+        return count / (time.perf_counter() - start)
+
+
+@register("scale")
+def scale_section(ctx: BenchContext) -> list[Figure]:
+    """Tasks completed per second by 1, 2 and 4 serve processes on one PostgreSQL store, as ratios
+    to the agent alone."""
+    if not ctx.pg_url:
+        ctx.note("scale: needs PostgreSQL (--pg-url or $CARDFENCE_TEST_PG_URL): nothing measured")
+        return []
+    count = 60 if ctx.quick else 300
+    runs = 1 if ctx.quick else ctx.runs
+    counts = SERVE_COUNTS[:2] if ctx.quick else SERVE_COUNTS
+    figures: list[Figure] = []
+    with (
+        tempfile.TemporaryDirectory(prefix="cardfence-bench-scale-") as name,
+        demo_agent(Path(name)) as agent_url,
+        postgres_database(ctx.pg_url) as database,
+        asyncio.Runner() as runner,
+        contextlib.ExitStack() as stack,
+    ):
+        folder = Path(name)
+        db_url = database.url.render_as_string(hide_password=False)
+        EventStore.open(db_url).close()  # migrated once, before the serves open it
+
+        http = httpx.AsyncClient(headers={"A2A-Version": "1.0"}, timeout=30)
+        stack.callback(lambda: runner.run(http.aclose()))
+        card = runner.run(A2ACardResolver(http, agent_url).get_agent_card())
+        config = ClientConfig(streaming=False, polling=True, httpx_client=http)
+        bare = Bare(ClientFactory(config).create(card))
+        runner.run(bare.run(min(count, 20)))  # warm up
+        ceiling = statistics.median(runner.run(bare.run(count)) for _ in range(runs))
+        ctx.progress(f"scale: ceiling {ceiling:.1f} tasks/s")
+
+        engine = Engine.open(db_url)
+        stack.callback(lambda: runner.run(engine.aclose()))
+        creator = Created(engine, agent_url)
+        for n in counts:
+            with serves(n, db_url, folder):
+                runner.run(creator.run(min(count, 20)))  # warm up: connections, leases
+                before = _pg_counters(db_url)
+                rates = [runner.run(creator.run(count)) for _ in range(runs)]
+                after = _pg_counters(db_url)
+            rate = statistics.median(rates)
+            per_task = [(a - b) / (count * runs) for a, b in zip(after, before, strict=True)]
+            ctx.note(
+                f"scale: {n} serve(s): {rate:.1f} tasks/s; per task {per_task[0]:.1f} "
+                f"transactions, {per_task[1]:.0f} rows fetched (pg_stat_database)"
+            )
+            figures.append(
+                Figure.compared(
+                    _name(f"tasks completed by {n} serve process(es), vs the agent alone", ctx),
+                    rate,
+                    ceiling,
+                    "tasks/s",
+                    None,
+                )
+            )
+            figures.append(
+                Figure(
+                    _name(f"database transactions per task, {n} serve(s)", ctx),
+                    per_task[0],
+                    "transactions",
+                )
+            )
+    ctx.note(
+        f"scale: {count} 'slow {SLOW_SECONDS}' tasks a run, {AT_ONCE} created at once, "
+        f"{runs} run(s) each; one agent process; every process on this machine's 2 cores"
+    )
+    return figures
+
+
+def _name(text: str, ctx: BenchContext) -> str:
+    return f"{text} (--quick)" if ctx.quick else text
