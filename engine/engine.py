@@ -46,6 +46,7 @@ from cardfence.engine.deadline import within as deadline_within
 from cardfence.engine.errors import (
     AuthorizationFailedError,
     CardInvalidError,
+    CardSignatureError,
     ContractChangedError,
     CreationRefusedError,
     CredentialsConfigError,
@@ -292,8 +293,14 @@ class Engine:
             await self._refuse(agent_url, "discovery_failed", str(failure), skill)
             raise
         # R15: when the card offers an authenticated extended card, its skills count too (R2),
-        # and the task is frozen under it. Unreadable, the public card alone decides.
-        extended, unread = await self._extended_at_creation(read, accept_contract)
+        # and the task is frozen under it. Unreadable, the public card alone decides; read but
+        # refused by its agent's signature policy, nothing is created.
+        try:
+            extended, unread = await self._extended_at_creation(read, accept_contract)
+        except CardSignatureError as refused:
+            refused.consequence = "nothing was sent"
+            await self._refuse(agent_url, "discovery_failed", str(refused), skill)
+            raise
         card = read.card if extended is None else extended.card
         decision = guards.creation_check(card, skill, media_type)
         if not decision.allowed:
@@ -347,7 +354,8 @@ class Engine:
         one, read over the interface the task would use with credentials granted for the card's
         own requirements (a skill the card lacks gets them). ``(read, "")``, or ``(None, why)``
         when it could not be read (``why`` empty when none is offered). Credentials go only under
-        a contract that will pass R3: a changed one not accepted gets no extended read."""
+        a contract that will pass R3: a changed one not accepted gets no extended read. Raises
+        :class:`CardSignatureError` when the card read fails its agent's signature policy."""
         card = read.card
         if not card.capabilities.extended_agent_card:
             return None, ""
@@ -907,7 +915,7 @@ class Engine:
                     str(state["agent_url"]), transport, memo=marker, fresh=fresh,
                     public_revision=state.get("public_revision"),
                 )  # fmt: skip
-            except _EXTENDED_FAILURES as error:
+            except (*_EXTENDED_FAILURES, CardSignatureError) as error:  # as any failed read
                 url = getattr(error, "url", "") or str(endpoint["url"])
                 unread = DiscoveryError(url, "extended_card", f"{type(error).__name__}: {error}")
                 card, failure = await self._read(state["agent_url"], fresh=fresh, share=share)

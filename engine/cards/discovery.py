@@ -21,6 +21,8 @@ against a key set read within the same bounds; its key set is pinned on first us
 contract. A card that fails is recorded as ``DiscoveryFailed`` (kind ``signature``), raised as
 :class:`CardSignatureError`, and neither stored, memoised nor returned. A verified read's
 ``CardFetched`` carries ``signature``: the raw signatures, the key set's stored revision, the pin.
+The authenticated extended card is checked the same way under the same policy, its key set pinned
+apart from the public card's (from the extended reads alone).
 """
 
 from __future__ import annotations
@@ -311,7 +313,7 @@ class Discovery:
         # Signed cards: key sets by where they are read (and when); per origin, the agent
         # stream's version scanned for the pinned key set, and that key set.
         self._key_sets: dict[str, tuple[CardKeys, float]] = {}
-        self._pins: dict[str, tuple[int, str | None]] = {}
+        self._pins: dict[tuple[str, bool], tuple[int, str | None]] = {}  # (origin, extended)
         self._pins_lock = threading.Lock()
 
     # -- reading -------------------------------------------------------------------------------
@@ -508,33 +510,40 @@ class Discovery:
         self._key_sets[url] = (keys, self._clock())
         return keys
 
-    def _pinned_key_set(self, origin: str) -> str | None:
-        """The key set pinned for the agent: that of the last ``CardFetched`` whose signature
-        check pinned, matched or accepted one (None: none, or an unsigned card was accepted).
-        Read from the agent's stream, from where the last call left off (in a store worker)."""
+    def _pinned_key_set(self, origin: str, extended: bool = False) -> str | None:
+        """The key set pinned for the agent's public card (``extended``: for its authenticated
+        extended card): that of the last such ``CardFetched`` whose signature check pinned,
+        matched or accepted one (None: none, or an unsigned card was accepted). Read from the
+        agent's stream, from where the last call left off (in a store worker)."""
+        place = (origin, extended)
         with self._pins_lock:
-            version, pinned = self._pins.get(origin, (0, None))
+            version, pinned = self._pins.get(place, (0, None))
         for event in self.store.read_stream(ev.agent_stream_id(origin), version + 1):
             version = event.version
             if event.type != ev.CARD_FETCHED or '"pin"' not in event.payload:
                 continue
             data = event.data
             signature = data.get("signature")
-            if data.get("extended") or not isinstance(signature, dict) or "pin" not in signature:
+            if bool(data.get("extended")) != extended:
+                continue
+            if not isinstance(signature, dict) or "pin" not in signature:
                 continue
             keys = signature.get("keys")
             pinned = keys.get("key_set") if isinstance(keys, dict) else None
         with self._pins_lock:
-            if version >= self._pins.get(origin, (0, None))[0]:
-                self._pins[origin] = (version, pinned)
+            if version >= self._pins.get(place, (0, None))[0]:
+                self._pins[place] = (version, pinned)
         return pinned
 
-    def _pin(self, read: CardRead, signed: SignatureCheck) -> dict[str, Any]:
+    def _pin(
+        self, read: CardRead, signed: SignatureCheck, extended: bool = False
+    ) -> dict[str, Any]:
         """The ``signature`` record of a read, its key set compared with the pinned one (R3's
-        way: first use pins, a change is refused unless the policy accepts it)."""
+        way: first use pins, a change is refused unless the policy accepts it); ``extended``:
+        the authenticated extended card's, compared with the key set pinned for that card."""
         record = signed.record()
         policy = self.signature_policy(read.agent)
-        pinned = self._pinned_key_set(read.agent)
+        pinned = self._pinned_key_set(read.agent, extended)
         fresh = signed.keys.key_set if signed.keys is not None else None
         if fresh is None and pinned is None:
             return record  # unsigned under prefer, nothing pinned: nothing to keep
@@ -577,6 +586,12 @@ class Discovery:
         With ``memo`` (what tells the credentials apart), a read not ``fresh`` is served from the
         last read under that key while it is younger than ``max_card_age`` (``status`` 0).
 
+        Under the agent's signature policy (``require``, ``prefer``) the card's signatures are
+        checked as the public card's are, and its key set pinned apart from the public card's:
+        a card that fails is recorded as ``DiscoveryFailed`` (kind ``signature``) and raised as
+        :class:`CardSignatureError`, neither stored, memoised nor returned. A verified read's
+        ``CardFetched`` carries ``signature`` (the raw signatures, for the audit).
+
         Raises what the transport raises (:class:`RemoteRefusedError` for -32007,
         :class:`AuthorizationFailedError`, :class:`EndpointUnreachableError`,
         :class:`InvalidAgentResponseError`), and :class:`CardInvalidError` for an answer that
@@ -593,7 +608,16 @@ class Discovery:
         body = await transport.get_extended_card()
         card = self._parse(body, url)
         read = CardRead(origin, card, url, 200, None, None, _now())
-        await self._record_extended(read, transport.interface.binding, public_revision)
+        try:
+            # Its signatures under the agent's policy, before anything uses or stores it.
+            with deadline.within(self.limits.timeout):
+                signed = await self._check_signatures(
+                    origin, self.signature_policy(origin), card, url
+                )
+            await self._record_extended(read, transport.interface.binding, public_revision, signed)
+        except CardSignatureError as refused:  # also: the key set is not the pinned one
+            await self._record_failure(origin, refused)
+            raise
         if memo is not None:
             self._extended[place] = (read, self._clock())
             self._extended.move_to_end(place)
@@ -673,11 +697,7 @@ class Discovery:
     ) -> None:
         data = _fetched(read)
         snapshots = [_snapshot(read)] if read.status == 200 else []
-        if signed is not None and signed.keys is not None:
-            keys = signed.keys  # stored like a card, so the audit can verify again
-            snapshots.append(
-                CardSnapshot(keys.revision, keys.body, keys.url, None, 200, read.fetched_at)
-            )
+        snapshots.extend(_key_snapshots(read, signed))
 
         def decide(_: State) -> list[NewEvent]:
             if signed is None:
@@ -688,7 +708,11 @@ class Discovery:
         await self._append(read.agent, decide, snapshots, known)
 
     async def _record_extended(
-        self, read: CardRead, binding: str, public_revision: str | None
+        self,
+        read: CardRead,
+        binding: str,
+        public_revision: str | None,
+        signed: SignatureCheck | None = None,
     ) -> None:
         data = {
             **_fetched(read),  # a read of its own: no validators (etag, last_modified: None)
@@ -696,8 +720,16 @@ class Discovery:
             "binding": binding,
             "public_revision": public_revision,
         }
-        snapshot = _snapshot(read)
-        await self._append(read.agent, lambda _: [NewEvent(ev.CARD_FETCHED, data)], [snapshot])
+        snapshots = [_snapshot(read), *_key_snapshots(read, signed)]
+
+        def decide(_: State) -> list[NewEvent]:
+            if signed is None:
+                return [NewEvent(ev.CARD_FETCHED, data)]
+            # Pinned on the stream as it stands at the append, like the public card's.
+            record = self._pin(read, signed, extended=True)
+            return [NewEvent(ev.CARD_FETCHED, {**data, "signature": record})]
+
+        await self._append(read.agent, decide, snapshots)
 
     async def _record_failure(self, origin: str, failure: DiscoveryError) -> None:
         data = {
@@ -752,6 +784,14 @@ def _snapshot(read: CardRead) -> CardSnapshot:
         http_status=read.status,
         fetched_at=read.fetched_at,
     )
+
+
+def _key_snapshots(read: CardRead, signed: SignatureCheck | None) -> list[CardSnapshot]:
+    """The key set a read was verified with, stored like a card so the audit can verify again."""
+    if signed is None or signed.keys is None:
+        return []
+    keys = signed.keys
+    return [CardSnapshot(keys.revision, keys.body, keys.url, None, 200, read.fetched_at)]
 
 
 def append_agent_events(

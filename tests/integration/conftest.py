@@ -28,22 +28,29 @@ def peer(shared_peer: Peer) -> Iterator[Peer]:
         yield fresh
 
 
-@pytest.fixture(scope="module", params=["1.3", "0.3"])
-def shared_agent(request: pytest.FixtureRequest) -> Iterator[Peer | Peer03]:
-    """The module's agent of each generation: the a2a-sdk 1.3 one (the module's `shared_peer`)
-    and the official a2a-sdk 0.3 one (`Peer03`, a subprocess: about a second to start)."""
-    if request.param == "1.3":
-        yield request.getfixturevalue("shared_peer")
-        return
-    yield request.getfixturevalue("shared_peer03")
+# The agents `agent` runs a test against: the a2a-sdk 1.3 agent (JSON-RPC, the first interface
+# of its card), and the official a2a-sdk 0.3 agent over each of its bindings, its card preferring
+# JSON-RPC or HTTP+JSON (the engine takes the card's preference when none is configured).
+AGENTS = {
+    "1.3": "shared_peer",
+    "0.3-jsonrpc": "shared_peer03",
+    "0.3-http+json": "shared_peer03_rest",
+}
 
 
-@pytest.fixture(scope="module")
-def shared_peer03() -> Iterator[Peer03]:
-    """One a2a-sdk 0.3 agent for the module (a subprocess: about a second to start); without
-    its venv, a failure under CI and a skip elsewhere."""
+@pytest.fixture(scope="module", params=list(AGENTS))
+def shared_agent(request: pytest.FixtureRequest) -> Peer | Peer03:
+    """The module's agent of each generation and 0.3 binding: the a2a-sdk 1.3 one (the module's
+    `shared_peer`) and the official a2a-sdk 0.3 one (`Peer03`, a subprocess: about a second to
+    start), one preferring JSON-RPC and one preferring HTTP+JSON."""
+    agent: Peer | Peer03 = request.getfixturevalue(AGENTS[request.param])
+    return agent
+
+
+def _peer03(**options: str) -> Iterator[Peer03]:
+    """A running a2a-sdk 0.3 agent; without its venv, a failure under CI and a skip elsewhere."""
     try:
-        running = Peer03().start()
+        running = Peer03(**options).start()
     except Venv03Unavailable as exc:
         if os.environ.get("CI") == "true":
             pytest.fail(f"the a2a-sdk 0.3 venv is needed under CI: {exc}")
@@ -52,6 +59,19 @@ def shared_peer03() -> Iterator[Peer03]:
         yield running
     finally:
         running.close()
+
+
+@pytest.fixture(scope="module")
+def shared_peer03() -> Iterator[Peer03]:
+    """One a2a-sdk 0.3 agent for the module, its card preferring JSON-RPC (a subprocess: about a
+    second to start)."""
+    yield from _peer03()
+
+
+@pytest.fixture(scope="module")
+def shared_peer03_rest() -> Iterator[Peer03]:
+    """One a2a-sdk 0.3 agent for the module whose card prefers HTTP+JSON."""
+    yield from _peer03(preferred_transport="HTTP+JSON")
 
 
 @pytest.fixture

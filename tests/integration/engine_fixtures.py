@@ -9,10 +9,13 @@ Plain functions and classes, no pytest fixtures: the test modules define their f
   :func:`agent_events`, :func:`write_marks` (to prove a refusal wrote nothing).
 - :func:`restored` — one agent shared by a module, back to normal service for every test.
 - Card edits for ``mutate_card``: :func:`drop_skill`, :func:`withdraw_push`,
-  :func:`rotate_security`, :func:`rotate_to_bearer`, :func:`drop_jsonrpc_interface`,
+  :func:`rotate_security`, :func:`rotate_to_bearer`, :func:`retire_binding`,
   :func:`point_jsonrpc_at`; those rule tests run against both generations use edit a 1.0 card
   (`Peer`) and a 0.3 one (`Peer03`: ``url``, ``additionalInterfaces``) alike.
-  :func:`wire_version` is the protocol version the engine records for an agent's endpoints.
+  :func:`wire_version` is the protocol version the engine records for an agent's endpoints;
+  :func:`endpoint_in_use` the endpoint it talks to (the card's preference: JSON-RPC, or HTTP+JSON
+  for a 0.3 agent started preferring it), :func:`other_endpoint` the agent's other one, and
+  :func:`logged` how the agents' call logs name a binding; :func:`sends_status_timestamps`.
 - :class:`PushReceiver` — a webhook on 127.0.0.1 that records what the agent POSTs and, once told
   to, hands each delivery to ``Engine.deliver`` on the test's event loop.
 - :class:`MovableEndpoint` — a JSON-RPC endpoint of its own that relays to the agent's until it is
@@ -164,6 +167,40 @@ def wire_version(agent: Agent) -> str:
     return agent.protocol_version if isinstance(agent, Peer03) else "1.0"
 
 
+def binding_in_use(agent: Agent) -> str:
+    """The binding the engine talks to the agent over under FAST (no binding preferred): its
+    card's first, JSON-RPC for the 1.3 agent, the 0.3 agent's ``preferred_transport``."""
+    return agent.preferred_transport if isinstance(agent, Peer03) else "JSONRPC"
+
+
+def _endpoint(agent: Agent, binding: str) -> dict[str, str]:
+    url = agent.rest_url if binding == "HTTP+JSON" else agent.jsonrpc_url
+    return {"url": url, "binding": binding, "protocol_version": wire_version(agent)}
+
+
+def endpoint_in_use(agent: Agent) -> dict[str, str]:
+    """The endpoint a task of the agent's card as served is sent to, as the task records it."""
+    return _endpoint(agent, binding_in_use(agent))
+
+
+def other_endpoint(agent: Agent) -> dict[str, str]:
+    """The agent's endpoint of the other binding, as a task would record it."""
+    other = "HTTP+JSON" if binding_in_use(agent) == "JSONRPC" else "JSONRPC"
+    return _endpoint(agent, other)
+
+
+def sends_status_timestamps(agent: Agent) -> bool:
+    """Whether the agent's task answers carry ``status.timestamp``: a2a-sdk 0.3's HTTP+JSON
+    binding leaves it out (its ``ToProto.task_status`` keeps the state and the message only);
+    its JSON-RPC sends it, as a2a-sdk 1.3 does over both."""
+    return not (isinstance(agent, Peer03) and binding_in_use(agent) == "HTTP+JSON")
+
+
+def logged(binding: str) -> str:
+    """How the agents' call logs name a binding: ``JSONRPC`` or ``REST``."""
+    return "REST" if binding == "HTTP+JSON" else binding
+
+
 def _is_03(card: dict[str, Any]) -> bool:
     """A 0.3 card names its main endpoint at the top (``url``); a 1.0 card lists them all."""
     return "supportedInterfaces" not in card
@@ -198,17 +235,23 @@ def rotate_to_bearer(card: dict[str, Any]) -> None:
     card["version"] = "2.0.0"
 
 
-def drop_jsonrpc_interface(card: dict[str, Any]) -> None:
-    """The JSON-RPC endpoint is retired: only the HTTP+JSON one is left (same skills, contract)."""
-    if _is_03(card):
-        [rest] = [i for i in card["additionalInterfaces"] if i["transport"] == "HTTP+JSON"]
-        card.update(url=rest["url"], preferredTransport="HTTP+JSON", additionalInterfaces=[rest])
+def retire_binding(binding: str) -> Callable[[dict[str, Any]], None]:
+    """A card edit: the endpoint of ``binding`` is retired, only the other one is left (same
+    skills, same contract)."""
+
+    def edit(card: dict[str, Any]) -> None:
+        if _is_03(card):
+            [kept] = [i for i in card["additionalInterfaces"] if i["transport"] != binding]
+            card.update(
+                url=kept["url"], preferredTransport=kept["transport"], additionalInterfaces=[kept]
+            )
+        else:
+            card["supportedInterfaces"] = [
+                i for i in card["supportedInterfaces"] if i["protocolBinding"] != binding
+            ]
         card["version"] = "1.2.0"
-        return
-    card["supportedInterfaces"] = [
-        i for i in card["supportedInterfaces"] if i["protocolBinding"] != "JSONRPC"
-    ]
-    card["version"] = "1.2.0"
+
+    return edit
 
 
 # -- push deliveries ------------------------------------------------------------------------------

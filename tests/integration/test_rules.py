@@ -7,8 +7,10 @@ is sent or registered on a card that could not confirm it, every remote report i
 Every test that drives tasks ends with the audit (replay == projection, chains intact).
 
 The tests taking ``agent`` run against both generations: the a2a-sdk 1.3 agent (`Peer`, A2A 1.0)
-and the official a2a-sdk 0.3 agent (`Peer03`, A2A 0.3), ids ``1.3`` and ``0.3``. Those taking
-``peer`` rely on something only the 1.3 agent offers, said at each.
+and the official a2a-sdk 0.3 agent (`Peer03`, A2A 0.3) over each of its bindings, ids ``1.3``,
+``0.3-jsonrpc`` and ``0.3-http+json`` (its card prefers that binding, and the engine takes the
+card's preference). Those taking ``peer`` rely on something only the 1.3 agent offers, said at
+each.
 """
 
 from __future__ import annotations
@@ -33,20 +35,23 @@ from engine_fixtures import (
     calls,
     data_of,
     delivered_state,
-    drop_jsonrpc_interface,
     drop_skill,
+    endpoint_in_use,
     events,
     headers_for,
+    logged,
+    other_endpoint,
     point_jsonrpc_at,
     push_headers,
+    retire_binding,
     rotate_security,
     rotate_to_bearer,
+    sends_status_timestamps,
     state_of,
     status_update_body,
     transitions,
     types,
     wait_until,
-    wire_version,
     withdraw_push,
     write_marks,
 )
@@ -123,7 +128,6 @@ async def test_card_503_mid_task_never_sends_cancel(agent: Agent, db_url: str) -
         await engine.settle()
 
         assert done.state == "completed"
-        assert ("JSONRPC", "CancelTask") not in agent.calls
         assert calls(agent, "CancelTask") == 0
         unavailable = data_of(engine.store, view.task, ev.DISCOVERY_UNAVAILABLE)
         assert unavailable, "the failed re-validation was not recorded"
@@ -269,11 +273,7 @@ async def test_contract_rotated_mid_task_is_recorded_as_diverged_and_the_task_co
     assert diverged[0]["observed"] != view.contract_hash
     state = state_of(engine, view.task)
     assert state["contract_hash"] == view.contract_hash  # the frozen contract still governs
-    assert state["endpoint"] == {
-        "url": agent.jsonrpc_url,
-        "binding": JSONRPC,
-        "protocol_version": wire_version(agent),
-    }
+    assert state["endpoint"] == endpoint_in_use(agent)
     assert "contract_diverged" in done.flags
 
 
@@ -358,9 +358,15 @@ async def test_push_withdrawn_after_registration_still_reaches_terminal_within_m
     assert transitions(engine.store, view.task) == SLOW
     assert agent.pushes_dropped >= 1
     assert hook.deliveries == []
-    [completed] = [e for e in events(engine.store, view.task) if e.type == ev.STATE_CHANGED][1:]
+    recorded = events(engine.store, view.task)
+    [completed] = [e for e in recorded if e.type == ev.STATE_CHANGED][1:]
     assert completed.data["source"] == "poll"
-    remote_done = datetime.fromisoformat(completed.data["remote_timestamp"])
+    if sends_status_timestamps(agent):
+        remote_done = datetime.fromisoformat(completed.data["remote_timestamp"])
+    else:  # no status timestamps: the task ended no sooner than its 0.6 s after the send
+        assert completed.data["remote_timestamp"] is None
+        assert recorded[0].type == ev.TASK_SUBMITTED  # recorded before the send
+        remote_done = recorded[0].recorded_at + timedelta(seconds=0.6)
     noticed_after = (completed.recorded_at - remote_done).total_seconds()
     assert noticed_after < 10 * FAST.max_poll_interval  # safety polls: at most 0.2 s apart
     assert ev.WEBHOOK_CONFIRMED not in types(engine.store, view.task)
@@ -477,8 +483,9 @@ async def test_skill_dropped_mid_task_never_cancels(agent: Agent, engine: Engine
 async def test_endpoint_moved_mid_task_is_recorded_but_the_task_stays_on_its_endpoint(
     agent: Agent, engine: Engine
 ) -> None:
+    used, other = endpoint_in_use(agent), other_endpoint(agent)
     view = await engine.start_task(agent.base_url, skill="slow", text="slow 0.8")
-    agent.mutate_card(drop_jsonrpc_interface)
+    agent.mutate_card(retire_binding(used["binding"]))
 
     done = await engine.drive(view.task, until="terminal", timeout=10)
     await engine.settle()
@@ -487,11 +494,11 @@ async def test_endpoint_moved_mid_task_is_recorded_but_the_task_stays_on_its_end
     assert transitions(engine.store, view.task) == SLOW
     [changed] = data_of(engine.store, view.task, ev.CARD_REVISION_CHANGED)
     new_endpoints = [(i["url"], i["binding"]) for i in changed["changes"]["endpoints"]["new"]]
-    assert new_endpoints == [(agent.rest_url, "HTTP+JSON")]
+    assert new_endpoints == [(other["url"], other["binding"])]
     assert "contract" not in changed["changes"]
     assert ev.ENDPOINT_MOVED not in types(engine.store, view.task)  # not until R9
-    assert calls(agent, "GetTask", "REST") == 0
-    assert calls(agent, "GetTask", "JSONRPC") > 0
+    assert calls(agent, "GetTask", logged(other["binding"])) == 0
+    assert calls(agent, "GetTask", logged(used["binding"])) > 0
 
 
 # -- R8: a discovery failure mid-task is an annotation (incident 000) ------------------------------
@@ -595,28 +602,19 @@ async def test_resume_tells_compatible_skill_edits_from_incompatible_ones(
 async def test_resume_follows_an_endpoint_moved_for_the_same_skill(
     agent: Agent, engine: Engine
 ) -> None:
+    used, other = endpoint_in_use(agent), other_endpoint(agent)
     view = await engine.start_task(agent.base_url, skill="slow", text="slow 0.6")
     assert (await engine.poll(view.task)).state == "working"
-    agent.mutate_card(drop_jsonrpc_interface)  # same skills, same contract, JSON-RPC retired
+    agent.mutate_card(retire_binding(used["binding"]))  # same skills and contract, one endpoint
 
     resumed = await engine.resume(view.task)
     done = await engine.drive(resumed.task, until="terminal", timeout=10)
 
     [moved] = data_of(engine.store, view.task, ev.ENDPOINT_MOVED)
-    version = wire_version(agent)
-    assert moved["old"] == {
-        "url": agent.jsonrpc_url,
-        "binding": "JSONRPC",
-        "protocol_version": version,
-    }
-    assert moved["new"] == {
-        "url": agent.rest_url,
-        "binding": "HTTP+JSON",
-        "protocol_version": version,
-    }
+    assert (moved["old"], moved["new"]) == (used, other)
     assert state_of(engine, view.task)["endpoint"] == moved["new"]
     assert done.state == "completed"
-    assert ("REST", "GetTask") in agent.calls
+    assert (logged(other["binding"]), "GetTask") in agent.calls
     assert transitions(engine.store, view.task) == SLOW
     assert ev.TASK_ORPHANED not in types(engine.store, view.task)
 
@@ -633,12 +631,9 @@ async def test_resume_with_the_card_unreadable_goes_on_at_the_recorded_endpoint(
 
     assert (unavailable["during"], unavailable["kind"]) == ("resume", "http_status")
     assert done.state == "completed"
-    assert state_of(engine, view.task)["endpoint"] == {
-        "url": agent.jsonrpc_url,
-        "binding": JSONRPC,
-        "protocol_version": wire_version(agent),
-    }
-    assert calls(agent, "GetTask", "JSONRPC") > 0
+    used = endpoint_in_use(agent)
+    assert state_of(engine, view.task)["endpoint"] == used
+    assert calls(agent, "GetTask", logged(used["binding"])) > 0
     assert ev.TASK_ORPHANED not in types(engine.store, view.task)
 
 
@@ -674,7 +669,7 @@ async def test_cancel_is_requested_and_the_state_moves_only_from_the_remote_answ
     canceled = await engine.cancel(view.task)
 
     assert canceled.state == "canceled"
-    assert calls(agent, "CancelTask", "JSONRPC") == 1
+    assert calls(agent, "CancelTask", logged(endpoint_in_use(agent)["binding"])) == 1
     recorded = events(engine.store, view.task)
     requested = [e.type for e in recorded].index(ev.CANCEL_REQUESTED)
     [to_canceled] = [
@@ -682,7 +677,9 @@ async def test_cancel_is_requested_and_the_state_moves_only_from_the_remote_answ
     ]
     assert to_canceled.version > recorded[requested].version
     assert (to_canceled.data["from"], to_canceled.data["source"]) == ("working", "send")
-    assert to_canceled.data["remote_timestamp"] is not None  # what the remote said, and when
+    # What the remote said, and when: with the time it stamped the status, where it stamps one.
+    stamped = to_canceled.data["remote_timestamp"] is not None
+    assert stamped == sends_status_timestamps(agent)
 
     with pytest.raises(RemoteRefusedError) as caught:
         await engine.cancel(view.task)
@@ -745,7 +742,8 @@ async def test_endpoint_gone_is_unreachable_not_task_not_found_and_changes_nothi
     assert transitions(engine.store, view.task) == [("submitted", "working")]
 
     # A real TaskNotFound is something else: an A2A error body, told apart by its code.
-    interface = Interface(agent.jsonrpc_url, JSONRPC, wire_version(agent))
+    used = endpoint_in_use(agent)
+    interface = Interface(used["url"], used["binding"], used["protocol_version"])
     transport = A2ATransport(engine.client, interface)
     agent.set_endpoint_gone(False)
     with pytest.raises(RemoteRefusedError) as not_found:

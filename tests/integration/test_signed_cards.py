@@ -17,11 +17,12 @@ from typing import Any
 
 import httpx
 import pytest
-from engine_fixtures import FAST, agent_events, restored
+from engine_fixtures import FAST, agent_events, calls, data_of, restored, types
 from joserfc.jwk import ECKey, Key
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from support import Peer
+from support.extended_peer import EXTENDED_ONLY, ExtendedPeer
 
 from cardfence.engine import events as ev
 from cardfence.engine.audit import audit
@@ -99,19 +100,26 @@ def limits(peer: Peer, policy: str, keys: str | None = None, **options: bool) ->
     return CardLimits(timeout=2.0, connect_timeout=1.0, signatures=signatures)
 
 
-def sdk_sign(peer: Peer, key: ECKey, card: Any = None) -> None:
-    """Serve ``card`` (the agent's own by default) as a2a-sdk signs and serves it: its signer
-    (PyJWT) over its canonical form, then its card route's ``agent_card_to_dict``."""
-    from a2a.server.request_handlers.response_helpers import agent_card_to_dict
+def sdk_signed(key: ECKey, card: Any) -> Any:
+    """A copy of ``card`` (an a2a-sdk protobuf ``AgentCard``) signed by a2a-sdk's signer (PyJWT)
+    over its canonical form."""
     from a2a.types import AgentCard
 
     proto = AgentCard()
-    proto.CopyFrom(peer.agent_card if card is None else card)
+    proto.CopyFrom(card)
     signer = signing.create_agent_card_signer(
         key.as_pem(private=True),
         {"kid": str(key.kid), "alg": "ES256", "jku": None, "typ": "JOSE"},
     )
-    peer.card = agent_card_to_dict(signer(proto))
+    return signer(proto)
+
+
+def sdk_sign(peer: Peer, key: ECKey, card: Any = None) -> None:
+    """Serve ``card`` (the agent's own by default) as a2a-sdk signs and serves it: its signer
+    over its canonical form, then its card route's ``agent_card_to_dict``."""
+    from a2a.server.request_handlers.response_helpers import agent_card_to_dict
+
+    peer.card = agent_card_to_dict(sdk_signed(key, peer.agent_card if card is None else card))
 
 
 def add_skill(card: dict[str, Any]) -> None:
@@ -469,6 +477,204 @@ async def test_audit_verify_signatures_catches_a_tampered_snapshot_and_a_tampere
     with EventStore.open(f"sqlite:///{path}") as store:
         kinds = [v.kind for v in audit(store, verify_signatures=True).violations]
     assert kinds == ["hash_mismatch", "signature_invalid"]
+
+
+# -- the authenticated extended card (R15) ---------------------------------------------------------
+#
+# Its agent's policy holds for it as for the public card. The agent is `ExtendedPeer` without its
+# bearer requirement: a2a-sdk's signer leaves a requirement without scopes out of what it signs
+# (refused above for the public card), and the extended card comes over the task's own interface.
+
+
+@pytest.fixture(scope="module")
+def shared_extended() -> Iterator[ExtendedPeer]:
+    with ExtendedPeer(bearer=False) as running:
+        yield running
+
+
+@pytest.fixture
+def extended_peer(shared_extended: ExtendedPeer) -> Iterator[ExtendedPeer]:
+    """The agent with an extended card, in normal service; both its cards restored afterwards."""
+    served = shared_extended.handler.extended_agent_card
+    with restored(shared_extended) as fresh:
+        try:
+            yield fresh
+        finally:
+            fresh.handler.extended_agent_card = served
+
+
+def engine_config(
+    peer: Peer, policy: str, keys: str | None = None, **options: bool
+) -> EngineConfig:
+    return EngineConfig(
+        max_poll_interval=FAST.max_poll_interval,
+        card_limits=limits(peer, policy, keys, **options),
+        follow_streams=False,
+    )
+
+
+def serve_extended(peer: ExtendedPeer, key: ECKey | None, *, altered: bool = False) -> Any:
+    """Serve the extended card signed by a2a-sdk's signer with ``key`` (unsigned when None);
+    ``altered``: a skill added after signing. The card served (protobuf)."""
+    card = peer.extended_card if key is None else sdk_signed(key, peer.extended_card)
+    if altered:
+        card.skills.add(id="exfiltrate", name="X", description="Added later.")
+    peer.handler.extended_agent_card = card
+    return card
+
+
+def extended_reads(store: EventStore, peer: Peer) -> list[dict[str, Any]]:
+    """The agent's ``CardFetched`` of its extended card, in order."""
+    return [d for t, d in agent_events(store, peer) if t == ev.CARD_FETCHED and d.get("extended")]
+
+
+async def test_an_extended_card_signed_by_a2a_sdk_is_verified_and_the_task_created_under_it(
+    extended_peer: ExtendedPeer, db_url: str, key: ECKey, tmp_path: Path
+) -> None:
+    peer = extended_peer
+    sdk_sign(peer, key)
+    served = serve_extended(peer, key)
+    config = engine_config(peer, "require", key_file(tmp_path, key))
+    async with Engine.open(db_url, config=config) as engine:
+        view = await engine.start_task(peer.base_url, skill=EXTENDED_ONLY, text="slow 0.1")
+        done = await engine.drive(view.task, until="terminal", timeout=10)
+        store = engine.store
+
+        assert done.state == "completed"
+        [read] = extended_reads(store, peer)
+        record = read["signature"]
+        assert (record["policy"], record["status"], record["pin"]) == ("require", "verified",
+                                                                      "pinned")  # fmt: skip
+        assert record["kid"] == "card-key"
+        assert [e["protected"] for e in record["signatures"]] == [
+            e.protected for e in served.signatures
+        ]
+        assert view.card_revision == read["revision"]  # frozen under the verified card
+        snapshot = store.get_snapshot(read["revision"])
+        assert snapshot is not None
+        assert "signatures" not in json.loads(snapshot.body)
+        assert store.get_snapshot(record["keys"]["revision"]) is not None
+        report = audit(store, verify_signatures=True)
+        assert report.ok, report.violations
+        assert report.signatures_checked == 2  # the public card and the extended one
+
+
+@pytest.mark.parametrize(
+    ("case", "reason"),
+    [
+        ("unsigned", "the card is not signed, and its agent's policy requires a signature"),
+        ("altered", "signature 0 (kid 'card-key', ES256) does not verify: the card was altered "
+                    "after it was signed, or signed with another key"),
+    ],
+    ids=["unsigned", "altered"],
+)  # fmt: skip
+async def test_an_extended_card_failing_require_refuses_creation_and_nothing_is_stored_or_sent(
+    extended_peer: ExtendedPeer, db_url: str, key: ECKey, tmp_path: Path, case: str, reason: str
+) -> None:
+    peer = extended_peer
+    sdk_sign(peer, key)  # the public card verifies
+    serve_extended(peer, None if case == "unsigned" else key, altered=case == "altered")
+    config = engine_config(peer, "require", key_file(tmp_path, key))
+    async with Engine.open(db_url, config=config) as engine:
+        for skill in (EXTENDED_ONLY, "echo"):  # a skill of the public card too
+            with pytest.raises(CardSignatureError) as caught:
+                await engine.start_task(peer.base_url, skill=skill, text="slow 0.1")
+            assert caught.value.detail == reason
+            assert caught.value.url == peer.jsonrpc_url
+            assert str(caught.value).endswith("(nothing was sent)")
+        store = engine.store
+
+        public = [d for t, d in agent_events(store, peer) if t == ev.CARD_FETCHED]
+        assert [t for t, _ in agent_events(store, peer)] == 2 * [
+            ev.CARD_FETCHED, ev.DISCOVERY_FAILED, ev.TASK_CREATION_REFUSED
+        ]  # fmt: skip
+        failed = [d for t, d in agent_events(store, peer) if t == ev.DISCOVERY_FAILED]
+        assert {(d["kind"], d["detail"]) for d in failed} == {("signature", reason)}
+        assert extended_reads(store, peer) == []
+        # Only the public card and its key set are stored; no task was created.
+        assert set(store.snapshot_revisions()) == {
+            public[0]["revision"], public[0]["signature"]["keys"]["revision"]
+        }  # fmt: skip
+        assert [s for s in store.stream_ids() if s.startswith(ev.TASK_STREAM_PREFIX)] == []
+        assert audit(store, verify_signatures=True).ok
+    assert calls(peer, "GetExtendedAgentCard") == 2
+    assert calls(peer, "SendMessage") == 0
+
+
+async def test_prefer_uses_an_unsigned_extended_card_and_refuses_an_altered_one(
+    extended_peer: ExtendedPeer, db_url: str, key: ECKey, tmp_path: Path
+) -> None:
+    """As for the public card: unsigned, used and recorded as unsigned; signed, it must verify."""
+    peer = extended_peer
+    config = engine_config(peer, "prefer", key_file(tmp_path, key))
+    async with Engine.open(db_url, config=config) as engine:
+        view = await engine.start_task(peer.base_url, skill="echo", text="echo hi")
+        [read] = extended_reads(engine.store, peer)
+        assert read["signature"] == {"policy": "prefer", "status": "unsigned"}
+        assert view.card_revision == read["revision"]
+
+        serve_extended(peer, key, altered=True)
+        with pytest.raises(CardSignatureError) as caught:
+            await engine.start_task(peer.base_url, skill="echo", text="echo hi")
+        assert caught.value.detail.startswith("signature 0 (kid 'card-key', ES256) does not verify")
+        assert len(extended_reads(engine.store, peer)) == 1
+    assert calls(peer, "SendMessage") == 1
+
+
+async def test_the_extended_cards_key_set_is_pinned_apart_from_the_public_cards(
+    extended_peer: ExtendedPeer, db_url: str, key: ECKey, tmp_path: Path
+) -> None:
+    """Under prefer, an unsigned public card beside a signed extended card: the extended card's
+    key set is pinned from its own reads, and an unsigned extended card after it is refused as
+    a downgrade while the unsigned public card is still accepted."""
+    peer = extended_peer
+    serve_extended(peer, key)
+    config = engine_config(peer, "prefer", key_file(tmp_path, key))
+    async with Engine.open(db_url, config=config) as engine:
+        for _ in range(2):
+            await engine.start_task(peer.base_url, skill="echo", text="echo hi")
+        pins = [d["signature"]["pin"] for d in extended_reads(engine.store, peer)]
+        assert pins == ["pinned", "matched"]
+
+        serve_extended(peer, None)
+        with pytest.raises(CardSignatureError) as caught:
+            await engine.start_task(peer.base_url, skill="echo", text="echo hi")
+        assert caught.value.detail.startswith("the card is unsigned, and key set ")
+        assert caught.value.detail.endswith("refused as a downgrade (accept_key_change accepts it)")
+        public = [
+            d["signature"]
+            for t, d in agent_events(engine.store, peer)
+            if t == ev.CARD_FETCHED and not d.get("extended")
+        ]
+        assert public == 3 * [{"policy": "prefer", "status": "unsigned"}]
+    assert calls(peer, "SendMessage") == 2
+
+
+async def test_an_extended_card_altered_mid_task_is_not_used_and_the_public_card_stands_in(
+    extended_peer: ExtendedPeer, db_url: str, key: ECKey, tmp_path: Path
+) -> None:
+    peer = extended_peer
+    sdk_sign(peer, key)
+    serve_extended(peer, key)
+    peer.hold()
+    config = engine_config(peer, "require", key_file(tmp_path, key))
+    async with Engine.open(db_url, config=config) as engine:
+        view = await engine.start_task(peer.base_url, skill=EXTENDED_ONLY, text="slow 0.1")
+        assert (await engine.poll(view.task)).state == "working"
+        serve_extended(peer, key, altered=True)
+
+        resumed = await engine.resume(view.task)  # R9 reads the extended card again
+        assert resumed.state == "working"
+        assert resumed.card_revision == view.card_revision
+        unread = data_of(engine.store, view.task, ev.DISCOVERY_UNAVAILABLE)
+        assert [(d["kind"], d["during"]) for d in unread] == [("extended_card", "resume")]
+        assert "CardSignatureError" in str(unread[0]["detail"])
+        assert not {ev.FLAGGED_FOR_REVIEW, ev.TASK_ORPHANED} & set(types(engine.store, view.task))
+        assert len(extended_reads(engine.store, peer)) == 1  # the altered card was not stored
+        peer.release()
+        done = await engine.drive(view.task, until="terminal", timeout=10)
+        assert done.state == "completed"
+        assert audit(engine.store, verify_signatures=True).ok
 
 
 # -- the command line ------------------------------------------------------------------------------

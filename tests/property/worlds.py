@@ -2,8 +2,16 @@
 
 The remote's truth (each task's history of states) is shared by every world; each world is an
 engine with its own store (SQLite in memory) and its own ``httpx.MockTransport`` that answers A2A
-JSON-RPC from that truth exactly as docs/wire.md shows, and answers card requests with whatever
-discovery outcome the test gives that world: the same card, a changed card, or a failure.
+from that truth exactly as docs/wire.md shows, and answers card requests with whatever discovery
+outcome the test gives that world: the same card, a changed card, or a failure.
+
+The agent speaks one of :data:`PROTOCOLS`, its card saying so: A2A 1.0 over JSON-RPC, or A2A 0.3
+over JSON-RPC (``message/send`` & co., ``kind``-tagged objects, lower-case states) or over
+HTTP+JSON (``/v1/message:send`` & co., protobuf JSON, no status timestamps, errors as an HTTP
+status with ``{"message"}``), as a2a-sdk 0.3.26 answers (docs/wire.md, "A2A 0.3 on the wire").
+The 0.3 answers are written here from those captures, not with the engine's own translation
+(``engine/wire03.py``), so that translation is what the worlds put to the test. A 0.3 agent
+pushes the whole task (:func:`push_body`), with the notification token only.
 """
 
 from __future__ import annotations
@@ -20,6 +28,9 @@ AGENT = "https://agent.test"
 CARD_URL = f"{AGENT}/.well-known/agent-card.json"
 RPC = f"{AGENT}/rpc"
 RPC_MOVED = f"{AGENT}/rpc2"
+REST = f"{AGENT}/rest"  # the HTTP+JSON interface: its paths are REST + "/v1/..."
+REST_MOVED = f"{AGENT}/rest2"
+PROTOCOLS = ("1.0", "0.3-jsonrpc", "0.3-http+json")
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 MAX_CARD_BYTES = 8192
 
@@ -59,7 +70,38 @@ CARD_VARIANTS = (
 CARD_FAILURES = ("network", "timeout", "503", "invalid_json", "too_large")
 
 
-def card_variant(name: str) -> dict[str, Any]:
+def card_variant(name: str, protocol: str = "1.0") -> dict[str, Any]:
+    """The card of a variant, as an agent of ``protocol`` serves it."""
+    card = _variant(name)
+    return card if protocol == "1.0" else _as_03(card, protocol == "0.3-http+json")
+
+
+def _as_03(card: dict[str, Any], rest: bool) -> dict[str, Any]:
+    """The same card as a 0.3 agent serves it: one main ``url`` and its ``preferredTransport``,
+    ``protocolVersion``, and a 0.3 security contract (``security``, typed schemes)."""
+    moved = card["supportedInterfaces"][0]["url"] == RPC_MOVED
+    url = (REST_MOVED if moved else REST) if rest else (RPC_MOVED if moved else RPC)
+    transport = "HTTP+JSON" if rest else "JSONRPC"
+    document: dict[str, Any] = {
+        "name": card["name"],
+        "description": "fake 0.3 agent",
+        "version": card["version"],
+        "protocolVersion": "0.3.0",
+        "url": url,
+        "preferredTransport": transport,
+        "additionalInterfaces": [{"url": url, "transport": transport}],
+        "capabilities": card["capabilities"],
+        "defaultInputModes": card["defaultInputModes"],
+        "defaultOutputModes": card["defaultOutputModes"],
+        "skills": [{**skill, "tags": []} for skill in card["skills"]],
+    }
+    if "securitySchemes" in card:  # contract_rotated: mTLS only
+        document["securitySchemes"] = {"mtls": {"type": "mutualTLS"}}
+        document["security"] = [{"mtls": []}]
+    return document
+
+
+def _variant(name: str) -> dict[str, Any]:
     card = copy.deepcopy(BASE_CARD)
     if name == "push_withdrawn":
         card["capabilities"]["pushNotifications"] = False
@@ -136,6 +178,62 @@ def status_update_body(remote: RemoteTask, context_id: str | None, index: int) -
     return json.dumps({"statusUpdate": update}).encode()
 
 
+# -- A2A 0.3 ------------------------------------------------------------------------------------
+
+# The 0.3 JSON-RPC method of each 1.0 operation the worlds use (docs/wire.md, "Methods and paths").
+METHODS_03 = {
+    "message/send": "SendMessage",
+    "tasks/get": "GetTask",
+    "tasks/cancel": "CancelTask",
+    "tasks/pushNotificationConfig/set": "CreateTaskPushNotificationConfig",
+}
+# HTTP+JSON 0.3 (protobuf) state names: one of them differs from 1.0's.
+PROTO_STATE_03 = {**WIRE_STATE, "canceled": "TASK_STATE_CANCELLED"}
+
+
+def task_json03(remote: RemoteTask, context_id: str | None, index: int = -1) -> dict[str, Any]:
+    """A task as a2a-sdk 0.3 writes it in JSON-RPC answers and pushes: ``kind``-tagged,
+    lower-case state, the timestamp as Python writes it (``+00:00``)."""
+    state, moment, message = remote.history[index]
+    status: dict[str, Any] = {"state": state, "timestamp": moment.isoformat()}
+    if message is not None:
+        status["message"] = {
+            "kind": "message",
+            "messageId": f"m-{remote.remote_id}-{len(remote.history)}",
+            "role": "agent",
+            "parts": [{"kind": "text", "text": message}],
+        }
+    body: dict[str, Any] = {"kind": "task", "id": remote.remote_id, "status": status}
+    if context_id:
+        body["contextId"] = context_id
+    return body
+
+
+def task_proto03(remote: RemoteTask, context_id: str | None, index: int = -1) -> dict[str, Any]:
+    """A task as a2a-sdk 0.3 writes it over HTTP+JSON: protobuf JSON, ``TASK_STATE_*``, the
+    message's parts in ``content``, and no status timestamp (a2a-sdk 0.3 drops it)."""
+    state, _, message = remote.history[index]
+    status: dict[str, Any] = {"state": PROTO_STATE_03[state]}
+    if message is not None:
+        status["message"] = {
+            "messageId": f"m-{remote.remote_id}-{len(remote.history)}",
+            "role": "ROLE_AGENT",
+            "content": [{"text": message}],
+        }
+    body: dict[str, Any] = {"id": remote.remote_id, "status": status}
+    if context_id:
+        body["contextId"] = context_id
+    return body
+
+
+def push_body(protocol: str, remote: RemoteTask, context_id: str | None, index: int) -> bytes:
+    """A push delivery of the report at ``index``: a 1.0 status update, or the whole task as a
+    0.3 agent POSTs it (over either binding: the push is the task's JSON model)."""
+    if protocol == "1.0":
+        return status_update_body(remote, context_id, index)
+    return json.dumps(task_json03(remote, context_id, index)).encode()
+
+
 def _error(request_id: object, code: int, reason: str, message: str) -> httpx.Response:
     info = {"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": reason,
             "domain": "a2a-protocol.org", "metadata": {}}  # fmt: skip
@@ -147,11 +245,15 @@ def _error(request_id: object, code: int, reason: str, message: str) -> httpx.Re
 
 
 class FakeAgent:
-    """One world's view of the remote over HTTP: A2A JSON-RPC plus a card endpoint whose
-    behaviour the test sets (``card``: a variant name or a failure name)."""
+    """One world's view of the remote over HTTP: A2A of ``protocol`` plus a card endpoint whose
+    behaviour the test sets (``card``: a variant name or a failure name). ``calls`` names each
+    A2A request by its 1.0 operation, whatever the protocol."""
 
-    def __init__(self, remote: Remote) -> None:
+    def __init__(self, remote: Remote, protocol: str = "1.0") -> None:
+        if protocol not in PROTOCOLS:
+            raise ValueError(f"unknown protocol {protocol!r}; expected one of {PROTOCOLS}")
         self.remote = remote
+        self.protocol = protocol
         self.card = "same"
         self.contexts: dict[str, str] = {}
         self.calls: list[str] = []
@@ -164,10 +266,14 @@ class FakeAgent:
     def handle(self, request: httpx.Request) -> httpx.Response:
         if request.url.path.startswith("/.well-known/"):
             return self._card(request)
+        if self.protocol == "0.3-http+json":
+            return self._rest03(request)
         if str(request.url) not in (RPC, RPC_MOVED) or request.method != "POST":
             return httpx.Response(404, text="Not Found")
         envelope = json.loads(request.content)
         method, params, request_id = envelope["method"], envelope["params"], envelope["id"]
+        if self.protocol == "0.3-jsonrpc":
+            return self._rpc03(method, params, request_id)
         self.calls.append(method)
         return self._rpc(method, params, request_id)
 
@@ -187,7 +293,7 @@ class FakeAgent:
             return httpx.Response(
                 status, content=body, headers={"content-type": "application/json"}
             )
-        card = card_variant(outcome)
+        card = card_variant(outcome, self.protocol)
         self.card_served.append((outcome, bool(card["capabilities"]["pushNotifications"])))
         return httpx.Response(200, json=card)
 
@@ -218,3 +324,71 @@ class FakeAgent:
         if method == "ListTasks":
             return ok({"tasks": []})
         return _error(request_id, -32601, "METHOD_NOT_FOUND", "Method not found")
+
+    # -- A2A 0.3 ----------------------------------------------------------------------------------
+
+    def _created(self, message: dict[str, Any], text: str) -> str:
+        """The remote id a send names: its task, or (a creation) the task its text labels."""
+        remote_id = message.get("taskId")
+        if remote_id is None:
+            remote_id = f"r-{text}"
+            self.contexts[remote_id] = message.get("contextId") or f"ctx-{remote_id}"
+        return str(remote_id)
+
+    def _rpc03(self, method: str, params: dict[str, Any], request_id: object) -> httpx.Response:
+        def ok(result: object) -> httpx.Response:
+            return httpx.Response(200, json={"jsonrpc": "2.0", "id": request_id, "result": result})
+
+        def error(code: int, message: str) -> httpx.Response:  # 0.3 errors carry no data
+            body = {"jsonrpc": "2.0", "id": request_id, "error": {"code": code, "message": message}}
+            return httpx.Response(200, json=body)
+
+        operation = METHODS_03.get(method)
+        self.calls.append(operation or f"unknown:{method}")
+        if operation == "SendMessage":
+            message = params["message"]
+            remote_id = self._created(message, message["parts"][0]["text"])
+            return ok(task_json03(self.remote.tasks[remote_id], self.contexts.get(remote_id)))
+        if operation == "GetTask":
+            remote_id = params["id"]
+            return ok(task_json03(self.remote.tasks[remote_id], self.contexts.get(remote_id)))
+        if operation == "CancelTask":
+            remote_id = params["id"]
+            index = self.cancel_answers.get(remote_id)
+            if index is None:
+                return error(-32002, "Task cannot be canceled")
+            task = self.remote.tasks[remote_id]
+            return ok(task_json03(task, self.contexts.get(remote_id), index))
+        if operation == "CreateTaskPushNotificationConfig":
+            return ok(params)
+        return error(-32601, "Method not found")
+
+    def _rest03(self, request: httpx.Request) -> httpx.Response:
+        url = str(request.url.copy_with(query=None))
+        base = next((b for b in (REST, REST_MOVED) if url.startswith(b + "/v1/")), None)
+        if base is None:
+            return httpx.Response(404, json={"detail": "Not Found"})
+        path, method = url[len(base) :], request.method
+        if method == "POST" and path == "/v1/message:send":
+            self.calls.append("SendMessage")
+            message = json.loads(request.content)["message"]
+            remote_id = self._created(message, message["content"][0]["text"])
+            task = task_proto03(self.remote.tasks[remote_id], self.contexts.get(remote_id))
+            return httpx.Response(200, json={"task": task})
+        remote_id, _, action = path.removeprefix("/v1/tasks/").partition(":")
+        if method == "GET" and path.startswith("/v1/tasks/") and not action:
+            self.calls.append("GetTask")
+            task = task_proto03(self.remote.tasks[remote_id], self.contexts.get(remote_id))
+            return httpx.Response(200, json=task)
+        if method == "POST" and path.startswith("/v1/tasks/") and action == "cancel":
+            self.calls.append("CancelTask")
+            index = self.cancel_answers.get(remote_id)
+            if index is None:
+                return httpx.Response(409, json={"message": "Task cannot be canceled"})
+            task = self.remote.tasks[remote_id]
+            return httpx.Response(200, json=task_proto03(task, self.contexts.get(remote_id), index))
+        if method == "POST" and path.endswith("/pushNotificationConfigs"):
+            self.calls.append("CreateTaskPushNotificationConfig")
+            return httpx.Response(200, json=json.loads(request.content)["config"])
+        self.calls.append(f"{method} {path}")
+        return httpx.Response(404, json={"detail": "Not Found"})

@@ -99,6 +99,8 @@ class Peer03:
             v1.0/0.3 well-known path, the card is served at `legacy_card_url` too.
         process: the ``subprocess.Popen``.
         protocol_version: "0.3.0", what its card says.
+        preferred_transport: the binding of its card's main ``url`` ("JSONRPC", the default, or
+            "HTTP+JSON": the card prefers HTTP+JSON, and a client taking its preference uses it).
     Live from the subprocess (each read is one HTTP call):
         calls: ``(binding, method)`` per A2A request, binding "JSONRPC" or "REST", method the
             A2A v1.0 operation name as `Peer` logs it ("SendMessage", "GetTask", ...); a JSON-RPC
@@ -118,11 +120,17 @@ class Peer03:
         *,
         name: str = "cardfence-peer03",
         version: str = "1.0.0",
+        preferred_transport: str = "JSONRPC",
         python: Path | str | None = None,
         startup_timeout: float = STARTUP_SECONDS,
     ) -> None:
+        if preferred_transport not in BINDINGS03:
+            raise ValueError(
+                f"unknown binding {preferred_transport!r}; expected one of {list(BINDINGS03)}"
+            )
         self.name = name
         self.version = version
+        self.preferred_transport = preferred_transport
         self._python = Path(python) if python is not None else None
         self._startup_timeout = startup_timeout
         self._dir = tempfile.TemporaryDirectory(prefix="cardfence-peer03-")
@@ -151,6 +159,8 @@ class Peer03:
             self.name,
             "--version",
             self.version,
+            "--preferred-transport",
+            self.preferred_transport,
         ]
         with self._stderr_path.open("wb") as stderr:
             self.process = subprocess.Popen(

@@ -5,6 +5,10 @@ cannot be installed side by side. `tests/support/peer03.py` starts it as a subpr
 
     .venv-a2a03/bin/python tests/support/agent03/server.py --port 0 --ready-file PATH
 
+``--preferred-transport HTTP+JSON`` serves a card whose main ``url`` is the HTTP+JSON endpoint
+(``preferredTransport: "HTTP+JSON"``, both endpoints still listed in ``additionalInterfaces``), so
+a client taking the card's preference talks HTTP+JSON; the default is JSON-RPC first.
+
 Once serving it writes ``{"pid", "port", "base_url", "card_url", "jsonrpc_url", "rest_url"}``
 to PATH (atomically). Built from ``DefaultRequestHandler`` (with one SDK race closed: see
 `Handler03`), ``InMemoryTaskStore``,
@@ -230,7 +234,9 @@ class ScriptedExecutor(AgentExecutor):
 # -- the card -----------------------------------------------------------------------------------
 
 
-def build_card(name: str, version: str, jsonrpc_url: str, rest_url: str) -> AgentCard:
+def build_card(
+    name: str, version: str, jsonrpc_url: str, rest_url: str, preferred: str = "JSONRPC"
+) -> AgentCard:
     def skill(
         skill_id: str, title: str, description: str, example: str, modes: list[str]
     ) -> AgentSkill:
@@ -250,8 +256,8 @@ def build_card(name: str, version: str, jsonrpc_url: str, rest_url: str) -> Agen
         description="Scripted A2A 0.3 agent for cardfence tests (a2a-sdk 0.3.26).",
         version=version,
         protocol_version="0.3.0",
-        url=jsonrpc_url,
-        preferred_transport="JSONRPC",
+        url=rest_url if preferred == "HTTP+JSON" else jsonrpc_url,
+        preferred_transport=preferred,
         additional_interfaces=[
             AgentInterface(url=jsonrpc_url, transport="JSONRPC"),
             AgentInterface(url=rest_url, transport="HTTP+JSON"),
@@ -437,7 +443,9 @@ class CallLog:
 class Agent03:
     """The app and its switches; `app` is the ASGI app to serve."""
 
-    def __init__(self, *, host: str, port: int, name: str, version: str) -> None:
+    def __init__(
+        self, *, host: str, port: int, name: str, version: str, preferred: str = "JSONRPC"
+    ) -> None:
         self.base_url = f"http://{host}:{port}"
         self.urls = {
             "port": port,
@@ -452,7 +460,9 @@ class Agent03:
         self.gone_bindings: set[str] = set()
         self.holding = Hold()
 
-        self.agent_card = build_card(name, version, self.urls["jsonrpc_url"], self.urls["rest_url"])
+        self.agent_card = build_card(
+            name, version, self.urls["jsonrpc_url"], self.urls["rest_url"], preferred
+        )
         self.card: dict[str, Any] = self.agent_card.model_dump(
             mode="json", exclude_none=True, by_alias=True
         )
@@ -619,7 +629,13 @@ async def serve(args: argparse.Namespace) -> None:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind((args.host, args.port))
     port = sock.getsockname()[1]
-    agent = Agent03(host=args.host, port=port, name=args.name, version=args.version)
+    agent = Agent03(
+        host=args.host,
+        port=port,
+        name=args.name,
+        version=args.version,
+        preferred=args.preferred_transport,
+    )
     config = uvicorn.Config(
         agent.app, log_level="warning", lifespan="off", timeout_graceful_shutdown=2
     )
@@ -647,6 +663,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--ready-file", help="where to write the bound URLs as JSON once serving")
     parser.add_argument("--name", default="cardfence-peer03")
     parser.add_argument("--version", default="1.0.0")
+    parser.add_argument(
+        "--preferred-transport",
+        choices=BINDINGS,
+        default="JSONRPC",
+        help="the binding of the card's main url (the agent's preference)",
+    )
     asyncio.run(serve(parser.parse_args(argv)))
 
 
