@@ -15,6 +15,7 @@ from cardfence.store.errors import (
     StoreUnavailableError,
 )
 from cardfence.store.eventlog import EventStore, iter_all
+from cardfence.store.groupcommit import CommitStats, GroupCommit
 from cardfence.store.records import (
     GENESIS_HASH,
     CardSnapshot,
@@ -29,8 +30,10 @@ __all__ = [
     "CardSnapshot",
     "CardfenceError",
     "ChainBreak",
+    "CommitStats",
     "ConcurrencyError",
     "EventStore",
+    "GroupCommit",
     "NewEvent",
     "PayloadError",
     "Projection",
