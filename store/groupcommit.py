@@ -100,6 +100,12 @@ class GroupCommitter(Generic[_R, _T]):
         self._queue: deque[_Waiter[_R, _T]] = deque()
         self._leading = False
 
+    @property
+    def queued(self) -> int:
+        """Requests waiting for a batch (not those being committed)."""
+        with self._lock:
+            return len(self._queue)
+
     def submit(self, request: _R) -> _T:
         """Commit ``request`` with whatever else is queued; its own outcome (or exception)."""
         waiter: _Waiter[_R, _T] = _Waiter(request, self._key(request))
