@@ -108,22 +108,37 @@ class GroupCommitter(Generic[_R, _T]):
 
     def submit(self, request: _R) -> _T:
         """Commit ``request`` with whatever else is queued; its own outcome (or exception)."""
-        waiter: _Waiter[_R, _T] = _Waiter(request, self._key(request))
+        key = self._key(request)
+        waiter: _Waiter[_R, _T] | None = None
         with self._lock:
-            self._queue.append(waiter)
-            follows = self._leading
+            if self._leading:
+                waiter = _Waiter(request, key)
+                self._queue.append(waiter)
+                if len(self._queue) >= self.config.max_batch:
+                    self._more.notify()
+            elif self.config.max_wait > 0:  # lead, after waiting for company
+                waiter = _Waiter(request, key)
+                waiter.leads = True
+                self._queue.append(waiter)
             self._leading = True
-            if follows and len(self._queue) >= self.config.max_batch:
-                self._more.notify()
-        if follows:
+        if waiter is None:
+            # Nothing queued and no wait: lead a batch of this request alone, without queueing.
+            try:
+                outcomes = self._commit([request])
+            finally:
+                self._hand_on()
+            outcome = outcomes[0]
+            if isinstance(outcome, BaseException):
+                raise outcome
+            return outcome
+        if not waiter.leads:
             waiter.wake.wait()
-            if not waiter.leads:
-                return waiter.result()
-        self._lead(waiter)
+        if waiter.leads:
+            self._lead(waiter)
         return waiter.result()
 
     def _lead(self, own: _Waiter[_R, _T]) -> None:
-        while True:
+        while not own.settled:
             batch = self._take()
             try:
                 outcomes: Sequence[_T | BaseException] = self._commit([w.request for w in batch])
@@ -133,16 +148,17 @@ class GroupCommitter(Generic[_R, _T]):
                 outcomes = [exc] * len(batch)
             for waiter, outcome in zip(batch, outcomes, strict=True):
                 waiter.settle(outcome)
-            with self._lock:
-                if not own.settled:
-                    continue
-                if self._queue:
-                    successor = self._queue[0]
-                    successor.leads = True
-                    successor.wake.set()
-                else:
-                    self._leading = False
-                return
+        self._hand_on()
+
+    def _hand_on(self) -> None:
+        """The lead goes to the oldest request still queued, if any."""
+        with self._lock:
+            if self._queue:
+                successor = self._queue[0]
+                successor.leads = True
+                successor.wake.set()
+            else:
+                self._leading = False
 
     def _take(self) -> list[_Waiter[_R, _T]]:
         """The next batch: queued requests in order, at most one per key, at most max_batch."""
