@@ -17,6 +17,7 @@ from cardfence.store.errors import (
     StoreUnavailableError,
 )
 from cardfence.store.eventlog import EventStore, iter_all
+from cardfence.store.groupcommit import CommitStats, GroupCommit
 from cardfence.store.records import (
     GENESIS_HASH,
     CardSnapshot,
@@ -32,10 +33,12 @@ __all__ = [
     "CardSnapshot",
     "CardfenceError",
     "ChainBreak",
+    "CommitStats",
     "ConcurrencyError",
     "DueRow",
     "DueWork",
     "EventStore",
+    "GroupCommit",
     "Lease",
     "LeaseLostError",
     "NewEvent",

@@ -53,6 +53,7 @@ class _SQL:
     insert: str
     delete: str
     fence: str
+    lock: str
     claim: str
     renew: str
     release_one: str
@@ -76,6 +77,7 @@ def _statements(dialect: str) -> _SQL:
             "SELECT owner, epoch FROM due_work WHERE stream_id = :stream_id"
             + (" FOR SHARE" if postgres else "")
         ),
+        lock=("SELECT 1 FROM due_work WHERE stream_id = :stream_id FOR UPDATE" if postgres else ""),
         claim=(
             f"UPDATE due_work SET owner = :owner, epoch = epoch + 1, lease_until = {now} + :ttl "
             "WHERE stream_id IN (SELECT stream_id FROM due_work "
@@ -122,6 +124,12 @@ class DueWork:
     def track(self, cursor: Any, stream_id: str, live: bool) -> None:
         """Add (``live``) or remove the stream's row, in the caller's transaction."""
         cursor.execute(self._sql.insert if live else self._sql.delete, {"stream_id": stream_id})
+
+    def lock(self, cursor: Any, stream_id: str) -> None:
+        """Lock the stream's row (PostgreSQL; SQLite's write lock covers it) before the append
+        that will write it moves the stream's head: every append takes the two in that order."""
+        if self._sql.lock:
+            cursor.execute(self._sql.lock, {"stream_id": stream_id})
 
     def fence(self, cursor: Any, lease: Lease) -> None:
         """Raise :class:`LeaseLostError` unless ``lease`` is still the stream's current claim."""

@@ -22,6 +22,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, NamedTuple, TypeVar
 
@@ -50,11 +51,13 @@ from cardfence.store.database import (
 from cardfence.store.duework import DueWork
 from cardfence.store.errors import (
     ConcurrencyError,
+    LeaseLostError,
     PayloadError,
     SchemaTooNewError,
     SnapshotMismatchError,
     StoreUnavailableError,
 )
+from cardfence.store.groupcommit import CommitStats, GroupCommit, GroupCommitter
 from cardfence.store.records import (
     GENESIS_HASH,
     CardSnapshot,
@@ -67,6 +70,8 @@ from cardfence.store.records import (
 from cardfence.store.schema import card_snapshots, events, streams
 
 _T = TypeVar("_T")
+
+DEFAULT_GROUP_COMMIT = GroupCommit()
 
 DEFAULT_MAX_PAYLOAD_BYTES = 1 << 20
 # A projection is a cache of its stream's replay and may hold many events' worth (a task with
@@ -120,6 +125,7 @@ class EventStore:
         max_payload_bytes: int = DEFAULT_MAX_PAYLOAD_BYTES,
         busy_timeout_ms: int = 5000,
         max_projection_bytes: int = DEFAULT_MAX_PROJECTION_BYTES,
+        group_commit: GroupCommit | None = DEFAULT_GROUP_COMMIT,
     ) -> None:
         self.engine = engine
         self._busy_timeout_ms = busy_timeout_ms
@@ -133,6 +139,18 @@ class EventStore:
         self._sql = append_sql.build(engine.dialect.name, lock)
         self.due = DueWork(self)
         """Due work and leases: which process drives which live stream (``store.duework``)."""
+        # A transaction of several appends takes the position lock once, after all their head
+        # rows: its head statements are these, without it.
+        self._sql_unlocked = append_sql.build(engine.dialect.name, None)
+        self._position_lock = None if lock is None else f"SELECT pg_advisory_xact_lock({int(lock)})"
+        self.group_commit = group_commit
+        self._group: GroupCommitter[_Prepared, list[int]] | None = (
+            None
+            if group_commit is None
+            else GroupCommitter(group_commit, self._commit_batch, _stream_of)
+        )
+        self._stats_lock = threading.Lock()
+        self._appends = self._commits = self._splits = 0
         # (version -> hash) of stream heads this process wrote or read. An event at a given
         # (stream, version) never changes, so a cached pair stays true forever; the conditional
         # update of the head row decides whether it is still the head.
@@ -159,6 +177,7 @@ class EventStore:
         busy_timeout_ms: int = 5000,
         connect_timeout: float | None = DEFAULT_CONNECT_TIMEOUT,
         statement_timeout: float | None = DEFAULT_STATEMENT_TIMEOUT,
+        group_commit: bool | GroupCommit = True,
     ) -> EventStore:
         """Connect to ``url`` and (by default) migrate it to the newest schema.
 
@@ -166,6 +185,10 @@ class EventStore:
         any statement running past ``statement_timeout`` (None: no limit), unless the URL sets
         its own (``?connect_timeout=…``, ``options=-c statement_timeout=…``); either timing out
         raises :class:`StoreUnavailableError` saying which.
+
+        ``group_commit``: appends from concurrent threads share one transaction (True: with
+        :data:`DEFAULT_GROUP_COMMIT`'s bounds; a :class:`GroupCommit` sets them; False: one
+        transaction per append).
         """
         parsed = normalise_url(url)
         shown = parsed.render_as_string(hide_password=True)
@@ -185,6 +208,13 @@ class EventStore:
             max_payload_bytes=max_payload_bytes,
             max_projection_bytes=max_projection_bytes,
             busy_timeout_ms=busy_timeout_ms,
+            group_commit=(
+                DEFAULT_GROUP_COMMIT
+                if group_commit is True
+                else None
+                if group_commit is False
+                else group_commit
+            ),
         )
         if migrate:
             store.migrate()
@@ -325,11 +355,35 @@ class EventStore:
         :class:`LeaseLostError` when ``lease`` is no longer the stream's current claim,
         :class:`PayloadError` when a payload or the projection cannot be stored; in each case
         nothing is written.
+
+        With group commit (the default), appends from concurrent threads share one transaction;
+        each still gets exactly its own outcome (see :mod:`cardfence.store.groupcommit`).
         """
-        if not new_events:
+        request = self._request(
+            AppendRequest(stream_id, expected_version, new_events, projection, snapshots, lease)
+        )
+        if self._group is not None:
+            return self._group.submit(request)
+        return self._retrying(lambda: self._commit_alone(request))
+
+    @property
+    def stats(self) -> CommitStats:
+        """Appends committed and the transactions that committed them, since opening."""
+        with self._stats_lock:
+            return CommitStats(self._appends, self._commits, self._splits)
+
+    def _request(self, request: AppendRequest) -> _Prepared:
+        """``request`` with its payloads encoded and checked, before it waits for a transaction."""
+        stream_id = request.stream_id
+        if not request.new_events:
             raise PayloadError(stream_id, "append of no events")
+        if request.lease is not None and request.lease.stream_id != stream_id:
+            raise PayloadError(stream_id, f"append under a lease on {request.lease.stream_id!r}")
         limit = self.max_payload_bytes
-        payloads = [_encode(stream_id, f"{e.type} payload", e.data, limit) for e in new_events]
+        payloads = [
+            _encode(stream_id, f"{e.type} payload", e.data, limit) for e in request.new_events
+        ]
+        projection = request.projection
         state = (
             None
             if projection is None
@@ -341,77 +395,153 @@ class EventStore:
                 sort_keys=False,
             )
         )
-        cards = sorted(snapshots, key=lambda s: s.revision)
+        cards = sorted(request.snapshots, key=lambda s: s.revision)
         for card in cards:
             actual = content_hash(card.body)
             if actual != card.revision:
                 raise SnapshotMismatchError(card.revision, actual)
-        if lease is not None and lease.stream_id != stream_id:
-            raise PayloadError(stream_id, f"append under a lease on {lease.stream_id!r}")
-        return self._retrying(
-            lambda: self._append_once(
-                stream_id, expected_version, new_events, payloads, projection, state, cards, lease
-            )
-        )
+        return _Prepared(request, payloads, state, cards)
 
-    def _append_once(
-        self,
-        stream_id: str,
-        expected_version: int,
-        new_events: Sequence[NewEvent],
-        payloads: list[str],
-        projection: Projection | None,
-        state: str | None,
-        cards: list[CardSnapshot],
-        lease: Lease | None,
-    ) -> list[int]:
-        sql = self._sql
+    def _commit_alone(self, prepared: _Prepared) -> list[int]:
+        """One append in a transaction of its own, its database errors said as the store's."""
+        request = prepared.request
+        try:
+            (outcome,) = self._transaction([prepared])
+        except self._dbapi.IntegrityError as exc:
+            raise ConcurrencyError(request.stream_id, request.expected_version, None) from exc
+        except self._dbapi.DataError as exc:
+            raise PayloadError(
+                request.stream_id, f"the database refused a value: {one_line(exc)}"
+            ) from exc
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    def _commit_batch(self, batch: list[_Prepared]) -> list[list[int] | BaseException]:
+        """Group commit's leader: ``batch`` (one append per stream) in one transaction.
+
+        Should anything but an append's own version check fail, the transaction is rolled back
+        whole and each append is written alone, so each gets exactly its own outcome.
+        """
+        if len(batch) > 1:
+            try:
+                return self._retrying(lambda: self._transaction(batch))
+            except Exception:  # rolled back whole: each append alone says what it was
+                with self._stats_lock:
+                    self._splits += 1
+        return [self._outcome_alone(prepared) for prepared in batch]
+
+    def _outcome_alone(self, prepared: _Prepared) -> list[int] | BaseException:
+        try:
+            return self._retrying(lambda: self._commit_alone(prepared))
+        except Exception as exc:  # this append's own outcome, for its caller
+            return exc
+
+    def _transaction(self, batch: Sequence[_Prepared]) -> list[list[int] | BaseException]:
+        """Write ``batch`` (one append per stream) in one transaction and commit it once.
+
+        Every append takes its stream's head row first (in stream order, so two transactions
+        never wait on each other's rows), then the position lock is taken, then every append
+        writes its snapshots and events. An append whose version check fails has written nothing
+        and is left out with its :class:`ConcurrencyError`; any other failure rolls the whole
+        transaction back and is raised. Outcomes come in ``batch``'s order.
+        """
         now = _now()
-        stamp = sql.timestamp(now)
-        new_version = expected_version + len(new_events)
+        stamp = self._sql.timestamp(now)
+        alone = len(batch) == 1
+        outcomes: list[list[int] | BaseException | None] = [None] * len(batch)
+        written: list[tuple[int, _Written]] = []
         with self._driver_connection() as raw:
-            return self._append_on(
-                raw, stream_id, expected_version, new_events, payloads, projection, state, cards,
-                now, stamp, new_version, lease,
-            )  # fmt: skip
+            try:
+                cursor = raw.cursor()
+                if self._is_sqlite:
+                    # Take the write lock up front: positions are drawn in commit order.
+                    cursor.execute("BEGIN IMMEDIATE")
+                staged: list[tuple[int, Callable[[], _Written]]] = []
+                for index in sorted(range(len(batch)), key=lambda i: batch[i].request.stream_id):
+                    try:
+                        finish = self._append_on(cursor, batch[index], now, stamp, lock=alone)
+                    except (ConcurrencyError, LeaseLostError) as exc:
+                        outcomes[index] = exc  # it wrote nothing: the others go on
+                        continue
+                    staged.append((index, finish))
+                if not staged:
+                    self._rollback(raw)
+                    return [o for o in outcomes if o is not None]
+                if not alone and self._position_lock is not None:
+                    cursor.execute(self._position_lock)
+                written = [(index, finish()) for index, finish in staged]
+                raw.commit()
+            except BaseException as exc:
+                if isinstance(exc, self._dbapi.OperationalError) and self._is_postgres:
+                    raw.invalidate()  # a dropped connection must not go back to the pool
+                else:
+                    self._rollback(raw)
+                raise
+        if len(self._heads) + len(written) > _HEAD_CACHE_LIMIT:
+            self._heads.clear()
+        for index, (positions, last_hash, keys) in written:
+            request = batch[index].request
+            self._heads[request.stream_id] = _Head(request.new_version, last_hash, keys)
+            outcomes[index] = positions
+        with self._stats_lock:
+            self._commits += 1
+            self._appends += len(written)
+        return [o for o in outcomes if o is not None]
 
     def _append_on(
-        self,
-        raw: Any,
-        stream_id: str,
-        expected_version: int,
-        new_events: Sequence[NewEvent],
-        payloads: list[str],
-        projection: Projection | None,
-        state: str | None,
-        cards: list[CardSnapshot],
-        now: datetime,
-        stamp: object,
-        new_version: int,
-        lease: Lease | None,
-    ) -> list[int]:
-        sql = self._sql
-        try:
-            cursor = raw.cursor()
-            if self._is_sqlite:
-                # Take the write lock up front: positions are drawn in commit order.
-                cursor.execute("BEGIN IMMEDIATE")
-            # The due-work row before the stream's head row, in every append: one lock order.
-            if lease is not None:
-                self.due.fence(cursor, lease)
-            if projection is not None and projection.live is not None:
-                self.due.track(cursor, stream_id, projection.live)
-            prev = self._prev_hash(cursor, stream_id, expected_version)
-            self._advance_head(
-                cursor, stream_id, expected_version, new_version, projection, state, stamp
-            )
-            for card in cards:
+        self, cursor: Any, prepared: _Prepared, now: datetime, stamp: object, *, lock: bool
+    ) -> Callable[[], _Written]:
+        """One append's statements, in the caller's transaction, in two halves.
+
+        The first half runs now: the version check and the move of the stream's head row (its
+        row lock, on PostgreSQL; with ``lock``, the position lock too). It writes nothing before
+        it may raise :class:`ConcurrencyError`. The second half is returned, to be called once
+        every append of the transaction has its head row and the position lock is held: the
+        card snapshots and the events. It returns the positions, the last event's hash and the
+        head's indexed keys, for the caller to keep once the transaction has committed.
+        """
+        request = prepared.request
+        stream_id, expected_version = request.stream_id, request.expected_version
+        projection = request.projection
+        keys = (
+            _keys(projection)
+            if projection is not None
+            else self._cached_keys(stream_id, expected_version)
+        )
+        # The due-work row is locked before the stream's head row in every append (one lock
+        # order), and written only once the version check has passed.
+        live = None if projection is None else projection.live
+        if request.lease is not None:
+            self.due.fence(cursor, request.lease)
+        elif live is not None:
+            self.due.lock(cursor, stream_id)
+        prev = self._prev_hash(cursor, stream_id, expected_version)
+        self._advance_head(
+            cursor,
+            self._sql if lock else self._sql_unlocked,
+            stream_id,
+            expected_version,
+            request.new_version,
+            projection,
+            prepared.state,
+            stamp,
+        )
+        if live is not None:
+            self.due.track(cursor, stream_id, live)
+
+        def finish() -> _Written:
+            sql = self._sql
+            for card in prepared.cards:
                 cursor.execute(sql.insert_snapshot, snapshot_row(card, sql.timestamp))
-            rows = []
-            for offset, (new, payload) in enumerate(zip(new_events, payloads, strict=True)):
+            rows: list[dict[str, Any]] = []
+            link = prev
+            for offset, (new, payload) in enumerate(
+                zip(request.new_events, prepared.payloads, strict=True)
+            ):
                 version = expected_version + offset + 1
                 digest = event_hash(
-                    stream_id, version, new.type, new.schema_version, now, payload, prev
+                    stream_id, version, new.type, new.schema_version, now, payload, link
                 )
                 rows.append(
                     {
@@ -421,31 +551,14 @@ class EventStore:
                         "schema_version": new.schema_version,
                         "payload": payload,
                         "recorded_at": stamp,
-                        "prev_hash": prev,
+                        "prev_hash": link,
                         "hash": digest,
                     }
                 )
-                prev = digest
-            positions = self._insert_events(cursor, rows)
-            raw.commit()
-        except self._dbapi.IntegrityError as exc:
-            self._rollback(raw)
-            raise ConcurrencyError(stream_id, expected_version, None) from exc
-        except BaseException as exc:
-            if isinstance(exc, self._dbapi.OperationalError) and self._is_postgres:
-                raw.invalidate()  # a dropped connection must not go back to the pool
-            else:
-                self._rollback(raw)
-            raise
-        if len(self._heads) >= _HEAD_CACHE_LIMIT:
-            self._heads.clear()
-        keys = (
-            _keys(projection)
-            if projection is not None
-            else self._cached_keys(stream_id, expected_version)
-        )
-        self._heads[stream_id] = _Head(new_version, prev, keys)
-        return positions
+                link = digest
+            return self._insert_events(cursor, rows), link, keys
+
+        return finish
 
     def _prev_hash(self, cursor: Any, stream_id: str, expected_version: int) -> str:
         if expected_version == 0:
@@ -474,6 +587,7 @@ class EventStore:
     def _advance_head(
         self,
         cursor: Any,
+        sql: append_sql.AppendSQL,
         stream_id: str,
         expected_version: int,
         new_version: int,
@@ -481,7 +595,10 @@ class EventStore:
         state: str | None,
         stamp: object,
     ) -> None:
-        """Move the stream's head row from ``expected_version`` on, or fail with a conflict."""
+        """Move the stream's head row from ``expected_version`` on, or fail with a conflict.
+
+        ``sql``'s head statements take the position lock too, or not (see :meth:`_transaction`).
+        """
         values: dict[str, Any] = {
             "stream_id": stream_id,
             "version": new_version,
@@ -500,13 +617,13 @@ class EventStore:
             for name in ("category", "alias", "status"):
                 values.setdefault(name, None)
             del values["expected"]
-            statement = self._sql.insert_head
+            statement = sql.insert_head
         elif projection is None:
-            statement = self._sql.update_head_keep_projection
+            statement = sql.update_head_keep_projection
         elif self._cached_keys(stream_id, expected_version) == _keys(projection):
-            statement = self._sql.update_head_state
+            statement = sql.update_head_state
         else:
-            statement = self._sql.update_head
+            statement = sql.update_head
         cursor.execute(statement, values)
         if cursor.rowcount != 1:
             raise ConcurrencyError(
@@ -713,6 +830,41 @@ class EventStore:
         return sorted(heads | logged)
 
 
+@dataclass(frozen=True, slots=True)
+class AppendRequest:
+    """Every argument of one :meth:`EventStore.append`."""
+
+    stream_id: str
+    expected_version: int
+    new_events: Sequence[NewEvent]
+    projection: Projection | None = None
+    snapshots: Iterable[CardSnapshot] = ()
+    lease: Lease | None = None
+
+    @property
+    def new_version(self) -> int:
+        return self.expected_version + len(self.new_events)
+
+
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    """An append ready to write: its payloads and projection encoded and size-checked, its card
+    snapshots checked against their revisions and put in order."""
+
+    request: AppendRequest
+    payloads: list[str]
+    state: str | None
+    cards: list[CardSnapshot]
+
+
+def _stream_of(prepared: _Prepared) -> str:
+    return prepared.request.stream_id
+
+
+# What an append wrote, kept once its transaction commits: positions, last hash, indexed keys.
+_Written = tuple[list[int], str, tuple[str | None, ...] | None]
+
+
 class _Head(NamedTuple):
     """What this store knows of a stream head it wrote: an event at a given (stream, version)
     never changes, so this stays true; the conditional head update decides if it is current."""
@@ -736,4 +888,11 @@ def iter_all(store: EventStore, after: int = 0, batch: int = 1000) -> Iterator[R
         after = page[-1].position
 
 
-__all__ = ["EventStore", "iter_all", "normalise_url"]
+__all__ = [
+    "AppendRequest",
+    "CommitStats",
+    "EventStore",
+    "GroupCommit",
+    "iter_all",
+    "normalise_url",
+]

@@ -2,24 +2,28 @@
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import random
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
 from cardfence.store import (
     CardSnapshot,
+    CommitStats,
     ConcurrencyError,
     EventStore,
     NewEvent,
     PayloadError,
     Projection,
     SnapshotMismatchError,
+    StoreError,
 )
 from cardfence.store.chain import content_hash
 from cardfence.store.schema import events as events_table
@@ -357,9 +361,11 @@ def test_conflicting_appends_from_processes_exactly_one_wins(db_url: str) -> Non
 
 
 def _tail_while_writing(
-    db_url: str, writers: int = 4, per_writer: int = 40
+    db_url: str, stores: int = 4, threads_per_store: int = 1, per_writer: int = 40
 ) -> tuple[list[int], list[int]]:
-    """Tail ``read_all`` while several stores append; return (positions seen, positions stored)."""
+    """Tail ``read_all`` while several stores append, each from ``threads_per_store`` threads
+    (which then share transactions: group commit); return (positions seen, positions stored)."""
+    writers = stores * threads_per_store
     with EventStore.open(db_url) as store:
         done = threading.Event()
         seen: list[int] = []
@@ -375,20 +381,29 @@ def _tail_while_writing(
                 elif finished:
                     return
 
-        def write(w: int) -> None:
-            with EventStore.open(db_url, migrate=False) as own:
-                for i in range(per_writer):
-                    own.append(f"w{w}", i, [NewEvent("E", {"i": i, "pad": "x" * (i * 7)})])
+        def write(own: EventStore, w: int) -> None:
+            for i in range(per_writer):
+                own.append(f"w{w}", i, [NewEvent("E", {"i": i, "pad": "x" * (i * 7)})])
 
-        reader = threading.Thread(target=tail)
-        reader.start()
-        threads = [threading.Thread(target=write, args=(w,)) for w in range(writers)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(120)
-        done.set()
-        reader.join(60)
+        writing = [EventStore.open(db_url, migrate=False) for _ in range(stores)]
+        try:
+            reader = threading.Thread(target=tail)
+            reader.start()
+            threads = [
+                threading.Thread(target=write, args=(writing[w % stores], w))
+                for w in range(writers)
+            ]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(120)
+            done.set()
+            reader.join(60)
+            if threads_per_store > 1:  # the threads of a store did share transactions
+                assert all(own.stats.commits < own.stats.appends for own in writing)
+        finally:
+            for own in writing:
+                own.close()
         everything = [e.position for e in store.read_all(after=0, limit=10_000)]
         assert len(everything) == writers * per_writer
         return seen, everything
@@ -409,16 +424,27 @@ def slow_commits(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(EventStore, "_insert_events", insert_then_dawdle)
 
 
+_WRITERS = pytest.mark.parametrize(
+    ("stores", "threads_per_store"),
+    [(4, 1), (4, 8)],
+    ids=["4-stores-1-thread-each", "4-stores-8-threads-each-group-commit"],
+)
+
+
+@_WRITERS
 @pytest.mark.usefixtures("slow_commits")
-def test_tailing_read_all_never_skips_an_event_that_commits_late(db_url: str) -> None:
-    seen, everything = _tail_while_writing(db_url)
+def test_tailing_read_all_never_skips_an_event_that_commits_late(
+    db_url: str, stores: int, threads_per_store: int
+) -> None:
+    seen, everything = _tail_while_writing(db_url, stores, threads_per_store)
     assert seen == everything
 
 
+@_WRITERS
 @pytest.mark.postgres
 @pytest.mark.usefixtures("slow_commits")
 def test_tailing_would_skip_late_commits_without_the_append_lock(
-    pg_url: str, monkeypatch: pytest.MonkeyPatch
+    pg_url: str, monkeypatch: pytest.MonkeyPatch, stores: int, threads_per_store: int
 ) -> None:
     """Teeth for the test above: with positions no longer serialised, a tail skips events.
 
@@ -426,7 +452,7 @@ def test_tailing_would_skip_late_commits_without_the_append_lock(
     """
     monkeypatch.setattr(EventStore, "_SERIALISE_POSITIONS", False)
     for _ in range(10):
-        seen, everything = _tail_while_writing(pg_url)
+        seen, everything = _tail_while_writing(pg_url, stores, threads_per_store)
         if seen != everything:
             return
     pytest.fail("ten tails without the lock never skipped an event: the tail test has no teeth")
@@ -446,3 +472,252 @@ def test_store_is_usable_from_many_threads_without_losing_events(store: EventSto
     assert time.monotonic() - started < 120
     assert _count(store, events_table) == 100
     assert all(store.verify_stream(f"w{w}") is None for w in range(4))
+
+
+# -- group commit --------------------------------------------------------------------------------
+
+
+@pytest.mark.usefixtures("slow_commits")
+def test_concurrent_appends_to_different_streams_share_commits_and_each_commits_once(
+    store: EventStore,
+) -> None:
+    writers, per_writer = 32, 15
+    barrier = threading.Barrier(writers)
+    returned: dict[int, list[int]] = {}
+
+    def write(w: int) -> None:
+        barrier.wait()
+        mine: list[int] = []
+        for i in range(per_writer):
+            mine += store.append(
+                f"w{w}",
+                i,
+                [NewEvent("E", {"w": w, "i": i})],
+                projection=Projection({"i": i}, category="bench", status=f"s{i % 3}"),
+            )
+        returned[w] = mine
+
+    threads = [threading.Thread(target=write, args=(w,)) for w in range(writers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert sorted(returned) == list(range(writers))
+    logged = store.read_all(after=0, limit=10_000)
+    positions = [e.position for e in logged]
+    assert positions == sorted(set(positions))  # strictly increasing (gaps allowed)
+    assert sorted(p for mine in returned.values() for p in mine) == positions
+    for w, mine in returned.items():
+        assert mine == sorted(mine)
+        assert [e.data for e in store.read_stream(f"w{w}")] == [
+            {"w": w, "i": i} for i in range(per_writer)
+        ]
+        assert store.verify_stream(f"w{w}") is None
+        head = store.stream(f"w{w}")
+        assert head is not None
+        assert (head.version, head.state) == (per_writer, {"i": per_writer - 1})
+    stats = store.stats
+    assert stats.appends == writers * per_writer
+    assert stats.commits < stats.appends  # transactions were shared
+    assert stats.splits == 0
+
+
+class _HeldLeader:
+    """Appends queued behind a leader held inside its transaction, then let go together: the
+    next leader takes them all, so they are committed as one batch."""
+
+    def __init__(self, store: EventStore, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.store = store
+        self.holding = threading.Event()
+        self.release = threading.Event()
+        insert = EventStore._insert_events
+
+        def held(self_: EventStore, cursor: object, rows: list[dict[str, object]]) -> list[int]:
+            if rows[0]["stream_id"] == "holder" and not self.release.is_set():
+                self.holding.set()
+                assert self.release.wait(30)
+            return insert(self_, cursor, rows)
+
+        monkeypatch.setattr(EventStore, "_insert_events", held)
+
+    def run(self, appends: list[Callable[[], list[int]]]) -> list[list[int] | Exception]:
+        group = self.store._group
+        assert group is not None, "group commit is on by default"
+        outcomes: list[list[int] | Exception | None] = [None] * len(appends)
+
+        def call(index: int) -> None:
+            try:
+                outcomes[index] = appends[index]()
+            except Exception as exc:
+                outcomes[index] = exc
+
+        holder = threading.Thread(target=self.store.append, args=("holder", 0, [NewEvent("H")]))
+        holder.start()
+        assert self.holding.wait(30)
+        self.store._heads.pop("holder", None)
+        threads = [threading.Thread(target=call, args=(i,)) for i in range(len(appends))]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 30
+        while group.queued < len(appends):
+            assert time.monotonic() < deadline, "the appends never queued"
+            time.sleep(0.001)
+        self.release.set()
+        for t in [holder, *threads]:
+            t.join(60)
+        assert all(o is not None for o in outcomes)
+        return [o for o in outcomes if o is not None]
+
+
+def _conflict_in_a_batch(store: EventStore, monkeypatch: pytest.MonkeyPatch) -> None:
+    store.append("stale", 0, [NewEvent("A")], projection=Projection({"v": 1}))
+    before = store.stats
+    appends: list[Callable[[], list[int]]] = [
+        lambda i=i: store.append(f"ok{i}", 0, [NewEvent("A", {"i": i})])  # type: ignore[misc]
+        for i in range(5)
+    ]
+    appends.insert(
+        2, lambda: store.append("stale", 0, [NewEvent("B")], projection=Projection({"v": "x"}))
+    )
+    outcomes = _HeldLeader(store, monkeypatch).run(appends)
+    stale = outcomes.pop(2)
+    assert isinstance(stale, ConcurrencyError), stale
+    assert stale.actual_version == 1
+    assert all(isinstance(o, list) and len(o) == 1 for o in outcomes), outcomes
+    after = store.stats
+    # The holder's transaction, then one for the six queued appends: the conflict was settled
+    # inside the batch, which committed the others without being rolled back.
+    assert (after.commits - before.commits, after.appends - before.appends) == (2, 6)
+    assert after.splits == before.splits
+    assert [e.type for e in store.read_stream("stale")] == ["A"]
+    head = store.stream("stale")
+    assert head is not None
+    assert (head.version, head.state) == (1, {"v": 1})
+    for i in range(5):
+        assert [e.data for e in store.read_stream(f"ok{i}")] == [{"i": i}]
+
+
+def test_a_conflicting_append_in_a_batch_fails_alone_while_the_others_commit(
+    store: EventStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _conflict_in_a_batch(store, monkeypatch)
+
+
+def test_the_batch_conflict_test_fails_if_the_per_append_version_check_is_skipped(
+    store: EventStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Teeth for the test above: a batch that skipped each append's own version check would be
+    caught only by the (stream, version) constraint, failing the whole transaction."""
+    advance = EventStore._advance_head
+
+    def unchecked(self: EventStore, *args: Any, **kwargs: Any) -> None:
+        with contextlib.suppress(ConcurrencyError):
+            advance(self, *args, **kwargs)
+
+    monkeypatch.setattr(EventStore, "_advance_head", unchecked)
+    with pytest.raises(AssertionError):
+        _conflict_in_a_batch(store, monkeypatch)
+    # The constraint still kept the stale append out of the log.
+    assert [e.type for e in store.read_stream("stale")] == ["A"]
+    assert store.stats.splits == 1
+
+
+def _reject_poison(store: EventStore) -> None:
+    """A trigger that makes the database refuse any event whose payload says ``poison``."""
+    with store.engine.begin() as conn:
+        if store.engine.dialect.name == "sqlite":
+            conn.exec_driver_sql(
+                "CREATE TRIGGER reject_poison BEFORE INSERT ON events "
+                "WHEN instr(NEW.payload, 'poison') > 0 BEGIN SELECT RAISE(ABORT, 'poison'); END"
+            )
+            return
+        conn.exec_driver_sql(
+            "CREATE FUNCTION reject_poison() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+            "IF position('poison' in NEW.payload) > 0 THEN "
+            "RAISE EXCEPTION 'poison' USING ERRCODE = '22023'; END IF; RETURN NEW; END $$"
+        )
+        conn.exec_driver_sql(
+            "CREATE TRIGGER reject_poison BEFORE INSERT ON events "
+            "FOR EACH ROW EXECUTE FUNCTION reject_poison()"
+        )
+
+
+def test_a_payload_the_database_refuses_mid_batch_fails_alone_and_nothing_is_half_written(
+    store: EventStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _reject_poison(store)
+    good_card, bad_card = _snapshot('{"name":"good"}'), _snapshot('{"name":"bad"}')
+    before = store.stats
+
+    def good(i: int) -> Callable[[], list[int]]:
+        return lambda: store.append(
+            f"ok{i}",
+            0,
+            [NewEvent("A", {"i": i}), NewEvent("B", {"i": i})],
+            projection=Projection({"i": i}),
+            snapshots=[good_card] if i == 0 else [],
+        )
+
+    appends = [good(i) for i in range(4)]
+    appends.insert(
+        2,
+        lambda: store.append(
+            "bad",
+            0,
+            [NewEvent("A", {"fine": True}), NewEvent("B", {"text": "poison"})],
+            projection=Projection({"bad": True}),
+            snapshots=[bad_card],
+        ),
+    )
+    outcomes = _HeldLeader(store, monkeypatch).run(appends)
+    refused = outcomes.pop(2)
+    assert isinstance(refused, StoreError), refused
+    if store.engine.dialect.name == "postgresql":
+        assert isinstance(refused, PayloadError)
+        assert "refused" in str(refused)
+    assert all(isinstance(o, list) and len(o) == 2 for o in outcomes), outcomes
+    after = store.stats
+    # The batch was rolled back whole, then each append written alone.
+    assert after.splits - before.splits == 1
+    assert after.appends - before.appends == 5  # the holder and the four good ones
+    assert store.read_stream("bad") == []
+    assert store.stream("bad") is None
+    assert store.get_snapshot(bad_card.revision) is None
+    assert store.get_snapshot(good_card.revision) is not None
+    for i in range(4):
+        assert [e.type for e in store.read_stream(f"ok{i}")] == ["A", "B"]
+        assert store.verify_stream(f"ok{i}") is None
+
+
+def test_two_appends_to_one_stream_never_share_a_batch(
+    store: EventStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    before = store.stats
+    outcomes = _HeldLeader(store, monkeypatch).run(
+        [
+            lambda: store.append("s", 0, [NewEvent("A")]),
+            lambda: store.append("other", 0, [NewEvent("A")]),
+            lambda: store.append("s", 1, [NewEvent("B")]),
+        ]
+    )
+    assert all(isinstance(o, list) for o in outcomes), outcomes
+    after = store.stats
+    # The holder's transaction, then "s" and "other" together, then "s" again.
+    assert after.commits - before.commits == 3
+    assert [e.type for e in store.read_stream("s")] == ["A", "B"]
+    assert store.verify_stream("s") is None
+
+
+def test_without_group_commit_every_append_is_its_own_transaction(db_url: str) -> None:
+    with EventStore.open(db_url, group_commit=False) as store:
+        threads = [
+            threading.Thread(
+                target=lambda w=w: [store.append(f"w{w}", i, [NewEvent("E")]) for i in range(5)]
+            )
+            for w in range(4)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(60)
+        assert store.stats == CommitStats(appends=20, commits=20, splits=0)
