@@ -19,6 +19,7 @@ from cardfence.store import (
     CommitStats,
     ConcurrencyError,
     EventStore,
+    LeaseLostError,
     NewEvent,
     PayloadError,
     Projection,
@@ -721,3 +722,28 @@ def test_without_group_commit_every_append_is_its_own_transaction(db_url: str) -
         for t in threads:
             t.join(60)
         assert store.stats == CommitStats(appends=20, commits=20, splits=0)
+
+
+def test_in_a_batch_a_lost_lease_and_a_stale_end_fail_alone_and_leave_due_work_as_it_was(
+    store: EventStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Leases and due work under group commit: an append under a lost lease and a stale append
+    that would end its task each fail alone, their due-work rows untouched; the append that ends
+    its task in the same batch removes its row."""
+    for stream in ("leased", "stale", "ending"):
+        store.append(stream, 0, [NewEvent("Live")], projection=Projection({}, live=True))
+    leases = {lease.stream_id: lease for lease in store.due.claim("a", ttl=60, limit=3)}
+    lost = leases["leased"]
+    store.due.release("a")
+    store.due.claim("b", ttl=60, limit=3)  # b holds all three now
+    appends: list[Callable[[], list[int]]] = [
+        lambda: store.append("leased", 1, [NewEvent("Polled")], lease=lost),
+        lambda: store.append("stale", 0, [NewEvent("End")], projection=Projection({}, live=False)),
+        lambda: store.append("ending", 1, [NewEvent("End")], projection=Projection({}, live=False)),
+    ]
+    leased, stale, ending = _HeldLeader(store, monkeypatch).run(appends)
+    assert isinstance(leased, LeaseLostError), leased
+    assert isinstance(stale, ConcurrencyError), stale
+    assert isinstance(ending, list), ending
+    assert {row.stream_id: row.owner for row in store.due.rows()} == {"leased": "b", "stale": "b"}
+    assert [e.type for e in store.read_stream("leased")] == ["Live"]
