@@ -85,6 +85,7 @@ class Driver:
         self.claim_batch = claim_batch
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._leases: dict[str, Lease] = {}  # task key -> the lease this driver holds on it
+        self._row_gone: set[str] = set()  # tasks ended by an append, which removed their row
         self._renewed_at = -float("inf")
         self._claim_soon = asyncio.Event()
         self._streams: dict[str, asyncio.Task[None]] = {}
@@ -201,6 +202,7 @@ class Driver:
 
     def _lose(self, key: str, reason: str) -> None:
         """Stop driving ``key``: another process holds it now."""
+        self._row_gone.discard(key)
         if self._leases.pop(key, None) is None:
             return
         self._drop(key)
@@ -241,7 +243,9 @@ class Driver:
         ended meanwhile is removed here)."""
         self._drop(key)
         lease = self._leases.pop(key, None)
-        if lease is not None:
+        if key in self._row_gone:
+            self._row_gone.discard(key)
+        elif lease is not None:
             await self.engine._calls.run(self.store.due.done, lease)
 
     async def _scan_forever(self) -> None:
@@ -361,6 +365,8 @@ class Driver:
         state = await engine.follow_step(key, state, pace)
         self.polls += 1
         if not is_live(state):
+            # Ended by an append (this poll's, or a push's meanwhile) that removed its row.
+            self._row_gone.add(key)
             return None
         if state["state"] != before:
             pace.delay = engine.config.first_poll_interval  # moving: look again soon

@@ -12,14 +12,16 @@ one PostgreSQL store, beside the agent alone as the ceiling, in the same run.
   ``MAX_POLL``) until it completes.
 
 Each figure is a ratio to the ceiling. The database work per task is read from PostgreSQL's own
-counters over the timed runs (``pg_stat_database``: transactions committed, rows fetched):
-every round trip of ours is inside a transaction, so transactions are a floor on round trips.
+counters over the timed runs, for the whole database (the creating engine's work included):
+statements run (``pg_stat_statements``, when the server preloads it: each one a round trip,
+BEGIN and COMMIT included) and transactions committed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import statistics
 import subprocess
 import sys
@@ -72,20 +74,47 @@ def serves(count: int, db_url: str, folder: Path) -> Iterator[None]:
         yield
 
 
-def _pg_counters(url: str) -> tuple[int, int]:
-    """(transactions committed, rows fetched) in this database since the server started."""
+def _pg_counters(url: str) -> tuple[float, float]:
+    """(statements run, transactions committed) in this database so far. Statements come from
+    ``pg_stat_statements`` (every one a round trip; BEGIN and COMMIT included) when the server
+    preloads it, else NaN."""
     engine = sa.create_engine(url)
     try:
         with engine.connect() as conn:
-            row = conn.execute(
+            commits = conn.execute(
                 sa.text(
-                    "SELECT xact_commit, tup_fetched FROM pg_stat_database "
-                    "WHERE datname = current_database()"
+                    "SELECT xact_commit FROM pg_stat_database WHERE datname = current_database()"
                 )
-            ).one()
+            ).scalar_one()
+            try:
+                with conn.begin_nested():
+                    statements = conn.execute(
+                        sa.text(
+                            "SELECT coalesce(sum(calls), 0) FROM pg_stat_statements s "
+                            "JOIN pg_database d ON d.oid = s.dbid "
+                            "WHERE d.datname = current_database()"
+                        )
+                    ).scalar_one()
+            except sa.exc.DBAPIError:  # not preloaded on this server
+                statements = math.nan
+            conn.commit()
     finally:
         engine.dispose()
-    return int(row[0]), int(row[1])
+    return float(statements), float(commits)
+
+
+def _track_statements(url: str) -> bool:
+    """Make ``pg_stat_statements`` readable in this database, if the server preloads it."""
+    engine = sa.create_engine(url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(sa.text("CREATE EXTENSION IF NOT EXISTS pg_stat_statements"))
+            conn.execute(sa.text("SELECT count(*) FROM pg_stat_statements"))
+        return True
+    except sa.exc.DBAPIError:
+        return False
+    finally:
+        engine.dispose()
 
 
 class Created:
@@ -94,6 +123,7 @@ class Created:
     def __init__(self, engine: Engine, agent_url: str) -> None:
         self.engine = engine
         self.agent_url = agent_url
+        self.creating_share: list[float] = []  # of each run's time, the part spent creating
 
     async def run(self, count: int) -> float:
         gate = asyncio.Semaphore(AT_ONCE)
@@ -105,6 +135,7 @@ class Created:
                 return view.task
 
         keys = await asyncio.gather(*(one() for _ in range(count)))
+        creating = time.perf_counter() - start
         # Done when no task has due work left (one query a look, not one per task)...
         deadline = time.monotonic() + 300
         while await asyncio.to_thread(self.engine.store.due.rows):
@@ -112,6 +143,7 @@ class Created:
                 raise RuntimeError("scale: tasks still live after 300 s")
             await asyncio.sleep(0.05)
         rate = count / (time.perf_counter() - start)
+        self.creating_share.append(creating * rate / count)
         # ...and each ended completed.
         ended = [s for s in (self.engine.task(k).state for k in keys) if s != "completed"]
         if ended:
@@ -180,6 +212,8 @@ def scale_section(ctx: BenchContext) -> list[Figure]:
         folder = Path(name)
         db_url = database.url.render_as_string(hide_password=False)
         EventStore.open(db_url).close()  # migrated once, before the serves open it
+        if not _track_statements(db_url):
+            ctx.note("scale: pg_stat_statements is not preloaded: round trips not counted")
 
         http = httpx.AsyncClient(headers={"A2A-Version": "1.0"}, timeout=30)
         stack.callback(lambda: runner.run(http.aclose()))
@@ -197,13 +231,16 @@ def scale_section(ctx: BenchContext) -> list[Figure]:
             with serves(n, db_url, folder):
                 runner.run(creator.run(min(count, 20)))  # warm up: connections, leases
                 before = _pg_counters(db_url)
+                creator.creating_share.clear()
                 rates = [runner.run(creator.run(count)) for _ in range(runs)]
                 after = _pg_counters(db_url)
             rate = statistics.median(rates)
-            per_task = [(a - b) / (count * runs) for a, b in zip(after, before, strict=True)]
+            done = count * runs
+            statements, commits = ((a - b) / done for a, b in zip(after, before, strict=True))
             ctx.note(
-                f"scale: {n} serve(s): {rate:.1f} tasks/s; per task {per_task[0]:.1f} "
-                f"transactions, {per_task[1]:.0f} rows fetched (pg_stat_database)"
+                f"scale: {n} serve(s): {rate:.1f} tasks/s; per task {statements:.1f} statements "
+                f"(round trips, pg_stat_statements), {commits:.1f} transactions; creating the "
+                f"tasks took {statistics.median(creator.creating_share):.0%} of a run"
             )
             figures.append(
                 Figure.compared(
@@ -214,10 +251,18 @@ def scale_section(ctx: BenchContext) -> list[Figure]:
                     None,
                 )
             )
+            if not math.isnan(statements):
+                figures.append(
+                    Figure(
+                        _name(f"database round trips per task, {n} serve(s)", ctx),
+                        statements,
+                        "round trips",
+                    )
+                )
             figures.append(
                 Figure(
                     _name(f"database transactions per task, {n} serve(s)", ctx),
-                    per_task[0],
+                    commits,
                     "transactions",
                 )
             )

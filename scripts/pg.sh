@@ -35,7 +35,7 @@ pg_start() {
   pg_as_owner "$bin/initdb" -D "$dir/data" --auth=trust --username=cardfence -E UTF8 >"$dir/initdb.log" 2>&1 \
     || { cat "$dir/initdb.log" >&2; return 1; }
   pg_as_owner "$bin/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w start \
-    -o "-p $port -c listen_addresses=127.0.0.1 -c unix_socket_directories=$dir -c max_connections=200 -c fsync=on" \
+    -o "-p $port -c listen_addresses=127.0.0.1 -c unix_socket_directories=$dir -c max_connections=200 -c fsync=on -c shared_preload_libraries=pg_stat_statements" \
     >/dev/null || { cat "$dir/server.log" >&2; return 1; }
   pg_as_owner "$bin/createdb" -h 127.0.0.1 -p "$port" -U cardfence cardfence_test || return 1
   export CARDFENCE_PG_DIR="$dir" CARDFENCE_PG_BIN="$bin"
