@@ -30,10 +30,9 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import httpx
-import sqlalchemy as sa
 from bench import BenchContext, Figure, Workload, median_rates, register
 from bench_engine import ObservationPlan, planned_task
-from bench_store import Database, durability, postgres_database, sqlite_database
+from bench_store import Database, durability, on_each_database
 
 from cardfence.engine.engine import Engine
 from cardfence.engine.observations import Observation
@@ -202,19 +201,7 @@ def bench_database(ctx: BenchContext, db: Database, sizes: Sizes) -> list[Figure
 def group_section(ctx: BenchContext) -> list[Figure]:
     """Group commit: 64 writers vs one, through the engine's observation path, per database."""
     sizes = Sizes.for_context(ctx)
-    figures: list[Figure] = []
-    with sqlite_database() as db:
-        figures += bench_database(ctx, db, sizes)
-    if ctx.pg_url:
-        with ExitStack() as stack:
-            try:
-                db = stack.enter_context(postgres_database(ctx.pg_url))
-            except sa.exc.OperationalError as exc:
-                reason = str(exc.orig).strip().splitlines()[0]
-                ctx.note(f"PostgreSQL unreachable ({reason}): PostgreSQL figures omitted")
-                return figures
-            figures += bench_database(ctx, db, sizes)
-    return figures
+    return on_each_database(ctx, lambda db: bench_database(ctx, db, sizes))
 
 
 __all__: Sequence[str] = ()

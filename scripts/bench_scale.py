@@ -27,26 +27,17 @@ import subprocess
 import sys
 import tempfile
 import time
-import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
 import sqlalchemy as sa
 from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
-from a2a.types import (
-    GetTaskRequest,
-    Message,
-    Part,
-    Role,
-    SendMessageConfiguration,
-    SendMessageRequest,
-)
 from bench import BenchContext, Figure, register
-from bench_serve import _process, _state, _wait_for, demo_agent
+from bench_serve import BareAtOnce, _process, _wait_for, demo_agent
 from bench_store import postgres_database
 
-from cardfence.engine.engine import Engine, EngineConfig, reached
+from cardfence.engine.engine import Engine, EngineConfig
 from cardfence.store import EventStore
 
 SLOW_SECONDS = "0.2"
@@ -151,46 +142,6 @@ class Created:
         return rate
 
 
-class Bare:
-    """The ceiling: the a2a-sdk client sends and polls the same tasks, persisting nothing."""
-
-    def __init__(self, client: object) -> None:
-        self.client = client
-
-    async def one(self, gate: asyncio.Semaphore) -> None:
-        client = self.client
-        async with gate:
-            message = Message(
-                message_id=f"m-{uuid.uuid4().hex}",
-                role=Role.ROLE_USER,
-                parts=[Part(text=SLOW_SECONDS, media_type="text/plain")],
-                context_id=f"c-{uuid.uuid4().hex}",
-            )
-            message.metadata.update({"skillId": "slow"})
-            request = SendMessageRequest(
-                message=message, configuration=SendMessageConfiguration(return_immediately=True)
-            )
-            task = None
-            async for response in client.send_message(request):  # type: ignore[attr-defined]
-                if response.HasField("task"):
-                    task = response.task
-        if task is None:
-            raise RuntimeError("bare: SendMessage answered without a task")
-        delay = FIRST_POLL
-        while not reached(_state(task), "terminal"):
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, MAX_POLL)
-            task = await client.get_task(GetTaskRequest(id=task.id, history_length=0))  # type: ignore[attr-defined]
-        if _state(task) != "completed":
-            raise RuntimeError(f"bare: task ended {_state(task)}")
-
-    async def run(self, count: int) -> float:
-        gate = asyncio.Semaphore(AT_ONCE)
-        start = time.perf_counter()
-        await asyncio.gather(*(self.one(gate) for _ in range(count)))
-        return count / (time.perf_counter() - start)
-
-
 @register("scale")
 def scale_section(ctx: BenchContext) -> list[Figure]:
     """Tasks completed per second by 1, 2 and 4 serve processes on one PostgreSQL store, as ratios
@@ -219,9 +170,17 @@ def scale_section(ctx: BenchContext) -> list[Figure]:
         stack.callback(lambda: runner.run(http.aclose()))
         card = runner.run(A2ACardResolver(http, agent_url).get_agent_card())
         config = ClientConfig(streaming=False, polling=True, httpx_client=http)
-        bare = Bare(ClientFactory(config).create(card))
+        bare = BareAtOnce(
+            ClientFactory(config).create(card),
+            text=SLOW_SECONDS,
+            first_poll=FIRST_POLL,
+            max_poll=MAX_POLL,
+            at_once=AT_ONCE,
+        )
         runner.run(bare.run(min(count, 20)))  # warm up
-        ceiling = statistics.median(runner.run(bare.run(count)) for _ in range(runs))
+        ceiling = statistics.median(
+            _timed(lambda: runner.run(bare.run(count))) for _ in range(runs)
+        )
         ctx.progress(f"scale: ceiling {ceiling:.1f} tasks/s")
 
         engine = Engine.open(db_url)
@@ -271,6 +230,13 @@ def scale_section(ctx: BenchContext) -> list[Figure]:
         f"{runs} run(s) each; one agent process; every process on this machine's 2 cores"
     )
     return figures
+
+
+def _timed(run: Callable[[], int]) -> float:
+    """``run``'s tasks per second."""
+    start = time.perf_counter()
+    count = run()
+    return count / (time.perf_counter() - start)
 
 
 def _name(text: str, ctx: BenchContext) -> str:

@@ -863,16 +863,29 @@ class EngineAtOnce:
 
 class BareAtOnce:
     """The same with the a2a-sdk 1.3 client: SendMessage (returnImmediately), then GetTask with
-    ``Engine.drive``'s backoff (at once, then FIRST_POLL doubling to MAX_POLL) until terminal."""
+    ``Engine.drive``'s backoff (at once, then ``first_poll`` doubling to ``max_poll``) until
+    terminal. ``at_once`` bounds the sends in flight (None: all at once)."""
 
-    def __init__(self, client: Client) -> None:
+    def __init__(
+        self,
+        client: Client,
+        *,
+        text: str = SLOW_SECONDS,
+        first_poll: float = FIRST_POLL,
+        max_poll: float = MAX_POLL,
+        at_once: int | None = None,
+    ) -> None:
         self.client = client
+        self.text = text
+        self.first_poll = first_poll
+        self.max_poll = max_poll
+        self._gate = asyncio.Semaphore(at_once) if at_once else contextlib.nullcontext()
 
     async def one(self) -> None:
         message = Message(
             message_id=f"m-{uuid.uuid4().hex}",
             role=Role.ROLE_USER,
-            parts=[Part(text=SLOW_SECONDS, media_type="text/plain")],
+            parts=[Part(text=self.text, media_type="text/plain")],
             context_id=f"c-{uuid.uuid4().hex}",
         )
         message.metadata.update({"skillId": "slow"})
@@ -880,18 +893,19 @@ class BareAtOnce:
             message=message, configuration=SendMessageConfiguration(return_immediately=True)
         )
         task: A2ATask | None = None
-        async for response in self.client.send_message(request):
-            if response.HasField("task"):
-                task = response.task
+        async with self._gate:
+            async for response in self.client.send_message(request):
+                if response.HasField("task"):
+                    task = response.task
         if task is None:
             raise AssertionError("bare: SendMessage answered without a task")
-        delay = FIRST_POLL
+        delay = self.first_poll
         while not reached(_state(task), "terminal"):
             task = await self.client.get_task(GetTaskRequest(id=task.id, history_length=0))
             if reached(_state(task), "terminal"):
                 break
-            await asyncio.sleep(min(delay, MAX_POLL))
-            delay = min(delay * 2, MAX_POLL)
+            await asyncio.sleep(min(delay, self.max_poll))
+            delay = min(delay * 2, self.max_poll)
         if _state(task) != "completed":
             raise AssertionError(f"bare: task {task.id} ended {_state(task)}")
 

@@ -759,9 +759,15 @@ def store_section(ctx: BenchContext) -> list[Figure]:
         "baselines: raw SQLAlchemy Core on a plain table of equal rows (same columns, index on "
         "(stream_id, version)) in the same database, plain engine; raw reads json.loads each row"
     )
-    figures: list[Figure] = []
+    return on_each_database(ctx, lambda db: bench_database(ctx, db, sizes))
+
+
+def on_each_database(ctx: BenchContext, bench: Callable[[Database], list[Figure]]) -> list[Figure]:
+    """``bench`` on a fresh SQLite file, then on a fresh PostgreSQL database when a URL is given
+    (an unreachable server is a note, not a failure)."""
+    figures = []
     with sqlite_database() as db:
-        figures += bench_database(ctx, db, sizes)
+        figures += bench(db)
     if ctx.pg_url:
         with ExitStack() as stack:
             try:
@@ -770,5 +776,5 @@ def store_section(ctx: BenchContext) -> list[Figure]:
                 reason = str(exc.orig).strip().splitlines()[0]
                 ctx.note(f"PostgreSQL unreachable ({reason}): PostgreSQL figures omitted")
                 return figures
-            figures += bench_database(ctx, db, sizes)
+            figures += bench(db)
     return figures

@@ -213,3 +213,24 @@ def test_scale_section_quick_json_reports_serves_against_the_agent_alone(
         assert math.isclose(figure["ratio"], figure["value"] / figure["baseline"])
     assert all(_positive(f["value"]) for f in figures if f["unit"] == "transactions")
     assert "scale: 1 serve(s)" in done.stderr
+
+
+@pytest.mark.timeout(120)
+def test_group_section_quick_json_compares_64_writers_with_one_on_each_database() -> None:
+    env = {k: v for k, v in os.environ.items() if k != PG_URL_VAR}
+    pg_url = os.environ.get(PG_URL_VAR)
+    if pg_url:
+        env[PG_URL_VAR] = pg_url
+    _done, figures = _run_section("group", timeout=110, env=env)
+    databases = ["sqlite", "postgresql"] if pg_url else ["sqlite"]
+    for database in databases:
+        mine = [f for f in figures if f["name"].startswith(database)]
+        rates = [f for f in mine if f["unit"] == "observations/s"]
+        assert len(rates) == 3, mine
+        for figure in rates:
+            assert set(figure) == KEYS
+            assert _positive(figure["value"])
+            assert _positive(figure["baseline"])
+            assert math.isclose(figure["ratio"], figure["value"] / figure["baseline"])
+        (commits,) = [f for f in mine if f["unit"] == "commits"]
+        assert 0 < commits["value"] < 1  # batches formed: fewer commits than appends
