@@ -46,6 +46,7 @@ from cardfence.engine import events as ev
 from cardfence.engine.audit import audit
 from cardfence.engine.cards.discovery import CardLimits, card_urls
 from cardfence.engine.demo.receiver import WebhookReceiver
+from cardfence.engine.driver import Driver
 from cardfence.engine.engine import Engine, EngineConfig, WebhookOutcome
 from cardfence.engine.tasklog import task_stream_id
 from cardfence.store import EventStore, RecordedEvent
@@ -84,6 +85,30 @@ async def audited_engine(url: str, config: EngineConfig = FAST) -> AsyncIterator
         yield engine
         await engine.settle()
         assert_audit_ok(engine.store)
+
+
+@contextlib.asynccontextmanager
+async def driving(
+    url: str,
+    config: EngineConfig = FAST,
+    *,
+    owner: str | None = None,
+    lease_ttl: float = 15.0,
+    scan_interval: float = 0.05,
+) -> AsyncIterator[Driver]:
+    """A driver on its own engine over the store at ``url`` (as `serve` runs one), stopped and
+    audited at the end."""
+    async with Engine.open(url, config=config) as engine:
+        driver = Driver(engine, owner=owner, lease_ttl=lease_ttl, scan_interval=scan_interval)
+        job = asyncio.create_task(driver.run())
+        await driver.ready()
+        try:
+            yield driver
+        finally:
+            driver.stop()
+            await job
+            await engine.settle()
+            assert_audit_ok(engine.store)
 
 
 async def wait_until(

@@ -5,10 +5,7 @@ decided by a card (R1). SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import dataclasses
-from collections.abc import AsyncIterator
 
 from engine_fixtures import (
     FAST,
@@ -16,6 +13,7 @@ from engine_fixtures import (
     assert_audit_ok,
     calls,
     data_of,
+    driving,
     drop_skill,
     point_jsonrpc_at,
     state_of,
@@ -26,27 +24,10 @@ from engine_fixtures import (
 from support import Peer
 
 from cardfence.engine import events as ev
-from cardfence.engine.driver import Driver, is_live
-from cardfence.engine.engine import Engine, EngineConfig
+from cardfence.engine.driver import is_live
+from cardfence.engine.engine import Engine
 
 SLOW = [("submitted", "working"), ("working", "completed")]
-
-
-@contextlib.asynccontextmanager
-async def driving(url: str, config: EngineConfig = FAST, **kw: float) -> AsyncIterator[Driver]:
-    """A driver on its own engine over the store at ``url`` (as `serve` runs one), stopped and
-    audited at the end."""
-    async with Engine.open(url, config=config) as engine:
-        driver = Driver(engine, scan_interval=kw.get("scan_interval", 0.05))
-        job = asyncio.create_task(driver.run())
-        await driver.ready()
-        try:
-            yield driver
-        finally:
-            driver.stop()
-            await job
-            await engine.settle()
-            assert_audit_ok(engine.store)
 
 
 async def test_driver_takes_over_tasks_another_engine_started_and_drives_them_to_the_end(

@@ -5,16 +5,14 @@ forced here on both databases. SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import threading
 import time
-from collections.abc import AsyncIterator
 
 import pytest
 from engine_fixtures import (
     FAST,
     assert_audit_ok,
+    driving,
     events,
     state_of,
     transitions,
@@ -23,7 +21,6 @@ from engine_fixtures import (
 from support import Peer
 
 from cardfence.engine import events as ev
-from cardfence.engine.driver import Driver
 from cardfence.engine.engine import Engine
 from cardfence.engine.tasklog import task_stream_id
 from cardfence.store import (
@@ -131,22 +128,6 @@ def test_a_released_task_is_due_again_when_its_driver_would_have_polled_it(db_ur
         assert {row.stream_id: row.owner for row in store.due.rows()} == {soon: "b", later: None}
 
 
-@contextlib.asynccontextmanager
-async def driver_on(url: str, owner: str, **kw: float) -> AsyncIterator[Driver]:
-    async with Engine.open(url, config=FAST) as engine:
-        driver = Driver(
-            engine, owner=owner, scan_interval=0.05, lease_ttl=kw.get("lease_ttl", 15.0)
-        )
-        job = asyncio.create_task(driver.run())
-        await driver.ready()
-        try:
-            yield driver
-        finally:
-            driver.stop()
-            await job
-            await engine.settle()
-
-
 def lease_stamps(store: EventStore, key: str) -> list[tuple[str, int]]:
     return [
         (e.data[ev.LEASE]["owner"], e.data[ev.LEASE]["epoch"])
@@ -160,8 +141,8 @@ async def test_two_drivers_share_the_tasks_and_each_is_driven_by_one_lease_at_a_
 ) -> None:
     async with (
         Engine.open(db_url, config=FAST) as starter,
-        driver_on(db_url, "one") as one,
-        driver_on(db_url, "two") as two,
+        driving(db_url, owner="one") as one,
+        driving(db_url, owner="two") as two,
     ):
         started = [
             await starter.start_task(peer.base_url, skill="slow", text="slow 0.4")
@@ -190,13 +171,13 @@ async def test_a_stopped_driver_lets_go_and_the_other_finishes_its_tasks(
     peer: Peer, db_url: str
 ) -> None:
     async with Engine.open(db_url, config=FAST) as starter:
-        async with driver_on(db_url, "leaving") as leaving:
+        async with driving(db_url, owner="leaving") as leaving:
             view = await starter.start_task(peer.base_url, skill="slow", text="slow 1.5")
             await wait_until(lambda: leaving.followed == 1, what="the first driver to claim it")
         assert state_of(starter, view.task)["state"] != "completed"
         (row,) = starter.store.due.rows()
         assert row.owner is None  # let go on a clean stop, not left to run out
-        async with driver_on(db_url, "staying") as staying:
+        async with driving(db_url, owner="staying") as staying:
             await wait_until(
                 lambda: state_of(starter, view.task)["state"] == "completed",
                 timeout=10,
@@ -214,7 +195,7 @@ async def test_a_driver_whose_lease_is_taken_lets_the_task_go_without_appending(
     peer: Peer, db_url: str
 ) -> None:
     async with Engine.open(db_url, config=FAST) as starter:
-        async with driver_on(db_url, "slow-renewer", lease_ttl=30.0) as driver:
+        async with driving(db_url, owner="slow-renewer", lease_ttl=30.0) as driver:
             view = await starter.start_task(peer.base_url, skill="slow", text="slow 30")
             await wait_until(lambda: driver.followed == 1, what="the driver to claim it")
             stream = task_stream_id(view.task)
