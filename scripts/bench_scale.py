@@ -10,6 +10,11 @@ one PostgreSQL store, beside the agent alone as the ceiling, in the same run.
 - ``ceiling``: the agent alone, with no client-side persistence: the a2a-sdk client sends the same
   tasks (32 at once) and polls each with the serves' backoff (``first_poll_interval`` doubling to
   ``MAX_POLL``) until it completes.
+- ``driven``: driving alone, the serves' share of the work. The serves are stopped (SIGSTOP)
+  while the bench creates the tasks and the agent finishes them, then resumed: the clock runs
+  from the resume until every task is recorded completed (a claim round, at most 0.5 s, included:
+  the serves see no new event to claim sooner). Its ceiling is the agent alone answering one
+  GetTask for each of the same (completed) tasks, 32 at once.
 
 Each figure is a ratio to the ceiling. The database work per task is read from PostgreSQL's own
 counters over the timed runs, for the whole database (the creating engine's work included):
@@ -22,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
+import signal
 import statistics
 import subprocess
 import sys
@@ -29,10 +35,12 @@ import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import sqlalchemy as sa
 from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
+from a2a.types import GetTaskRequest, TaskState
 from bench import BenchContext, Figure, register
 from bench_serve import BareAtOnce, _process, _wait_for, demo_agent
 from bench_store import postgres_database
@@ -55,14 +63,16 @@ def _serve_args(db_url: str) -> list[str]:
 
 
 @contextlib.contextmanager
-def serves(count: int, db_url: str, folder: Path) -> Iterator[None]:
-    """``count`` serve processes on the store, each listening before this yields."""
+def serves(count: int, db_url: str, folder: Path) -> Iterator[list[subprocess.Popen[str]]]:
+    """``count`` serve processes on the store, each listening before this yields them."""
     with contextlib.ExitStack() as stack:
+        processes = []
         for n in range(count):
             log = folder / f"serve-{count}-{n}.log"
-            stack.enter_context(_process(_serve_args(db_url), log, stdout=subprocess.DEVNULL))
+            args = _serve_args(db_url)
+            processes.append(stack.enter_context(_process(args, log, stdout=subprocess.DEVNULL)))
             _wait_for(lambda log=log: "webhook at" in log.read_text(), f"serve {n + 1}/{count}")
-        yield
+        yield processes
 
 
 def _pg_counters(url: str) -> tuple[float, float]:
@@ -115,6 +125,7 @@ class Created:
         self.engine = engine
         self.agent_url = agent_url
         self.creating_share: list[float] = []  # of each run's time, the part spent creating
+        self.last_keys: list[str] = []
 
     async def run(self, count: int) -> float:
         gate = asyncio.Semaphore(AT_ONCE)
@@ -140,6 +151,56 @@ class Created:
         if ended:
             raise RuntimeError(f"scale: {len(ended)} tasks ended otherwise: {ended[:3]}")
         return rate
+
+    async def drive_only(self, count: int, processes: list[subprocess.Popen[str]]) -> float:
+        """Driving alone: ``count`` tasks created (and finished by the agent) while the serves
+        are stopped (SIGSTOP), then the rate at which the resumed serves claim, poll and record
+        them completed."""
+        for process in processes:
+            process.send_signal(signal.SIGSTOP)
+        try:
+            gate = asyncio.Semaphore(AT_ONCE)
+
+            async def one() -> str:
+                async with gate:
+                    view = await self.engine.start_task(
+                        self.agent_url, skill="slow", text=SLOW_SECONDS
+                    )
+                    return view.task
+
+            keys = await asyncio.gather(*(one() for _ in range(count)))
+            await asyncio.sleep(float(SLOW_SECONDS) + 0.3)  # the agent completes them
+        finally:
+            start = time.perf_counter()
+            for process in processes:
+                process.send_signal(signal.SIGCONT)
+        await self._until_driven(keys)
+        return count / (time.perf_counter() - start)
+
+    async def _until_driven(self, keys: list[str]) -> None:
+        deadline = time.monotonic() + 300
+        while await asyncio.to_thread(self.engine.store.due.rows):
+            if time.monotonic() > deadline:
+                raise RuntimeError("scale: tasks still live after 300 s")
+            await asyncio.sleep(0.02)
+        ended = [s for s in (self.engine.task(k).state for k in keys) if s != "completed"]
+        if ended:
+            raise RuntimeError(f"scale: {len(ended)} tasks ended otherwise: {ended[:3]}")
+        self.last_keys = keys
+
+
+async def get_each(client: Any, remote_ids: list[str]) -> int:
+    """The drive-only ceiling: one GetTask per (completed) task, ``AT_ONCE`` at a time."""
+    gate = asyncio.Semaphore(AT_ONCE)
+
+    async def one(remote_id: str) -> None:
+        async with gate:
+            task = await client.get_task(GetTaskRequest(id=remote_id, history_length=0))
+        if task.status.state != TaskState.TASK_STATE_COMPLETED:
+            raise RuntimeError(f"bare: task {remote_id} is {task.status.state}")
+
+    await asyncio.gather(*(one(r) for r in remote_ids))
+    return len(remote_ids)
 
 
 @register("scale")
@@ -186,13 +247,30 @@ def scale_section(ctx: BenchContext) -> list[Figure]:
         engine = Engine.open(db_url)
         stack.callback(lambda: runner.run(engine.aclose()))
         creator = Created(engine, agent_url)
+        drive_ceiling: float | None = None
         for n in counts:
-            with serves(n, db_url, folder):
+            with serves(n, db_url, folder) as processes:
                 runner.run(creator.run(min(count, 20)))  # warm up: connections, leases
                 before = _pg_counters(db_url)
                 creator.creating_share.clear()
                 rates = [runner.run(creator.run(count)) for _ in range(runs)]
                 after = _pg_counters(db_url)
+                driven = [runner.run(creator.drive_only(count, processes)) for _ in range(runs)]
+            if drive_ceiling is None:  # the same agent answering GetTask for completed tasks
+                remote = [engine.task(k).remote_task_id or "" for k in creator.last_keys]
+                drive_ceiling = statistics.median(
+                    _timed(lambda r=remote: runner.run(get_each(bare.client, r)))  # type: ignore[misc]
+                    for _ in range(runs)
+                )
+            figures.append(
+                Figure.compared(
+                    _name(f"tasks driven by {n} serve process(es), created beforehand", ctx),
+                    statistics.median(driven),
+                    drive_ceiling,
+                    "tasks/s",
+                    None,
+                )
+            )
             rate = statistics.median(rates)
             done = count * runs
             statements, commits = ((a - b) / done for a, b in zip(after, before, strict=True))
