@@ -203,7 +203,9 @@ def test_scale_section_quick_json_reports_serves_against_the_agent_alone(
     done, figures = _run_section("scale", timeout=170, env=env)
     rates = [f for f in figures if f["unit"] == "tasks/s"]
     assert [f["name"].split(" serve")[0] for f in rates] == [
+        "tasks driven by 1",
         "tasks completed by 1",
+        "tasks driven by 2",
         "tasks completed by 2",
     ]
     for figure in rates:
