@@ -84,6 +84,12 @@ from cardfence.store import EventStore, PayloadError
 UNTIL = ("interrupted", "terminal")
 _STREAMED = frozenset({"submitted", "working"})
 _CARDS_KEPT = 64  # parsed card revisions kept in memory
+# Closing GetTasks in flight at once, the others waiting their turn: many at once grew httpx's
+# pool past its 20 kept-alive connections, and its bookkeeping scans every one per request.
+_CLOSING_READS = 8
+# Streams drive() follows at once, the other tasks polled only until a slot frees: each stream
+# holds one of httpx's 100 pooled connections, and 200 at once left polls queued behind them.
+_STREAMS = 32
 _STREAM_AFTER = 1.0  # seconds of polling before a task's stream is followed too
 # What ends a stream early (a drop is an EndpointUnreachableError); polling goes on regardless.
 _STREAM_FAILURES = (EndpointUnreachableError, RemoteRefusedError, InvalidAgentResponseError)
@@ -206,6 +212,8 @@ class Engine:
         self._pushed: dict[str, asyncio.Event] = {}
         self._background: set[asyncio.Task[None]] = set()
         self._closing: dict[str, asyncio.Task[None]] = {}  # key -> its closing read
+        self._closing_slots = asyncio.Semaphore(_CLOSING_READS)
+        self._stream_slots = asyncio.Semaphore(_STREAMS)
         self._cards: dict[str, AgentCard] = {}  # revision -> its card, parsed
         self._cards_lock = threading.Lock()
         self.background_errors: list[Exception] = []
@@ -784,7 +792,8 @@ class Engine:
 
     async def _stream_later(self, key: str) -> None:
         await asyncio.sleep(self.stream_after)
-        await self.keep_streaming(key)
+        async with self._stream_slots:
+            await self.keep_streaming(key)
 
     def _wake(self, key: str) -> None:
         """A report was applied outside the poll loop: a drive waiting on this task looks."""
@@ -816,6 +825,10 @@ class Engine:
         return after
 
     async def _closing_read(self, key: str) -> None:
+        async with self._closing_slots:
+            await self._closing_read_now(key)
+
+    async def _closing_read_now(self, key: str) -> None:
         state = await self._state(key)
         try:
             transport = await self._task_transport(state)
