@@ -306,9 +306,15 @@ class EventStore:
 
     @contextmanager
     def _read(self) -> Iterator[sa.Connection]:
+        """A connection for reads. On PostgreSQL in autocommit: every read here is one statement
+        (or independent ones), so BEGIN and COMMIT would only add two round trips to each."""
         try:
-            with self.engine.connect() as conn, conn.begin():
-                yield conn
+            with self.engine.connect() as conn:
+                if self._is_postgres:
+                    yield conn.execution_options(isolation_level="AUTOCOMMIT")
+                    return
+                with conn.begin():
+                    yield conn
         except sa.exc.DBAPIError as exc:
             raise StoreUnavailableError(self.url, one_line(exc)) from exc
 
