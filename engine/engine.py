@@ -73,6 +73,7 @@ from cardfence.engine.observations import (
 )
 from cardfence.engine.observations import from_update as observation_from_update
 from cardfence.engine.offload import StoreCalls
+from cardfence.engine.pool import RequestSlots, engine_client, tls_context
 from cardfence.engine.remote import PushConfig, RemoteTask
 from cardfence.engine.replay import State
 from cardfence.engine.tasklog import AsOf, TaskLog, task_stream_id
@@ -88,9 +89,12 @@ _CARDS_KEPT = 64  # parsed card revisions kept in memory
 # pool past its 20 kept-alive connections, and its bookkeeping scans every one per request.
 _CLOSING_READS = 8
 # Streams drive() follows at once, the other tasks polled only until a slot frees: each stream
-# holds one of httpx's 100 pooled connections, and 200 at once left polls queued behind them.
+# holds a pooled connection of its own, and 200 at once left polls queued behind them.
 _STREAMS = 32
-_STREAM_AFTER = 1.0  # seconds of polling before a task's stream is followed too
+# A task's stream is followed once its polls are this many seconds apart (never, when
+# max_poll_interval keeps them closer): polls that close together already bring the news within
+# that time, and a stream beside them only doubles the work, the agent's and ours.
+_STREAM_AFTER = 1.0
 # What ends a stream early (a drop is an EndpointUnreachableError); polling goes on regardless.
 _STREAM_FAILURES = (EndpointUnreachableError, RemoteRefusedError, InvalidAgentResponseError)
 # Seconds a poll is given at least (a quarter of a shorter timeout): no poll but the first
@@ -199,9 +203,10 @@ class Engine:
         self.client = client
         self.config = config
         self.log = TaskLog(store)
+        self._request_slots = RequestSlots()
         self.discovery = Discovery(
             store, client, limits=config.card_limits, max_card_age=config.max_card_age,
-            clock=clock,
+            clock=clock, slots=self._request_slots,
         )  # fmt: skip
         self._owns_client = owns_client
         self._calls = StoreCalls(store)
@@ -240,7 +245,7 @@ class Engine:
         store = EventStore.open(url)
         own = client is None
         if client is None:
-            client = httpx.AsyncClient(verify=_tls_context(config.ca_file))
+            client = engine_client(tls_context(config.ca_file))
         return cls(store, client, config, owns_client=own)
 
     async def aclose(self) -> None:
@@ -710,10 +715,11 @@ class Engine:
     # -- streams (R7, R12) -----------------------------------------------------------------------
 
     async def stream_offered(self, key: str, state: State | None = None) -> bool:
-        """Whether to follow the task's event stream now: streams are followed, the card the
-        task last saw advertises them (a card withdrawing them changes only the delivery path,
-        R7), and the task is submitted or working (a stream ends at an interrupted state)."""
-        if not self.config.follow_streams:
+        """Whether to follow the task's event stream now: streams are followed, polls may grow
+        :attr:`stream_after` apart, the card the task last saw advertises them (a card
+        withdrawing them changes only the delivery path, R7), and the task is submitted or
+        working (a stream ends at an interrupted state)."""
+        if not self.config.follow_streams or self.config.max_poll_interval < _STREAM_AFTER:
             return False
         if state is None:
             state = await self._state(key)
@@ -786,9 +792,10 @@ class Engine:
 
     @property
     def stream_after(self) -> float:
-        """How long a task is polled before its stream is followed too: a task that ends within
-        its first few polls never costs the agent a subscription."""
-        return min(_STREAM_AFTER, self.config.max_poll_interval)
+        """How far apart a task's polls are before its stream is followed too: a task that ends
+        within its first few polls never costs the agent a subscription, and with
+        ``max_poll_interval`` below this no stream is followed at all (:meth:`stream_offered`)."""
+        return _STREAM_AFTER
 
     async def _stream_later(self, key: str) -> None:
         await asyncio.sleep(self.stream_after)
@@ -1186,6 +1193,7 @@ class Engine:
             transport = A2ATransport(
                 self._client_for(cert), Interface(url, binding, version),
                 timeout=self.config.request_timeout, credentials=credentials,
+                slots=self._request_slots,
             )  # fmt: skip
             if keep:
                 self._transports[place] = transport
@@ -1218,14 +1226,15 @@ class Engine:
             return self.client
         client = self._tls_clients.get(cert)
         if client is None:
-            context = _tls_context(self.config.ca_file)
+            context = tls_context(self.config.ca_file)
             try:
                 context.load_cert_chain(*cert)
             except (OSError, ssl.SSLError) as error:
                 raise CredentialsConfigError(
                     "mtls", f"client certificate {cert[0]} cannot be loaded ({error})"
                 ) from None
-            client = self._tls_clients[cert] = httpx.AsyncClient(verify=context)
+            client = engine_client(context)
+            self._tls_clients[cert] = client
         return client
 
     async def _find(self, ref: str) -> str:
@@ -1328,10 +1337,6 @@ def _authorization_failed(refused: AuthorizationFailedError, during: str) -> Eve
         "during": during,
         "at": _now_iso(),
     }
-
-
-def _tls_context(ca_file: str | None) -> ssl.SSLContext:
-    return ssl.create_default_context(cafile=ca_file)
 
 
 def _unreachable(failure: Exception, during: str) -> dict[str, Any]:

@@ -40,7 +40,13 @@ import asyncio
 import itertools
 import json
 from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping
-from contextlib import AbstractAsyncContextManager, AsyncExitStack, aclosing, asynccontextmanager
+from contextlib import (
+    AbstractAsyncContextManager,
+    AsyncExitStack,
+    aclosing,
+    asynccontextmanager,
+    nullcontext,
+)
 from enum import IntEnum
 from typing import Any, Final, Protocol
 from urllib.parse import quote
@@ -69,6 +75,7 @@ from cardfence.engine.errors import (
     UsageError,
     WrongTaskAnswerError,
 )
+from cardfence.engine.pool import RequestSlots
 from cardfence.engine.remote import (
     INTERRUPTED_STATES,
     TERMINAL_STATES,
@@ -151,7 +158,8 @@ class A2ATransport:
     are always ours. :attr:`version` is what is spoken: 0.3 when the interface declares 0.x
     (or is of a 0.x card that declares nothing), else 1.0. ``credentials`` add what the task's
     frozen contract requires, per request (R15). ``timeout`` bounds each request as a whole, a
-    blocking ``SendMessage`` included. ``max_pages`` bounds ``list_tasks``.
+    blocking ``SendMessage`` included. ``max_pages`` bounds ``list_tasks``. ``slots``, when given,
+    bounds the requests in flight (streams aside) across every transport sharing it.
     """
 
     def __init__(
@@ -164,6 +172,7 @@ class A2ATransport:
         max_bytes: int = DEFAULT_MAX_BYTES,
         max_pages: int = 20,
         credentials: RequestCredentials | None = None,
+        slots: RequestSlots | None = None,
     ) -> None:
         if interface.binding not in (JSONRPC, HTTP_JSON):
             raise UsageError(f"{interface.url}: binding {interface.binding!r} is not spoken")
@@ -187,6 +196,7 @@ class A2ATransport:
         self._headers.setdefault("User-Agent", _USER_AGENT)
         self._ids = itertools.count(1)
         self.credentials = credentials
+        self._slots = slots
 
     @property
     def binding(self) -> str:
@@ -681,8 +691,10 @@ class A2ATransport:
             raise EndpointUnreachableError(url, detail, task=task)
         timeout = httpx.Timeout(budget, connect=min(budget, 10.0))
         try:
-            async with asyncio.timeout(budget):  # total: a slow drip cannot stall us
-                async with self.client.stream(
+            async with (
+                asyncio.timeout(budget),  # total: a slow drip cannot stall us
+                self._slots.held(url) if self._slots else nullcontext(),
+                self.client.stream(
                     verb,
                     url,
                     content=content,
@@ -690,15 +702,16 @@ class A2ATransport:
                     headers=headers,
                     timeout=timeout,
                     follow_redirects=False,
-                ) as response:
-                    try:
-                        body = await read_body(response, self.max_bytes)
-                    except BodyRefused as refused:
-                        ok = 200 <= response.status_code < 300
-                        if ok and refused.kind != "too_large":
-                            raise InvalidAgentResponseError(url, refused.detail) from None
-                        return response.status_code, None  # no body to read (R11: no A2A error)
-                    return response.status_code, body
+                ) as response,
+            ):
+                try:
+                    body = await read_body(response, self.max_bytes)
+                except BodyRefused as refused:
+                    ok = 200 <= response.status_code < 300
+                    if ok and refused.kind != "too_large":
+                        raise InvalidAgentResponseError(url, refused.detail) from None
+                    return response.status_code, None  # no body to read (R11: no A2A error)
+                return response.status_code, body
         except (TimeoutError, httpx.TimeoutException):
             cut = "" if budget == self.timeout else " (the deadline)"
             detail = f"timeout: no complete answer within {budget:.3g}s{cut}"

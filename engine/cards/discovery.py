@@ -34,6 +34,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping, Sequence
+from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -69,6 +70,7 @@ from cardfence.engine.errors import (
     DiscoveryError,
 )
 from cardfence.engine.offload import StoreCalls
+from cardfence.engine.pool import RequestSlots
 from cardfence.engine.replay import State, apply_agent_event, initial_agent_state
 from cardfence.store import CardSnapshot, ConcurrencyError, EventStore, NewEvent, Projection
 
@@ -177,19 +179,21 @@ async def fetch_card(
     *,
     validators: Mapping[str, tuple[str | None, str | None]] | None = None,
     limits: CardLimits = CardLimits(),
+    slots: RequestSlots | None = None,
 ) -> CardResponse:
     """GET the card from the first of ``urls`` that is not a 404, within ``limits``.
 
     ``validators`` maps a URL to its stored ``(etag, last_modified)``, sent as a conditional
-    request. Raises :class:`DiscoveryError` (kinds: network, timeout, http_status, too_large,
-    redirect, insecure).
+    request. ``slots``, when given, is held for the read (the engine's bound on requests in
+    flight), waited for within the same time budget. Raises :class:`DiscoveryError` (kinds:
+    network, timeout, http_status, too_large, redirect, insecure).
     """
     last_url = urls[0]
     budget = deadline.left(limits.timeout)  # R16: by the deadline in force, too
     if budget <= 0:
         raise DiscoveryError(last_url, "timeout", "the deadline passed before the card was read")
     try:
-        async with asyncio.timeout(budget):
+        async with asyncio.timeout(budget), slots.held(last_url) if slots else nullcontext():
             for index, url in enumerate(urls):
                 last_url = url
                 etag, modified = (validators or {}).get(url, (None, None))
@@ -297,8 +301,10 @@ class Discovery:
         max_card_age: float = 120.0,
         clock: Callable[[], float] = time.monotonic,
         calls: StoreCalls | None = None,
+        slots: RequestSlots | None = None,
     ) -> None:
         self.store = store
+        self.slots = slots  # held for each GET: the engine's bound on requests in flight
         # Store calls go through the engine's runner (off the event loop); alone, inline.
         self._calls = calls or StoreCalls(store, workers=0)
         self.client = client
@@ -379,12 +385,14 @@ class Discovery:
         try:
             with deadline.within(self.limits.timeout):  # one read, all in: re-read, keys too
                 response = await fetch_card(
-                    self.client, urls, validators=validators, limits=self.limits
+                    self.client, urls, validators=validators, limits=self.limits, slots=self.slots
                 )
                 stored = None if response.status != 304 else await self._stored_card(origin, state)
                 if response.status == 304 and stored is None:
                     # The validator names a revision we do not hold: read it whole.
-                    response = await fetch_card(self.client, urls, limits=self.limits)
+                    response = await fetch_card(
+                        self.client, urls, limits=self.limits, slots=self.slots
+                    )
                 card = stored or self._parse(response.body, response.url)
                 signed = await self._check_signatures(origin, policy, card, response.url)
         except DiscoveryError as failure:
@@ -498,7 +506,7 @@ class Discovery:
         if kept is not None and self._clock() - kept[1] < self.max_card_age:
             return dataclasses.replace(kept[0], source=source)
         try:
-            response = await fetch_card(self.client, [url], limits=self.limits)
+            response = await fetch_card(self.client, [url], limits=self.limits, slots=self.slots)
         except DiscoveryError as failure:
             raise CardSignatureError(
                 card_url, f"keys at {url} could not be read: {failure.detail}"

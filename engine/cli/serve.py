@@ -8,7 +8,6 @@ import logging
 import sys
 from typing import Annotated
 
-import httpx
 import typer
 
 from cardfence.engine import errors
@@ -29,6 +28,7 @@ from cardfence.engine.cli.app import (
 )
 from cardfence.engine.cli.tasks import CardAgeOption, PollOption
 from cardfence.engine.engine import Engine, EngineConfig
+from cardfence.engine.pool import engine_client, tls_context
 
 __all__ = ["serve_command"]
 
@@ -84,7 +84,7 @@ def serve_command(
     store = open_store(options)
 
     async def main() -> None:
-        async with httpx.AsyncClient() as client:
+        async with engine_client(tls_context(config.ca_file)) as client:
             engine = Engine(store, client, config)
             driver = Driver(engine, workers=workers, lease_ttl=lease_ttl)
             await serve(engine, sock, driver=driver, started=_started)

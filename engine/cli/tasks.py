@@ -10,7 +10,6 @@ import uuid
 from collections.abc import Awaitable, Callable
 from typing import Annotated, Any, TypeVar
 
-import httpx
 import typer
 
 from cardfence.engine import errors
@@ -48,6 +47,7 @@ from cardfence.engine.cli.render import (
 from cardfence.engine.deadline import until as requests_until
 from cardfence.engine.engine import UNTIL, Engine, EngineConfig
 from cardfence.engine.lifecycle import STATES, TERMINAL
+from cardfence.engine.pool import engine_client, tls_context
 from cardfence.engine.remote import TaskState
 from cardfence.engine.tasklog import AsOf, TaskLog, task_stream_id
 from cardfence.engine.views import TaskView
@@ -104,7 +104,7 @@ def _engine_run(
 
     async def main() -> _T:
         with signals.cancellable():
-            async with httpx.AsyncClient() as client:
+            async with engine_client(tls_context(config.ca_file)) as client:
                 engine = Engine(store, client, config)
                 try:
                     with requests_until(deadline):

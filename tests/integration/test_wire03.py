@@ -142,7 +142,9 @@ async def test_a_stream_is_followed_with_tasks_resubscribe(
     peer03: Peer03, db: str, binding: str
 ) -> None:
     peer03.hold()  # working until the stream is open
-    async with audited_engine(db, over(binding, follow_streams=True)) as engine:
+    async with audited_engine(
+        db, over(binding, max_poll_interval=1.0, follow_streams=True)
+    ) as engine:
         view = await engine.start_task(peer03.base_url, skill="slow", text="slow 0.1")
         driving = asyncio.create_task(engine.drive(view.task, until="terminal", timeout=20))
         await wait_until(lambda: any(map(subscribed, wire_of(peer03))), 10, "a subscription")

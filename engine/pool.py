@@ -1,0 +1,188 @@
+"""The HTTP client an engine makes for itself, and the bound on its requests in flight: httpx,
+with pools sized and checked for many tasks at once.
+
+httpcore (httpx's pool) walks every pooled connection each time a request starts or ends: for
+each idle one it counts the pool's connections again, and asks whether the server has closed it.
+That question is right -- a connection the server closed must not carry the next request -- but
+anyio answers it by rebuilding the stream's attribute table (a ``getpeername`` and a dozen
+closures) before one ``poll(2)``. At 200 tasks in flight on one agent, with 32 requests at once,
+that walk was half of an engine's CPU. Three changes keep it small:
+
+- :class:`RequestSlots`: at most ``per_origin`` requests in flight to one agent (8, a browser's
+  habit), and ``total`` for the engine; the others wait their turn in a semaphore, not in
+  httpcore's queue (which it also walks, once per queued request);
+- :class:`EngineTransport`: one pool per origin, so one agent's connections are never walked for
+  another's requests;
+- :class:`_Stream` keeps the socket it was opened on and polls it directly: the same question,
+  the same answer.
+
+The limits keep every connection alive (:data:`POOL_LIMITS`): httpcore closes an idle connection
+whenever the pool holds more connections than its keep-alive count, so httpx's default (20 of
+100) closed and reopened connections under a few dozen tasks at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import select
+import socket
+import ssl
+from collections.abc import AsyncIterator, Iterable
+from typing import Any
+
+import httpcore
+import httpx
+
+# Per origin, one connection per request or stream in flight, all kept alive: room for the
+# requests RequestSlots lets through (8) beside the streams serve follows (64).
+POOL_LIMITS = httpx.Limits(max_connections=100, max_keepalive_connections=100)
+
+
+class RequestSlots:
+    """At most ``per_origin`` requests in flight to any one origin and ``total`` in all, for
+    every transport (and card read) sharing this. Streams are not requests: they are bounded
+    where they are followed."""
+
+    def __init__(self, total: int = 32, per_origin: int = 8) -> None:
+        self._total = asyncio.Semaphore(total)
+        self._per_origin = per_origin
+        self._origins: dict[tuple[str, str, int | None], asyncio.Semaphore] = {}
+
+    @contextlib.asynccontextmanager
+    async def held(self, url: str) -> AsyncIterator[None]:
+        """A slot for one request to ``url``, held for the block."""
+        parsed = httpx.URL(url)
+        key = (parsed.scheme, parsed.host, parsed.port)
+        origin = self._origins.get(key)
+        if origin is None:
+            origin = self._origins[key] = asyncio.Semaphore(self._per_origin)
+        async with origin, self._total:
+            yield
+
+
+def tls_context(ca_file: str | None = None) -> ssl.SSLContext:
+    """The system's trust store, plus ``ca_file``'s authorities when given. Raises ``OSError``
+    or ``ssl.SSLError`` when the file cannot be loaded."""
+    return ssl.create_default_context(cafile=ca_file)
+
+
+def engine_client(context: ssl.SSLContext | None = None) -> httpx.AsyncClient:
+    """An ``httpx.AsyncClient`` on :class:`EngineTransport`, verifying with ``context`` (by
+    default :func:`tls_context`). Proxies named by the environment are honoured as httpx honours
+    them, through its own transports."""
+    return httpx.AsyncClient(transport=EngineTransport(context or tls_context()))
+
+
+class EngineTransport(httpx.AsyncBaseTransport):
+    """One :class:`_OriginTransport` per origin (scheme, host, port), made on first use."""
+
+    def __init__(self, context: ssl.SSLContext, limits: httpx.Limits = POOL_LIMITS) -> None:
+        self._context = context
+        self._limits = limits
+        self._origins: dict[tuple[bytes, bytes, int | None], _OriginTransport] = {}
+
+    def origins(self) -> list[_OriginTransport]:
+        return list(self._origins.values())
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        url = request.url
+        key = (url.raw_scheme, url.raw_host, url.port)
+        transport = self._origins.get(key)
+        if transport is None:
+            transport = self._origins[key] = _OriginTransport(self._context, self._limits)
+        return await transport.handle_async_request(request)
+
+    async def aclose(self) -> None:
+        transports, self._origins = list(self._origins.values()), {}
+        for transport in transports:
+            await transport.aclose()
+
+
+class _OriginTransport(httpx.AsyncHTTPTransport):
+    """httpx's transport on a pool of :data:`POOL_LIMITS` whose streams are :class:`_Stream`."""
+
+    def __init__(self, context: ssl.SSLContext, limits: httpx.Limits = POOL_LIMITS) -> None:
+        super().__init__(verify=context, limits=limits)
+        # The pool httpx would make, the same arguments, opening its connections through _Backend.
+        self._pool = httpcore.AsyncConnectionPool(
+            ssl_context=context,
+            max_connections=limits.max_connections,
+            max_keepalive_connections=limits.max_keepalive_connections,
+            keepalive_expiry=limits.keepalive_expiry,
+            network_backend=_Backend(),
+        )
+
+    @property
+    def pool(self) -> httpcore.AsyncConnectionPool:
+        return self._pool
+
+
+class _Backend(httpcore.AsyncNetworkBackend):
+    """httpcore's own backend (anyio), its streams wrapped in :class:`_Stream`."""
+
+    def __init__(self) -> None:
+        self._inner = httpcore.AnyIOBackend()
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        inner = await self._inner.connect_tcp(host, port, timeout, local_address, socket_options)
+        return _Stream(inner)
+
+    async def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        return _Stream(await self._inner.connect_unix_socket(path, timeout, socket_options))
+
+    async def sleep(self, seconds: float) -> None:
+        await self._inner.sleep(seconds)
+
+
+class _Stream(httpcore.AsyncNetworkStream):
+    """A connection's stream that answers ``is_readable`` from the socket it keeps."""
+
+    def __init__(self, inner: httpcore.AsyncNetworkStream) -> None:
+        self._inner = inner
+        self._socket: socket.socket | None = inner.get_extra_info("socket")
+
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return await self._inner.read(max_bytes, timeout)
+
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        await self._inner.write(buffer, timeout)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def start_tls(
+        self,
+        ssl_context: ssl.SSLContext,
+        server_hostname: str | None = None,
+        timeout: float | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        return _Stream(await self._inner.start_tls(ssl_context, server_hostname, timeout))
+
+    def get_extra_info(self, info: str) -> Any:
+        if info == "is_readable":
+            return readable(self._socket)
+        return self._inner.get_extra_info(info)
+
+
+def readable(sock: socket.socket | None) -> bool:
+    """Whether ``sock`` has something to read now, without waiting. For an idle HTTP/1.1
+    connection that means the server closed it (or broke the protocol): either way it is done.
+    A socket already closed here counts as readable, as httpcore counts it."""
+    if sock is None or sock.fileno() < 0:
+        return True
+    poller = select.poll()
+    poller.register(sock, select.POLLIN)
+    return bool(poller.poll(0))
