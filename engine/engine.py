@@ -138,6 +138,10 @@ class EngineConfig:
     # CA bundle trusted for agents' TLS when the engine makes its own clients (its default one,
     # and one per client certificate for mutual TLS); None: the system's (and SSL_CERT_FILE).
     ca_file: str | None = None
+    # Requests (streams aside) in flight at once to any one agent origin, and in all: the others
+    # wait their turn inside the engine, each within its own timeout (engine.pool.RequestSlots).
+    requests_per_agent: int = 8
+    requests_in_flight: int = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,7 +207,7 @@ class Engine:
         self.client = client
         self.config = config
         self.log = TaskLog(store)
-        self._request_slots = RequestSlots()
+        self._request_slots = RequestSlots(config.requests_in_flight, config.requests_per_agent)
         self.discovery = Discovery(
             store, client, limits=config.card_limits, max_card_age=config.max_card_age,
             clock=clock, slots=self._request_slots,
@@ -811,21 +815,29 @@ class Engine:
         return TaskView.of(await self._observe_state(key, observation))
 
     async def _observe_state(
-        self, key: str, observation: Observation, recorded: list[Event] | None = None
+        self,
+        key: str,
+        observation: Observation,
+        recorded: list[Event] | None = None,
+        *,
+        whole: bool = False,
     ) -> State:
         """Apply one remote report (R10, R12), whatever its source, then schedule what the
-        transition calls for. ``recorded`` receives the events written."""
+        transition calls for. ``recorded`` receives the events written; ``whole``: the report
+        was the whole task (every artifact), not one event of it."""
         before, after = await self._calls.run(self._apply, key, observation, recorded)
         if guards.boundary_recheck_due(after, before["state"], after["state"]):
             self._spawn(self._boundary_recheck(key))  # R6, after the transition is recorded
         if (
             observation.source == "push"
+            and not whole
             and after["state"] in TERMINAL
             and before["state"] not in TERMINAL
             and key not in self._closing
         ):
-            # A push is one event: the task may have ended with artifacts whose own pushes were
+            # A push of one event: the task may have ended with artifacts whose own pushes were
             # lost (the agent tries each once). Nobody polls an ended task, so read it once now.
+            # A push of the whole task (0.3 agents send nothing else) already holds them all.
             job = asyncio.ensure_future(self._contained(self._closing_read(key)))
             self._closing[key] = job
             job.add_done_callback(lambda _: self._closing.pop(key, None))
@@ -1159,7 +1171,7 @@ class Engine:
             return webhook.Delivery(200, "ignored", "a message, not a task update", key)
         recorded: list[Event] = []
         try:
-            await self._observe_state(key, observation, recorded)
+            await self._observe_state(key, observation, recorded, whole=update.kind == "task")
         except PayloadError as too_large:  # R16: never raised at the agent; nothing was written
             return webhook.Delivery(413, "refused", str(too_large), key)
         self._wake(key)

@@ -45,6 +45,8 @@ class RequestSlots:
     where they are followed."""
 
     def __init__(self, total: int = 32, per_origin: int = 8) -> None:
+        if total < 1 or per_origin < 1:
+            raise ValueError(f"request slots must be >= 1 (total {total}, per origin {per_origin})")
         self._total = asyncio.Semaphore(total)
         self._per_origin = per_origin
         self._origins: dict[tuple[str, str, int | None], asyncio.Semaphore] = {}

@@ -690,11 +690,14 @@ class A2ATransport:
             detail = "timeout: the deadline passed before the request could be sent (not sent)"
             raise EndpointUnreachableError(url, detail, task=task)
         timeout = httpx.Timeout(budget, connect=min(budget, 10.0))
+        started = False
         try:
             async with (
                 asyncio.timeout(budget),  # total: a slow drip cannot stall us
                 self._slots.held(url) if self._slots else nullcontext(),
-                self.client.stream(
+            ):
+                started = True
+                async with self.client.stream(
                     verb,
                     url,
                     content=content,
@@ -702,19 +705,24 @@ class A2ATransport:
                     headers=headers,
                     timeout=timeout,
                     follow_redirects=False,
-                ) as response,
-            ):
-                try:
-                    body = await read_body(response, self.max_bytes)
-                except BodyRefused as refused:
-                    ok = 200 <= response.status_code < 300
-                    if ok and refused.kind != "too_large":
-                        raise InvalidAgentResponseError(url, refused.detail) from None
-                    return response.status_code, None  # no body to read (R11: no A2A error)
-                return response.status_code, body
+                ) as response:
+                    try:
+                        body = await read_body(response, self.max_bytes)
+                    except BodyRefused as refused:
+                        ok = 200 <= response.status_code < 300
+                        if ok and refused.kind != "too_large":
+                            raise InvalidAgentResponseError(url, refused.detail) from None
+                        return response.status_code, None  # no body (R11: no A2A error)
+                    return response.status_code, body
         except (TimeoutError, httpx.TimeoutException):
             cut = "" if budget == self.timeout else " (the deadline)"
-            detail = f"timeout: no complete answer within {budget:.3g}s{cut}"
+            if not started:
+                detail = (
+                    f"timeout: the requests already in flight to this agent left no slot within "
+                    f"{budget:.3g}s{cut} (not sent)"
+                )
+            else:
+                detail = f"timeout: no complete answer within {budget:.3g}s{cut}"
             raise EndpointUnreachableError(url, detail, task=task) from None
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
             detail = _redacted(f"network error: {str(exc) or type(exc).__name__}", auth)

@@ -45,6 +45,14 @@ def serve_command(
     workers: Annotated[
         int, typer.Option("--workers", min=1, help="Polls in flight at once, at most.")
     ] = 32,
+    agent_requests: Annotated[
+        int,
+        typer.Option(
+            "--agent-requests",
+            min=1,
+            help="Requests in flight to any one agent at once, at most (the others wait).",
+        ),
+    ] = 8,
     lease_ttl: Annotated[
         float,
         typer.Option(
@@ -74,6 +82,8 @@ def serve_command(
         max_poll_interval=max_poll_interval,
         max_card_age=max_card_age,
         card_limits=CardLimits(allow_insecure=allow_insecure_http),
+        requests_per_agent=agent_requests,
+        requests_in_flight=workers,
     )
     config = configured(options, config)
     _log_decisions(debug)

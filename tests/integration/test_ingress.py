@@ -336,6 +336,32 @@ async def test_duplicate_and_out_of_order_deliveries_record_each_transition_once
     assert calls(peer, "GetTask") == 1  # the closing read: it changes no state
 
 
+async def test_a_push_of_the_whole_ended_task_needs_no_closing_read(
+    peer: Peer, engine: Engine, ingress: str, client: httpx.AsyncClient
+) -> None:
+    view, outcome = await registered_task(engine, peer, ingress + "/webhook")
+    task = {
+        "id": view.remote_task_id,
+        "contextId": view.context_id,
+        "status": {"state": "TASK_STATE_COMPLETED", "timestamp": datetime.now(UTC).isoformat()},
+        "artifacts": [{"artifactId": "answer", "parts": [{"text": "42"}]}],
+    }
+    headers = push_headers(outcome.token, authorization=AUTH)
+    gets = calls(peer, "GetTask")
+
+    response = await client.post(
+        ingress + "/webhook", content=json.dumps({"task": task}), headers=headers
+    )
+    await engine.settle()
+
+    assert (response.status_code, response.json()["outcome"]) == (200, "applied")
+    assert engine.task(view.task).state == "completed"
+    assert [a["artifact_id"] for a in data_of(engine.store, view.task, ev.ARTIFACT_RECEIVED)] == [
+        "answer"
+    ]
+    assert calls(peer, "GetTask") == gets  # every artifact came with it: nothing to read back
+
+
 # -- failures inside the engine -------------------------------------------------------------------
 
 

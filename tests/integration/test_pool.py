@@ -11,8 +11,11 @@ from collections.abc import AsyncIterator
 import httpcore
 import pytest
 
+from cardfence.engine.cards.model import JSONRPC, V10, Interface
 from cardfence.engine.engine import Engine, EngineConfig
+from cardfence.engine.errors import EndpointUnreachableError
 from cardfence.engine.pool import EngineTransport, RequestSlots, engine_client, readable
+from cardfence.engine.transport import A2ATransport
 
 _OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: keep-alive\r\n\r\nok"
 
@@ -128,3 +131,14 @@ async def test_engine_open_makes_its_client_on_the_engines_transport(tmp_path: o
         assert isinstance(engine.client._transport, EngineTransport)
     finally:
         await engine.aclose()
+
+
+async def test_a_request_that_never_got_a_slot_says_it_was_not_sent() -> None:
+    slots = RequestSlots(total=4, per_origin=1)
+    async with Server(close_after=False) as server, engine_client() as client:
+        interface = Interface(server.url + "rpc", JSONRPC, V10)
+        transport = A2ATransport(client, interface, timeout=0.2, slots=slots)
+        async with slots.held(server.url):  # the one request this origin may have in flight
+            with pytest.raises(EndpointUnreachableError, match=r"left no slot .*\(not sent\)"):
+                await transport.get_task("t-1")
+    assert server.connections == 0

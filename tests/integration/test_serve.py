@@ -237,7 +237,8 @@ async def test_serve_stops_on_a_signal_mid_load_exits_0_and_resume_finishes_ever
 ) -> None:
     with EventStore.open(db_url):
         pass  # migrated before two processes open it
-    process = _serve_command(db_url, "--max-poll-interval", "0.5")
+    # Two requests at most to the agent at once: the others wait their turn, and all finish.
+    process = _serve_command(db_url, "--max-poll-interval", "0.5", "--agent-requests", "2")
     try:
         hook = webhook_url(process)
         async with Engine.open(db_url, config=FAST) as run:
@@ -287,3 +288,13 @@ def test_serve_refuses_a_port_it_cannot_listen_on_with_a_usage_error(tmp_path: P
         )  # fmt: skip
     assert result.returncode == 2, result.stderr
     assert f"cannot listen on 127.0.0.1:{port}" in result.stderr
+
+
+def test_serve_refuses_agent_requests_below_one_with_a_usage_error(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "cardfence", "serve", "--db",
+         f"sqlite:///{tmp_path / 'c.db'}", "--port", "0", "--agent-requests", "0"],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert "--agent-requests" in result.stderr
