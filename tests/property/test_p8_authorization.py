@@ -483,9 +483,9 @@ def _one_tls_context() -> Iterator[None]:
     """Every engine makes a default TLS context (its token source's), which costs more than an
     example's requests: here, where every request goes to the fake and no contract asks for
     mutual TLS, they all share one."""
-    shared = engine_module._tls_context(None)
+    shared = engine_module.tls_context(None)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(engine_module, "_tls_context", lambda ca_file: shared, raising=False)
+        patch.setattr(engine_module, "tls_context", lambda ca_file=None: shared)
         yield
 
 
