@@ -34,6 +34,8 @@ from typing import Any
 import httpcore
 import httpx
 
+from cardfence.engine.errors import UsageError
+
 # Per origin, one connection per request or stream in flight, all kept alive: room for the
 # requests RequestSlots lets through (8) beside the streams serve follows (64).
 POOL_LIMITS = httpx.Limits(max_connections=100, max_keepalive_connections=100)
@@ -46,7 +48,10 @@ class RequestSlots:
 
     def __init__(self, total: int = 32, per_origin: int = 8) -> None:
         if total < 1 or per_origin < 1:
-            raise ValueError(f"request slots must be >= 1 (total {total}, per origin {per_origin})")
+            raise UsageError(
+                f"requests in flight must be at least 1 (in all {total}, per agent {per_origin}): "
+                "no engine was made"
+            )
         self._total = asyncio.Semaphore(total)
         self._per_origin = per_origin
         self._origins: dict[tuple[str, str, int | None], asyncio.Semaphore] = {}
