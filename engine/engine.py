@@ -826,6 +826,13 @@ class Engine:
         transition calls for. ``recorded`` receives the events written; ``whole``: the report
         was the whole task (every artifact), not one event of it."""
         before, after = await self._calls.run(self._apply, key, observation, recorded)
+        self._observed(key, observation, before, after, whole=whole)
+        return after
+
+    def _observed(
+        self, key: str, observation: Observation, before: State, after: State, *, whole: bool
+    ) -> None:
+        """Schedule what an applied report's transition calls for (``whole``: see above)."""
         if guards.boundary_recheck_due(after, before["state"], after["state"]):
             self._spawn(self._boundary_recheck(key))  # R6, after the transition is recorded
         if (
@@ -841,7 +848,35 @@ class Engine:
             job = asyncio.ensure_future(self._contained(self._closing_read(key)))
             self._closing[key] = job
             job.add_done_callback(lambda _: self._closing.pop(key, None))
-        return after
+
+    def _ingest(
+        self,
+        remote_id: str,
+        headers: Mapping[str, str],
+        observation: Observation | None,
+        recorded: list[Event],
+    ) -> tuple[str, tuple[State, State] | None]:
+        """The store's half of :meth:`deliver` (on a store worker, one call): the task the
+        delivery authenticates as, then its observation applied. :class:`webhook.Refused` when
+        it is refused, with nothing written.
+
+        R16: a remote task id is unique per agent only; the webhook configuration the delivery
+        authenticates as names the task. The credentials are checked again against the head the
+        append is decided on, so a webhook replaced since the lookup (by another process) is
+        refused, never applied under the configuration it replaced."""
+        heads = self.log.by_remote_id(remote_id)
+        candidates = [(head.key, head.state.get("webhook")) for head in heads]
+        key = webhook.match_task(remote_id, candidates, headers)
+        if observation is None:
+            return key, None
+
+        def still_authenticates(state: State) -> None:
+            webhook.check_credentials(state.get("webhook") or {}, headers)
+
+        try:
+            return key, self._apply(key, observation, recorded, still_authenticates)
+        except PayloadError as too_large:  # R16: never raised at the agent
+            raise webhook.Refused(413, str(too_large), key) from None
 
     async def _closing_read(self, key: str) -> None:
         async with self._closing_slots:
@@ -872,9 +907,14 @@ class Engine:
         return TaskView.of(state)
 
     def _apply(
-        self, key: str, observation: Observation, recorded: list[Event] | None
+        self,
+        key: str,
+        observation: Observation,
+        recorded: list[Event] | None,
+        check: Callable[[State], None] | None = None,
     ) -> tuple[State, State]:
-        """The store's half of :meth:`_observe_state` (on a store worker thread)."""
+        """The store's half of :meth:`_observe_state` (on a store worker thread). ``check``
+        sees each state the append is decided on, and may refuse it by raising."""
         agent_revision: list[str | None] = []
         if observation.received_at is None:
             observation = dataclasses.replace(observation, received_at=datetime.now(UTC))
@@ -882,6 +922,8 @@ class Engine:
         decided: list[Event] = []  # what the last decision was (it may be asked again)
 
         def decide(state: State) -> list[Event]:
+            if check is not None:
+                check(state)
             out = apply_observation(state, observation, max_clock_skew=skew)
             if out:
                 out += guards.context_check(state, observation.remote_context_id)
@@ -1157,23 +1199,17 @@ class Engine:
             update = webhook.decode(body, headers)
         except webhook.Refused as refused:
             return refused.delivery
-        remote_id = update.task_id or ""
-        # R16: a remote task id is unique per agent only; the webhook configuration the
-        # delivery authenticates as names the task.
-        heads = await self._calls.run(self.log.by_remote_id, remote_id)
-        try:
-            candidates = [(h.key, h.state.get("webhook")) for h in heads]
-            key = webhook.match_task(remote_id, candidates, headers)
-        except webhook.Refused as refused:
-            return refused.delivery
         observation = observation_from_update(update, "push")
-        if observation is None:
-            return webhook.Delivery(200, "ignored", "a message, not a task update", key)
         recorded: list[Event] = []
         try:
-            await self._observe_state(key, observation, recorded, whole=update.kind == "task")
-        except PayloadError as too_large:  # R16: never raised at the agent; nothing was written
-            return webhook.Delivery(413, "refused", str(too_large), key)
+            key, moved = await self._calls.run(
+                self._ingest, update.task_id or "", headers, observation, recorded
+            )
+        except webhook.Refused as refused:
+            return refused.delivery
+        if observation is None or moved is None:
+            return webhook.Delivery(200, "ignored", "a message, not a task update", key)
+        self._observed(key, observation, *moved, whole=update.kind == "task")
         self._wake(key)
         cut = any(_truncated(data) for _, data in recorded)
         detail = FLAG_PAYLOAD_TRUNCATED if cut else ""

@@ -34,9 +34,9 @@ class Delivery:
 class Refused(Exception):
     """A delivery refused before it touched the store."""
 
-    def __init__(self, status: int, detail: str) -> None:
+    def __init__(self, status: int, detail: str, task: str | None = None) -> None:
         super().__init__(detail)
-        self.delivery = Delivery(status, "refused", detail)
+        self.delivery = Delivery(status, "refused", detail, task)
 
 
 def digest(secret: str) -> str:

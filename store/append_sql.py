@@ -31,6 +31,7 @@ class AppendSQL:
     select_version: str
     insert_snapshot: str
     select_head: str
+    select_heads_by_alias: str
     update_head_state: str
     select_stream: str
     select_after: str
@@ -79,6 +80,12 @@ def build(dialect: str, lock_key: int | None) -> AppendSQL:
             "SELECT version, state, category, alias, status, updated_at FROM streams "
             "WHERE stream_id = :stream_id"
         ),
+        # By the alias alone (its index): given the category too, SQLite's planner picks the
+        # category's index and reads every stream of it.
+        select_heads_by_alias=(
+            f"SELECT {', '.join(_HEAD_COLUMNS)} FROM streams "
+            "WHERE alias = :alias ORDER BY stream_id"
+        ),
         select_stream=(
             f"SELECT position, {', '.join(_EVENT_COLUMNS)} FROM events "
             "WHERE stream_id = :stream_id AND version >= :version ORDER BY version"
@@ -108,6 +115,7 @@ def build(dialect: str, lock_key: int | None) -> AppendSQL:
                 statements.select_version,
                 statements.insert_snapshot,
                 statements.select_head,
+                statements.select_heads_by_alias,
                 statements.update_head_state,
                 statements.select_stream,
                 statements.select_after,

@@ -784,13 +784,18 @@ class EventStore:
             raise StoreUnavailableError(self.url, one_line(exc)) from exc
         if row is None:
             return None
-        version, state, category, alias, status, updated_at = row
-        moment = datetime.fromisoformat(updated_at).replace(tzinfo=UTC)
-        decoded = json.loads(state)
-        return StreamRecord(
-            stream_id, version, decoded if isinstance(decoded, dict) else {}, category, alias,
-            status, moment,
-        )  # fmt: skip
+        return _head_of((stream_id, *row))
+
+    def _heads_by_alias_on_cursor(self, alias: str) -> list[StreamRecord]:
+        # On every push delivery (R16: found by remote task id), like the head above.
+        try:
+            with self._driver_connection() as raw:
+                cursor = raw.cursor()
+                cursor.execute(self._sql.select_heads_by_alias, {"alias": alias})
+                rows = cursor.fetchall()
+        except self._dbapi.Error as exc:
+            raise StoreUnavailableError(self.url, one_line(exc)) from exc
+        return [_head_of(row) for row in rows]
 
     def streams(
         self,
@@ -800,20 +805,23 @@ class EventStore:
         alias: str | None = None,
     ) -> list[StreamRecord]:
         """Stream heads, optionally filtered by their indexed keys, ordered by stream id."""
-        query = sa.select(streams).order_by(streams.c.stream_id)
         if alias is not None:
             # By the alias alone, the rest checked on the few rows it names: given the category
             # too, SQLite's planner picks the category's index and reads every stream of it.
-            query = query.where(streams.c.alias == alias)
+            if self._is_sqlite:
+                records = self._heads_by_alias_on_cursor(alias)
+            else:
+                with self._read() as conn:
+                    found = conn.execute(_HEADS_BY_ALIAS, {"alias": alias})
+                    records = [stream_record(row) for row in found]
         else:
+            query = sa.select(streams).order_by(streams.c.stream_id)
             if category is not None:
                 query = query.where(streams.c.category == category)
             if status is not None:
                 query = query.where(streams.c.status == status)
-        with self._read() as conn:
-            records = [stream_record(row) for row in conn.execute(query)]
-        if alias is None:
-            return records
+            with self._read() as conn:
+                return [stream_record(row) for row in conn.execute(query)]
         return [
             r
             for r in records
@@ -902,3 +910,19 @@ __all__ = [
     "iter_all",
     "normalise_url",
 ]
+
+
+_HEADS_BY_ALIAS = (
+    sa.select(streams).where(streams.c.alias == sa.bindparam("alias")).order_by(streams.c.stream_id)
+)  # built once: SQLAlchemy's statement building costs more than the indexed lookup
+
+
+def _head_of(row: Sequence[Any]) -> StreamRecord:
+    """A stream head from a raw SQLite row of ``append_sql``'s head columns."""
+    stream_id, version, state, category, alias, status, updated_at = row
+    moment = datetime.fromisoformat(updated_at).replace(tzinfo=UTC)
+    decoded = json.loads(state)
+    return StreamRecord(
+        stream_id, version, decoded if isinstance(decoded, dict) else {}, category, alias, status,
+        moment,
+    )  # fmt: skip

@@ -362,6 +362,41 @@ async def test_a_push_of_the_whole_ended_task_needs_no_closing_read(
     assert calls(peer, "GetTask") == gets  # every artifact came with it: nothing to read back
 
 
+async def test_a_webhook_replaced_after_the_lookup_refuses_the_old_token_and_writes_nothing(
+    peer: Peer,
+    engine: Engine,
+    ingress: str,
+    client: httpx.AsyncClient,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    url = ingress + "/webhook"
+    view, first = await registered_task(engine, peer, url)
+    # The lookup by remote id sees the task as it was; the webhook is replaced before the append
+    # (another process would do it between the two).
+    looked_up = engine.log.by_remote_id(view.remote_task_id or "")
+    second = await engine.register_webhook(
+        view.task, url, auth_scheme="Bearer", auth_credentials="hook-secret"
+    )
+    assert second.registered
+    assert second.token != first.token
+    monkeypatch.setattr(engine.log, "by_remote_id", lambda _remote_id: looked_up)
+    body = forged(view, "working", datetime.now(UTC))
+    marks = write_marks(engine.store)
+
+    stale = await client.post(
+        url, content=body, headers=push_headers(first.token, authorization=AUTH)
+    )
+
+    assert (stale.status_code, stale.json()["outcome"]) == (401, "refused")
+    assert write_marks(engine.store) == marks
+    monkeypatch.undo()
+    current = await client.post(
+        url, content=body, headers=push_headers(second.token, authorization=AUTH)
+    )
+    assert (current.status_code, current.json()["outcome"]) == (200, "applied")
+    assert engine.task(view.task).state == "working"
+
+
 # -- failures inside the engine -------------------------------------------------------------------
 
 

@@ -98,6 +98,28 @@ def test_projection_is_written_in_the_same_append(store: EventStore) -> None:
     assert store.streams(status="submitted") == []
 
 
+def test_streams_by_alias_are_every_head_with_it_in_stream_order(store: EventStore) -> None:
+    # A remote task id is unique per agent only (R16): several heads may share one alias.
+    for stream_id, category in [("task-b", "task"), ("task-a", "task"), ("agent-a", "agent")]:
+        state = {"state": "working", "stream": stream_id}
+        projection = Projection(state, category=category, alias="r-1", status="working")
+        store.append(stream_id, 0, [NewEvent("E", {})], projection=projection)
+    store.append("task-c", 0, [NewEvent("E", {})], projection=Projection({}, alias="r-2"))
+
+    found = store.streams(alias="r-1")
+
+    assert [r.stream_id for r in found] == ["agent-a", "task-a", "task-b"]
+    assert found == [store.stream(r.stream_id) for r in found]  # the whole head, as by id
+    assert all(r.updated_at.tzinfo is not None for r in found)
+    tasks = store.streams(category="task", alias="r-1")
+    assert [(r.stream_id, r.state["stream"]) for r in tasks] == [
+        ("task-a", "task-a"),
+        ("task-b", "task-b"),
+    ]
+    assert store.streams(category="task", alias="r-1", status="completed") == []
+    assert store.streams(alias="no-such-alias") == []
+
+
 def test_read_all_pages_through_every_stream_in_position_order(store: EventStore) -> None:
     for i in range(5):
         store.append(f"s{i}", 0, [NewEvent("A", {"i": i}), NewEvent("B", {"i": i})])
