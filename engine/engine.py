@@ -883,7 +883,7 @@ class Engine:
             await self._closing_read_now(key)
 
     async def _closing_read_now(self, key: str) -> None:
-        state = await self._state(key)
+        state = await self._known_state(key)  # its remote id, endpoint and contract
         try:
             transport = await self._task_transport(state)
             task = await transport.get_task(state["remote_task_id"])
@@ -954,10 +954,14 @@ class Engine:
         return None if head is None else head.state.get("revision")
 
     async def _boundary_recheck(self, key: str) -> None:
-        state = await self._state(key)
+        agent_url = (await self._known_state(key))["agent_url"]
         # Many tasks of one agent cross a boundary at once: they share one read in flight.
-        card, failure = await self._read(state["agent_url"], fresh=True, share=True)
-        await self._record(key, guards.push_recheck(state, card, failure))
+        card, failure = await self._read(agent_url, fresh=True, share=True)
+        if failure is None and card is not None and card.push_notifications:
+            return  # push still offered: nothing to record, whatever the task's state now
+        # Decided on the task as it is when the outcome is appended, not as it was before the
+        # read (another report may have switched it to polling meanwhile).
+        await self._decide(key, lambda state: guards.push_recheck(state, card, failure))
 
     async def _revalidate(self, key: str) -> None:
         state = await self._state(key)
@@ -1291,6 +1295,13 @@ class Engine:
     async def _state(self, key: str) -> State:
         """The task's state as the store has it now (other writers included)."""
         return (await self._calls.run(self.log.head, key)).state
+
+    async def _known_state(self, key: str) -> State:
+        """The task's state as this engine last wrote or read it, read from the store only when
+        it is not kept: for what follow-up work needs of a task that was just written (its
+        agent, remote id, endpoint and contract), without a store call."""
+        kept = self.log.kept(key)
+        return kept if kept is not None else await self._state(key)
 
     async def _decide(self, key: str, decide: Callable[[State], Sequence[Event]]) -> None:
         """Append what ``decide`` makes of the task's current state."""

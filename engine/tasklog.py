@@ -208,6 +208,12 @@ class TaskLog:
             raise UsageError(f"unknown task {key!r}")
         return self._keep(_head(record))
 
+    def kept(self, key: str) -> State | None:
+        """The task's state as this log last wrote or read it, if it still keeps it (no store
+        read: other writers' appends since are not in it)."""
+        head = self._heads.get(key)
+        return None if head is None else head.state
+
     def _keep(self, head: TaskHead) -> TaskHead:
         if len(self._heads) > 10_000:
             self._heads.clear()

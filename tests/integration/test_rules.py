@@ -59,6 +59,7 @@ from engine_fixtures import (
 from support import Peer
 
 from cardfence.engine import events as ev
+from cardfence.engine import guards
 from cardfence.engine.cards.model import JSONRPC, Interface
 from cardfence.engine.credentials import Bearer, CredentialsConfig
 from cardfence.engine.engine import Engine
@@ -1084,6 +1085,36 @@ async def test_boundary_crossed_by_a_push_rechecks_the_card_and_downgrades(
         assert ev.DELIVERY_DOWNGRADED in recorded
         assert recorded.index(ev.DELIVERY_DOWNGRADED) > recorded.index(ev.STATE_CHANGED)
         assert state_of(engine, view.task)["delivery_mode"] == "polling"
+
+
+async def test_boundary_recheck_decides_on_the_task_as_it_is_when_its_outcome_is_appended(
+    peer: Peer, db: str, hook: PushReceiver, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    config = dataclasses.replace(FAST, max_card_age=60.0)
+    async with audited_engine(db, config) as engine:
+        view = await engine.start_task(peer.base_url, skill="ask", text="ask")
+        outcome = await engine.register_webhook(view.task, hook.url)
+        assert outcome.registered
+        peer.mutate_card(withdraw_push)
+        read_card = engine._read
+
+        async def read_while_another_report_downgrades(*args: Any, **kwargs: Any) -> Any:
+            read = await read_card(*args, **kwargs)
+            # While the re-check's card read was in flight, the task went to polling already.
+            meanwhile = guards.downgrade("push_withdrawn", "seen first by another report")
+            await engine._record(view.task, [meanwhile])
+            return read
+
+        monkeypatch.setattr(engine, "_read", read_while_another_report_downgrades)
+        working = status_update_body(
+            view.remote_task_id or "", view.context_id, "working", datetime.now(UTC)
+        )
+        delivery = await engine.deliver(working, headers_for(outcome))
+        await engine.settle()
+
+        assert (delivery.status, delivery.outcome) == (200, "applied")
+        assert state_of(engine, view.task)["delivery_mode"] == "polling"
+        assert types(engine.store, view.task).count(ev.DELIVERY_DOWNGRADED) == 1
 
 
 # -- crash safety: recorded before sending; resume finds what was sent ----------------------------
