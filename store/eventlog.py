@@ -414,7 +414,16 @@ class EventStore:
         try:
             (outcome,) = self._transaction([prepared])
         except self._dbapi.IntegrityError as exc:
-            raise ConcurrencyError(request.stream_id, request.expected_version, None) from exc
+            # A version another writer took first -- or a constraint or trigger refusing the
+            # rows, which no retry would change: told apart by where the stream's head is now.
+            head = self.stream(request.stream_id)
+            actual = 0 if head is None else head.version
+            if actual != request.expected_version:
+                raise ConcurrencyError(request.stream_id, request.expected_version, actual) from exc
+            raise StoreUnavailableError(
+                self.url, f"the database refused the append to {request.stream_id!r}: "
+                f"{one_line(exc)}"
+            ) from exc  # fmt: skip
         except self._dbapi.DataError as exc:
             raise PayloadError(
                 request.stream_id, f"the database refused a value: {one_line(exc)}"
@@ -762,39 +771,27 @@ class EventStore:
             ).one_or_none()
         return None if row is None else stream_record(row)
 
-    def _events_on_cursor(self, query: str, params: dict[str, Any]) -> list[RecordedEvent]:
-        # SQLite: the driver's cursor, as for the stream head (reads sit on every engine step).
+    def _rows_on_cursor(self, query: str, params: dict[str, Any]) -> list[Any]:
+        """SQLite: a fixed query (see append_sql) on the driver's cursor, for the reads on every
+        engine step and push delivery (SQLAlchemy's statement building costs more than they)."""
         try:
             with self._driver_connection() as raw:
                 cursor = raw.cursor()
                 cursor.execute(query, params)
-                rows = cursor.fetchall()
+                return list(cursor.fetchall())
         except self._dbapi.Error as exc:
             raise StoreUnavailableError(self.url, one_line(exc)) from exc
-        return [recorded_event(row) for row in rows]
+
+    def _events_on_cursor(self, query: str, params: dict[str, Any]) -> list[RecordedEvent]:
+        return [recorded_event(row) for row in self._rows_on_cursor(query, params)]
 
     def _stream_on_cursor(self, stream_id: str) -> StreamRecord | None:
-        # On the engine's every step: a fixed query on the driver's cursor (see append_sql).
-        try:
-            with self._driver_connection() as raw:
-                cursor = raw.cursor()
-                cursor.execute(self._sql.select_head, {"stream_id": stream_id})
-                row = cursor.fetchone()
-        except self._dbapi.Error as exc:
-            raise StoreUnavailableError(self.url, one_line(exc)) from exc
-        if row is None:
-            return None
-        return _head_of((stream_id, *row))
+        rows = self._rows_on_cursor(self._sql.select_head, {"stream_id": stream_id})
+        return _head_of((stream_id, *rows[0])) if rows else None
 
     def _heads_by_alias_on_cursor(self, alias: str) -> list[StreamRecord]:
-        # On every push delivery (R16: found by remote task id), like the head above.
-        try:
-            with self._driver_connection() as raw:
-                cursor = raw.cursor()
-                cursor.execute(self._sql.select_heads_by_alias, {"alias": alias})
-                rows = cursor.fetchall()
-        except self._dbapi.Error as exc:
-            raise StoreUnavailableError(self.url, one_line(exc)) from exc
+        # On every push delivery (R16: the task is found by its remote task id).
+        rows = self._rows_on_cursor(self._sql.select_heads_by_alias, {"alias": alias})
         return [_head_of(row) for row in rows]
 
     def streams(

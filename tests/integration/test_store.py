@@ -25,6 +25,7 @@ from cardfence.store import (
     Projection,
     SnapshotMismatchError,
     StoreError,
+    StoreUnavailableError,
 )
 from cardfence.store.chain import content_hash
 from cardfence.store.schema import events as events_table
@@ -130,6 +131,36 @@ def test_read_all_pages_through_every_stream_in_position_order(store: EventStore
     page = store.read_all(after=positions[3], limit=4)
     assert [e.position for e in page] == positions[4:8]
     assert store.last_position() == positions[-1]
+
+
+def test_an_append_a_trigger_refuses_is_the_refusal_not_a_concurrency_loss(
+    store: EventStore,
+) -> None:
+    store.append("s", 0, [NewEvent("A")], projection=Projection({"v": 1}))
+    sqlite = store.engine.dialect.name == "sqlite"
+    with store.engine.begin() as conn:
+        if sqlite:  # RAISE(ABORT) reaches the driver as an IntegrityError
+            conn.exec_driver_sql(
+                "CREATE TRIGGER refuse_events BEFORE INSERT ON events "
+                "BEGIN SELECT RAISE(ABORT, 'the disk is on fire'); END"
+            )
+        else:
+            conn.exec_driver_sql(
+                "CREATE FUNCTION refuse_events() RETURNS trigger LANGUAGE plpgsql AS "
+                "$$ BEGIN RAISE EXCEPTION 'the disk is on fire'; END $$"
+            )
+            conn.exec_driver_sql(
+                "CREATE TRIGGER refuse_events BEFORE INSERT ON events "
+                "FOR EACH ROW EXECUTE FUNCTION refuse_events()"
+            )
+    marks = (store.last_position(), store.stream("s"))
+
+    with pytest.raises(StoreUnavailableError) as caught:
+        store.append("s", 1, [NewEvent("B")], projection=Projection({"v": 2}))
+
+    assert "the disk is on fire" in str(caught.value)
+    assert "nothing was written" in str(caught.value)
+    assert (store.last_position(), store.stream("s")) == marks
 
 
 def test_append_at_a_stale_version_raises_and_writes_nothing(store: EventStore) -> None:
