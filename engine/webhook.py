@@ -32,7 +32,7 @@ class Delivery:
 
 
 class Refused(Exception):
-    """A delivery refused before it touched the store."""
+    """A delivery refused, with nothing written."""
 
     def __init__(self, status: int, detail: str, task: str | None = None) -> None:
         super().__init__(detail)
