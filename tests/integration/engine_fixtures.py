@@ -36,6 +36,7 @@ from datetime import datetime
 from typing import Any
 
 import httpx
+import sqlalchemy as sa
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response, StreamingResponse
@@ -50,6 +51,7 @@ from cardfence.engine.driver import Driver
 from cardfence.engine.engine import Engine, EngineConfig, WebhookOutcome
 from cardfence.engine.tasklog import task_stream_id
 from cardfence.store import EventStore, RecordedEvent
+from cardfence.store.database import normalise_url
 
 FAST = EngineConfig(
     max_poll_interval=0.2,
@@ -160,6 +162,39 @@ def transitions(store: EventStore, key: str) -> list[tuple[str, str]]:
 def agent_events(store: EventStore, peer: Agent) -> list[tuple[str, dict[str, Any]]]:
     stream = ev.agent_stream_id(card_urls(peer.base_url)[0])
     return [(e.type, e.data) for e in store.read_stream(stream)]
+
+
+@contextlib.contextmanager
+def events_refused(db_url: str) -> Iterator[None]:
+    """The database itself refuses every new event (a trigger), mid-transaction: after the
+    stream's head row was updated, so a partial write would show."""
+    engine = sa.create_engine(normalise_url(db_url))
+    sqlite = engine.dialect.name == "sqlite"
+    try:
+        with engine.begin() as conn:
+            if sqlite:
+                conn.exec_driver_sql(
+                    "CREATE TRIGGER refuse_events BEFORE INSERT ON events "
+                    "BEGIN SELECT RAISE(ABORT, 'the disk is on fire'); END"
+                )
+            else:
+                conn.exec_driver_sql(
+                    "CREATE FUNCTION refuse_events() RETURNS trigger LANGUAGE plpgsql AS "
+                    "$$ BEGIN RAISE EXCEPTION 'the disk is on fire'; END $$"
+                )
+                conn.exec_driver_sql(
+                    "CREATE TRIGGER refuse_events BEFORE INSERT ON events "
+                    "FOR EACH ROW EXECUTE FUNCTION refuse_events()"
+                )
+        yield
+    finally:
+        with engine.begin() as conn:
+            if sqlite:
+                conn.exec_driver_sql("DROP TRIGGER refuse_events")
+            else:
+                conn.exec_driver_sql("DROP TRIGGER refuse_events ON events")
+                conn.exec_driver_sql("DROP FUNCTION refuse_events()")
+        engine.dispose()
 
 
 def write_marks(store: EventStore) -> tuple[int, dict[str, int]]:

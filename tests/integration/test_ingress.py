@@ -12,19 +12,19 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-import sqlalchemy as sa
 import uvicorn
 from engine_fixtures import (
     audited_engine,
     calls,
     data_of,
+    events_refused,
     push_headers,
     state_of,
     status_update_body,
@@ -42,7 +42,6 @@ from cardfence.engine.engine import Engine, WebhookOutcome
 from cardfence.engine.ingress import HEALTH_PATH, webhook_app
 from cardfence.engine.views import TaskView
 from cardfence.engine.webhook import MAX_DELIVERY_BYTES
-from cardfence.store.database import normalise_url
 
 AUTH = "Bearer hook-secret"
 CHUNK = 64 * 1024
@@ -398,39 +397,6 @@ async def test_a_webhook_replaced_after_the_lookup_refuses_the_old_token_and_wri
 
 
 # -- failures inside the engine -------------------------------------------------------------------
-
-
-@contextlib.contextmanager
-def events_refused(db_url: str) -> Iterator[None]:
-    """The database itself refuses every new event (a trigger), mid-transaction: after the
-    stream's head row was updated, so a partial write would show."""
-    engine = sa.create_engine(normalise_url(db_url))
-    sqlite = engine.dialect.name == "sqlite"
-    try:
-        with engine.begin() as conn:
-            if sqlite:
-                conn.exec_driver_sql(
-                    "CREATE TRIGGER refuse_events BEFORE INSERT ON events "
-                    "BEGIN SELECT RAISE(ABORT, 'the disk is on fire'); END"
-                )
-            else:
-                conn.exec_driver_sql(
-                    "CREATE FUNCTION refuse_events() RETURNS trigger LANGUAGE plpgsql AS "
-                    "$$ BEGIN RAISE EXCEPTION 'the disk is on fire'; END $$"
-                )
-                conn.exec_driver_sql(
-                    "CREATE TRIGGER refuse_events BEFORE INSERT ON events "
-                    "FOR EACH ROW EXECUTE FUNCTION refuse_events()"
-                )
-        yield
-    finally:
-        with engine.begin() as conn:
-            if sqlite:
-                conn.exec_driver_sql("DROP TRIGGER refuse_events")
-            else:
-                conn.exec_driver_sql("DROP TRIGGER refuse_events ON events")
-                conn.exec_driver_sql("DROP FUNCTION refuse_events()")
-        engine.dispose()
 
 
 async def test_store_failing_inside_deliver_answers_500_and_writes_nothing(

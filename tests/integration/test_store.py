@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
+from engine_fixtures import events_refused
 
 from cardfence.store import (
     CardSnapshot,
@@ -134,28 +135,13 @@ def test_read_all_pages_through_every_stream_in_position_order(store: EventStore
 
 
 def test_an_append_a_trigger_refuses_is_the_refusal_not_a_concurrency_loss(
-    store: EventStore,
+    db_url: str, store: EventStore
 ) -> None:
     store.append("s", 0, [NewEvent("A")], projection=Projection({"v": 1}))
-    sqlite = store.engine.dialect.name == "sqlite"
-    with store.engine.begin() as conn:
-        if sqlite:  # RAISE(ABORT) reaches the driver as an IntegrityError
-            conn.exec_driver_sql(
-                "CREATE TRIGGER refuse_events BEFORE INSERT ON events "
-                "BEGIN SELECT RAISE(ABORT, 'the disk is on fire'); END"
-            )
-        else:
-            conn.exec_driver_sql(
-                "CREATE FUNCTION refuse_events() RETURNS trigger LANGUAGE plpgsql AS "
-                "$$ BEGIN RAISE EXCEPTION 'the disk is on fire'; END $$"
-            )
-            conn.exec_driver_sql(
-                "CREATE TRIGGER refuse_events BEFORE INSERT ON events "
-                "FOR EACH ROW EXECUTE FUNCTION refuse_events()"
-            )
     marks = (store.last_position(), store.stream("s"))
 
-    with pytest.raises(StoreUnavailableError) as caught:
+    # On SQLite the trigger's RAISE(ABORT) reaches the driver as an integrity error.
+    with events_refused(db_url), pytest.raises(StoreUnavailableError) as caught:
         store.append("s", 1, [NewEvent("B")], projection=Projection({"v": 2}))
 
     assert "the disk is on fire" in str(caught.value)
