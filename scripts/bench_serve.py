@@ -501,12 +501,11 @@ def baseline_app() -> Starlette:
     return Starlette(routes=[Route("/webhook", deliveries, methods=["POST"])])
 
 
-def floor_app(store: EventStore) -> Starlette:
+def floor_app(store: EventStore, calls: StoreCalls) -> Starlette:
     """``POST /webhook``: read the body, decode it, append it whole as one event to a stream of
     the task it names (one transaction, on a store worker thread like the engine's), then answer
     200: the least a delivery answered only once it is durable can cost. No lookup, no
     credentials, no lifecycle, no follow-up read."""
-    calls = StoreCalls(store)
     versions: dict[str, int] = {}
 
     def append(stream_id: str, document: dict[str, Any]) -> None:
@@ -617,7 +616,8 @@ def push_on(
         sides.append(_push_side("inline", url, template, folder, runs, count, inline=True))
     base = Served(baseline_app())
     floor_store = EventStore.open(url)
-    floor = Served(floor_app(floor_store))
+    floor_calls = StoreCalls(floor_store)
+    floor = Served(floor_app(floor_store, floor_calls))
     base_jobs = [push_plan(push_tasks_shape(count), folder) for _ in range(runs + 1)]
     floor_jobs = [push_plan(push_tasks_shape(count), folder) for _ in range(runs + 1)]
     base_results: list[dict[str, Any]] = []
@@ -645,6 +645,7 @@ def push_on(
     finally:
         base.stop()
         floor.stop()
+        floor_calls.close()
         floor_store.close()
         for side in sides:
             side.served.stop()

@@ -80,8 +80,6 @@ def build(dialect: str, lock_key: int | None) -> AppendSQL:
             "SELECT version, state, category, alias, status, updated_at FROM streams "
             "WHERE stream_id = :stream_id"
         ),
-        # By the alias alone (its index): given the category too, SQLite's planner picks the
-        # category's index and reads every stream of it.
         select_heads_by_alias=(
             f"SELECT {', '.join(_HEAD_COLUMNS)} FROM streams "
             "WHERE alias = :alias ORDER BY stream_id"

@@ -67,6 +67,18 @@ def recorded_event(row: tuple[Any, ...]) -> RecordedEvent:
     )
 
 
+def cursor_stream_record(row: tuple[Any, ...]) -> StreamRecord:
+    """A stream head from a cursor query's row (``append_sql``'s head columns; SQLite: the time
+    as stored text, naive UTC)."""
+    stream_id, version, state, category, alias, status, updated_at = row
+    moment = datetime.fromisoformat(updated_at).replace(tzinfo=UTC)
+    decoded = json.loads(state)
+    return StreamRecord(
+        stream_id, version, decoded if isinstance(decoded, dict) else {}, category, alias, status,
+        moment,
+    )  # fmt: skip
+
+
 def stream_record(row: sa.Row[Any]) -> StreamRecord:
     state = json.loads(row.state)
     return StreamRecord(

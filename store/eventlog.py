@@ -39,6 +39,7 @@ from cardfence.store.database import (
     WRITE,
     configure_sqlite,
     create_engine,
+    cursor_stream_record,
     is_sqlite_busy,
     missing_driver,
     normalise_url,
@@ -81,6 +82,10 @@ _PG_APPEND_LOCK = 0x63617264_66656E63 & 0x7FFF_FFFF_FFFF_FFFF  # "cardfenc"
 _PG_MIGRATE_LOCK = _PG_APPEND_LOCK - 1
 _SQLITE_BUSY_RETRIES = 8
 _HEAD_CACHE_LIMIT = 50_000
+# Built once: SQLAlchemy's statement building costs more than the indexed lookup it makes.
+_HEADS_BY_ALIAS = (
+    sa.select(streams).where(streams.c.alias == sa.bindparam("alias")).order_by(streams.c.stream_id)
+)
 
 _EVENT_COLUMNS = (
     events.c.position,
@@ -787,12 +792,12 @@ class EventStore:
 
     def _stream_on_cursor(self, stream_id: str) -> StreamRecord | None:
         rows = self._rows_on_cursor(self._sql.select_head, {"stream_id": stream_id})
-        return _head_of((stream_id, *rows[0])) if rows else None
+        return cursor_stream_record((stream_id, *rows[0])) if rows else None
 
     def _heads_by_alias_on_cursor(self, alias: str) -> list[StreamRecord]:
         # On every push delivery (R16: the task is found by its remote task id).
         rows = self._rows_on_cursor(self._sql.select_heads_by_alias, {"alias": alias})
-        return [_head_of(row) for row in rows]
+        return [cursor_stream_record(row) for row in rows]
 
     def streams(
         self,
@@ -907,19 +912,3 @@ __all__ = [
     "iter_all",
     "normalise_url",
 ]
-
-
-_HEADS_BY_ALIAS = (
-    sa.select(streams).where(streams.c.alias == sa.bindparam("alias")).order_by(streams.c.stream_id)
-)  # built once: SQLAlchemy's statement building costs more than the indexed lookup
-
-
-def _head_of(row: Sequence[Any]) -> StreamRecord:
-    """A stream head from a raw SQLite row of ``append_sql``'s head columns."""
-    stream_id, version, state, category, alias, status, updated_at = row
-    moment = datetime.fromisoformat(updated_at).replace(tzinfo=UTC)
-    decoded = json.loads(state)
-    return StreamRecord(
-        stream_id, version, decoded if isinstance(decoded, dict) else {}, category, alias, status,
-        moment,
-    )  # fmt: skip
