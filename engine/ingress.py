@@ -10,11 +10,19 @@ Routes:
   chunk by chunk and refused (413) as soon as it passes the limit, with or without a
   ``Content-Length``: never more than the limit and one chunk is held. The engine then checks its
   shape and credentials (tokens compared as SHA-256 digests, in constant time) and applies it.
+  What one app takes at once is bounded (:class:`IngressLimits`): a delivery beyond
+  ``deliveries`` in flight is answered 503 with ``Retry-After`` before its body is read, and a
+  body that takes longer than ``body_seconds`` to arrive is answered 408, so neither a flood nor
+  a sender trickling its bodies holds more than ``deliveries`` bodies of 256 KiB, or holds them
+  for long. Push is never the only way news arrives (the safety polls, R5), so a delivery refused
+  for load delays a task's progress and loses nothing.
   The answer is ``Delivery.status`` with ``{"outcome": ..., "detail": ...}``; the detail never
   carries the token or ``Authorization`` presented. An unexpected error answers 500 with a generic
   detail; the store writes a transition in one transaction, so nothing is half-written. Other
   methods answer 405.
 - ``GET /healthz``: ``{"status": "ok"}``, liveness only (it does not touch the store).
+
+``app.state.ingress.in_flight`` counts the deliveries admitted and not yet answered.
 
 Every delivery decision is logged once on the ``cardfence.ingress`` logger, with ``task``,
 ``outcome``, ``status`` and ``reason`` also as record attributes (for structured handlers); no
@@ -26,6 +34,7 @@ opened on (``cardfence serve`` does; so does a host that opens the engine in its
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncGenerator, Mapping
@@ -38,31 +47,37 @@ from starlette.routing import Route
 
 from cardfence.engine import webhook
 from cardfence.engine.engine import Engine
-from cardfence.engine.webhook import MAX_DELIVERY_BYTES, TOKEN_HEADER, Delivery
+from cardfence.engine.webhook import MAX_DELIVERY_BYTES, TOKEN_HEADER, Delivery, IngressLimits
 
-__all__ = ["HEALTH_PATH", "read_bounded", "webhook_app"]
+__all__ = ["HEALTH_PATH", "IngressLimits", "read_bounded", "webhook_app"]
 
 HEALTH_PATH = "/healthz"
 _SINGLE_HEADERS = ("content-type", TOKEN_HEADER, "authorization")
 _SECRET_HEADERS = (TOKEN_HEADER, "authorization")
 _REDACTED = "[redacted]"
+_RETRY_AFTER = "1"  # seconds, in a 503's Retry-After
 _log = logging.getLogger("cardfence.ingress")
 
 
-def webhook_app(engine: Engine, *, path: str = "/webhook") -> Starlette:
+def webhook_app(
+    engine: Engine, *, path: str = "/webhook", limits: IngressLimits | None = None
+) -> Starlette:
     """An ASGI app taking push deliveries for ``engine`` at ``POST path`` (see the module)."""
     if path == HEALTH_PATH:
         raise ValueError(f"the webhook path cannot be {HEALTH_PATH}, the health check's")
+    ingress = _Ingress(engine, limits or IngressLimits())
 
     async def deliveries(request: Request) -> Response:
-        return await _deliver(engine, request)
+        return await ingress.deliver(request)
 
-    return Starlette(
+    app = Starlette(
         routes=[
             Route(path, deliveries, methods=["POST"]),
             Route(HEALTH_PATH, _health, methods=["GET"]),
         ]
     )
+    app.state.ingress = ingress  # ``app.state.ingress.in_flight``: a gauge for metrics
+    return app
 
 
 async def read_bounded(chunks: AsyncGenerator[bytes, None], limit: int) -> bytes | None:
@@ -81,27 +96,54 @@ async def _health(_request: Request) -> Response:
     return JSONResponse({"status": "ok"})
 
 
-async def _deliver(engine: Engine, request: Request) -> Response:
-    headers = request.headers
-    try:
-        refusal = _before_reading(headers)
-        if refusal is not None:
-            return _answer(refusal, headers)
+class _Ingress:
+    """The deliveries of one app: admitted up to the limits, then read and applied.
+    ``in_flight``: those admitted and not yet answered."""
+
+    def __init__(self, engine: Engine, limits: IngressLimits) -> None:
+        self.engine = engine
+        self.limits = limits
+        self.in_flight = 0  # every delivery is handled on the one event loop: no lock needed
+
+    async def deliver(self, request: Request) -> Response:
+        headers = request.headers
         try:
-            body = await read_bounded(request.stream(), MAX_DELIVERY_BYTES)
+            refusal = _before_reading(headers)
+            if refusal is not None:
+                return _answer(refusal, headers)
+            if self.in_flight >= self.limits.deliveries:
+                detail = (
+                    f"{self.in_flight} deliveries already in flight, the most this server takes "
+                    "at once: body not read, nothing written; retry later"
+                )
+                return _answer(Delivery(503, "refused", detail), headers)
+            self.in_flight += 1
+            try:
+                return await self._read_and_apply(request)
+            finally:
+                self.in_flight -= 1
+        except Exception:
+            _log.exception(
+                "delivery failed task=- outcome=error status=500",
+                extra={"task": None, "outcome": "error", "status": 500, "reason": "internal error"},
+            )
+            return JSONResponse({"outcome": "error", "detail": "internal error"}, status_code=500)
+
+    async def _read_and_apply(self, request: Request) -> Response:
+        headers = request.headers
+        seconds = self.limits.body_seconds
+        try:
+            async with asyncio.timeout(seconds):
+                body = await read_bounded(request.stream(), MAX_DELIVERY_BYTES)
         except ClientDisconnect:
             return _answer(Delivery(400, "refused", "client disconnected mid-body"), headers)
+        except TimeoutError:
+            detail = f"body not received in full within {seconds:g} s: nothing written"
+            return _answer(Delivery(408, "refused", detail), headers)
         if body is None:
             detail = f"body of more than {MAX_DELIVERY_BYTES} bytes"
             return _answer(Delivery(413, "refused", detail), headers)
-        delivery = await engine.deliver(body, dict(headers.items()))
-    except Exception:
-        _log.exception(
-            "delivery failed task=- outcome=error status=500",
-            extra={"task": None, "outcome": "error", "status": 500, "reason": "internal error"},
-        )
-        return JSONResponse({"outcome": "error", "detail": "internal error"}, status_code=500)
-    return _answer(delivery, headers)
+        return _answer(await self.engine.deliver(body, dict(headers.items())), headers)
 
 
 def _before_reading(headers: Headers) -> Delivery | None:
@@ -138,7 +180,9 @@ def _answer(delivery: Delivery, headers: Mapping[str, str]) -> Response:
         delivery.task or "-", delivery.outcome, delivery.status, detail,
         extra=fields,
     )  # fmt: skip
-    return JSONResponse({"outcome": delivery.outcome, "detail": detail}, delivery.status)
+    answer = {"outcome": delivery.outcome, "detail": detail}
+    retry = {"retry-after": _RETRY_AFTER} if delivery.status == 503 else None
+    return JSONResponse(answer, delivery.status, headers=retry)
 
 
 def _scrub(text: str, headers: Mapping[str, str]) -> str:

@@ -30,7 +30,7 @@ from starlette.routing import Mount
 
 from cardfence.engine.driver import Driver
 from cardfence.engine.engine import Engine
-from cardfence.engine.ingress import webhook_app
+from cardfence.engine.ingress import IngressLimits, webhook_app
 
 __all__ = ["JsonLines", "listen", "serve", "serve_app"]
 
@@ -57,9 +57,11 @@ class JsonLines(logging.Formatter):
         return json.dumps(line, default=str)
 
 
-def serve_app(engine: Engine, driver: Driver | None = None) -> Starlette:
-    """The webhook app with ``driver`` (if any) run by its lifespan; the engine is closed when
-    the app shuts down."""
+def serve_app(
+    engine: Engine, driver: Driver | None = None, *, limits: IngressLimits | None = None
+) -> Starlette:
+    """The webhook app (taking at most what ``limits`` allow) with ``driver`` (if any) run by
+    its lifespan; the engine is closed when the app shuts down."""
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
@@ -74,7 +76,8 @@ def serve_app(engine: Engine, driver: Driver | None = None) -> Starlette:
                 await asyncio.gather(job, return_exceptions=True)
             await engine.aclose()
 
-    return Starlette(routes=[Mount("/", app=webhook_app(engine))], lifespan=lifespan)
+    ingress = webhook_app(engine, limits=limits)
+    return Starlette(routes=[Mount("/", app=ingress)], lifespan=lifespan)
 
 
 class _Server(uvicorn.Server):
@@ -127,17 +130,19 @@ async def serve(
     sock: socket.socket,
     *,
     driver: Driver | None = None,
+    limits: IngressLimits | None = None,
     started: Callable[[str], None] | None = None,
     stop: asyncio.Event | None = None,
 ) -> None:
-    """Serve ``POST /webhook`` on ``sock`` (see :func:`listen`) and drive every live task
-    until SIGTERM or SIGINT; then the requests and polls in flight finish, the engine closes
-    and this returns. ``started`` is called with the webhook URL once the app is up; setting
-    ``stop`` ends it as a signal does (a host application, tests)."""
+    """Serve ``POST /webhook`` on ``sock`` (see :func:`listen`; at most what ``limits`` allow
+    at once) and drive every live task until SIGTERM or SIGINT; then the requests and polls in
+    flight finish, the engine closes and this returns. ``started`` is called with the webhook
+    URL once the app is up; setting ``stop`` ends it as a signal does (a host application,
+    tests)."""
     driver = driver if driver is not None else Driver(engine)
     await driver.load()  # a store that cannot be read fails here, before anything listens
     config = uvicorn.Config(
-        serve_app(engine, driver),
+        serve_app(engine, driver, limits=limits),
         log_config=None,
         access_log=False,
         lifespan="on",

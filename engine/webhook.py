@@ -19,6 +19,27 @@ from cardfence.engine.remote import StreamUpdate, loads, parse_stream_response
 
 MAX_DELIVERY_BYTES = 256 * 1024
 TOKEN_HEADER = "x-a2a-notification-token"
+MAX_DELIVERIES_IN_FLIGHT = 256  # IngressLimits.deliveries, by default
+BODY_SECONDS = 10.0  # IngressLimits.body_seconds, by default
+
+
+@dataclass(frozen=True, slots=True)
+class IngressLimits:
+    """What one webhook app takes at once.
+
+    ``deliveries``: deliveries in flight at most, from the first byte of the body read to the
+    answer; one more is answered 503 (``Retry-After: 1``) without its body being read, so the
+    bodies held at once are at most ``deliveries`` x 256 KiB. ``body_seconds``: the time a body
+    may take to arrive in full; a slower one is answered 408. Both refusals write nothing."""
+
+    deliveries: int = MAX_DELIVERIES_IN_FLIGHT
+    body_seconds: float = BODY_SECONDS
+
+    def __post_init__(self) -> None:
+        if self.deliveries < 1:
+            raise ValueError("IngressLimits.deliveries must be at least 1")
+        if not self.body_seconds > 0:
+            raise ValueError("IngressLimits.body_seconds must be more than 0")
 
 
 @dataclass(frozen=True, slots=True)

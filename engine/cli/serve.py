@@ -29,6 +29,7 @@ from cardfence.engine.cli.app import (
 from cardfence.engine.cli.tasks import CardAgeOption, PollOption
 from cardfence.engine.engine import Engine, EngineConfig
 from cardfence.engine.pool import engine_client, tls_context
+from cardfence.engine.webhook import BODY_SECONDS, MAX_DELIVERIES_IN_FLIGHT, IngressLimits
 
 __all__ = ["serve_command"]
 
@@ -62,6 +63,23 @@ def serve_command(
             "of it); another serve takes over a crashed one's tasks after it.",
         ),
     ] = 15.0,
+    max_deliveries: Annotated[
+        int,
+        typer.Option(
+            "--max-deliveries",
+            min=1,
+            help="Push deliveries taken at once, at most; one more is answered 503 with "
+            "Retry-After, unread (the safety polls still bring its news).",
+        ),
+    ] = MAX_DELIVERIES_IN_FLIGHT,
+    body_timeout: Annotated[
+        float,
+        typer.Option(
+            "--body-timeout",
+            metavar="S",
+            help="How long a delivery's body may take to arrive in full (408 after).",
+        ),
+    ] = BODY_SECONDS,
     allow_insecure_http: InsecureOption = False,
     credentials: CredentialsOption = None,
     db: DbOption = None,
@@ -77,6 +95,7 @@ def serve_command(
     check_seconds("--max-poll-interval", max_poll_interval, minimum=MIN_POLL_INTERVAL)
     check_seconds("--max-card-age", max_card_age)
     check_seconds("--lease-ttl", lease_ttl)
+    check_seconds("--body-timeout", body_timeout)
     checked_store_url(options)
     config = EngineConfig(
         max_poll_interval=max_poll_interval,
@@ -97,7 +116,8 @@ def serve_command(
         async with engine_client(tls_context(config.ca_file)) as client:
             engine = Engine(store, client, config)
             driver = Driver(engine, workers=workers, lease_ttl=lease_ttl)
-            await serve(engine, sock, driver=driver, started=_started)
+            limits = IngressLimits(deliveries=max_deliveries, body_seconds=body_timeout)
+            await serve(engine, sock, driver=driver, limits=limits, started=_started)
 
     try:
         asyncio.run(main())

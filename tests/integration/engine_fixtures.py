@@ -474,6 +474,40 @@ def point_jsonrpc_at(url: str) -> Callable[[dict[str, Any]], None]:
     return edit
 
 
+@contextlib.asynccontextmanager
+async def held_delivery(
+    url: str, headers: dict[str, str], body: bytes, sent: int
+) -> AsyncIterator[tuple[asyncio.StreamReader, asyncio.StreamWriter]]:
+    """A POST whose head announces all of ``body`` and whose first ``sent`` bytes only are sent;
+    the connection is closed on leaving (the rest never arrives)."""
+    parsed = httpx.URL(url)
+    reader, writer = await asyncio.open_connection(parsed.host, parsed.port)
+    lines = [f"POST {parsed.raw_path.decode()} HTTP/1.1", f"host: {parsed.netloc.decode()}"]
+    lines += [f"{name}: {value}" for name, value in headers.items()]
+    lines.append(f"content-length: {len(body)}")
+    writer.write(("\r\n".join(lines) + "\r\n\r\n").encode() + body[:sent])
+    await writer.drain()
+    try:
+        yield reader, writer
+    finally:
+        writer.close()
+        with contextlib.suppress(ConnectionError):
+            await writer.wait_closed()
+
+
+async def read_answer(reader: asyncio.StreamReader) -> tuple[int, dict[str, str], dict[str, Any]]:
+    """The status, headers and JSON body of the one answer on a raw connection."""
+    head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+    fields = {
+        name.lower(): value
+        for name, _, value in (
+            line.partition(": ") for line in head.decode().split("\r\n")[1:] if ": " in line
+        )
+    }
+    body = await asyncio.wait_for(reader.readexactly(int(fields["content-length"])), 10)
+    return int(head.split()[1]), fields, json.loads(body)
+
+
 def webhook_url(process: subprocess.Popen[str], timeout: float = 30.0) -> str:
     """The webhook URL a `cardfence serve` subprocess announces on stderr once it listens."""
     assert process.stderr is not None

@@ -25,7 +25,9 @@ from engine_fixtures import (
     calls,
     data_of,
     events_refused,
+    held_delivery,
     push_headers,
+    read_answer,
     state_of,
     status_update_body,
     transitions,
@@ -41,7 +43,7 @@ from cardfence.engine.demo.server import bind
 from cardfence.engine.engine import Engine, WebhookOutcome
 from cardfence.engine.ingress import HEALTH_PATH, webhook_app
 from cardfence.engine.views import TaskView
-from cardfence.engine.webhook import MAX_DELIVERY_BYTES
+from cardfence.engine.webhook import MAX_DELIVERY_BYTES, IngressLimits
 
 AUTH = "Bearer hook-secret"
 CHUNK = 64 * 1024
@@ -246,6 +248,78 @@ async def test_hostile_delivery_is_answered_with_its_code_and_writes_nothing(
     accepted = await client.post(url, content=valid_body, headers=valid_headers)
     assert (accepted.status_code, accepted.json()["outcome"]) == (200, "applied")
     assert state_of(engine, view.task)["webhook"]["status"] == "confirmed"
+
+
+async def test_a_delivery_beyond_the_in_flight_bound_is_answered_503_unread_and_writes_nothing(
+    peer: Peer, engine: Engine, client: httpx.AsyncClient
+) -> None:
+    app = webhook_app(engine, limits=IngressLimits(deliveries=2, body_seconds=60))
+    async with serving(app) as base_url:
+        url = base_url + "/webhook"
+        view, outcome = await registered_task(engine, peer, url)
+        headers = push_headers(outcome.token or "", authorization=AUTH)
+        body = forged(view, "input-required", datetime.now(UTC))
+        marks = write_marks(engine.store)
+        snapshot = state_of(engine, view.task)
+        async with (
+            held_delivery(url, headers, body, sent=len(body) // 2),
+            held_delivery(url, headers, body, sent=len(body) // 2),
+        ):
+            await wait_until(lambda: app.state.ingress.in_flight == 2, what="two bodies held")
+
+            busy = await client.post(url, content=body, headers=headers)
+
+            assert busy.status_code == 503
+            assert busy.headers["retry-after"] == "1"
+            assert busy.json()["outcome"] == "refused"
+            assert "2 deliveries already in flight" in busy.json()["detail"]
+            assert write_marks(engine.store) == marks
+            assert state_of(engine, view.task) == snapshot
+        # The held senders hung up mid-body: their slots are free again, nothing was written.
+        await wait_until(lambda: app.state.ingress.in_flight == 0, what="the slots to free")
+        assert write_marks(engine.store) == marks
+        accepted = await client.post(url, content=body, headers=headers)
+        assert (accepted.status_code, accepted.json()["outcome"]) == (200, "applied")
+        assert state_of(engine, view.task)["state"] == "input-required"
+
+
+async def test_a_body_slower_than_its_time_limit_is_answered_408_and_writes_nothing(
+    peer: Peer, engine: Engine, client: httpx.AsyncClient
+) -> None:
+    app = webhook_app(engine, limits=IngressLimits(deliveries=1, body_seconds=0.5))
+    async with serving(app) as base_url:
+        url = base_url + "/webhook"
+        view, outcome = await registered_task(engine, peer, url)
+        headers = push_headers(outcome.token or "", authorization=AUTH)
+        body = forged(view, "input-required", datetime.now(UTC))
+        marks = write_marks(engine.store)
+        snapshot = state_of(engine, view.task)
+
+        async with held_delivery(url, headers, body, sent=len(body) - 1) as (reader, _):
+            status, _, answer = await read_answer(reader)  # the last byte never comes
+
+        assert (status, answer["outcome"]) == (408, "refused")
+        assert "within 0.5 s" in answer["detail"]
+        assert write_marks(engine.store) == marks
+        assert state_of(engine, view.task) == snapshot
+        # Its one slot was given back: the same delivery sent whole is applied.
+        assert app.state.ingress.in_flight == 0
+        accepted = await client.post(url, content=body, headers=headers)
+        assert (accepted.status_code, accepted.json()["outcome"]) == (200, "applied")
+
+
+@pytest.mark.parametrize(
+    ("limits", "message"),
+    [
+        ({"deliveries": 0}, "deliveries must be at least 1"),
+        ({"body_seconds": 0.0}, "body_seconds must be more than 0"),
+    ],
+)
+def test_ingress_limits_below_their_minimum_are_refused(
+    limits: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        IngressLimits(**limits)
 
 
 @pytest.fixture

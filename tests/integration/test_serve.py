@@ -23,7 +23,9 @@ from engine_fixtures import (
     assert_audit_ok,
     calls,
     data_of,
+    held_delivery,
     point_jsonrpc_at,
+    read_answer,
     state_of,
     transitions,
     types,
@@ -288,6 +290,49 @@ def test_serve_refuses_a_port_it_cannot_listen_on_with_a_usage_error(tmp_path: P
         )  # fmt: skip
     assert result.returncode == 2, result.stderr
     assert f"cannot listen on 127.0.0.1:{port}" in result.stderr
+
+
+async def test_serve_answers_503_past_max_deliveries_and_408_past_the_body_timeout(
+    tmp_path: Path,
+) -> None:
+    db = f"sqlite:///{tmp_path / 'c.db'}"
+    process = _serve_command(db, "--max-deliveries", "1", "--body-timeout", "1")
+    try:
+        url = webhook_url(process)
+        headers = {"content-type": "application/json", "x-a2a-notification-token": "t"}
+        body = b'{"statusUpdate": {"taskId": "r-1", "contextId": "c-1"}}'
+        with EventStore.open(db) as store:
+            marks = store.last_position()
+        async with held_delivery(url, headers, body, sent=10) as (slow, _):
+            async with held_delivery(url, headers, body, sent=len(body)) as (turned_away, _):
+                status, fields, answer = await read_answer(turned_away)
+                assert (status, fields["retry-after"], answer["outcome"]) == (503, "1", "refused")
+            status, _, answer = await read_answer(slow)  # its body never arrives in full
+            assert (status, answer["outcome"]) == (408, "refused")
+        process.send_signal(signal.SIGTERM)
+        _, stderr = await asyncio.to_thread(process.communicate, timeout=30)
+        assert process.returncode == 0, stderr
+        logged = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
+        assert sorted(line["status"] for line in logged if "status" in line) == [408, 503]
+        with EventStore.open(db) as store:
+            assert store.last_position() == marks  # nothing written for either
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+
+
+@pytest.mark.parametrize(("option", "value"), [("--max-deliveries", "0"), ("--body-timeout", "0")])
+def test_serve_refuses_ingress_limits_below_their_minimum_with_a_usage_error(
+    tmp_path: Path, option: str, value: str
+) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "cardfence", "serve", "--db",
+         f"sqlite:///{tmp_path / 'c.db'}", "--port", "0", option, value],
+        capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert option in result.stderr
 
 
 def test_serve_refuses_agent_requests_below_one_with_a_usage_error(tmp_path: Path) -> None:
