@@ -15,7 +15,10 @@ and only the remote ends it (R1, R10).
 Several drivers (``serve`` processes) may share one store: each live task is driven by exactly
 one of them at a time, the one holding its lease (:mod:`cardfence.store.duework`). A driver
 claims due tasks nobody holds, renews what it holds in one statement, lets go of everything on
-a clean stop, and drops a task whose lease it lost. Every append it makes for a task is made
+a clean stop, and drops a task whose lease it lost. Every third of the lease time it also evens
+the load: a driver holding fewer than its fair share of the leased tasks (see :func:`fair_share`)
+takes the difference over from those holding more, so a process started beside a busy one gets
+its share without waiting for tasks to end. Every append it makes for a task is made
 under the lease (:func:`tasklog.driving`): it commits only while the lease is still this
 driver's, and records the lease on its first event. Pushes are not leased: any process applies
 any delivery. On SQLite the same code runs, with one process.
@@ -35,7 +38,7 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from cardfence.engine import events as ev
 from cardfence.engine import guards
@@ -46,12 +49,35 @@ from cardfence.engine.replay import State
 from cardfence.engine.tasklog import driving, key_of, task_stream_id
 from cardfence.store import EventStore, Lease, LeaseLostError, StoreError
 
-__all__ = ["Driver", "is_live"]
+__all__ = ["Driver", "fair_share", "is_live"]
 
 _log = logging.getLogger("cardfence.driver")
 
 # Events from other processes after which a followed task is polled again at once.
 _PROMPT = frozenset({ev.TASK_SUBMITTED, ev.REPLY_SENT, ev.WEBHOOK_REGISTERED})
+
+
+def fair_share(me: str, held: Mapping[str, int], limit: int) -> dict[str, int]:
+    """How many leases ``me`` should take over, from which holders, so that the leased tasks are
+    shared evenly among the drivers holding them (``held``: leases per owner; ``me`` counts with
+    none). Nothing while ``me`` holds its fair share -- the ceiling of the mean -- or falls short
+    of it by at most one task or a tenth, so that counts drifting as tasks end move nothing. Else
+    ``me`` is brought up to the fair share, at most ``limit`` at once, taking from the holders
+    above it, the fullest first and none below the fair share."""
+    counts = {owner: n for owner, n in held.items() if n > 0}
+    mine = counts.setdefault(me, 0)
+    fair = -(-sum(counts.values()) // len(counts))
+    if mine >= fair - max(1, fair // 10):
+        return {}
+    wanted = min(fair - mine, limit)
+    moves: dict[str, int] = {}
+    for owner, count in sorted(counts.items(), key=lambda item: (-item[1], item[0])):
+        if wanted <= 0 or count <= fair:
+            break
+        if owner != me:
+            moves[owner] = min(count - fair, wanted)
+            wanted -= moves[owner]
+    return moves
 
 
 class Driver:
@@ -173,9 +199,11 @@ class Driver:
 
     async def _claim(self) -> int:
         """Renew the leases held (every third of their time) and claim due tasks nobody holds;
-        tasks whose lease was lost are let go. Returns how many tasks were claimed."""
+        tasks whose lease was lost are let go. After each renewal, even out the load
+        (:meth:`_even_out`). Returns how many tasks were claimed or taken over."""
         due = self.store.due
-        if time.monotonic() - self._renewed_at >= self.lease_ttl / 3:
+        renewing = time.monotonic() - self._renewed_at >= self.lease_ttl / 3
+        if renewing:
             held = await self.engine._calls.run(due.renew, self.owner, self.lease_ttl)
             self._renewed_at = time.monotonic()
             for key in [k for k in self._leases if task_stream_id(k) not in held]:
@@ -185,11 +213,7 @@ class Driver:
             leases = await self.engine._calls.run(
                 due.claim, self.owner, self.lease_ttl, self.claim_batch
             )
-            now = self._clock()
-            for lease in leases:
-                key = key_of(lease.stream_id)
-                self._leases[key] = lease
-                self._follow(key, now, prompt=True)
+            self._take(leases)
             claimed += len(leases)
             if len(leases) < self.claim_batch:
                 break
@@ -198,7 +222,43 @@ class Driver:
                 f"claimed {claimed} task(s)",
                 extra={"event": "TasksClaimed", "tasks": self.followed},
             )
+        if renewing and not self._stopping.is_set():
+            claimed += await self._even_out()
         return claimed
+
+    async def _even_out(self) -> int:
+        """Take over this driver's fair share of the leased tasks from the drivers holding more
+        (:func:`fair_share`), ``claim_batch`` at a time; their appends for those tasks are
+        refused from then on, and their next renewal lets them go. Returns how many were taken."""
+        due = self.store.due
+        taken: dict[str, int] = {}
+        while not self._stopping.is_set():
+            held = await self.engine._calls.run(due.holdings)
+            moves = fair_share(self.owner, held, self.claim_batch)
+            got = 0
+            for holder, count in moves.items():
+                leases = await self.engine._calls.run(
+                    due.take_over, self.owner, holder, self.lease_ttl, count
+                )
+                self._take(leases)
+                taken[holder] = taken.get(holder, 0) + len(leases)
+                got += len(leases)
+            if not got:
+                break
+        for holder, count in taken.items():
+            if count:
+                _log.info(
+                    f"took over {count} task(s) from {holder} to share the load",
+                    extra={"event": "TasksRebalanced", "tasks": self.followed, "reason": holder},
+                )
+        return sum(taken.values())
+
+    def _take(self, leases: Iterable[Lease]) -> None:
+        now = self._clock()
+        for lease in leases:
+            key = key_of(lease.stream_id)
+            self._leases[key] = lease
+            self._follow(key, now, prompt=True)
 
     def _lose(self, key: str, reason: str) -> None:
         """Stop driving ``key``: another process holds it now."""

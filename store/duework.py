@@ -5,7 +5,9 @@ added and removed by the very appends that make it live or end it (``Projection.
 table never disagrees with the log. A driver *claims* rows -- ``SELECT … FOR UPDATE SKIP LOCKED``
 on PostgreSQL, under SQLite's one write lock elsewhere -- and holds them for ``ttl`` seconds,
 renewing all it holds in one statement. A crashed process renews nothing: its leases run out and
-the next claim takes them over.
+the next claim takes them over. A driver holding less than its fair share while another holds
+more *takes over* the difference from it (:meth:`DueWork.take_over`): the same fencing makes the
+previous holder's appends for those streams fail, and its next renewal tells it what it lost.
 
 Each claim raises the row's ``epoch``, the fencing token. An append made under a lease
 (``EventStore.append(..., lease=...)``) first reads the row (``FOR SHARE`` on PostgreSQL, so no
@@ -60,6 +62,8 @@ class _SQL:
     done: str
     release_all: str
     rows: str
+    holdings: str
+    take_over: str
     now: str
 
 
@@ -100,6 +104,17 @@ def _statements(dialect: str) -> _SQL:
         release_all=("UPDATE due_work SET owner = NULL, lease_until = NULL WHERE owner = :owner"),
         rows=(
             "SELECT stream_id, due_at, owner, epoch, lease_until FROM due_work ORDER BY stream_id"
+        ),
+        holdings=(
+            "SELECT owner, COUNT(*) FROM due_work "
+            f"WHERE owner IS NOT NULL AND lease_until >= {now} GROUP BY owner"
+        ),
+        take_over=(
+            f"UPDATE due_work SET owner = :owner, epoch = epoch + 1, lease_until = {now} + :ttl "
+            "WHERE stream_id IN (SELECT stream_id FROM due_work "
+            f"WHERE owner = :holder AND lease_until >= {now} "
+            f"ORDER BY due_at, stream_id LIMIT :limit{skip_locked}) "
+            "RETURNING stream_id, epoch"
         ),
         now=f"SELECT {now}",
     )
@@ -146,6 +161,20 @@ class DueWork:
         if limit <= 0:
             return []
         found = self._write(self._sql.claim, {"owner": owner, "ttl": ttl, "limit": limit})
+        return [Lease(str(stream_id), owner, int(epoch)) for stream_id, epoch in found]
+
+    def holdings(self) -> dict[str, int]:
+        """How many leases each owner holds that have not run out."""
+        return {str(owner): int(n) for owner, n in self._run(self._sql.holdings, {}, write=False)}
+
+    def take_over(self, owner: str, holder: str, ttl: float, limit: int) -> list[Lease]:
+        """Take up to ``limit`` of the leases ``holder`` holds for ``owner``, for ``ttl`` s, each
+        with a new epoch (rows being appended under ``holder``'s lease right now are skipped).
+        ``holder``'s appends for them are refused from then on (:class:`LeaseLostError`)."""
+        if limit <= 0 or holder == owner:
+            return []
+        params = {"owner": owner, "holder": holder, "ttl": ttl, "limit": limit}
+        found = self._write(self._sql.take_over, params)
         return [Lease(str(stream_id), owner, int(epoch)) for stream_id, epoch in found]
 
     def renew(self, owner: str, ttl: float) -> set[str]:

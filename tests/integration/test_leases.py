@@ -210,3 +210,50 @@ async def test_a_driver_whose_lease_is_taken_lets_the_task_go_without_appending(
             assert [e for e in events(store, view.task)[before:] if ev.LEASE in e.data] == []
             assert store.due.rows()[0].owner == taken.owner == "usurper"
         await starter.cancel(view.task)  # the agent's task would work on for 30 s
+
+
+def test_take_over_moves_leases_from_one_holder_with_new_epochs_and_fences_the_old_holder(
+    db_url: str,
+) -> None:
+    with EventStore.open(db_url) as store:
+        streams = live_streams(store, 6)
+        held = {lease.stream_id: lease for lease in store.due.claim("a", ttl=30, limit=10)}
+        assert store.due.holdings() == {"a": 6}
+
+        taken = store.due.take_over("b", "a", ttl=30, limit=2)
+
+        assert len(taken) == 2
+        assert {lease.epoch for lease in taken} == {held[streams[0]].epoch + 1}
+        assert store.due.holdings() == {"a": 4, "b": 2}
+        assert store.due.renew("a", ttl=30) == set(streams) - {t.stream_id for t in taken}
+        stolen = taken[0].stream_id
+        with pytest.raises(LeaseLostError, match="now held by 'b'"):
+            store.append(stolen, 1, [NewEvent("Polled", {"by": "a"})], lease=held[stolen])
+        assert store.due.take_over("b", "b", ttl=30, limit=5) == []  # never from itself
+
+
+async def test_a_driver_started_beside_a_busy_one_takes_over_its_fair_share(
+    peer: Peer, db_url: str
+) -> None:
+    async with Engine.open(db_url, config=FAST) as starter:
+        async with driving(db_url, owner="busy", lease_ttl=1.5) as busy:
+            views = [
+                await starter.start_task(peer.base_url, skill="slow", text="slow 30")
+                for _ in range(10)
+            ]
+            await wait_until(lambda: busy.followed == 10, what="the first driver to claim all")
+            async with driving(db_url, owner="newcomer", lease_ttl=1.5) as newcomer:
+                await wait_until(
+                    lambda: (busy.followed, newcomer.followed) == (5, 5),
+                    timeout=10,
+                    what="the two drivers to hold half each",
+                )
+                owners = [row.owner for row in starter.store.due.rows()]
+                assert sorted(owners) == ["busy"] * 5 + ["newcomer"] * 5
+                # Each task is driven on by exactly the driver holding it: the taken ones' next
+                # leased appends (if any) name the newcomer with a higher epoch.
+                for view in views:
+                    stamps = lease_stamps(starter.store, view.task)
+                    assert [e for _, e in stamps] == sorted(e for _, e in stamps)
+        for view in views:
+            await starter.cancel(view.task)  # the agent's tasks would work on for 30 s
