@@ -321,6 +321,11 @@ class Discovery:
         self._key_sets: dict[str, tuple[CardKeys, float]] = {}
         self._pins: dict[tuple[str, bool], tuple[int, str | None]] = {}  # (origin, extended)
         self._pins_lock = threading.Lock()
+        # Appends to each agent's stream made by this process: started so far, and in flight;
+        # and a lock per agent, so that they never race each other (only other processes').
+        self._appended: dict[str, int] = {}
+        self._appending: dict[str, int] = {}
+        self._append_locks: dict[str, threading.Lock] = {}
 
     # -- reading -------------------------------------------------------------------------------
 
@@ -371,8 +376,11 @@ class Discovery:
                     read.last_modified,
                     read.fetched_at,
                 )
-        known = await self._calls.run(self._agent_head, origin)
-        state = known[1]
+        # The head read now is used for the record only if no append of this process to the
+        # stream started since (many reads of one agent at once would each find it stale).
+        mark = None if self._appending.get(origin) else self._appended.get(origin, 0)
+        head = await self._calls.run(self._agent_head, origin)
+        state = head[1]
         policy = self.signature_policy(origin)
         validators: dict[str, tuple[str | None, str | None]] = {}
         if (
@@ -407,6 +415,7 @@ class Discovery:
             response.last_modified or (state["last_modified"] if response.status == 304 else None),
             _now(),
         )
+        known = head if mark is not None and self._appended.get(origin, 0) == mark else None
         try:
             await self._record_read(read, known, signed)
         except CardSignatureError as refused:  # the key set is not the pinned one
@@ -763,7 +772,15 @@ class Discovery:
         snapshots: Sequence[CardSnapshot] = (),
         known: tuple[int, State] | None = None,
     ) -> None:
-        await self._calls.run(append_agent_events, self.store, origin, decide, snapshots, known)
+        lock = self._append_locks.setdefault(origin, threading.Lock())
+        self._appended[origin] = self._appended.get(origin, 0) + 1
+        self._appending[origin] = self._appending.get(origin, 0) + 1
+        try:
+            await self._calls.run(
+                append_agent_events, self.store, origin, decide, snapshots, known, lock
+            )
+        finally:
+            self._appending[origin] -= 1
 
 
 def _fetched(read: CardRead) -> dict[str, Any]:
@@ -808,38 +825,45 @@ def append_agent_events(
     decide: Callable[[State], list[NewEvent]],
     snapshots: Sequence[CardSnapshot] = (),
     known: tuple[int, State] | None = None,
+    lock: threading.Lock | None = None,
 ) -> None:
     """Append what ``decide`` makes of the agent's current state, folding the projection.
 
-    ``known`` is a (version, state) just read, tried first. Another process may append to the
-    same agent stream at the same time: on a conflict the state is read again and ``decide`` asked
-    again, so decisions (like pinning) are never made on a stale state. Every card read of an
-    agent lands in its one stream, so many creations at once contend for it: a conflict backs off
-    for a random while (doubling) before reading again, so the writers spread out.
+    ``known`` is a (version, state) just read, tried first. ``lock`` is held throughout: the
+    caller's lock for this agent, so that appends of one process never race each other. Another
+    process may append to the same agent stream at the same time: on a conflict the state is read
+    again and ``decide`` asked again, so decisions (like pinning) are never made on a stale state.
+    Every card read of an agent lands in its one stream, so many processes creating tasks at once
+    contend for it: a conflict on a state read here backs off for a random while (doubling)
+    before reading again, so the writers spread out; one on ``known`` is retried at once.
     """
     stream_id = ev.agent_stream_id(origin)
-    for attempt in range(_APPEND_RETRIES):
-        if attempt:
-            time.sleep(random.uniform(0, min(_MAX_BACKOFF, 0.001 * 2**attempt)))
-        if known is None:
-            head = store.stream(stream_id)
-            known = (0, initial_agent_state(origin)) if head is None else (head.version, head.state)
-        version, state = known
-        known = None
-        new_events = decide(state)
-        if not new_events:
-            return
-        for event in new_events:
-            state = apply_agent_event(state, event.type, event.data)
-        try:
-            store.append(
-                stream_id,
-                version,
-                new_events,
-                projection=Projection(state, category=ev.AGENT_CATEGORY, alias=origin),
-                snapshots=snapshots,
-            )
-            return
-        except ConcurrencyError:
-            continue
+    read_here = False  # whether the last attempt decided on a state read here
+    with lock or nullcontext():
+        for attempt in range(_APPEND_RETRIES):
+            if known is None:
+                if read_here:
+                    time.sleep(random.uniform(0, min(_MAX_BACKOFF, 0.001 * 2**attempt)))
+                head = store.stream(stream_id)
+                read_here = True
+                initial = initial_agent_state(origin)
+                known = (0, initial) if head is None else (head.version, head.state)
+            version, state = known
+            known = None
+            new_events = decide(state)
+            if not new_events:
+                return
+            for event in new_events:
+                state = apply_agent_event(state, event.type, event.data)
+            try:
+                store.append(
+                    stream_id,
+                    version,
+                    new_events,
+                    projection=Projection(state, category=ev.AGENT_CATEGORY, alias=origin),
+                    snapshots=snapshots,
+                )
+                return
+            except ConcurrencyError:
+                continue
     raise ConcurrencyError(stream_id, -1, None)

@@ -14,7 +14,8 @@ from support import Peer
 from cardfence.engine import events as ev
 from cardfence.engine.cards.discovery import CardLimits, Discovery, card_urls
 from cardfence.engine.errors import CardInvalidError, ContractChangedError, DiscoveryError
-from cardfence.store import EventStore
+from cardfence.engine.offload import StoreCalls
+from cardfence.store import ConcurrencyError, EventStore
 
 FAST = CardLimits(timeout=1.0, connect_timeout=0.5)
 
@@ -291,6 +292,35 @@ async def test_accepted_contract_is_recorded_and_becomes_the_pin(
     (kind, data) = [e for e in _agent_events(sqlite_store, peer) if e[0].startswith("Contract")][-1]
     assert kind == ev.CONTRACT_ACCEPTED
     assert data["previous"] == first.contract_hash
+
+
+async def test_many_reads_of_one_agent_at_once_never_conflict_with_each_other(
+    peer: Peer, db_url: str, client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each read records a ``CardFetched`` in the agent's one stream; reads of one process at
+    once take turns there instead of failing on each other's appends and retrying."""
+    conflicts: list[str] = []
+    append = EventStore.append
+
+    def counted(store: EventStore, stream_id: str, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return append(store, stream_id, *args, **kwargs)
+        except ConcurrencyError:
+            conflicts.append(stream_id)
+            raise
+
+    monkeypatch.setattr(EventStore, "append", counted)
+    with EventStore.open(db_url) as store:
+        calls = StoreCalls(store)  # worker threads, as the engine runs it (4 on PostgreSQL)
+        try:
+            discovery = Discovery(store, client, calls=calls)
+            await discovery.read(peer.base_url)
+            await asyncio.gather(*(discovery.read(peer.base_url) for _ in range(40)))
+        finally:
+            calls.close()
+        fetched = [t for t, _ in _agent_events(store, peer) if t == ev.CARD_FETCHED]
+    assert conflicts == []
+    assert len(fetched) == 41  # every read recorded
 
 
 async def test_two_first_uses_racing_pin_the_contract_once(
