@@ -45,6 +45,7 @@ from cardfence.engine import guards
 from cardfence.engine.engine import Engine, Pace
 from cardfence.engine.errors import TaskOrphanedError, UsageError
 from cardfence.engine.guards import is_live
+from cardfence.engine.lifecycle import ACTIVE
 from cardfence.engine.replay import State
 from cardfence.engine.tasklog import driving, key_of, task_stream_id
 from cardfence.store import EventStore, Lease, LeaseLostError, StoreError
@@ -192,9 +193,15 @@ class Driver:
 
     def _backfill(self) -> None:
         """Give a due-work row to every live task that has none (a store written before the
-        table existed); appends keep the rows in step from then on."""
+        table existed); appends keep the rows in step from then on. Only the heads of tasks in
+        a state the remote has not ended are read (the status index), not every task ever."""
         listed = {row.stream_id for row in self.store.due.rows()}
-        live = (task_stream_id(h.key) for h in self.engine.log.all() if is_live(h.state))
+        live = (
+            task_stream_id(head.key)
+            for status in sorted(ACTIVE)
+            for head in self.engine.log.all(status=status)
+            if is_live(head.state)
+        )
         self.store.due.ensure(sid for sid in live if sid not in listed)
 
     async def _claim(self) -> int:

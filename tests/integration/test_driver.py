@@ -6,7 +6,10 @@ decided by a card (R1). SQLite and PostgreSQL."""
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
+import pytest
+import sqlalchemy as sa
 from engine_fixtures import (
     FAST,
     MovableEndpoint,
@@ -26,6 +29,7 @@ from support import Peer
 from cardfence.engine import events as ev
 from cardfence.engine.driver import is_live
 from cardfence.engine.engine import Engine
+from cardfence.store import EventStore, StreamRecord
 
 SLOW = [("submitted", "working"), ("working", "completed")]
 
@@ -67,6 +71,41 @@ async def test_driver_follows_tasks_live_when_it_starts_and_skips_ended_and_refu
     async with Engine.open(db_url, config=FAST) as reader:
         assert state_of(reader, live.task)["state"] == "completed"
         assert transitions(reader.store, done.task) == [("submitted", "completed")]
+
+
+async def test_live_tasks_without_a_due_row_get_one_when_a_driver_loads_the_store(
+    peer: Peer, db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store written before the due-work table existed: its live tasks have no row (here
+    removed, as the migration that made the table left them). The driver's load gives them
+    one, reading only the heads of tasks not ended, and drives them to their end."""
+    async with Engine.open(db_url, config=FAST) as starter:
+        live = [
+            await starter.start_task(peer.base_url, skill="slow", text="slow 0.3") for _ in range(3)
+        ]
+        done = await starter.start_task(peer.base_url, skill="echo", text="echo hi")
+        await starter.drive(done.task, until="terminal", timeout=5)
+        with starter.store.engine.begin() as conn:
+            conn.execute(sa.text("DELETE FROM due_work"))
+    heads_read: list[str | None] = []
+    streams = EventStore.streams
+
+    def counted(store: EventStore, **filters: Any) -> list[StreamRecord]:
+        found = streams(store, **filters)
+        heads_read.extend(record.status for record in found)
+        return found
+
+    monkeypatch.setattr(EventStore, "streams", counted)
+
+    async with driving(db_url) as driver:
+        assert driver.followed == 3
+        assert "completed" not in heads_read  # the ended task's head was never read
+        await wait_until(lambda: driver.followed == 0, timeout=10, what="the live tasks to end")
+
+    async with Engine.open(db_url, config=FAST) as reader:
+        for view in live:
+            assert transitions(reader.store, view.task) == SLOW
+        assert reader.store.due.rows() == []
 
 
 async def test_safety_polls_complete_a_task_whose_pushes_are_dropped_within_max_poll_interval(
