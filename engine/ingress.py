@@ -17,9 +17,10 @@ Routes:
   for long. Push is never the only way news arrives (the safety polls, R5), so a delivery refused
   for load delays a task's progress and loses nothing.
   The answer is ``Delivery.status`` with ``{"outcome": ..., "detail": ...}``; the detail never
-  carries the token or ``Authorization`` presented. An unexpected error answers 500 with a generic
-  detail; the store writes a transition in one transaction, so nothing is half-written. Other
-  methods answer 405.
+  carries the token or ``Authorization`` presented. An event store that cannot be reached or
+  fails answers 503 with ``Retry-After`` (the cause in the log, not in the answer), an unexpected
+  error 500 with a generic detail; the store writes a transition in one transaction, so nothing
+  is half-written. Other methods answer 405.
 - ``GET /healthz``: ``{"status": "ok"}``, liveness only (it does not touch the store).
 
 ``app.state.ingress.in_flight`` counts the deliveries admitted and not yet answered.
@@ -48,6 +49,7 @@ from starlette.routing import Route
 from cardfence.engine import webhook
 from cardfence.engine.engine import Engine
 from cardfence.engine.webhook import MAX_DELIVERY_BYTES, TOKEN_HEADER, Delivery, IngressLimits
+from cardfence.store import StoreUnavailableError
 
 __all__ = ["HEALTH_PATH", "IngressLimits", "read_bounded", "webhook_app"]
 
@@ -122,6 +124,15 @@ class _Ingress:
                 return await self._read_and_apply(request)
             finally:
                 self.in_flight -= 1
+        except StoreUnavailableError as down:
+            # Not a fault of the delivery: the sender may try again (nothing was written).
+            _log.error(
+                "delivery not applied: the event store is unavailable task=- outcome=error "
+                "status=503",
+                extra={"task": None, "outcome": "error", "status": 503, "reason": str(down)},
+            )
+            detail = "the event store is unavailable: nothing written; retry later"
+            return _answer_json({"outcome": "error", "detail": detail}, 503)
         except Exception:
             _log.exception(
                 "delivery failed task=- outcome=error status=500",
@@ -180,9 +191,12 @@ def _answer(delivery: Delivery, headers: Mapping[str, str]) -> Response:
         delivery.task or "-", delivery.outcome, delivery.status, detail,
         extra=fields,
     )  # fmt: skip
-    answer = {"outcome": delivery.outcome, "detail": detail}
-    retry = {"retry-after": _RETRY_AFTER} if delivery.status == 503 else None
-    return JSONResponse(answer, delivery.status, headers=retry)
+    return _answer_json({"outcome": delivery.outcome, "detail": detail}, delivery.status)
+
+
+def _answer_json(answer: dict[str, str], status: int) -> Response:
+    retry = {"retry-after": _RETRY_AFTER} if status == 503 else None
+    return JSONResponse(answer, status, headers=retry)
 
 
 def _scrub(text: str, headers: Mapping[str, str]) -> str:

@@ -473,7 +473,7 @@ async def test_a_webhook_replaced_after_the_lookup_refuses_the_old_token_and_wri
 # -- failures inside the engine -------------------------------------------------------------------
 
 
-async def test_store_failing_inside_deliver_answers_500_and_writes_nothing(
+async def test_a_store_failing_inside_deliver_answers_503_to_retry_and_writes_nothing(
     peer: Peer, engine: Engine, ingress: str, client: httpx.AsyncClient, db_url: str,
     caplog: pytest.LogCaptureFixture,
 ) -> None:  # fmt: skip
@@ -487,17 +487,47 @@ async def test_store_failing_inside_deliver_answers_500_and_writes_nothing(
     with events_refused(db_url), caplog.at_level(logging.INFO, logger="cardfence.ingress"):
         response = await client.post(url, content=body, headers=headers)
 
-    assert response.status_code == 500
-    assert response.json() == {"outcome": "error", "detail": "internal error"}
+    assert response.status_code == 503
+    assert response.headers["retry-after"] == "1"
+    assert response.json() == {
+        "outcome": "error",
+        "detail": "the event store is unavailable: nothing written; retry later",
+    }
+    assert "disk is on fire" not in response.text  # the cause is in the log, not in the answer
     assert write_marks(engine.store) == marks
     assert state_of(engine, view.task) == snapshot
     [logged] = [r for r in caplog.records if r.name == "cardfence.ingress"]
-    assert (logged.levelno, logged.status) == (logging.ERROR, 500)  # type: ignore[attr-defined]
-    assert logged.exc_info is not None  # the cause is in the log, not in the answer
+    assert (logged.levelno, logged.status) == (logging.ERROR, 503)  # type: ignore[attr-defined]
+    assert "disk is on fire" in logged.reason  # type: ignore[attr-defined]
     # The database took nothing half-way: the same delivery applies once it accepts events.
     again = await client.post(url, content=body, headers=headers)
     assert (again.status_code, again.json()["outcome"]) == (200, "applied")
     assert engine.task(view.task).state == "input-required"
+
+
+async def test_an_unexpected_error_inside_deliver_answers_500_without_its_cause(
+    idle_ingress: tuple[Engine, str], client: httpx.AsyncClient,
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
+    engine, ingress = idle_ingress
+
+    async def broken(*_: object) -> None:
+        raise RuntimeError("a bug with a secret inside")
+
+    monkeypatch.setattr(engine, "deliver", broken)
+    marks = write_marks(engine.store)
+
+    with caplog.at_level(logging.INFO, logger="cardfence.ingress"):
+        response = await client.post(
+            ingress + "/webhook", content=b"{}", headers=push_headers("t", authorization=AUTH)
+        )
+
+    assert response.status_code == 500
+    assert response.json() == {"outcome": "error", "detail": "internal error"}
+    assert write_marks(engine.store) == marks
+    [logged] = [r for r in caplog.records if r.name == "cardfence.ingress"]
+    assert (logged.levelno, logged.status) == (logging.ERROR, 500)  # type: ignore[attr-defined]
+    assert logged.exc_info is not None  # the traceback is in the log, for whoever fixes it
 
 
 # -- the log --------------------------------------------------------------------------------------
