@@ -46,6 +46,7 @@ from cardfence.engine.engine import Engine, Pace
 from cardfence.engine.errors import TaskOrphanedError, UsageError
 from cardfence.engine.guards import is_live
 from cardfence.engine.lifecycle import ACTIVE
+from cardfence.engine.metrics import Family
 from cardfence.engine.replay import State
 from cardfence.engine.tasklog import driving, key_of, task_stream_id
 from cardfence.store import EventStore, Lease, LeaseLostError, StoreError
@@ -132,6 +133,9 @@ class Driver:
         self._ready = asyncio.Event()
         self._loaded = False
         self.polls = 0
+        self.claimed = 0  # leases claimed since the start (nobody held them)
+        self.taken_over = 0  # leases taken over from drivers holding more than their share
+        self.lost = 0  # leases another driver claimed or took over
 
     @property
     def store(self) -> EventStore:
@@ -141,6 +145,37 @@ class Driver:
     def followed(self) -> int:
         """How many tasks the driver follows now."""
         return len(self._paces)
+
+    def families(self) -> list[Family]:
+        """What this driver counts, for ``GET /metrics`` (``serve --metrics``)."""
+        return [
+            Family.single(
+                "cardfence_tasks_followed", "Live tasks this driver follows.", "gauge",
+                self.followed,
+            ),
+            Family.single(
+                "cardfence_leases_held", "Task leases this driver holds.", "gauge",
+                len(self._leases),
+            ),
+            Family.single(
+                "cardfence_streams_followed", "Task event streams followed beside the polls.",
+                "gauge", len(self._streams),
+            ),
+            Family.single(
+                "cardfence_polls_total", "Safety polls made (GetTask).", "counter", self.polls
+            ),
+            Family(
+                "cardfence_leases_total",
+                "Task leases gained (claimed: nobody held them; taken_over: from a driver above "
+                "its fair share) and lost (another driver claimed or took the task over).",
+                "counter",
+                [
+                    ({"event": "claimed"}, self.claimed),
+                    ({"event": "taken_over"}, self.taken_over),
+                    ({"event": "lost"}, self.lost),
+                ],
+            ),
+        ]  # fmt: skip
 
     # -- running -------------------------------------------------------------------------------
 
@@ -222,6 +257,7 @@ class Driver:
             )
             self._take(leases)
             claimed += len(leases)
+            self.claimed += len(leases)
             if len(leases) < self.claim_batch:
                 break
         if claimed:
@@ -250,6 +286,7 @@ class Driver:
                 self._take(leases)
                 taken[holder] = taken.get(holder, 0) + len(leases)
                 got += len(leases)
+                self.taken_over += len(leases)
             if not got:
                 break
         for holder, count in taken.items():
@@ -272,6 +309,7 @@ class Driver:
         self._row_gone.discard(key)
         if self._leases.pop(key, None) is None:
             return
+        self.lost += 1
         self._drop(key)
         stream = self._streams.pop(key, None)
         if stream is not None:

@@ -22,6 +22,11 @@ Routes:
   error 500 with a generic detail; the store writes a transition in one transaction, so nothing
   is half-written. Other methods answer 405.
 - ``GET /healthz``: ``{"status": "ok"}``, liveness only (it does not touch the store).
+- ``GET /readyz``: ``{"status": "ready"}`` while the event store answers a read within 2 s, else
+  503 ``{"status": "unavailable", ...}`` (the cause logged): readiness, for a load balancer.
+- ``GET /metrics`` (only when asked for, ``metrics=``): counts in the Prometheus text format --
+  deliveries answered by status and outcome, deliveries in flight, and what the sources given
+  count (``cardfence serve --metrics`` adds its driver's).
 
 ``app.state.ingress.in_flight`` counts the deliveries admitted and not yet answered.
 
@@ -38,46 +43,82 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncGenerator, Mapping
+from collections import Counter
+from collections.abc import AsyncGenerator, Iterable, Mapping
+from typing import Protocol
 
 from starlette.applications import Starlette
 from starlette.datastructures import Headers
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, PlainTextResponse, Response
 from starlette.routing import Route
 
 from cardfence.engine import webhook
 from cardfence.engine.engine import Engine
+from cardfence.engine.metrics import CONTENT_TYPE, Family, render
 from cardfence.engine.webhook import MAX_DELIVERY_BYTES, TOKEN_HEADER, Delivery, IngressLimits
 from cardfence.store import StoreUnavailableError
 
-__all__ = ["HEALTH_PATH", "IngressLimits", "read_bounded", "webhook_app"]
+__all__ = [
+    "HEALTH_PATH",
+    "METRICS_PATH",
+    "READY_PATH",
+    "IngressLimits",
+    "MetricsSource",
+    "read_bounded",
+    "webhook_app",
+]
 
 HEALTH_PATH = "/healthz"
+READY_PATH = "/readyz"
+METRICS_PATH = "/metrics"
+_OTHER_PATHS = (HEALTH_PATH, READY_PATH, METRICS_PATH)
 _SINGLE_HEADERS = ("content-type", TOKEN_HEADER, "authorization")
 _SECRET_HEADERS = (TOKEN_HEADER, "authorization")
 _REDACTED = "[redacted]"
 _RETRY_AFTER = "1"  # seconds, in a 503's Retry-After
+_READY_SECONDS = 2.0  # how long GET /readyz waits for the event store
+_STORE_DOWN = "the event store is unavailable: nothing written; retry later"
 _log = logging.getLogger("cardfence.ingress")
 
 
+class MetricsSource(Protocol):
+    """Anything that describes what it counts (a :class:`~cardfence.engine.driver.Driver`)."""
+
+    def families(self) -> Iterable[Family]: ...
+
+
 def webhook_app(
-    engine: Engine, *, path: str = "/webhook", limits: IngressLimits | None = None
+    engine: Engine,
+    *,
+    path: str = "/webhook",
+    limits: IngressLimits | None = None,
+    metrics: Iterable[MetricsSource] | None = None,
 ) -> Starlette:
-    """An ASGI app taking push deliveries for ``engine`` at ``POST path`` (see the module)."""
-    if path == HEALTH_PATH:
-        raise ValueError(f"the webhook path cannot be {HEALTH_PATH}, the health check's")
+    """An ASGI app taking push deliveries for ``engine`` at ``POST path`` (see the module).
+    ``metrics``: serve ``GET /metrics`` with the app's own counts and those of these sources
+    (``()`` for the app's alone); ``None``, the default: no such route."""
+    if path in _OTHER_PATHS:
+        raise ValueError(f"the webhook path cannot be {path}, which the app serves for GET")
     ingress = _Ingress(engine, limits or IngressLimits())
 
     async def deliveries(request: Request) -> Response:
         return await ingress.deliver(request)
 
-    app = Starlette(
-        routes=[
-            Route(path, deliveries, methods=["POST"]),
-            Route(HEALTH_PATH, _health, methods=["GET"]),
-        ]
-    )
+    routes = [
+        Route(path, deliveries, methods=["POST"]),
+        Route(HEALTH_PATH, _health, methods=["GET"]),
+        Route(READY_PATH, ingress.ready, methods=["GET"]),
+    ]
+    if metrics is not None:
+        sources: list[MetricsSource] = [ingress, *metrics]
+
+        async def exposition(_request: Request) -> Response:
+            text = render(family for source in sources for family in source.families())
+            return PlainTextResponse(text, media_type=CONTENT_TYPE)
+
+        routes.append(Route(METRICS_PATH, exposition, methods=["GET"]))
+    app = Starlette(routes=routes)
     app.state.ingress = ingress  # ``app.state.ingress.in_flight``: a gauge for metrics
     return app
 
@@ -100,30 +141,19 @@ async def _health(_request: Request) -> Response:
 
 class _Ingress:
     """The deliveries of one app: admitted up to the limits, then read and applied.
-    ``in_flight``: those admitted and not yet answered."""
+    ``in_flight``: those admitted and not yet answered; ``answered``: every answer given, by
+    status and outcome."""
 
     def __init__(self, engine: Engine, limits: IngressLimits) -> None:
         self.engine = engine
         self.limits = limits
         self.in_flight = 0  # every delivery is handled on the one event loop: no lock needed
+        self.answered: Counter[tuple[int, str]] = Counter()
 
     async def deliver(self, request: Request) -> Response:
         headers = request.headers
         try:
-            refusal = _before_reading(headers)
-            if refusal is not None:
-                return _answer(refusal, headers)
-            if self.in_flight >= self.limits.deliveries:
-                detail = (
-                    f"{self.in_flight} deliveries already in flight, the most this server takes "
-                    "at once: body not read, nothing written; retry later"
-                )
-                return _answer(Delivery(503, "refused", detail), headers)
-            self.in_flight += 1
-            try:
-                return await self._read_and_apply(request)
-            finally:
-                self.in_flight -= 1
+            delivery = await self._admit_and_apply(request)
         except StoreUnavailableError as down:
             # Not a fault of the delivery: the sender may try again (nothing was written).
             _log.error(
@@ -131,30 +161,83 @@ class _Ingress:
                 "status=503",
                 extra={"task": None, "outcome": "error", "status": 503, "reason": str(down)},
             )
-            detail = "the event store is unavailable: nothing written; retry later"
-            return _answer_json({"outcome": "error", "detail": detail}, 503)
+            delivery = Delivery(503, "error", _STORE_DOWN)
         except Exception:
             _log.exception(
                 "delivery failed task=- outcome=error status=500",
                 extra={"task": None, "outcome": "error", "status": 500, "reason": "internal error"},
             )
-            return JSONResponse({"outcome": "error", "detail": "internal error"}, status_code=500)
+            delivery = Delivery(500, "error", "internal error")
+        else:
+            _log_decision(delivery, headers)
+        self.answered[delivery.status, delivery.outcome] += 1
+        answer = {"outcome": delivery.outcome, "detail": _scrub(delivery.detail, headers)}
+        return _json(answer, delivery.status)
 
-    async def _read_and_apply(self, request: Request) -> Response:
-        headers = request.headers
+    async def _admit_and_apply(self, request: Request) -> Delivery:
+        refusal = _before_reading(request.headers)
+        if refusal is not None:
+            return refusal
+        if self.in_flight >= self.limits.deliveries:
+            detail = (
+                f"{self.in_flight} deliveries already in flight, the most this server takes "
+                "at once: body not read, nothing written; retry later"
+            )
+            return Delivery(503, "refused", detail)
+        self.in_flight += 1
+        try:
+            return await self._read_and_apply(request)
+        finally:
+            self.in_flight -= 1
+
+    async def _read_and_apply(self, request: Request) -> Delivery:
         seconds = self.limits.body_seconds
         try:
             async with asyncio.timeout(seconds):
                 body = await read_bounded(request.stream(), MAX_DELIVERY_BYTES)
         except ClientDisconnect:
-            return _answer(Delivery(400, "refused", "client disconnected mid-body"), headers)
+            return Delivery(400, "refused", "client disconnected mid-body")
         except TimeoutError:
             detail = f"body not received in full within {seconds:g} s: nothing written"
-            return _answer(Delivery(408, "refused", detail), headers)
+            return Delivery(408, "refused", detail)
         if body is None:
-            detail = f"body of more than {MAX_DELIVERY_BYTES} bytes"
-            return _answer(Delivery(413, "refused", detail), headers)
-        return _answer(await self.engine.deliver(body, dict(headers.items())), headers)
+            return Delivery(413, "refused", f"body of more than {MAX_DELIVERY_BYTES} bytes")
+        return await self.engine.deliver(body, dict(request.headers.items()))
+
+    def families(self) -> list[Family]:
+        """What this app counts, for ``GET /metrics``."""
+        answered = [
+            ({"status": str(status), "outcome": outcome}, float(count))
+            for (status, outcome), count in sorted(self.answered.items())
+        ]
+        return [
+            Family(
+                "cardfence_deliveries_total",
+                "Push deliveries answered, by HTTP status and outcome.",
+                "counter",
+                answered,
+            ),
+            Family.single(
+                "cardfence_deliveries_in_flight",
+                "Push deliveries being read or applied now.",
+                "gauge",
+                self.in_flight,
+            ),
+        ]
+
+    async def ready(self, _request: Request) -> Response:
+        """``GET /readyz``: 200 while the event store answers a read (within 2 s), else 503."""
+        try:
+            async with asyncio.timeout(_READY_SECONDS):
+                await self.engine._calls.run(self.engine.store.last_position)
+        except (StoreUnavailableError, TimeoutError) as down:
+            reason = str(down) or f"no answer within {_READY_SECONDS:g} s"
+            _log.warning(
+                "not ready: the event store is unavailable",
+                extra={"event": "NotReady", "status": 503, "reason": reason},
+            )
+            return _json({"status": "unavailable", "detail": _STORE_DOWN}, 503)
+        return JSONResponse({"status": "ready"})
 
 
 def _before_reading(headers: Headers) -> Delivery | None:
@@ -176,7 +259,8 @@ def _before_reading(headers: Headers) -> Delivery | None:
     return None
 
 
-def _answer(delivery: Delivery, headers: Mapping[str, str]) -> Response:
+def _log_decision(delivery: Delivery, headers: Mapping[str, str]) -> None:
+    """The one line a delivery's decision is logged on (never a credential)."""
     detail = _scrub(delivery.detail, headers)
     fields = {
         "task": delivery.task,
@@ -191,10 +275,9 @@ def _answer(delivery: Delivery, headers: Mapping[str, str]) -> Response:
         delivery.task or "-", delivery.outcome, delivery.status, detail,
         extra=fields,
     )  # fmt: skip
-    return _answer_json({"outcome": delivery.outcome, "detail": detail}, delivery.status)
 
 
-def _answer_json(answer: dict[str, str], status: int) -> Response:
+def _json(answer: dict[str, str], status: int) -> Response:
     retry = {"retry-after": _RETRY_AFTER} if status == 503 else None
     return JSONResponse(answer, status, headers=retry)
 

@@ -58,10 +58,15 @@ class JsonLines(logging.Formatter):
 
 
 def serve_app(
-    engine: Engine, driver: Driver | None = None, *, limits: IngressLimits | None = None
+    engine: Engine,
+    driver: Driver | None = None,
+    *,
+    limits: IngressLimits | None = None,
+    metrics: bool = False,
 ) -> Starlette:
-    """The webhook app (taking at most what ``limits`` allow) with ``driver`` (if any) run by
-    its lifespan; the engine is closed when the app shuts down."""
+    """The webhook app (taking at most what ``limits`` allow; ``GET /metrics`` with the
+    driver's counts too when ``metrics``) with ``driver`` (if any) run by its lifespan; the
+    engine is closed when the app shuts down."""
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
@@ -76,7 +81,8 @@ def serve_app(
                 await asyncio.gather(job, return_exceptions=True)
             await engine.aclose()
 
-    ingress = webhook_app(engine, limits=limits)
+    sources = ([] if driver is None else [driver]) if metrics else None
+    ingress = webhook_app(engine, limits=limits, metrics=sources)
     return Starlette(routes=[Mount("/", app=ingress)], lifespan=lifespan)
 
 
@@ -131,18 +137,19 @@ async def serve(
     *,
     driver: Driver | None = None,
     limits: IngressLimits | None = None,
+    metrics: bool = False,
     started: Callable[[str], None] | None = None,
     stop: asyncio.Event | None = None,
 ) -> None:
     """Serve ``POST /webhook`` on ``sock`` (see :func:`listen`; at most what ``limits`` allow
-    at once) and drive every live task until SIGTERM or SIGINT; then the requests and polls in
-    flight finish, the engine closes and this returns. ``started`` is called with the webhook
-    URL once the app is up; setting ``stop`` ends it as a signal does (a host application,
-    tests)."""
+    at once; ``GET /metrics`` when ``metrics``) and drive every live task until SIGTERM or
+    SIGINT; then the requests and polls in flight finish, the engine closes and this returns.
+    ``started`` is called with the webhook URL once the app is up; setting ``stop`` ends it as
+    a signal does (a host application, tests)."""
     driver = driver if driver is not None else Driver(engine)
     await driver.load()  # a store that cannot be read fails here, before anything listens
     config = uvicorn.Config(
-        serve_app(engine, driver, limits=limits),
+        serve_app(engine, driver, limits=limits, metrics=metrics),
         log_config=None,
         access_log=False,
         lifespan="on",

@@ -80,6 +80,14 @@ def serve_command(
             help="How long a delivery's body may take to arrive in full (408 after).",
         ),
     ] = BODY_SECONDS,
+    metrics: Annotated[
+        bool,
+        typer.Option(
+            "--metrics",
+            help="Also serve GET /metrics: counts in the Prometheus text format (deliveries, "
+            "tasks followed, polls, leases).",
+        ),
+    ] = False,
     allow_insecure_http: InsecureOption = False,
     credentials: CredentialsOption = None,
     db: DbOption = None,
@@ -117,7 +125,9 @@ def serve_command(
             engine = Engine(store, client, config)
             driver = Driver(engine, workers=workers, lease_ttl=lease_ttl)
             limits = IngressLimits(deliveries=max_deliveries, body_seconds=body_timeout)
-            await serve(engine, sock, driver=driver, limits=limits, started=_started)
+            await serve(
+                engine, sock, driver=driver, limits=limits, metrics=metrics, started=_started
+            )
 
     try:
         asyncio.run(main())

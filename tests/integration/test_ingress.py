@@ -12,15 +12,20 @@ import asyncio
 import contextlib
 import json
 import logging
-from collections.abc import AsyncIterator
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+import sqlalchemy as sa
 import uvicorn
 from engine_fixtures import (
+    FAST,
+    assert_audit_ok,
     audited_engine,
     calls,
     data_of,
@@ -41,9 +46,10 @@ from support import Peer
 from cardfence.engine import events as ev
 from cardfence.engine.demo.server import bind
 from cardfence.engine.engine import Engine, WebhookOutcome
-from cardfence.engine.ingress import HEALTH_PATH, webhook_app
+from cardfence.engine.ingress import HEALTH_PATH, READY_PATH, webhook_app
 from cardfence.engine.views import TaskView
 from cardfence.engine.webhook import MAX_DELIVERY_BYTES, IngressLimits
+from cardfence.store.database import normalise_url
 
 AUTH = "Bearer hook-secret"
 CHUNK = 64 * 1024
@@ -345,6 +351,13 @@ async def test_get_on_the_webhook_path_is_405_and_writes_nothing(
     assert write_marks(engine.store) == marks
 
 
+async def test_the_app_serves_no_metrics_unless_asked_to(
+    idle_ingress: tuple[Engine, str], client: httpx.AsyncClient
+) -> None:
+    _, base_url = idle_ingress
+    assert (await client.get(base_url + "/metrics")).status_code == 404
+
+
 async def test_healthz_answers_ok_without_touching_the_store(
     idle_ingress: tuple[Engine, str], client: httpx.AsyncClient
 ) -> None:
@@ -505,6 +518,87 @@ async def test_a_store_failing_inside_deliver_answers_503_to_retry_and_writes_no
     assert engine.task(view.task).state == "input-required"
 
 
+@contextlib.contextmanager
+def postgres_database(admin_url: str) -> Iterator[tuple[str, sa.Engine]]:
+    """A PostgreSQL database of its own (so that cutting it off disturbs no other test): its
+    URL, and an engine on the server's own database to cut it off with; dropped at the end."""
+    name = f"cut_{uuid.uuid4().hex[:12]}"
+    server = sa.create_engine(
+        normalise_url(admin_url).set(database="postgres"), isolation_level="AUTOCOMMIT"
+    )
+    with server.connect() as conn:
+        conn.exec_driver_sql(f"CREATE DATABASE {name}")
+    try:
+        yield (
+            normalise_url(admin_url).set(database=name).render_as_string(hide_password=False),
+            server,
+        )
+    finally:
+        with server.connect() as conn:
+            conn.exec_driver_sql(f"DROP DATABASE {name} WITH (FORCE)")
+        server.dispose()
+
+
+def cut_off(server: sa.Engine, url: str, *, cut: bool) -> None:
+    """Refuse (``cut``) or allow again every connection to the database at ``url``; refusing
+    also ends those open, as a database restarting or failing over does."""
+    name = sa.make_url(url).database
+    with server.connect() as conn:
+        conn.exec_driver_sql(f"ALTER DATABASE {name} ALLOW_CONNECTIONS {str(not cut).lower()}")
+        if cut:
+            conn.exec_driver_sql(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                f"WHERE datname = '{name}' AND pid <> pg_backend_pid()"
+            )
+
+
+@pytest.mark.postgres
+async def test_a_database_that_goes_away_makes_readyz_and_deliveries_answer_503_until_back(
+    peer: Peer, client: httpx.AsyncClient, pg_admin_url: str
+) -> None:
+    with postgres_database(pg_admin_url) as (url, server):
+        async with Engine.open(url, config=FAST) as engine, serving(webhook_app(engine)) as base:
+            hook = base + "/webhook"
+            view, outcome = await registered_task(engine, peer, hook)
+            body = forged(view, "input-required", datetime.now(UTC))
+            headers = push_headers(outcome.token, authorization=AUTH)
+            assert (await client.get(base + READY_PATH)).json() == {"status": "ready"}
+            marks = write_marks(engine.store)
+
+            cut_off(server, url, cut=True)
+            not_ready = await client.get(base + READY_PATH)
+            refused = await client.post(hook, content=body, headers=headers)
+            alive = await client.get(base + HEALTH_PATH)  # liveness does not ask the store
+            cut_off(server, url, cut=False)
+
+            assert (not_ready.status_code, not_ready.json()["status"]) == (503, "unavailable")
+            assert (refused.status_code, refused.json()["outcome"]) == (503, "error")
+            assert refused.headers["retry-after"] == "1"
+            assert alive.status_code == 200
+            assert write_marks(engine.store) == marks
+            assert (await client.get(base + READY_PATH)).status_code == 200
+            again = await client.post(hook, content=body, headers=headers)
+            assert (again.status_code, again.json()["outcome"]) == (200, "applied")
+            await engine.settle()
+            assert_audit_ok(engine.store)
+
+
+async def test_readyz_answers_503_when_the_store_does_not_answer_within_its_time(
+    idle_ingress: tuple[Engine, str], client: httpx.AsyncClient
+) -> None:
+    engine, base_url = idle_ingress
+    assert (await client.get(base_url + READY_PATH)).json() == {"status": "ready"}
+    # The store's one worker thread is busy for longer than readiness waits.
+    busy = asyncio.ensure_future(engine._calls.run(time.sleep, 3))
+    try:
+        response = await client.get(base_url + READY_PATH)
+    finally:
+        await busy
+    assert response.status_code == 503
+    assert response.json()["status"] == "unavailable"
+    assert (await client.get(base_url + READY_PATH)).status_code == 200
+
+
 async def test_an_unexpected_error_inside_deliver_answers_500_without_its_cause(
     idle_ingress: tuple[Engine, str], client: httpx.AsyncClient,
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture,
@@ -519,7 +613,9 @@ async def test_an_unexpected_error_inside_deliver_answers_500_without_its_cause(
 
     with caplog.at_level(logging.INFO, logger="cardfence.ingress"):
         response = await client.post(
-            ingress + "/webhook", content=b"{}", headers=push_headers("t", authorization=AUTH)
+            ingress + "/webhook",
+            content=b"{}",
+            headers=push_headers("no-such-token", authorization=AUTH),
         )
 
     assert response.status_code == 500

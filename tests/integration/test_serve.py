@@ -16,6 +16,7 @@ import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import httpx
 import pytest
 from engine_fixtures import (
     FAST,
@@ -54,14 +55,24 @@ class Serving:
 
 
 @contextlib.asynccontextmanager
-async def serving(db: str, config: EngineConfig = FAST) -> AsyncIterator[Serving]:
-    """`serve` on 127.0.0.1 in this loop over the store at ``db``; stopped, then audited."""
+async def serving(
+    db: str, config: EngineConfig = FAST, *, metrics: bool = False
+) -> AsyncIterator[Serving]:
+    """`serve` on 127.0.0.1 in this loop over the store at ``db`` (with ``GET /metrics`` when
+    ``metrics``); stopped, then audited."""
     engine = Engine.open(db, config=config)
     driver = Driver(engine, scan_interval=0.05)
     stop = asyncio.Event()
     up: asyncio.Future[str] = asyncio.get_running_loop().create_future()
     job = asyncio.create_task(
-        serve(engine, listen("127.0.0.1", 0), driver=driver, started=up.set_result, stop=stop)
+        serve(
+            engine,
+            listen("127.0.0.1", 0),
+            driver=driver,
+            metrics=metrics,
+            started=up.set_result,
+            stop=stop,
+        )
     )
     done, _ = await asyncio.wait({job, up}, return_when=asyncio.FIRST_COMPLETED)
     if job in done:
@@ -103,6 +114,44 @@ async def test_pushes_the_agent_sends_move_the_task_to_its_end_through_serve(
         assert registered.authorization.startswith("Bearer ")
         assert transitions(run.store, view.task) == SLOW
         assert calls(peer, "CancelTask") == 0
+
+
+def exposition(text: str) -> dict[str, float]:
+    """The samples of a Prometheus text exposition, by name and labels as written."""
+    samples = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            samples[name] = float(value)
+    return samples
+
+
+async def test_serve_with_metrics_counts_deliveries_polls_and_leases(
+    peer: Peer, db_url: str
+) -> None:
+    async with (
+        serving(db_url, FAR_POLLS, metrics=True) as app,
+        Engine.open(db_url, config=FAR_POLLS) as run,
+        httpx.AsyncClient() as client,
+    ):
+        view = await run.start_task(peer.base_url, skill="slow", text="slow 0.4")
+        assert (await run.register_webhook(view.task, app.url)).registered
+        await wait_until(
+            lambda: state_of(run, view.task)["state"] == "completed", timeout=10, what="pushes"
+        )
+        await wait_until(lambda: app.driver.followed == 0, what="the ended task let go")
+
+        response = await client.get(app.url.removesuffix("/webhook") + "/metrics")
+
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/plain; version=0.0.4")
+        samples = exposition(response.text)
+        pushes = len(data_of(run.store, view.task, ev.STATE_CHANGED))
+        assert samples['cardfence_deliveries_total{status="200",outcome="applied"}'] == pushes
+        assert samples["cardfence_deliveries_in_flight"] == 0
+        assert samples["cardfence_tasks_followed"] == 0
+        assert samples['cardfence_leases_total{event="claimed"}'] >= 1
+        assert samples["cardfence_polls_total"] == app.driver.polls
 
 
 async def test_push_withdrawn_before_registration_sends_no_registration_and_serve_polls_it_home(
