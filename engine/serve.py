@@ -88,11 +88,34 @@ def serve_app(
 
 class _Server(uvicorn.Server):
     """uvicorn, except that SIGTERM and SIGINT end :meth:`serve` cleanly instead of being raised
-    again once it returns (which would end the process with the signal, not exit 0)."""
+    again once it returns (which would end the process with the signal, not exit 0); and that
+    over HTTPS a stop does not wait for idle clients to answer the TLS close."""
 
     def __init__(self, config: uvicorn.Config, on_signal: Callable[[str], None]) -> None:
         super().__init__(config)
         self._on_signal = on_signal
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        ending = asyncio.create_task(self._end_closed_connections())
+        try:
+            await super().shutdown(sockets)
+        finally:
+            ending.cancel()
+
+    async def _end_closed_connections(self) -> None:
+        """A connection closed at the stop (idle, or its last answer written) still waits for
+        the client's TLS ``close_notify``, which a client idle in its pool never sends (up to
+        30 s): once everything written has gone out, nothing is left to wait for."""
+        while True:
+            for connection in list(self.server_state.connections):
+                transport = getattr(connection, "transport", None)
+                if (
+                    isinstance(transport, asyncio.Transport)
+                    and transport.is_closing()
+                    and transport.get_write_buffer_size() == 0
+                ):
+                    transport.abort()
+            await asyncio.sleep(0.05)
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
@@ -138,14 +161,16 @@ async def serve(
     driver: Driver | None = None,
     limits: IngressLimits | None = None,
     metrics: bool = False,
+    tls: tuple[str, str] | None = None,
     started: Callable[[str], None] | None = None,
     stop: asyncio.Event | None = None,
 ) -> None:
     """Serve ``POST /webhook`` on ``sock`` (see :func:`listen`; at most what ``limits`` allow
     at once; ``GET /metrics`` when ``metrics``) and drive every live task until SIGTERM or
     SIGINT; then the requests and polls in flight finish, the engine closes and this returns.
-    ``started`` is called with the webhook URL once the app is up; setting ``stop`` ends it as
-    a signal does (a host application, tests)."""
+    ``tls``: the certificate and key files (PEM) to serve HTTPS with. ``started`` is called
+    with the webhook URL once the app is up; setting ``stop`` ends it as a signal does (a host
+    application, tests)."""
     driver = driver if driver is not None else Driver(engine)
     await driver.load()  # a store that cannot be read fails here, before anything listens
     config = uvicorn.Config(
@@ -154,6 +179,8 @@ async def serve(
         access_log=False,
         lifespan="on",
         timeout_graceful_shutdown=math.ceil(max(engine.config.request_timeout, 5.0)),
+        ssl_certfile=tls[0] if tls else None,
+        ssl_keyfile=tls[1] if tls else None,
     )
 
     def on_signal(name: str) -> None:
@@ -161,7 +188,7 @@ async def serve(
 
     server = _Server(config, on_signal)
     address = sock.getsockname()
-    url = f"http://{address[0]}:{address[1]}/webhook"
+    url = f"{'https' if tls else 'http'}://{address[0]}:{address[1]}/webhook"
     watchers = [asyncio.create_task(_announce(server, url, started))] if started else []
     if stop is not None:
         watchers.append(asyncio.create_task(_stop_when(server, stop)))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import sys
 from typing import Annotated
 
@@ -88,6 +89,18 @@ def serve_command(
             "tasks followed, polls, leases).",
         ),
     ] = False,
+    tls_cert: Annotated[
+        str | None,
+        typer.Option(
+            "--tls-cert",
+            metavar="FILE",
+            help="Serve HTTPS with this certificate (PEM, its chain after it); needs --tls-key.",
+        ),
+    ] = None,
+    tls_key: Annotated[
+        str | None,
+        typer.Option("--tls-key", metavar="FILE", help="The certificate's private key (PEM)."),
+    ] = None,
     allow_insecure_http: InsecureOption = False,
     credentials: CredentialsOption = None,
     db: DbOption = None,
@@ -105,6 +118,7 @@ def serve_command(
     check_seconds("--lease-ttl", lease_ttl)
     check_seconds("--body-timeout", body_timeout)
     checked_store_url(options)
+    tls = _server_tls(tls_cert, tls_key)
     config = EngineConfig(
         max_poll_interval=max_poll_interval,
         max_card_age=max_card_age,
@@ -126,13 +140,29 @@ def serve_command(
             driver = Driver(engine, workers=workers, lease_ttl=lease_ttl)
             limits = IngressLimits(deliveries=max_deliveries, body_seconds=body_timeout)
             await serve(
-                engine, sock, driver=driver, limits=limits, metrics=metrics, started=_started
-            )
+                engine, sock, driver=driver, limits=limits, metrics=metrics, tls=tls,
+                started=_started,
+            )  # fmt: skip
 
     try:
         asyncio.run(main())
     finally:
         sock.close()
+
+
+def _server_tls(cert: str | None, key: str | None) -> tuple[str, str] | None:
+    """The certificate and key to serve HTTPS with, checked to load; ``None`` for plain HTTP."""
+    if cert is None and key is None:
+        return None
+    if cert is None or key is None:
+        raise errors.UsageError("--tls-cert and --tls-key go together: give both or neither")
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(cert, key)
+    except (OSError, ssl.SSLError) as refused:
+        raise errors.UsageError(
+            f"cannot serve HTTPS with --tls-cert {cert} and --tls-key {key}: {refused}"
+        ) from None
+    return cert, key
 
 
 def _started(url: str) -> None:

@@ -34,7 +34,7 @@ from engine_fixtures import (
     webhook_url,
     withdraw_push,
 )
-from support import Peer
+from support import Peer, make_tls
 
 from cardfence.engine import events as ev
 from cardfence.engine.driver import Driver
@@ -326,6 +326,69 @@ async def test_serve_stops_on_a_signal_mid_load_exits_0_and_resume_finishes_ever
         if process.poll() is None:
             process.kill()
             process.communicate()
+
+
+async def test_serve_over_https_receives_the_agents_real_pushes(tmp_path: Path) -> None:
+    tls = make_tls(tmp_path)
+    db = f"sqlite:///{tmp_path / 'c.db'}"
+    # The agent in a process of its own, trusting the test's CA for the pushes it sends.
+    agent = subprocess.Popen(
+        [sys.executable, "-m", "cardfence", "demo", "--agent-only", "--port", "0", "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        env={**os.environ, "SSL_CERT_FILE": str(tls.ca)},
+    )  # fmt: skip
+    process = _serve_command(
+        db, "--tls-cert", str(tls.server_cert), "--tls-key", str(tls.server_key)
+    )
+    try:
+        assert agent.stdout is not None
+        line = await asyncio.wait_for(asyncio.to_thread(agent.stdout.readline), 60)
+        agent_url = json.loads(line)["agent"]
+        hook = webhook_url(process)
+        assert hook.startswith("https://127.0.0.1:")
+        async with Engine.open(db, config=FAR_POLLS) as run:
+            view = await run.start_task(agent_url, skill="slow", text="slow 0.4")
+            assert (await run.register_webhook(view.task, hook)).registered
+
+            await wait_until(
+                lambda: (
+                    ev.WEBHOOK_CONFIRMED in types(run.store, view.task)
+                    and state_of(run, view.task)["state"] == "completed"
+                ),
+                timeout=20,
+                what="a push over HTTPS and the task's end",
+            )
+            pushed = data_of(run.store, view.task, ev.STATE_CHANGED)
+            assert any(d["source"] == "push" for d in pushed)
+        process.send_signal(signal.SIGTERM)
+        # The agent's connection idles in its pool and never answers the TLS close: the stop
+        # must not wait for it (uvicorn alone waited out its 30 s graceful period).
+        _, stderr = await asyncio.to_thread(process.communicate, timeout=20)
+        assert process.returncode == 0, stderr
+    finally:
+        for child in (process, agent):
+            if child.poll() is None:
+                child.kill()
+                child.communicate()
+
+
+@pytest.mark.parametrize(
+    ("given", "message"),
+    [
+        (["--tls-cert", "cert.pem"], "--tls-cert and --tls-key go together"),
+        (["--tls-cert", "nowhere.pem", "--tls-key", "nowhere.key"], "cannot serve HTTPS"),
+    ],
+)
+def test_serve_refuses_tls_files_it_cannot_use_with_a_usage_error(
+    tmp_path: Path, given: list[str], message: str
+) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "cardfence", "serve", "--db",
+         f"sqlite:///{tmp_path / 'c.db'}", "--port", "0", *given],
+        capture_output=True, text=True, timeout=30, cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert message in result.stderr
 
 
 def test_serve_refuses_a_port_it_cannot_listen_on_with_a_usage_error(tmp_path: Path) -> None:
