@@ -76,11 +76,11 @@ from cardfence.engine.offload import StoreCalls
 from cardfence.engine.pool import RequestSlots, engine_client, tls_context
 from cardfence.engine.remote import PushConfig, RemoteTask
 from cardfence.engine.replay import State
-from cardfence.engine.tasklog import AsOf, TaskLog, task_stream_id
+from cardfence.engine.tasklog import AsOf, TaskLog, key_of, task_stream_id
 from cardfence.engine.tokens import TokenSource
 from cardfence.engine.transport import A2ATransport
 from cardfence.engine.views import TaskView
-from cardfence.store import EventStore, PayloadError
+from cardfence.store import EventStore, LeaseLostError, PayloadError
 
 UNTIL = ("interrupted", "terminal")
 _STREAMED = frozenset({"submitted", "working"})
@@ -1323,6 +1323,13 @@ class Engine:
             await job
         except asyncio.CancelledError:
             raise
+        except LeaseLostError as lost:
+            # Decided under a lease since lost: the task ended, or another process drives it
+            # now and makes its own checks. Nothing was written; nothing is wrong.
+            _log.info(
+                "background decision not recorded: the lease was lost",
+                extra={"task": key_of(lost.stream_id), "event": "LeaseLost", "reason": str(lost)},
+            )
         except Exception as error:
             _log.exception("background card check failed")
             self.background_errors.append(error)

@@ -21,6 +21,7 @@ from engine_fixtures import (
 from support import Peer
 
 from cardfence.engine import events as ev
+from cardfence.engine import tasklog
 from cardfence.engine.engine import Engine
 from cardfence.engine.tasklog import task_stream_id
 from cardfence.store import (
@@ -257,3 +258,28 @@ async def test_a_driver_started_beside_a_busy_one_takes_over_its_fair_share(
                     assert [e for _, e in stamps] == sorted(e for _, e in stamps)
         for view in views:
             await starter.cancel(view.task)  # the agent's tasks would work on for 30 s
+
+
+async def test_a_background_decision_under_a_lease_since_lost_writes_nothing_and_is_no_error(
+    peer: Peer, db_url: str
+) -> None:
+    """A re-check or re-validation a driver started under its lease may end after the lease was
+    lost (the task ended, or another process took it over): its append is refused, and that is
+    the end of it -- not an error that :meth:`Engine.settle` reports."""
+    async with Engine.open(db_url, config=FAST) as starter:
+        async with driving(db_url, owner="first", lease_ttl=30.0) as driver:
+            view = await starter.start_task(peer.base_url, skill="slow", text="slow 30")
+            await wait_until(lambda: driver.followed == 1, what="the driver to claim it")
+            lease = driver._leases[view.task]
+            store = starter.store
+            store.due.release("first", {task_stream_id(view.task): 0.0})
+            store.due.claim("usurper", ttl=60, limit=1)
+            before = len(events(store, view.task))
+
+            with tasklog.driving(lease):  # as a step of the driver spawns its checks
+                flag = (ev.FLAGGED_FOR_REVIEW, {"reason": "skill_withdrawn", "detail": "late"})
+                driver.engine._spawn(driver.engine._record(view.task, [flag]))
+            await driver.engine.settle()  # nothing to report
+
+            assert len(events(store, view.task)) == before
+        await starter.cancel(view.task)  # the agent's task would work on for 30 s
