@@ -40,6 +40,7 @@ from engine_fixtures import (
     wait_until,
     write_marks,
 )
+from starlette.applications import Starlette
 from starlette.types import ASGIApp
 from support import Peer
 
@@ -256,15 +257,25 @@ async def test_hostile_delivery_is_answered_with_its_code_and_writes_nothing(
     assert state_of(engine, view.task)["webhook"]["status"] == "confirmed"
 
 
-async def test_a_delivery_beyond_the_in_flight_bound_is_answered_503_unread_and_writes_nothing(
-    peer: Peer, engine: Engine, client: httpx.AsyncClient
-) -> None:
-    app = webhook_app(engine, limits=IngressLimits(deliveries=2, body_seconds=60))
+@contextlib.asynccontextmanager
+async def bounded_ingress(
+    engine: Engine, peer: Peer, limits: IngressLimits
+) -> AsyncIterator[tuple[Starlette, str, TaskView, dict[str, str], bytes]]:
+    """The engine's webhook app under ``limits``, served; a task registered with it; and a
+    genuine delivery for that task: (app, webhook URL, task, headers, body)."""
+    app = webhook_app(engine, limits=limits)
     async with serving(app) as base_url:
         url = base_url + "/webhook"
         view, outcome = await registered_task(engine, peer, url)
         headers = push_headers(outcome.token or "", authorization=AUTH)
-        body = forged(view, "input-required", datetime.now(UTC))
+        yield app, url, view, headers, forged(view, "input-required", datetime.now(UTC))
+
+
+async def test_a_delivery_beyond_the_in_flight_bound_is_answered_503_unread_and_writes_nothing(
+    peer: Peer, engine: Engine, client: httpx.AsyncClient
+) -> None:
+    limits = IngressLimits(deliveries=2, body_seconds=60)
+    async with bounded_ingress(engine, peer, limits) as (app, url, view, headers, body):
         marks = write_marks(engine.store)
         snapshot = state_of(engine, view.task)
         async with (
@@ -292,12 +303,8 @@ async def test_a_delivery_beyond_the_in_flight_bound_is_answered_503_unread_and_
 async def test_a_body_slower_than_its_time_limit_is_answered_408_and_writes_nothing(
     peer: Peer, engine: Engine, client: httpx.AsyncClient
 ) -> None:
-    app = webhook_app(engine, limits=IngressLimits(deliveries=1, body_seconds=0.5))
-    async with serving(app) as base_url:
-        url = base_url + "/webhook"
-        view, outcome = await registered_task(engine, peer, url)
-        headers = push_headers(outcome.token or "", authorization=AUTH)
-        body = forged(view, "input-required", datetime.now(UTC))
+    limits = IngressLimits(deliveries=1, body_seconds=0.5)
+    async with bounded_ingress(engine, peer, limits) as (app, url, view, headers, body):
         marks = write_marks(engine.store)
         snapshot = state_of(engine, view.task)
 
