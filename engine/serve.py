@@ -27,12 +27,13 @@ from typing import Any
 import uvicorn
 from starlette.applications import Starlette
 from starlette.routing import Mount
+from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from cardfence.engine.driver import Driver
 from cardfence.engine.engine import Engine
 from cardfence.engine.ingress import IngressLimits, webhook_app
 
-__all__ = ["JsonLines", "listen", "serve", "serve_app"]
+__all__ = ["JsonLines", "head_bounded_h11", "listen", "serve", "serve_app"]
 
 _log = logging.getLogger("cardfence.serve")
 _FIELDS = ("task", "event", "reason", "status", "outcome", "tasks")
@@ -139,6 +140,52 @@ class _Server(uvicorn.Server):
                 signal.signal(sig, handler)
 
 
+def head_bounded_h11(seconds: float) -> type[H11Protocol]:
+    """uvicorn's HTTP/1.1 protocol, except that each request's head (request line and headers)
+    must arrive within ``seconds`` of the connection opening or of the previous answer, or the
+    connection is closed. uvicorn waits for a head forever: a client sending one byte now and
+    then (or nothing) would hold its connection, and enough of them every file descriptor the
+    process has -- its database connections and its polls included."""
+
+    class HeadBounded(H11Protocol):
+        _head_timer: asyncio.TimerHandle | None = None
+
+        def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+            super().connection_made(transport)
+            self._await_head()
+
+        def handle_events(self) -> None:
+            super().handle_events()
+            if self._head_timer is not None and not self._between_requests():
+                self._head_timer.cancel()  # a head arrived: its body is the app's to time
+                self._head_timer = None
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            if not self.transport.is_closing() and self._between_requests():
+                self._await_head()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+            super().connection_lost(exc)
+
+        def _between_requests(self) -> bool:
+            return self.cycle is None or self.cycle.response_complete
+
+        def _await_head(self) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+            self._head_timer = self.loop.call_later(seconds, self._head_too_slow)
+
+        def _head_too_slow(self) -> None:
+            self._head_timer = None
+            if self._between_requests():
+                self.transport.close()
+
+    return HeadBounded
+
+
 def listen(host: str, port: int) -> socket.socket:
     """A socket bound to ``host:port`` (port 0: any free one); :class:`OSError` says why not."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -173,8 +220,10 @@ async def serve(
     application, tests)."""
     driver = driver if driver is not None else Driver(engine)
     await driver.load()  # a store that cannot be read fails here, before anything listens
+    limits = limits or IngressLimits()
     config = uvicorn.Config(
         serve_app(engine, driver, limits=limits, metrics=metrics),
+        http=head_bounded_h11(limits.body_seconds),
         log_config=None,
         access_log=False,
         lifespan="on",
