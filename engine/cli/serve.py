@@ -78,7 +78,8 @@ def serve_command(
         typer.Option(
             "--body-timeout",
             metavar="S",
-            help="How long a delivery's body may take to arrive in full (408 after).",
+            help="How long a delivery's body may take to arrive in full (408 after), and a "
+            "request's head (the connection is closed after).",
         ),
     ] = BODY_SECONDS,
     metrics: Annotated[
@@ -107,7 +108,7 @@ def serve_command(
     json_: JsonOption = False,
     debug: DebugOption = False,
 ) -> None:
-    """Receive push deliveries at http://HOST:PORT/webhook and keep every live task moving."""
+    """Receive push deliveries at http(s)://HOST:PORT/webhook and keep every live task moving."""
     # Imported here: uvicorn and Starlette are for this command only (the others start faster).
     from cardfence.engine.driver import Driver
     from cardfence.engine.serve import listen, serve
