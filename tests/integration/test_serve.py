@@ -27,6 +27,7 @@ from engine_fixtures import (
     held_delivery,
     point_jsonrpc_at,
     read_answer,
+    restored,
     state_of,
     transitions,
     types,
@@ -152,6 +153,34 @@ async def test_serve_with_metrics_counts_deliveries_polls_and_leases(
         assert samples["cardfence_tasks_followed"] == 0
         assert samples['cardfence_leases_total{event="claimed"}'] >= 1
         assert samples["cardfence_polls_total"] == app.driver.polls
+
+
+@pytest.mark.parametrize("agent03", ["shared_peer03", "shared_peer03_rest"])
+async def test_a_0_3_agents_pushes_of_the_whole_task_move_it_to_its_end_through_serve(
+    request: pytest.FixtureRequest, db_url: str, agent03: str
+) -> None:
+    """The official a2a-sdk 0.3 agent (its own process), over each of its bindings: it pushes
+    the whole task with the token alone (0.3 sends no ``Authorization``), and ``serve`` takes
+    those pushes as it takes 1.0 ones."""
+    with restored(request.getfixturevalue(agent03)) as peer03:
+        async with (
+            serving(db_url, FAR_POLLS) as app,
+            Engine.open(db_url, config=FAR_POLLS) as run,
+        ):
+            view = await run.start_task(peer03.base_url, skill="slow", text="slow 0.4")
+            registered = await run.register_webhook(view.task, app.url)
+            assert registered.registered
+            assert registered.authorization is None  # none is asked of a 0.3 agent
+
+            await wait_until(
+                lambda: state_of(run, view.task)["state"] == "completed",
+                timeout=10,
+                what="pushes",
+            )
+
+            assert completion(run.store, view.task)["source"] == "push"
+            assert types(run.store, view.task).count(ev.WEBHOOK_CONFIRMED) == 1
+            assert transitions(run.store, view.task)[-1][1] == "completed"
 
 
 async def test_push_withdrawn_before_registration_sends_no_registration_and_serve_polls_it_home(
