@@ -149,6 +149,7 @@ class _Ingress:
         self.limits = limits
         self.in_flight = 0  # every delivery is handled on the one event loop: no lock needed
         self.answered: Counter[tuple[int, str]] = Counter()
+        self._readiness: asyncio.Future[bool] | None = None  # the last readiness check
 
     async def deliver(self, request: Request) -> Response:
         headers = request.headers
@@ -226,7 +227,16 @@ class _Ingress:
         ]
 
     async def ready(self, _request: Request) -> Response:
-        """``GET /readyz``: 200 while the event store answers a read (within 2 s), else 503."""
+        """``GET /readyz``: 200 while the event store answers a read (within 2 s), else 503.
+        Checks asked for while one is in flight share its read: however often the route is
+        asked, it holds at most one store worker at a time."""
+        if self._readiness is None or self._readiness.done():
+            self._readiness = asyncio.ensure_future(self._store_answers())
+        if await asyncio.shield(self._readiness):
+            return JSONResponse({"status": "ready"})
+        return _json({"status": "unavailable", "detail": _STORE_DOWN}, 503)
+
+    async def _store_answers(self) -> bool:
         try:
             async with asyncio.timeout(_READY_SECONDS):
                 await self.engine._calls.run(self.engine.store.last_position)
@@ -236,8 +246,8 @@ class _Ingress:
                 "not ready: the event store is unavailable",
                 extra={"event": "NotReady", "status": 503, "reason": reason},
             )
-            return _json({"status": "unavailable", "detail": _STORE_DOWN}, 503)
-        return JSONResponse({"status": "ready"})
+            return False
+        return True
 
 
 def _before_reading(headers: Headers) -> Delivery | None:

@@ -50,6 +50,7 @@ from cardfence.engine.engine import Engine, WebhookOutcome
 from cardfence.engine.ingress import HEALTH_PATH, READY_PATH, webhook_app
 from cardfence.engine.views import TaskView
 from cardfence.engine.webhook import MAX_DELIVERY_BYTES, IngressLimits
+from cardfence.store import EventStore
 from cardfence.store.database import normalise_url
 
 AUTH = "Bearer hook-secret"
@@ -604,6 +605,27 @@ async def test_readyz_answers_503_when_the_store_does_not_answer_within_its_time
     assert response.status_code == 503
     assert response.json()["status"] == "unavailable"
     assert (await client.get(base_url + READY_PATH)).status_code == 200
+
+
+async def test_readiness_asked_many_times_at_once_reads_the_store_once(
+    idle_ingress: tuple[Engine, str], client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A client hammering ``/readyz`` (it is on the port agents reach) holds one store worker at
+    most, never the store's every worker, so deliveries go on."""
+    _, base_url = idle_ingress
+    reads: list[EventStore] = []
+    last_position = EventStore.last_position
+
+    def counted(store: EventStore) -> int:
+        reads.append(store)
+        time.sleep(0.3)  # a slow store: every request below arrives while this read runs
+        return last_position(store)
+
+    monkeypatch.setattr(EventStore, "last_position", counted)
+    answers = await asyncio.gather(*(client.get(base_url + READY_PATH) for _ in range(30)))
+
+    assert [a.status_code for a in answers] == [200] * 30
+    assert len(reads) < 5  # one read per round of requests in flight, not one per request
 
 
 async def test_an_unexpected_error_inside_deliver_answers_500_without_its_cause(
