@@ -39,7 +39,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
-from collections.abc import AsyncGenerator, AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from contextlib import (
     AbstractAsyncContextManager,
     AsyncExitStack,
@@ -55,13 +55,7 @@ import httpx
 from httpx_sse import EventSource, aconnect_sse
 
 from cardfence.engine import deadline, wire03
-from cardfence.engine.bodies import (
-    ACCEPT_ENCODING,
-    PIECE,
-    BodyRefused,
-    BoundedDecoder,
-    read_body,
-)
+from cardfence.engine.bodies import ACCEPT_ENCODING, BodyRefused, read_body
 from cardfence.engine.cards.model import HTTP_JSON, JSONRPC, V03, V10, Interface
 from cardfence.engine.credentials import RequestAuth, redact
 from cardfence.engine.errors import (
@@ -75,6 +69,7 @@ from cardfence.engine.errors import (
     UsageError,
     WrongTaskAnswerError,
 )
+from cardfence.engine.eventstream import EVENT_STREAM, BoundedEvents
 from cardfence.engine.pool import RequestSlots
 from cardfence.engine.remote import (
     INTERRUPTED_STATES,
@@ -103,15 +98,6 @@ A2A_VERSION: Final = "1.0"
 DEFAULT_MAX_BYTES: Final = 8 * 1024 * 1024
 _USER_AGENT: Final = "cardfence/0.1"
 _MAX_DETAIL: Final = 200  # characters of a remote error message kept in ours
-_EVENT_STREAM: Final = "text/event-stream"
-# Once more than this has come in without completing an event, reading stops (memory bound): the
-# event is over ``max_bytes`` already, or all but a piece of it, framing ("data: ", line ends)
-# included.
-_EVENT_SLACK: Final = 2 * PIECE
-# An event ends at a blank line, whichever of the three SSE line ends it uses ("\r\n\r\n" ends
-# in "\n\r\n").
-_BLANK_LINES: Final = (b"\n\n", b"\r\r", b"\n\r\n")
-_NO_TOTAL: Final = 1 << 62  # a stream has no total size limit: its events have one each
 # After one of these a stream has nothing more to say about its task (a2a-sdk stops there too).
 _FINAL_STATES: Final = TERMINAL_STATES | INTERRUPTED_STATES
 
@@ -449,7 +435,7 @@ class A2ATransport:
             detail = "timeout: the deadline passed before the request could be sent (not sent)"
             raise EndpointUnreachableError(url, detail, task=task)
         # The opening answer is bounded by ``budget`` (asyncio.timeout below); each read of the
-        # stream after it by ``idle`` and the deadline (_BoundedEvents). httpx's own read timeout
+        # stream after it by ``idle`` and the deadline (BoundedEvents). httpx's own read timeout
         # is only a backstop behind both.
         timeout = httpx.Timeout(budget, connect=min(budget, 10.0), read=max(budget, idle))
         auth = await self.credentials.prepare() if self.credentials is not None else None
@@ -490,7 +476,7 @@ class A2ATransport:
         status = response.status_code
         ok = 200 <= status < 300
         media_type = response.headers.get("content-type", "").partition(";")[0].strip().lower()
-        if ok and media_type == _EVENT_STREAM:
+        if ok and media_type == EVENT_STREAM:
             return
         try:
             raw: bytes | None = await read_body(response, self.max_bytes)
@@ -518,7 +504,7 @@ class A2ATransport:
         operation: str,
     ) -> AsyncGenerator[StreamUpdate, None]:
         """The stream's updates, until a final one (see :meth:`subscribe`)."""
-        body = _BoundedEvents(response, self.max_bytes, idle, url, task)
+        body = BoundedEvents(response, self.max_bytes, idle, url, task)
         expected = task or None  # SendStreamingMessage: the first event names the task
         events = EventSource(body.as_response()).aiter_sse()
         async with aclosing(events):
@@ -920,100 +906,3 @@ def _message_params(
     if configuration:
         params["configuration"] = configuration
     return params
-
-
-class _BoundedEvents(httpx.AsyncByteStream):
-    """The body of an event stream, as httpx-sse reads it: content-decoded here (one encoding
-    at most, :class:`BoundedDecoder`), in pieces of at most :data:`PIECE` bytes, each read
-    within the idle timeout and the deadline in force, and never more than ``max_bytes`` plus
-    :data:`_EVENT_SLACK` since the last blank line: httpx-sse holds an event whole until the
-    blank line that ends it, so this is what bounds its memory. (The blank lines are only
-    counted here, not parsed: keep-alive comments end in one too, so they never add up.)
-    """
-
-    def __init__(
-        self, response: httpx.Response, max_bytes: int, idle: float, url: str, task: str
-    ) -> None:
-        self._response = response
-        self._limit = max_bytes + _EVENT_SLACK
-        self._idle = idle
-        self._url = url
-        self._task = task
-        self._pending = 0  # bytes since the last blank line (the end of an event, or a comment)
-        self._tail = b""  # the last bytes read, for a blank line split between two pieces
-        self._cut = ""  # why the body ended early, when it did
-        try:
-            self._decoder = BoundedDecoder(response.headers.get("content-encoding"), _NO_TOTAL)
-        except BodyRefused as refused:
-            raise InvalidAgentResponseError(url, refused.detail) from None
-
-    def as_response(self) -> httpx.Response:
-        """A response made of this body, for :class:`EventSource`; SSE is UTF-8, always."""
-        headers = {"content-type": f"{_EVENT_STREAM}; charset=utf-8"}
-        return httpx.Response(200, headers=headers, stream=self, request=self._response.request)
-
-    def _count(self, piece: bytes) -> None:
-        """Move :attr:`_pending` past ``piece``: to the bytes after its last blank line."""
-        window = self._tail + piece
-        ends = [at + len(blank) for blank in _BLANK_LINES if (at := window.rfind(blank)) >= 0]
-        if ends:
-            self._pending = len(window) - max(ends)
-        else:
-            self._pending += len(piece)
-        self._tail = window[-3:]
-
-    def ended(self) -> tuple[str, str]:
-        """``(reason, detail)`` of a stream that ended before a final update."""
-        if self._cut:
-            return "cut", self._cut
-        if self._pending:
-            detail = f"the stream ended inside an event ({self._pending} bytes unfinished)"
-            return "cut", detail
-        return "closed", "the agent closed the stream before a final state"
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        chunks = self._response.aiter_raw()  # as they come: aiter_raw(n) would wait for n
-        while True:
-            wait = deadline.left(self._idle)
-            if wait <= 0:
-                raise self._dropped("deadline", "the deadline passed")
-            try:
-                async with asyncio.timeout(wait):
-                    chunk = await anext(chunks)
-            except StopAsyncIteration:
-                break
-            except (TimeoutError, httpx.TimeoutException):
-                if wait < self._idle:
-                    raise self._dropped("deadline", "the deadline passed") from None
-                raise self._dropped("idle", f"no byte within {self._idle:.3g}s") from None
-            except httpx.HTTPError as exc:
-                self._cut = f"network error: {str(exc)[:120] or type(exc).__name__}"
-                return  # the events before the break stand; _updates raises, after them
-            pieces = self._pieces(chunk)  # lazily: a small chunk may decode to a lot
-            while True:
-                try:
-                    piece = next(pieces)
-                except StopIteration:
-                    break
-                except BodyRefused as refused:
-                    raise InvalidAgentResponseError(self._url, refused.detail) from None
-                self._count(piece)
-                if self._pending > self._limit:
-                    raise InvalidAgentResponseError(
-                        self._url,
-                        f"stream event over the limit of {self._limit - _EVENT_SLACK} bytes "
-                        f"(stopped reading at {self._pending}); the stream was closed",
-                    )
-                yield piece
-        try:
-            for piece in self._decoder.flush():
-                yield piece
-        except BodyRefused as refused:
-            self._cut = refused.detail
-
-    def _pieces(self, chunk: bytes) -> Iterator[bytes]:
-        for start in range(0, len(chunk), PIECE):
-            yield from self._decoder.feed(chunk[start : start + PIECE])
-
-    def _dropped(self, reason: str, detail: str) -> StreamDroppedError:
-        return StreamDroppedError(self._url, reason, detail, task=self._task)
