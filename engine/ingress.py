@@ -163,17 +163,19 @@ class _Ingress:
                 extra={"task": None, "outcome": "error", "status": 503, "reason": str(down)},
             )
             delivery = Delivery(503, "error", _STORE_DOWN)
+            detail = _STORE_DOWN
         except Exception:
             _log.exception(
                 "delivery failed task=- outcome=error status=500",
                 extra={"task": None, "outcome": "error", "status": 500, "reason": "internal error"},
             )
             delivery = Delivery(500, "error", "internal error")
+            detail = delivery.detail
         else:
-            _log_decision(delivery, headers)
+            detail = _scrub(delivery.detail, headers)  # no credential in the answer or the log
+            _log_decision(delivery, detail)
         self.answered[delivery.status, delivery.outcome] += 1
-        answer = {"outcome": delivery.outcome, "detail": _scrub(delivery.detail, headers)}
-        return _json(answer, delivery.status)
+        return _json({"outcome": delivery.outcome, "detail": detail}, delivery.status)
 
     async def _admit_and_apply(self, request: Request) -> Delivery:
         refusal = _before_reading(request.headers)
@@ -269,9 +271,8 @@ def _before_reading(headers: Headers) -> Delivery | None:
     return None
 
 
-def _log_decision(delivery: Delivery, headers: Mapping[str, str]) -> None:
-    """The one line a delivery's decision is logged on (never a credential)."""
-    detail = _scrub(delivery.detail, headers)
+def _log_decision(delivery: Delivery, detail: str) -> None:
+    """The one line a delivery's decision is logged on, with its ``detail`` already scrubbed."""
     fields = {
         "task": delivery.task,
         "outcome": delivery.outcome,

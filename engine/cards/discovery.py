@@ -772,7 +772,9 @@ class Discovery:
         snapshots: Sequence[CardSnapshot] = (),
         known: tuple[int, State] | None = None,
     ) -> None:
-        lock = self._append_locks.setdefault(origin, threading.Lock())
+        lock = self._append_locks.get(origin) or self._append_locks.setdefault(
+            origin, threading.Lock()
+        )
         self._appended[origin] = self._appended.get(origin, 0) + 1
         self._appending[origin] = self._appending.get(origin, 0) + 1
         try:
