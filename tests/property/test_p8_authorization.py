@@ -74,11 +74,11 @@ from fakes import (
 from hypothesis import example, find, given, settings
 from hypothesis import strategies as st
 
-from cardfence.engine import engine as engine_module
 from cardfence.engine import events as ev
 from cardfence.engine.authorization import Authorizer, Grant, TaskCredentials
 from cardfence.engine.credentials import ApiKey, Basic, Bearer, CredentialsConfig
 from cardfence.engine.engine import Engine
+from cardfence.engine.engine import base as engine_base
 from cardfence.engine.errors import (
     AuthorizationFailedError,
     DeadlineExceeded,
@@ -483,9 +483,9 @@ def _one_tls_context() -> Iterator[None]:
     """Every engine makes a default TLS context (its token source's), which costs more than an
     example's requests: here, where every request goes to the fake and no contract asks for
     mutual TLS, they all share one."""
-    shared = engine_module.tls_context(None)
+    shared = engine_base.tls_context(None)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(engine_module, "tls_context", lambda ca_file=None: shared)
+        patch.setattr(engine_base, "tls_context", lambda ca_file=None: shared)
         yield
 
 

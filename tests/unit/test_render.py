@@ -14,7 +14,7 @@ import pytest
 from cardfence.engine import events as ev
 from cardfence.engine.cards.model import AgentCard, parse_card
 from cardfence.engine.cli.render import describe, summary, task_path, timeline
-from cardfence.engine.engine import _authorization_failed
+from cardfence.engine.engine.base import _authorization_failed
 from cardfence.engine.errors import AuthorizationFailedError, DiscoveryError
 from cardfence.engine.guards import downgrade, reconcile_card, resume_check, unavailable
 from cardfence.engine.lifecycle import mermaid as lifecycle_mermaid
@@ -61,7 +61,7 @@ def _first(events: list[tuple[str, dict[str, Any]]], type_: str) -> dict[str, An
 
 def representative_payloads() -> dict[str, dict[str, Any]]:
     """One payload per catalogued type, made by the recording code itself where it is pure, else
-    with exactly the fields the engine and discovery record (engine/engine.py,
+    with exactly the fields the engine and discovery record (engine/engine/,
     engine/cards/discovery.py)."""
     old, new = card(), card()
     task = {

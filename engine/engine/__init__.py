@@ -1,0 +1,200 @@
+"""The Engine: start, follow, reply to, cancel and resume A2A tasks, recording everything.
+
+Card state may gate task creation (:meth:`Engine.start_task`, R2, R3) and webhook registration
+(:meth:`Engine.register_webhook`, R4). It never gates continuation: every remote report goes
+through :func:`engine.observations.apply_observation`, which takes no card. Card re-checks (R6)
+and re-validation (R7, R8) run beside the polling, and only ever add diagnostics, flags or a switch
+to polling.
+
+The class is built in layers, a module each: ``base`` (configuration, plumbing, the card a task is
+compared with), ``observing`` (the one observation path and the push ingress), ``creation``
+(what card state may gate), ``following`` (polls, drives, streams), and here the commands on a
+task that exists: reply, cancel, resume.
+"""
+
+from __future__ import annotations
+
+import uuid
+
+from cardfence.engine import events as ev
+from cardfence.engine import guards
+from cardfence.engine.cards.model import AgentCard
+from cardfence.engine.credentials import normalise_origin
+from cardfence.engine.engine.base import EngineConfig, _authorization_failed, _now_iso, _unreachable
+from cardfence.engine.engine.creation import Creation, WebhookOutcome
+from cardfence.engine.engine.following import UNTIL, Following, Pace, reached
+from cardfence.engine.errors import (
+    AuthorizationFailedError,
+    ContractChangedError,
+    CredentialsMissingError,
+    DiscoveryError,
+    EndpointUnreachableError,
+    RemoteRefusedError,
+    SkillUnavailableError,
+    UsageError,
+    WrongTaskAnswerError,
+)
+from cardfence.engine.lifecycle import INTERRUPTED, TERMINAL
+from cardfence.engine.observations import from_message, from_task
+from cardfence.engine.remote import RemoteTask
+from cardfence.engine.replay import State
+from cardfence.engine.tasklog import task_stream_id
+from cardfence.engine.views import TaskView
+
+__all__ = ["UNTIL", "Engine", "EngineConfig", "Pace", "WebhookOutcome", "reached"]
+
+
+class Engine(Following, Creation):
+    """An asyncio engine over an event store. Use :meth:`open`, then ``async with``."""
+
+    # -- replies and cancels (R10) ------------------------------------------------------------
+
+    async def reply(self, ref: str, text: str, *, media_type: str = "text/plain") -> TaskView:
+        """Answer an input-required (or auth-required) task."""
+        key = await self._find(ref)
+        state = await self._state(key)
+        if state["state"] not in INTERRUPTED:
+            raise UsageError(f"task {key} is {state['state']}, not waiting for input")
+        message_id = f"m-{uuid.uuid4().hex}"
+        transport = await self._task_transport(state)
+        await self._record(key, [(ev.REPLY_SENT, {"message_id": message_id, "chars": len(text)})])
+        try:
+            answer = await transport.send_message(
+                text=text,
+                message_id=message_id,
+                context_id=state.get("remote_context_id") or state["context_id"],
+                task_id=state["remote_task_id"],
+                metadata={"skillId": state["skill"]},
+                media_type=media_type,
+            )
+        except AuthorizationFailedError as refused:
+            await self._record(key, [_authorization_failed(refused, "reply")])
+            raise
+        except EndpointUnreachableError as failure:
+            await self._record(key, [(ev.ENDPOINT_UNREACHABLE, _unreachable(failure, "reply"))])
+            raise
+        except WrongTaskAnswerError as wrong:
+            await self._record_wrong_task(key, wrong, "send")
+            raise
+        if isinstance(answer, RemoteTask):
+            return await self._observe(key, from_task(answer, "send"))
+        return await self._observe(key, from_message(answer, "send"))
+
+    async def cancel(self, ref: str) -> TaskView:
+        """Ask the remote to cancel. The state moves only when the remote reports it (R10)."""
+        key = await self._find(ref)
+        state = await self._state(key)
+        if not state.get("remote_task_id"):
+            raise UsageError(f"task {key} has no remote task id: run `resume` first")
+        transport = await self._task_transport(state)
+        await self._record(key, [(ev.CANCEL_REQUESTED, {"at": _now_iso()})])
+        try:
+            answer = await transport.cancel_task(state["remote_task_id"])
+        except AuthorizationFailedError as refused:
+            await self._record(key, [_authorization_failed(refused, "cancel")])
+            raise
+        except RemoteRefusedError as refusal:
+            await self._record(
+                key, [(ev.CANCEL_REFUSED, {"code": refusal.code, "detail": str(refusal)})]
+            )
+            raise
+        except EndpointUnreachableError as failure:
+            await self._record(key, [(ev.ENDPOINT_UNREACHABLE, _unreachable(failure, "cancel"))])
+            raise
+        except WrongTaskAnswerError as wrong:
+            await self._record_wrong_task(key, wrong, "send")
+            raise
+        return await self._observe(key, from_task(answer, "send"))
+
+    # -- resume (R9) ---------------------------------------------------------------------------
+
+    async def resume(self, ref: str, *, accept_contract: bool = False) -> TaskView:
+        """Reconcile the task with a fresh card before any request to its endpoint (R9), and
+        find its remote id if a crash fell between send and record. Raises
+        :class:`TaskOrphanedError` (the state untouched) when the card no longer carries its
+        skill compatibly. Does not drive; call :meth:`drive` next.
+
+        R15: when the endpoint moved to another origin than the one the task's credentials were
+        granted for, they are not sent there; ``accept_contract`` accepts the fresh card's
+        contract (R3, ``ContractAccepted`` when it changed) and moves the credentials to the
+        endpoint's origin (``CredentialsMoved``)."""
+        key = await self._find(ref)
+        state = await self._state(key)
+        if state["state"] in TERMINAL or guards.never_created(state):
+            return TaskView.of(state)  # R3: a refused creation is final, never sent again
+        await self._reconcile_endpoint(key)
+        state = await self._state(key)
+        if accept_contract:
+            await self._move_credentials(key, state)
+            state = await self._state(key)
+        if not state.get("remote_task_id"):
+            await self._rebind(key, state)
+        return TaskView.of(await self._state(key))
+
+    async def _move_credentials(self, key: str, state: State) -> None:
+        """R15: the caller accepts the origin the task's endpoint moved to, under the contract
+        a fresh read finds there (accepted for the agent, R3)."""
+        recorded = state.get("authorization") or {}
+        old = recorded.get("origin")
+        new = normalise_origin(str(state["endpoint"]["url"]))
+        if not recorded.get("schemes") or old == new:
+            return
+        missing = [name for name in recorded["schemes"] if not self.authorizer.has(new, name)]
+        if missing:  # the same schemes, never others (R3): each must be configured there
+            needs = "; or ".join(f"[{name}]: not configured for {new}" for name in missing)
+            raise CredentialsMissingError(new, str(state["skill"]), needs)
+        read = await self.discovery.read(str(state["agent_url"]), fresh=True)
+        await self.discovery.check_contract(read, accept=True)
+        moved = {"old": old, "new": new, "revision": read.card.revision, "at": _now_iso()}
+        await self._record(key, [(ev.CREDENTIALS_MOVED, moved)])
+
+    async def _rebind(self, key: str, state: State) -> None:
+        """The send may or may not have reached the agent: ask it for our context's tasks."""
+        transport = await self._task_transport(state)
+        found = await transport.list_tasks(context_id=state["context_id"])
+        if found:
+            # ListTasks may leave artifacts out (a2a-sdk does by default): read the whole task.
+            whole = await transport.get_task(found[0].id)
+            await self._observe(key, from_task(whole, "poll"))
+            return
+        # Never reached the agent: sending it now is a creation (R3), gated like one: a fresh
+        # card (R2) that still offers the skill for the media type, under the task's frozen
+        # contract -- wherever the endpoint now is. Same messageId, so an agent that did get
+        # the first send can tell. Its text lives in TaskSubmitted only (kept out of the
+        # projection, rewritten every step).
+        await self._resend_gate(key, state)
+        state = await self._state(key)
+        submitted = (await self._calls.run(self.store.read_stream, task_stream_id(key)))[0].data
+        await self._send_creation(
+            key,
+            await self._task_transport(state),
+            submitted["text"],
+            state["message_id"],
+            state["context_id"],
+            state["skill"],
+            state.get("media_type") or "text/plain",
+        )
+
+    async def _resend_gate(self, key: str, state: State) -> None:
+        """R2 and R3 for a re-send by ``resume``; raises (nothing sent) and records the refusal
+        in the agent's stream."""
+        agent_url, skill = str(state["agent_url"]), str(state["skill"])
+        try:
+            read = await self.discovery.read(agent_url, fresh=True)
+        except DiscoveryError as failure:
+            failure.consequence = "nothing was sent"
+            await self._refuse(agent_url, "discovery_failed", str(failure), skill, key)
+            raise
+        extended: AgentCard | None = None
+        if state.get("extended"):  # R15: its skill is on the authenticated extended card
+            extended, _, _ = await self._task_card(state, fresh=True)
+        decision = guards.resend_check(state, read.card, extended)
+        if decision.allowed:
+            return
+        await self._refuse(agent_url, decision.reason, decision.detail, skill, key)
+        if decision.reason == "contract_changed":
+            raise ContractChangedError(
+                read.agent, str(state["contract_hash"]), read.card.contract_hash,
+                f"task {key} was created under the first; a re-send is a creation under it",
+            )  # fmt: skip
+        raise SkillUnavailableError(read.agent, skill, decision.detail)
