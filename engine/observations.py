@@ -37,7 +37,7 @@ DEFAULT_MAX_CLOCK_SKEW: Final = 300.0
 
 # R16: what one event keeps of a remote report. Anything larger is kept as its size and SHA-256
 # (flag ``payload_truncated``), so no event nears the store's 1 MiB per-event limit
-# (``store.eventlog.DEFAULT_MAX_PAYLOAD_BYTES``; tests/unit/test_answer_limits.py checks it).
+# (``store.base.DEFAULT_MAX_PAYLOAD_BYTES``; tests/unit/test_answer_limits.py checks it).
 MAX_RECORDED_ARTIFACT_BYTES: Final = 256 * 1024
 """An artifact whose record ({id, name, parts} as stored JSON) is longer is kept as a digest."""
 MAX_RECORDED_MESSAGE_BYTES: Final = 64 * 1024

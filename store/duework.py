@@ -29,7 +29,7 @@ from cardfence.store.errors import LeaseLostError
 from cardfence.store.records import Lease
 
 if TYPE_CHECKING:
-    from cardfence.store.eventlog import EventStore
+    from cardfence.store.base import StoreBase
 
 __all__ = ["DueRow", "DueWork"]
 
@@ -130,7 +130,7 @@ class DueWork:
     own cursor, inside the append's transaction.
     """
 
-    def __init__(self, store: EventStore) -> None:
+    def __init__(self, store: StoreBase) -> None:
         self._store = store
         self._sql = _statements(store.engine.dialect.name)
 

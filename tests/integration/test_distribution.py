@@ -33,7 +33,8 @@ def test_the_wheel_installed_with_the_demo_extra_migrates_plays_a_scenario_and_i
             python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))", cwd=elsewhere
         ).stdout.strip()
     )
-    assert (site / "cardfence" / "engine" / "engine.py").is_file()
+    assert (site / "cardfence" / "engine" / "engine" / "__init__.py").is_file()
+    assert (site / "cardfence" / "store" / "appending.py").is_file()
     for bare in ("engine", "store", "migrations"):
         assert not (site / bare).exists(), f"{bare} installed at the top of site-packages"
 

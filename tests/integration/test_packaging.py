@@ -24,6 +24,7 @@ def test_wheel_installs_only_cardfence_at_the_top_with_its_wings_and_migrations(
         "cardfence/engine/cards/discovery.py",
         "cardfence/engine/cli/main.py",
         "cardfence/store/eventlog.py",
+        "cardfence/store/appending.py",
         "cardfence/migrations/env.py",
         "cardfence/migrations/script.py.mako",
         "cardfence/migrations/versions/0001_event_log.py",
