@@ -14,8 +14,13 @@ Routes:
   ``deliveries`` in flight is answered 503 with ``Retry-After`` before its body is read, and a
   body that takes longer than ``body_seconds`` to arrive is answered 408, so neither a flood nor
   a sender trickling its bodies holds more than ``deliveries`` bodies of 256 KiB, or holds them
-  for long. Push is never the only way news arrives (the safety polls, R5), so a delivery refused
-  for load delays a task's progress and loses nothing.
+  for long. A source (client address) that keeps sending what is refused -- forged credentials,
+  unknown tasks, malformed bodies: each refused for its credentials or its task has cost a store
+  lookup -- is shed once its budget of ``refusals`` is spent (:mod:`~cardfence.engine.shedding`):
+  its deliveries are answered 429 with ``Retry-After`` before anything is read, until it has room
+  for one more. Its being shed is logged once a minute at most; the 429s are counted, not logged.
+  Push is never the only way news arrives (the safety polls, R5), so a delivery refused for load
+  delays a task's progress and loses nothing.
   The answer is ``Delivery.status`` with ``{"outcome": ..., "detail": ...}``; the detail never
   carries the token or ``Authorization`` presented. An event store that cannot be reached or
   fails answers 503 with ``Retry-After`` (the cause in the log, not in the answer), an unexpected
@@ -43,6 +48,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 from collections import Counter
 from collections.abc import AsyncGenerator, Iterable, Mapping
 from typing import Protocol
@@ -56,6 +62,7 @@ from starlette.routing import Route
 from cardfence.engine import webhook
 from cardfence.engine.engine import Engine
 from cardfence.engine.metrics import CONTENT_TYPE, Family, render
+from cardfence.engine.shedding import RefusalBudget
 from cardfence.engine.webhook import MAX_DELIVERY_BYTES, TOKEN_HEADER, Delivery, IngressLimits
 from cardfence.store import StoreUnavailableError
 
@@ -79,6 +86,9 @@ _REDACTED = "[redacted]"
 _RETRY_AFTER = "1"  # seconds, in a 503's Retry-After
 _READY_SECONDS = 2.0  # how long GET /readyz waits for the event store
 _STORE_DOWN = "the event store is unavailable: nothing written; retry later"
+# Refusals charged to their source's budget: the delivery's own faults (not 409: its credentials
+# are genuine, only shared; nor 429, 503 or 500).
+_CHARGED = frozenset({400, 401, 404, 408, 413, 415})
 _log = logging.getLogger("cardfence.ingress")
 
 
@@ -150,9 +160,14 @@ class _Ingress:
         self.in_flight = 0  # every delivery is handled on the one event loop: no lock needed
         self.answered: Counter[tuple[int, str]] = Counter()
         self._readiness: asyncio.Future[bool] | None = None  # the last readiness check
+        self.refusals = None if limits.refusals is None else RefusalBudget(limits.refusals)
 
     async def deliver(self, request: Request) -> Response:
         headers = request.headers
+        source = request.client.host if request.client is not None else "-"
+        wait = 0.0 if self.refusals is None else self.refusals.wait(source)
+        if wait > 0:
+            return self._shed(source, wait)
         try:
             delivery = await self._admit_and_apply(request)
         except StoreUnavailableError as down:
@@ -175,7 +190,35 @@ class _Ingress:
             detail = _scrub(delivery.detail, headers)  # no credential in the answer or the log
             _log_decision(delivery, detail)
         self.answered[delivery.status, delivery.outcome] += 1
+        if self.refusals is not None and delivery.status in _CHARGED:
+            self._charge(source)
         return _json({"outcome": delivery.outcome, "detail": detail}, delivery.status)
+
+    def _shed(self, source: str, wait: float) -> Response:
+        """429 for a source whose budget of refusals is spent: nothing read, nothing written,
+        nothing logged (its being shed was, once)."""
+        assert self.refusals is not None
+        retry = str(max(1, math.ceil(wait)))
+        detail = (
+            f"deliveries from {source}: {self.refusals.limit} refused within "
+            f"{self.refusals.window:g} s: body not read, nothing written; retry after {retry} s"
+        )
+        self.answered[429, "refused"] += 1
+        return _json({"outcome": "refused", "detail": detail}, 429, retry_after=retry)
+
+    def _charge(self, source: str) -> None:
+        assert self.refusals is not None
+        if self.refusals.charge(source):
+            limit, window = self.refusals.limit, self.refusals.window
+            reason = (
+                f"{limit} deliveries refused within {window:g} s: its deliveries are answered "
+                "429 unread until it has room for one more"
+            )
+            _log.warning(
+                "source shed source=%s reason=%r", source, reason,
+                extra={"task": None, "outcome": "shed", "status": 429, "reason": reason,
+                       "source": source},
+            )  # fmt: skip
 
     async def _admit_and_apply(self, request: Request) -> Delivery:
         refusal = _before_reading(request.headers)
@@ -225,6 +268,18 @@ class _Ingress:
                 "Push deliveries being read or applied now.",
                 "gauge",
                 self.in_flight,
+            ),
+            Family.single(
+                "cardfence_delivery_sources_shed",
+                "Sources whose deliveries are answered 429 now (their refusals spent).",
+                "gauge",
+                0 if self.refusals is None else self.refusals.shed(),
+            ),
+            Family.single(
+                "cardfence_delivery_sources_shed_total",
+                "Times a source was shed for its refused deliveries (at most once a minute each).",
+                "counter",
+                0 if self.refusals is None else self.refusals.shed_total,
             ),
         ]
 
@@ -288,9 +343,11 @@ def _log_decision(delivery: Delivery, detail: str) -> None:
     )  # fmt: skip
 
 
-def _json(answer: dict[str, str], status: int) -> Response:
-    retry = {"retry-after": _RETRY_AFTER} if status == 503 else None
-    return JSONResponse(answer, status, headers=retry)
+def _json(answer: dict[str, str], status: int, *, retry_after: str | None = None) -> Response:
+    if status == 503:
+        retry_after = _RETRY_AFTER
+    headers = None if retry_after is None else {"retry-after": retry_after}
+    return JSONResponse(answer, status, headers=headers)
 
 
 def _scrub(text: str, headers: Mapping[str, str]) -> str:

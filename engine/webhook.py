@@ -21,6 +21,7 @@ MAX_DELIVERY_BYTES = 256 * 1024
 TOKEN_HEADER = "x-a2a-notification-token"
 MAX_DELIVERIES_IN_FLIGHT = 256  # IngressLimits.deliveries, by default
 BODY_SECONDS = 10.0  # IngressLimits.body_seconds, by default
+MAX_REFUSALS = 256  # IngressLimits.refusals, by default: refused deliveries per source a minute
 
 
 @dataclass(frozen=True, slots=True)
@@ -30,16 +31,23 @@ class IngressLimits:
     ``deliveries``: deliveries in flight at most, from the first byte of the body read to the
     answer; one more is answered 503 (``Retry-After: 1``) without its body being read, so the
     bodies held at once are at most ``deliveries`` x 256 KiB. ``body_seconds``: the time a body
-    may take to arrive in full; a slower one is answered 408. Both refusals write nothing."""
+    may take to arrive in full; a slower one is answered 408. ``refusals``: deliveries from one
+    source (client address) refused at most in a burst, given back at as many a minute
+    (:mod:`cardfence.engine.shedding`); a source past it is answered 429 with ``Retry-After``,
+    unread, until it has room for one more (None: no such limit). Every refusal writes
+    nothing."""
 
     deliveries: int = MAX_DELIVERIES_IN_FLIGHT
     body_seconds: float = BODY_SECONDS
+    refusals: int | None = MAX_REFUSALS
 
     def __post_init__(self) -> None:
         if self.deliveries < 1:
             raise ValueError("IngressLimits.deliveries must be at least 1")
         if not self.body_seconds > 0:
             raise ValueError("IngressLimits.body_seconds must be more than 0")
+        if self.refusals is not None and self.refusals < 1:
+            raise ValueError("IngressLimits.refusals must be at least 1 (None: no limit)")
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,7 +30,12 @@ from cardfence.engine.cli.app import (
 from cardfence.engine.cli.tasks import CardAgeOption, PollOption
 from cardfence.engine.engine import Engine, EngineConfig
 from cardfence.engine.pool import engine_client, tls_context
-from cardfence.engine.webhook import BODY_SECONDS, MAX_DELIVERIES_IN_FLIGHT, IngressLimits
+from cardfence.engine.webhook import (
+    BODY_SECONDS,
+    MAX_DELIVERIES_IN_FLIGHT,
+    MAX_REFUSALS,
+    IngressLimits,
+)
 
 __all__ = ["serve_command"]
 
@@ -82,6 +87,16 @@ def serve_command(
             "request's head (the connection is closed after).",
         ),
     ] = BODY_SECONDS,
+    max_refusals: Annotated[
+        int,
+        typer.Option(
+            "--max-refusals",
+            min=0,
+            help="Refused deliveries (bad credentials, unknown task, malformed) one source may "
+            "have at once, given back at as many a minute; past them its deliveries are answered "
+            "429, unread. 0: no limit.",
+        ),
+    ] = MAX_REFUSALS,
     metrics: Annotated[
         bool,
         typer.Option(
@@ -139,7 +154,11 @@ def serve_command(
         async with engine_client(tls_context(config.ca_file)) as client:
             engine = Engine(store, client, config)
             driver = Driver(engine, workers=workers, lease_ttl=lease_ttl)
-            limits = IngressLimits(deliveries=max_deliveries, body_seconds=body_timeout)
+            limits = IngressLimits(
+                deliveries=max_deliveries,
+                body_seconds=body_timeout,
+                refusals=max_refusals or None,
+            )
             await serve(
                 engine, sock, driver=driver, limits=limits, metrics=metrics, tls=tls,
                 started=_started,

@@ -322,11 +322,58 @@ async def test_a_body_slower_than_its_time_limit_is_answered_408_and_writes_noth
         assert (accepted.status_code, accepted.json()["outcome"]) == (200, "applied")
 
 
+async def test_a_source_that_keeps_sending_refused_deliveries_is_shed_429_unread_alone(
+    peer: Peer,
+    engine: Engine,
+    client: httpx.AsyncClient,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    limits = IngressLimits(refusals=3)
+    async with bounded_ingress(engine, peer, limits) as (app, url, view, headers, body):
+        lookups: list[str] = []
+        by_remote_id = engine.log.by_remote_id
+
+        def counted(remote_id: str) -> Any:
+            lookups.append(remote_id)
+            return by_remote_id(remote_id)
+
+        monkeypatch.setattr(engine.log, "by_remote_id", counted)
+        forger, agent = {"x-forwarded-for": "203.0.113.7"}, {"x-forwarded-for": "198.51.100.2"}
+        wrong = {**headers, "x-a2a-notification-token": "guessed", **forger}
+        marks = write_marks(engine.store)
+        snapshot = state_of(engine, view.task)
+
+        with caplog.at_level(logging.WARNING, logger="cardfence.ingress"):
+            refused = [await client.post(url, content=body, headers=wrong) for _ in range(3)]
+            shed = await client.post(url, content=body, headers=wrong)
+            genuine = await client.post(url, content=body, headers={**headers, **forger})
+
+        assert [r.status_code for r in refused] == [401, 401, 401]
+        assert (shed.status_code, shed.json()["outcome"]) == (429, "refused")
+        assert shed.headers["retry-after"] == "20"  # one refusal is given back every 60/3 s
+        assert "203.0.113.7: 3 refused within 60 s" in shed.json()["detail"]
+        assert "body not read, nothing written" in shed.json()["detail"]
+        # Genuine credentials from the shed source wait their turn too; nothing is looked up.
+        assert genuine.status_code == 429
+        assert len(lookups) == 3
+        assert write_marks(engine.store) == marks
+        assert state_of(engine, view.task) == snapshot
+        shed_lines = [r for r in caplog.records if getattr(r, "outcome", None) == "shed"]
+        assert [getattr(r, "source", None) for r in shed_lines] == ["203.0.113.7"]
+        # Another source is heard as ever.
+        applied = await client.post(url, content=body, headers={**headers, **agent})
+        assert (applied.status_code, applied.json()["outcome"]) == (200, "applied")
+        assert state_of(engine, view.task)["state"] == "input-required"
+        assert app.state.ingress.refusals.shed() == 1
+
+
 @pytest.mark.parametrize(
     ("limits", "message"),
     [
         ({"deliveries": 0}, "deliveries must be at least 1"),
         ({"body_seconds": 0.0}, "body_seconds must be more than 0"),
+        ({"refusals": 0}, "refusals must be at least 1"),
     ],
 )
 def test_ingress_limits_below_their_minimum_are_refused(

@@ -464,6 +464,44 @@ async def test_serve_answers_503_past_max_deliveries_and_408_past_the_body_timeo
             process.communicate()
 
 
+@pytest.mark.parametrize(("limit", "statuses"), [("2", [404, 404, 429, 429]), ("0", [404] * 4)])
+async def test_serve_sheds_a_source_past_max_refusals_and_counts_it_and_0_never_sheds(
+    tmp_path: Path, limit: str, statuses: list[int]
+) -> None:
+    db = f"sqlite:///{tmp_path / 'c.db'}"
+    process = _serve_command(db, "--max-refusals", limit, "--metrics")
+    try:
+        url = webhook_url(process)
+        headers = {"content-type": "application/json", "x-a2a-notification-token": "t"}
+        status = b'"status": {"state": "TASK_STATE_WORKING"}'
+        body = b'{"statusUpdate": {"taskId": "r-1", "contextId": "c-1", ' + status + b"}}"
+        async with httpx.AsyncClient(timeout=10) as client:
+            answers = [await client.post(url, content=body, headers=headers) for _ in range(4)]
+            metrics = (await client.get(url.replace("/webhook", "/metrics"))).text
+        assert [answer.status_code for answer in answers] == statuses
+        shed = 1 if limit == "2" else 0
+        if shed:
+            assert answers[2].headers["retry-after"] == "30"  # 2 given back a minute
+        assert f"cardfence_delivery_sources_shed {shed}" in metrics
+        assert f"cardfence_delivery_sources_shed_total {shed}" in metrics
+        answered_429 = 'cardfence_deliveries_total{status="429",outcome="refused"}'
+        assert (f"{answered_429} 2" in metrics) if shed else (answered_429 not in metrics)
+        process.send_signal(signal.SIGTERM)
+        _, stderr = await asyncio.to_thread(process.communicate, timeout=30)
+        assert process.returncode == 0, stderr
+        logged = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
+        # Each refusal is logged; the shedding once; the 429s are counted, not logged.
+        assert [line.get("status") for line in logged if "status" in line] == (
+            [404, 404, 429] if shed else [404] * 4
+        )
+        with EventStore.open(db) as store:
+            assert store.last_position() == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+
+
 async def test_serve_closes_connections_whose_request_head_does_not_arrive_in_time(
     tmp_path: Path,
 ) -> None:
@@ -501,7 +539,10 @@ async def test_serve_closes_connections_whose_request_head_does_not_arrive_in_ti
             process.communicate()
 
 
-@pytest.mark.parametrize(("option", "value"), [("--max-deliveries", "0"), ("--body-timeout", "0")])
+@pytest.mark.parametrize(
+    ("option", "value"),
+    [("--max-deliveries", "0"), ("--body-timeout", "0"), ("--max-refusals", "-1")],
+)
 def test_serve_refuses_ingress_limits_below_their_minimum_with_a_usage_error(
     tmp_path: Path, option: str, value: str
 ) -> None:
