@@ -132,7 +132,7 @@ def test_a_budget_that_would_refuse_everything_is_itself_refused() -> None:
 class _GivesBackTwiceAsFast(RefusalBudget):
     """The planted bug: refusals are given back at twice the rate (the window read as half)."""
 
-    def __init__(self, limit: int, window: float, clock: Clock) -> None:
+    def __init__(self, limit: int, window: float, *, clock: Clock) -> None:
         super().__init__(limit, window / 2, clock=clock)
 
 
@@ -153,31 +153,23 @@ class _ReportsEverySpend(RefusalBudget):
         return self.wait(source) > 0
 
 
+def planted(budget: type[RefusalBudget]) -> Budget:
+    return lambda limit, window, clock: budget(limit, window, clock=clock)
+
+
+def caught(make: Budget) -> str:
+    """What the properties find wrong with the budget ``make`` builds (hypothesis's smallest)."""
+    case = find(st.tuples(limits, windows, steps), lambda case: violation(make, *case) is not None)
+    return violation(make, *case) or ""
+
+
 def test_the_bound_catches_a_budget_given_back_too_fast() -> None:
-    limit, window, plan = find(
-        st.tuples(limits, windows, steps),
-        lambda case: violation(_GivesBackTwiceAsFast, *case) is not None,
-    )
-    assert "refusals heard" in (violation(_GivesBackTwiceAsFast, limit, window, plan) or "")
+    assert "refusals heard" in caught(planted(_GivesBackTwiceAsFast))
 
 
 def test_the_bound_catches_a_shed_source_forgotten_when_asked_about() -> None:
-    case = find(
-        st.tuples(limits, windows, steps),
-        lambda case: (
-            violation(lambda n, w, c: _ForgetsAShedSource(n, w, clock=c), *case) is not None
-        ),
-    )
-    found = violation(lambda n, w, c: _ForgetsAShedSource(n, w, clock=c), *case) or ""
-    assert "refusals heard" in found
+    assert "refusals heard" in caught(planted(_ForgetsAShedSource))
 
 
 def test_quiet_catches_a_budget_that_reports_every_spend() -> None:
-    case = find(
-        st.tuples(limits, windows, steps),
-        lambda case: (
-            violation(lambda n, w, c: _ReportsEverySpend(n, w, clock=c), *case) is not None
-        ),
-    )
-    found = violation(lambda n, w, c: _ReportsEverySpend(n, w, clock=c), *case) or ""
-    assert "reported shed twice" in found
+    assert "reported shed twice" in caught(planted(_ReportsEverySpend))
