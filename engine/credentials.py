@@ -43,7 +43,7 @@ from typing import Any, Final, TypeAlias
 
 import httpx
 
-from cardfence.engine.cards.discovery import card_urls
+from cardfence.engine.cards.fetch import card_urls
 from cardfence.engine.cards.model import AgentCard, SecurityRequirement
 from cardfence.engine.errors import CredentialsConfigError, DiscoveryError
 

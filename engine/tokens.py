@@ -40,7 +40,7 @@ import httpx
 
 from cardfence.engine import deadline
 from cardfence.engine.bodies import ACCEPT_ENCODING, BodyRefused, BoundedDecoder, read_body
-from cardfence.engine.cards.discovery import USER_AGENT
+from cardfence.engine.cards.fetch import USER_AGENT
 from cardfence.engine.cards.model import url_refusal
 from cardfence.engine.credentials import OAuthClient, TokenNeeded, redact
 from cardfence.engine.errors import TokenRequestError

@@ -43,7 +43,8 @@ from typing import TYPE_CHECKING, Any
 import httpx
 from bench import BenchContext, Figure, Workload, median_rates, register
 
-from cardfence.engine.cards.discovery import CardLimits, Discovery
+from cardfence.engine.cards.discovery import Discovery
+from cardfence.engine.cards.fetch import CardLimits
 from cardfence.engine.cards.model import parse_card
 from cardfence.store import EventStore
 

@@ -20,7 +20,7 @@ import sqlalchemy as sa
 import typer
 
 from cardfence.engine import errors
-from cardfence.engine.cards.discovery import CardLimits
+from cardfence.engine.cards.fetch import CardLimits
 from cardfence.engine.cards.signatures import load_card_signatures
 from cardfence.engine.credentials import CredentialsConfig, load_credentials
 from cardfence.store import EventStore

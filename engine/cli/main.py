@@ -18,7 +18,8 @@ import typer
 
 from cardfence.engine import errors
 from cardfence.engine import events as ev
-from cardfence.engine.cards.discovery import CardLimits, CardRead, Discovery, card_urls
+from cardfence.engine.cards.discovery import CardRead, Discovery
+from cardfence.engine.cards.fetch import CardLimits, card_urls
 from cardfence.engine.cards.history import RevisionEntry, revision_history, stored_card
 from cardfence.engine.cli import demo as demo_commands
 from cardfence.engine.cli import events as event_commands

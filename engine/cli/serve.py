@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from cardfence.engine import errors
-from cardfence.engine.cards.discovery import CardLimits
+from cardfence.engine.cards.fetch import CardLimits
 from cardfence.engine.cli.app import (
     MIN_POLL_INTERVAL,
     CredentialsOption,

@@ -14,7 +14,7 @@ import typer
 
 from cardfence.engine import errors
 from cardfence.engine.audit import audit as audit_store
-from cardfence.engine.cards.discovery import CardLimits
+from cardfence.engine.cards.fetch import CardLimits
 from cardfence.engine.cli import signals
 from cardfence.engine.cli.app import (
     MIN_POLL_INTERVAL,

@@ -28,7 +28,7 @@ from datetime import datetime
 from typing import Any
 
 from cardfence.engine import events as ev
-from cardfence.engine.cards.discovery import CardLimits, card_urls
+from cardfence.engine.cards.fetch import CardLimits, card_urls
 from cardfence.engine.credentials import Bearer, CredentialsConfig
 from cardfence.engine.demo.agent import DemoAgent
 from cardfence.engine.demo.receiver import WebhookReceiver

@@ -28,7 +28,8 @@ import httpx
 from cardfence.engine import events as ev
 from cardfence.engine import guards
 from cardfence.engine.authorization import Authorizer, Grant, TaskCredentials
-from cardfence.engine.cards.discovery import CardLimits, CardRead, Discovery
+from cardfence.engine.cards.discovery import CardRead, Discovery
+from cardfence.engine.cards.fetch import CardLimits
 from cardfence.engine.cards.model import AgentCard, Interface, parse_card
 from cardfence.engine.credentials import CredentialsProvider
 from cardfence.engine.errors import (
@@ -80,7 +81,7 @@ class EngineConfig:
     max_poll_interval: float = 30.0
     first_poll_interval: float = 0.1
     max_card_age: float = 120.0
-    card_limits: CardLimits = CardLimits()  # noqa: RUF009 - frozen, so sharing it is safe
+    card_limits: CardLimits = CardLimits()
     request_timeout: float = 30.0
     prefer_bindings: tuple[str, ...] = ()
     # R12: a status timestamp more than this many seconds ahead of its receipt orders nothing.

@@ -45,7 +45,7 @@ from support import Peer, Peer03, ServerThread
 
 from cardfence.engine import events as ev
 from cardfence.engine.audit import audit
-from cardfence.engine.cards.discovery import CardLimits, card_urls
+from cardfence.engine.cards.fetch import CardLimits, card_urls
 from cardfence.engine.demo.receiver import WebhookReceiver
 from cardfence.engine.driver import Driver
 from cardfence.engine.engine import Engine, EngineConfig, WebhookOutcome

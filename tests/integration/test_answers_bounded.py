@@ -23,7 +23,7 @@ from support.hostile import SKILL, HostileAgent, Reply
 
 from cardfence.engine import deadline
 from cardfence.engine import events as ev
-from cardfence.engine.cards.discovery import CardLimits
+from cardfence.engine.cards.fetch import CardLimits
 from cardfence.engine.engine import EngineConfig
 from cardfence.engine.errors import DeadlineExceeded, WrongTaskAnswerError
 from cardfence.engine.observations import MAX_RECORDED_ARTIFACT_BYTES, stored_json

@@ -27,7 +27,8 @@ from support.hostile import SKILL, HostileAgent, Reply, SilentListener, zeros_gz
 
 from cardfence.engine import deadline
 from cardfence.engine import events as ev
-from cardfence.engine.cards.discovery import CardLimits, Discovery, card_urls
+from cardfence.engine.cards.discovery import Discovery
+from cardfence.engine.cards.fetch import CardLimits, card_urls
 from cardfence.engine.cards.model import (
     JSONRPC,
     Interface,

@@ -22,7 +22,7 @@ from engine_fixtures import data_of, events, transitions, types
 
 from cardfence.engine import events as ev
 from cardfence.engine.audit import audit
-from cardfence.engine.cards.discovery import card_urls
+from cardfence.engine.cards.fetch import card_urls
 from cardfence.engine.tasklog import TaskLog, task_stream_id
 from cardfence.store import EventStore
 

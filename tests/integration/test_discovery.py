@@ -12,7 +12,8 @@ import pytest
 from support import Peer
 
 from cardfence.engine import events as ev
-from cardfence.engine.cards.discovery import CardLimits, Discovery, card_urls
+from cardfence.engine.cards.discovery import Discovery
+from cardfence.engine.cards.fetch import CardLimits, card_urls
 from cardfence.engine.errors import CardInvalidError, ContractChangedError, DiscoveryError
 from cardfence.engine.offload import StoreCalls
 from cardfence.store import ConcurrencyError, EventStore

@@ -31,7 +31,7 @@ from engine_fixtures import (
 from support.extended_peer import EXTENDED_ONLY, ExtendedPeer
 
 from cardfence.engine import events as ev
-from cardfence.engine.cards.discovery import card_urls
+from cardfence.engine.cards.fetch import card_urls
 from cardfence.engine.cards.model import HTTP_JSON, JSONRPC, parse_card
 from cardfence.engine.cli.app import exit_code_for
 from cardfence.engine.cli.main import run as cli

@@ -25,7 +25,7 @@ import pytest
 from engine_fixtures import FAST, assert_audit_ok, events, transitions, webhook_url
 
 from cardfence.engine import events as ev
-from cardfence.engine.cards.discovery import CardLimits
+from cardfence.engine.cards.fetch import CardLimits
 from cardfence.engine.engine import Engine
 from cardfence.engine.tasklog import key_of
 from cardfence.store import EventStore

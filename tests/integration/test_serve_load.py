@@ -20,7 +20,7 @@ from engine_fixtures import FAST, assert_audit_ok, data_of, restored, transition
 from support import Peer
 
 from cardfence.engine import events as ev
-from cardfence.engine.cards.discovery import CardLimits
+from cardfence.engine.cards.fetch import CardLimits
 from cardfence.engine.engine import Engine
 from cardfence.store import EventStore
 

@@ -26,7 +26,8 @@ from support.extended_peer import EXTENDED_ONLY, ExtendedPeer
 
 from cardfence.engine import events as ev
 from cardfence.engine.audit import audit
-from cardfence.engine.cards.discovery import CardLimits, CardRead, Discovery
+from cardfence.engine.cards.discovery import CardRead, Discovery
+from cardfence.engine.cards.fetch import CardLimits
 from cardfence.engine.cards.signatures import (
     FORM_A2A_SDK,
     FORM_RFC8785,

@@ -40,7 +40,7 @@ from hypothesis import Phase, settings
 
 from cardfence.engine import events as ev
 from cardfence.engine.audit import audit
-from cardfence.engine.cards.discovery import CardLimits, card_urls
+from cardfence.engine.cards.fetch import CardLimits, card_urls
 from cardfence.engine.cards.model import AgentCard, parse_card
 from cardfence.engine.credentials import Bearer, CredentialsConfig
 from cardfence.engine.engine import Engine, EngineConfig

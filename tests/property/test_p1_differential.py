@@ -56,7 +56,7 @@ from worlds import (
 
 from cardfence.engine import events as ev
 from cardfence.engine.audit import replay
-from cardfence.engine.cards.discovery import CardLimits
+from cardfence.engine.cards.fetch import CardLimits
 from cardfence.engine.engine import Engine, EngineConfig
 from cardfence.engine.errors import DiscoveryError, RemoteRefusedError, TaskOrphanedError
 from cardfence.engine.observations import Observation

@@ -40,7 +40,8 @@ from hypothesis import find, given
 from hypothesis import strategies as st
 
 from cardfence.engine import events as ev
-from cardfence.engine.cards.discovery import CardRead, Discovery, card_urls
+from cardfence.engine.cards.discovery import CardRead, Discovery
+from cardfence.engine.cards.fetch import card_urls
 from cardfence.engine.engine import Engine
 from cardfence.engine.errors import DeadlineExceeded, TaskOrphanedError
 

@@ -50,7 +50,8 @@ from typing import Any
 
 import cardfence.migrations as migrations
 from cardfence.engine.cards import discovery as discovery_module
-from cardfence.engine.cards.discovery import CardLimits, Discovery
+from cardfence.engine.cards.discovery import Discovery
+from cardfence.engine.cards.fetch import CardLimits
 from cardfence.engine.engine import Engine, EngineConfig
 from cardfence.engine.lifecycle import TERMINAL
 from cardfence.engine.tasklog import TaskLog

@@ -26,16 +26,8 @@ from support.hostile import HostileServer, Reply, Request, SilentListener
 
 from cardfence.engine import deadline
 from cardfence.engine import events as ev
-from cardfence.engine.cards.discovery import (
-    USER_AGENT,
-    CardLimits,
-    CardRead,
-    ContractCheck,
-    Discovery,
-    append_agent_events,
-    card_urls,
-    fetch_card,
-)
+from cardfence.engine.cards.discovery import CardRead, ContractCheck, Discovery, append_agent_events
+from cardfence.engine.cards.fetch import USER_AGENT, CardLimits, card_urls, fetch_card
 from cardfence.engine.cards.model import parse_card
 from cardfence.engine.errors import CardInvalidError, ContractChangedError, DiscoveryError
 from cardfence.engine.replay import initial_agent_state
