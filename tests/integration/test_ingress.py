@@ -383,6 +383,12 @@ def test_ingress_limits_below_their_minimum_are_refused(
         IngressLimits(**limits)
 
 
+def test_ingress_limits_at_their_minimum_or_off_are_accepted() -> None:
+    least = IngressLimits(deliveries=1, body_seconds=0.001, refusals=1)
+    assert (least.deliveries, least.body_seconds, least.refusals) == (1, 0.001, 1)
+    assert IngressLimits(refusals=None).refusals is None  # no refusal budget at all
+
+
 @pytest.fixture
 async def idle_ingress(tmp_path: Path) -> AsyncIterator[tuple[Engine, str]]:
     """An engine on an empty SQLite store and its webhook app's base URL (nothing to audit)."""
