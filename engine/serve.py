@@ -36,7 +36,7 @@ from cardfence.engine.ingress import IngressLimits, webhook_app
 __all__ = ["JsonLines", "head_bounded_h11", "listen", "serve", "serve_app"]
 
 _log = logging.getLogger("cardfence.serve")
-_FIELDS = ("task", "event", "reason", "status", "outcome", "tasks")
+_FIELDS = ("task", "event", "reason", "status", "outcome", "tasks", "source")
 
 
 class JsonLines(logging.Formatter):

@@ -490,9 +490,12 @@ async def test_serve_sheds_a_source_past_max_refusals_and_counts_it_and_0_never_
         _, stderr = await asyncio.to_thread(process.communicate, timeout=30)
         assert process.returncode == 0, stderr
         logged = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
-        # Each refusal is logged; the shedding once; the 429s are counted, not logged.
+        # Each refusal is logged; the shedding once, with its source; the 429s are counted only.
         assert [line.get("status") for line in logged if "status" in line] == (
             [404, 404, 429] if shed else [404] * 4
+        )
+        assert [line["source"] for line in logged if line.get("outcome") == "shed"] == (
+            ["127.0.0.1"] if shed else []
         )
         with EventStore.open(db) as store:
             assert store.last_position() == 0
