@@ -165,9 +165,9 @@ class _Ingress:
     async def deliver(self, request: Request) -> Response:
         headers = request.headers
         source = request.client.host if request.client is not None else "-"
-        wait = 0.0 if self.refusals is None else self.refusals.wait(source)
-        if wait > 0:
-            return self._shed(source, wait)
+        budget = self.refusals
+        if budget is not None and (wait := budget.wait(source)) > 0:
+            return self._shed(budget, source, wait)
         try:
             delivery = await self._admit_and_apply(request)
         except StoreUnavailableError as down:
@@ -190,35 +190,20 @@ class _Ingress:
             detail = _scrub(delivery.detail, headers)  # no credential in the answer or the log
             _log_decision(delivery, detail)
         self.answered[delivery.status, delivery.outcome] += 1
-        if self.refusals is not None and delivery.status in _CHARGED:
-            self._charge(source)
+        if budget is not None and delivery.status in _CHARGED and budget.charge(source):
+            _log_shed(budget, source)  # its budget is spent: news, once a window at most
         return _json({"outcome": delivery.outcome, "detail": detail}, delivery.status)
 
-    def _shed(self, source: str, wait: float) -> Response:
+    def _shed(self, budget: RefusalBudget, source: str, wait: float) -> Response:
         """429 for a source whose budget of refusals is spent: nothing read, nothing written,
         nothing logged (its being shed was, once)."""
-        assert self.refusals is not None
         retry = str(max(1, math.ceil(wait)))
         detail = (
-            f"deliveries from {source}: {self.refusals.limit} refused within "
-            f"{self.refusals.window:g} s: body not read, nothing written; retry after {retry} s"
+            f"deliveries from {source}: {budget.limit} refused within {budget.window:g} s: "
+            f"body not read, nothing written; retry after {retry} s"
         )
         self.answered[429, "refused"] += 1
         return _json({"outcome": "refused", "detail": detail}, 429, retry_after=retry)
-
-    def _charge(self, source: str) -> None:
-        assert self.refusals is not None
-        if self.refusals.charge(source):
-            limit, window = self.refusals.limit, self.refusals.window
-            reason = (
-                f"{limit} deliveries refused within {window:g} s: its deliveries are answered "
-                "429 unread until it has room for one more"
-            )
-            _log.warning(
-                "source shed source=%s reason=%r", source, reason,
-                extra={"task": None, "outcome": "shed", "status": 429, "reason": reason,
-                       "source": source},
-            )  # fmt: skip
 
     async def _admit_and_apply(self, request: Request) -> Delivery:
         refusal = _before_reading(request.headers)
@@ -340,6 +325,18 @@ def _log_decision(delivery: Delivery, detail: str) -> None:
         "delivery task=%s outcome=%s status=%d reason=%r",
         delivery.task or "-", delivery.outcome, delivery.status, detail,
         extra=fields,
+    )  # fmt: skip
+
+
+def _log_shed(budget: RefusalBudget, source: str) -> None:
+    reason = (
+        f"{budget.limit} deliveries refused within {budget.window:g} s: its deliveries are "
+        "answered 429 unread until it has room for one more"
+    )
+    _log.warning(
+        "source shed source=%s reason=%r", source, reason,
+        extra={"task": None, "outcome": "shed", "status": 429, "reason": reason,
+               "source": source},
     )  # fmt: skip
 
 
