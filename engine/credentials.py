@@ -1,8 +1,8 @@
 """Credentials for rule R15 (authorization follows the frozen contract): the pure core.
 
-This module is the core only. The engine does not call it yet: no request carries credentials, no
-``--credentials`` option exists, and :class:`~cardfence.engine.errors.CredentialsMissingError` is
-not raised by any command. What is here:
+:mod:`engine.authorization` uses it to grant each task its credentials at creation and to put
+them on every later request (with the token fetch, which is I/O); the command line reads the
+file ``--credentials`` names with :func:`load_credentials`. What is here:
 
 - the typed configuration: one secret per agent origin and security scheme name
   (:class:`ApiKey`, :class:`Bearer`, :class:`Basic`, :class:`OAuthClient`, :class:`MutualTls`),
