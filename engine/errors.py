@@ -116,7 +116,9 @@ class DiscoveryError(CardfenceError):
     """The Agent Card could not be read; nothing that depended on it was done.
 
     ``kind`` is one of ``network``, ``timeout``, ``http_status``, ``invalid_card``, ``too_large``,
-    ``redirect``, ``insecure``, ``signature``. ``consequence`` says what was (not) done because of
+    ``redirect``, ``insecure``, ``signature``, ``unsupported_protocol``
+    (:class:`ProtocolUnsupportedError`), ``extended_card`` (the authenticated extended card
+    could not be read, R15). ``consequence`` says what was (not) done because of
     it; the caller that knows sets it (e.g. the engine: "nothing was sent").
     """
 

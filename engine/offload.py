@@ -4,12 +4,12 @@ The store is synchronous (SQLAlchemy). On PostgreSQL every call is a network rou
 SQLite file another process may hold the write lock for up to the busy timeout: either would
 stall every task the loop drives, and the webhook app's answers with them. :class:`StoreCalls`
 runs them on worker threads instead -- one for a SQLite file (its writes take one lock anyway, and
-one thread keeps this process's writes from contending with each other), a few for PostgreSQL (as
-many as its connection pool keeps). Appends from several workers share transactions (the store's
-group commit); more workers than these did not apply push deliveries faster (16 on PostgreSQL,
-4 on a SQLite file: ``scripts/bench.py push``), the path being bound by the CPU. An in-memory
-SQLite database is one connection shared by every caller, so its calls stay on the loop's thread,
-one at a time.
+one thread keeps this process's writes from contending with each other), four for PostgreSQL
+(:data:`POSTGRES_WORKERS`, within the five connections SQLAlchemy's pool keeps). Appends from
+several workers share transactions (the store's group commit); more workers than these did not
+apply push deliveries faster (16 on PostgreSQL, 4 on a SQLite file: ``scripts/bench.py push``),
+the path being bound by the CPU. An in-memory SQLite database is one connection shared by every
+caller, so its calls stay on the loop's thread, one at a time.
 
 A call that was started finishes, even when the coroutine awaiting it is cancelled: each append is
 committed or rolled back whole, and :meth:`StoreCalls.close` waits for those in

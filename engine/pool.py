@@ -69,8 +69,8 @@ class RequestSlots:
 
 
 def tls_context(ca_file: str | None = None) -> ssl.SSLContext:
-    """The system's trust store, plus ``ca_file``'s authorities when given. Raises ``OSError``
-    or ``ssl.SSLError`` when the file cannot be loaded."""
+    """The system's trust store, or only ``ca_file``'s authorities when given (they replace
+    it). Raises ``OSError`` or ``ssl.SSLError`` when the file cannot be loaded."""
     return ssl.create_default_context(cafile=ca_file)
 
 

@@ -24,6 +24,9 @@ from dataclasses import dataclass
 __all__ = ["REFUSAL_WINDOW", "RefusalBudget"]
 
 REFUSAL_WINDOW = 60.0  # seconds over which a source's budget of refusals is given back
+# A budget this close to a whole refusal has room for it: refilling in floating point may fall
+# short of 1.0 by a rounding error where the exact sum is 1 (a wait of 1e-15 s is no wait).
+_ROUNDING = 1e-9
 _SOURCES = 4096  # budgets kept at most
 
 
@@ -64,7 +67,7 @@ class RefusalBudget:
         if bucket is None:
             return 0.0
         tokens = self._refilled(bucket, self._clock())
-        return 0.0 if tokens >= 1.0 else (1.0 - tokens) / self._rate
+        return 0.0 if _has_room(tokens) else (1.0 - tokens) / self._rate
 
     def charge(self, source: str) -> bool:
         """Count one refused delivery against ``source``. True when that spent its budget and
@@ -79,7 +82,7 @@ class RefusalBudget:
         bucket.tokens = self._refilled(bucket, now) - 1.0
         bucket.at = now
         self._buckets[source] = bucket  # now the most recently charged
-        if bucket.tokens >= 1.0 or now - bucket.told < self.window:
+        if _has_room(bucket.tokens) or now - bucket.told < self.window:
             return False
         bucket.told = now
         self.shed_total += 1
@@ -88,7 +91,11 @@ class RefusalBudget:
     def shed(self) -> int:
         """Sources shed now (their budget has no room for one more refusal)."""
         now = self._clock()
-        return sum(1 for bucket in self._buckets.values() if self._refilled(bucket, now) < 1.0)
+        return sum(1 for b in self._buckets.values() if not _has_room(self._refilled(b, now)))
 
     def _refilled(self, bucket: _Bucket, now: float) -> float:
         return min(float(self.limit), bucket.tokens + (now - bucket.at) * self._rate)
+
+
+def _has_room(tokens: float) -> bool:
+    return tokens >= 1.0 - _ROUNDING

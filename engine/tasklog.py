@@ -1,9 +1,11 @@
 """Task streams in the event store: record events with their folded projection, look tasks up.
 
-Every write goes through :meth:`TaskLog.record`: it reads the stream's head, asks ``decide`` for the
-events to append given the current projection, folds them into the new projection
-(:func:`engine.replay.apply_task_events`) and appends both in one transaction. When another writer
-got there first, it reads again and asks again, so no decision is made on a stale projection.
+A task's stream is begun by :meth:`TaskLog.create`; every later write goes through
+:meth:`TaskLog.record`: it asks ``decide`` for the events to append given the head it holds (the
+one this process last wrote or read, else read from the store), folds them into the new
+projection (:func:`engine.replay.apply_task_events`) and appends both in one transaction. When
+another writer got there first, it reads the head again and asks again, so no decision is made
+on a stale projection.
 
 Reads of the past (:meth:`TaskLog.as_of`, :meth:`TaskLog.all_as_of`) replay a stream's events up to
 an :class:`AsOf` point with the same fold the audit uses; nothing stored is consulted but the log.

@@ -20,7 +20,8 @@ _SNAPSHOT_COLUMNS = ("revision", "body", "source_url", "etag", "http_status", "f
 
 @dataclass(frozen=True, slots=True)
 class AppendSQL:
-    """Statements of one dialect. ``lock`` is the PostgreSQL position lock, or empty."""
+    """Statements of one dialect. On PostgreSQL the head statements may take the position lock
+    too (:func:`build`'s ``lock_key``)."""
 
     dialect: str
     insert_head: str

@@ -25,7 +25,8 @@ DEFAULT_STATEMENT_TIMEOUT = 30.0
 
 
 def normalise_url(url: str | URL) -> URL:
-    """Pin the driver: PostgreSQL goes through psycopg 3, whatever the URL says."""
+    """Pin the driver of a bare ``postgresql://`` (or ``postgres://``) URL to psycopg 3; a URL
+    that names its driver keeps it."""
     parsed = make_url(url)
     if parsed.drivername in ("postgresql", "postgres"):
         parsed = parsed.set(drivername="postgresql+psycopg")

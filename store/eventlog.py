@@ -6,12 +6,14 @@ Ordering guarantee for tailing readers (``read_all(after=…)``): a reader that 
 - SQLite gives this for free: one writer at a time, and writers take the lock up front with
   ``BEGIN IMMEDIATE``.
 - On PostgreSQL, sequence values are drawn at insert but become visible at commit, so two writers
-  could commit out of order and a tailing reader would skip the slower one's event. Every append
-  therefore takes a transaction-scoped advisory lock right before inserting its events and holds
-  it through commit: positions are drawn and committed in one order. It is the last lock an append
-  takes and covers only the insert and the commit, so writers still prepare (hashing, projection,
-  the row lock on their stream's head) in parallel. Gaps in positions (rolled-back inserts) are
-  possible and harmless; versions within a stream are gap-free.
+  could commit out of order and a tailing reader would skip the slower one's event. Every
+  transaction of appends therefore takes a transaction-scoped advisory lock once its streams'
+  head rows (and due-work rows) are locked and before any event is inserted, and holds it through
+  commit: positions are drawn and committed in one order. A lone append takes it with its head
+  update (``RETURNING pg_advisory_xact_lock``, no extra round trip); a group commit's batch, once
+  after all its head rows. Writers still prepare (encoding, hashing, projections) in parallel.
+  Gaps in positions (rolled-back inserts) are possible and harmless; versions within a stream are
+  gap-free.
 """
 
 from __future__ import annotations

@@ -1,7 +1,9 @@
-"""The SQL schema of the event store: the event log, card snapshots and stream projections.
+"""The SQL schema of the event store: the event log, stream projections, card snapshots, and
+the work due on live streams.
 
-Three tables, named without a prefix but migrated under a private alembic version table
-(``cardfence_alembic_version``) so a host application's own migrations are untouched.
+Four tables (``events``, ``streams``, ``card_snapshots``, ``due_work``), named without a prefix but
+migrated under a private alembic version table (``cardfence_alembic_version``) so a host
+application's own migrations are untouched.
 """
 
 from __future__ import annotations

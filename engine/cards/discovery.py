@@ -61,7 +61,7 @@ from cardfence.engine.pool import RequestSlots
 from cardfence.engine.replay import State, apply_agent_event, initial_agent_state
 from cardfence.store import CardSnapshot, ConcurrencyError, EventStore, NewEvent, Projection
 
-if TYPE_CHECKING:  # engine.transport imports engine.credentials, which imports this module
+if TYPE_CHECKING:  # for annotations only: discovery never makes a transport of its own
     from cardfence.engine.transport import A2ATransport
 
 _APPEND_RETRIES = 20

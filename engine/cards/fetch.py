@@ -97,7 +97,8 @@ async def fetch_card(
     ``validators`` maps a URL to its stored ``(etag, last_modified)``, sent as a conditional
     request. ``slots``, when given, is held for the read (the engine's bound on requests in
     flight), waited for within the same time budget. Raises :class:`DiscoveryError` (kinds:
-    network, timeout, http_status, too_large, redirect, insecure).
+    network, timeout, http_status, redirect, insecure) or :class:`CardInvalidError` (kinds:
+    too_large, invalid_card: a content encoding refused).
     """
     last_url = urls[0]
     budget = deadline.left(limits.timeout)  # R16: by the deadline in force, too

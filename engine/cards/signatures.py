@@ -7,7 +7,7 @@ revision hashes (R14). So a verified signature covers everything the revision co
 revision is the same signed or not.
 
 What is here (pure but for :func:`load_card_signatures` and :func:`read_key_file`, which read a
-file; key sets on the network are read by :mod:`.discovery`):
+file; key sets on the network are read with :mod:`.fetch`, through :mod:`.discovery`):
 
 - the policy per agent origin (:class:`SignaturePolicy`: ``require``, ``prefer`` or ``ignore``,
   where the keys are, whether the protected header's ``jku`` may name them), gathered in

@@ -1,5 +1,8 @@
 """Creation (R2, R3, R15) and webhook registration (R4): the only two things card state may
-gate. Nothing is sent on any refusal, and every refusal is recorded in the agent's stream.
+gate. A creation refused sends nothing and is recorded in the agent's stream
+(``TaskCreationRefused``); a registration refused before it is sent (an insecure URL, a card
+read failing or without push), or refused by the agent, is recorded in the task's stream as
+``DeliveryDowngraded``, and the task goes on by polling.
 """
 
 from __future__ import annotations
