@@ -20,19 +20,16 @@ from cardfence.engine import events as ev
 from cardfence.engine import guards
 from cardfence.engine.cards.model import AgentCard
 from cardfence.engine.credentials import normalise_origin
-from cardfence.engine.engine.base import EngineConfig, _authorization_failed, _now_iso, _unreachable
+from cardfence.engine.engine.base import EngineConfig, _now_iso
 from cardfence.engine.engine.creation import Creation, WebhookOutcome
 from cardfence.engine.engine.following import UNTIL, Following, Pace, reached
 from cardfence.engine.errors import (
-    AuthorizationFailedError,
     ContractChangedError,
     CredentialsMissingError,
     DiscoveryError,
-    EndpointUnreachableError,
     RemoteRefusedError,
     SkillUnavailableError,
     UsageError,
-    WrongTaskAnswerError,
 )
 from cardfence.engine.lifecycle import INTERRUPTED, TERMINAL
 from cardfence.engine.observations import from_message, from_task
@@ -58,7 +55,7 @@ class Engine(Following, Creation):
         message_id = f"m-{uuid.uuid4().hex}"
         transport = await self._task_transport(state)
         await self._record(key, [(ev.REPLY_SENT, {"message_id": message_id, "chars": len(text)})])
-        try:
+        async with self._failures_recorded(key, "reply", wrong_source="send"):
             answer = await transport.send_message(
                 text=text,
                 message_id=message_id,
@@ -67,15 +64,6 @@ class Engine(Following, Creation):
                 metadata={"skillId": state["skill"]},
                 media_type=media_type,
             )
-        except AuthorizationFailedError as refused:
-            await self._record(key, [_authorization_failed(refused, "reply")])
-            raise
-        except EndpointUnreachableError as failure:
-            await self._record(key, [(ev.ENDPOINT_UNREACHABLE, _unreachable(failure, "reply"))])
-            raise
-        except WrongTaskAnswerError as wrong:
-            await self._record_wrong_task(key, wrong, "send")
-            raise
         if isinstance(answer, RemoteTask):
             return await self._observe(key, from_task(answer, "send"))
         return await self._observe(key, from_message(answer, "send"))
@@ -88,22 +76,13 @@ class Engine(Following, Creation):
             raise UsageError(f"task {key} has no remote task id: run `resume` first")
         transport = await self._task_transport(state)
         await self._record(key, [(ev.CANCEL_REQUESTED, {"at": _now_iso()})])
-        try:
-            answer = await transport.cancel_task(state["remote_task_id"])
-        except AuthorizationFailedError as refused:
-            await self._record(key, [_authorization_failed(refused, "cancel")])
-            raise
-        except RemoteRefusedError as refusal:
-            await self._record(
-                key, [(ev.CANCEL_REFUSED, {"code": refusal.code, "detail": str(refusal)})]
-            )
-            raise
-        except EndpointUnreachableError as failure:
-            await self._record(key, [(ev.ENDPOINT_UNREACHABLE, _unreachable(failure, "cancel"))])
-            raise
-        except WrongTaskAnswerError as wrong:
-            await self._record_wrong_task(key, wrong, "send")
-            raise
+        async with self._failures_recorded(key, "cancel", wrong_source="send"):
+            try:
+                answer = await transport.cancel_task(state["remote_task_id"])
+            except RemoteRefusedError as refusal:
+                refused = {"code": refusal.code, "detail": str(refusal)}
+                await self._record(key, [(ev.CANCEL_REFUSED, refused)])
+                raise
         return await self._observe(key, from_task(answer, "send"))
 
     # -- resume (R9) ---------------------------------------------------------------------------

@@ -20,7 +20,6 @@ from cardfence.engine.engine.base import (
     EngineConfig,
     _authorization_failed,
     _log,
-    _unreachable,
 )
 from cardfence.engine.engine.observing import Observing
 from cardfence.engine.errors import (
@@ -93,17 +92,8 @@ class Following(Observing):
         remote = state.get("remote_task_id")
         if not remote:
             raise UsageError(f"task {key} has no remote task id: run `resume` to find it")
-        try:
+        async with self._failures_recorded(key, "poll", wrong_source="poll"):
             task = await (await self._task_transport(state)).get_task(remote)
-        except AuthorizationFailedError as refused:
-            await self._record(key, [_authorization_failed(refused, "poll")])
-            raise
-        except EndpointUnreachableError as failure:
-            await self._record(key, [(ev.ENDPOINT_UNREACHABLE, _unreachable(failure, "poll"))])
-            raise
-        except WrongTaskAnswerError as wrong:
-            await self._record_wrong_task(key, wrong, "poll")
-            raise
         if time_left() <= 0:
             # R16: the answer came after the command's deadline. It is not applied (the next
             # poll reads it again), so applying an answer never starts past the deadline.

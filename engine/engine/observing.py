@@ -8,16 +8,27 @@ push ended. The push ingress's engine half (:meth:`Observing.deliver`) lives her
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from cardfence.engine import events as ev
 from cardfence.engine import guards, webhook
 from cardfence.engine.deadline import left as time_left
-from cardfence.engine.engine.base import _STREAM_FAILURES, EngineBase, _authorization_failed, _log
-from cardfence.engine.errors import AuthorizationFailedError, WrongTaskAnswerError
+from cardfence.engine.engine.base import (
+    _STREAM_FAILURES,
+    EngineBase,
+    _authorization_failed,
+    _log,
+    _unreachable,
+)
+from cardfence.engine.errors import (
+    AuthorizationFailedError,
+    EndpointUnreachableError,
+    WrongTaskAnswerError,
+)
 from cardfence.engine.lifecycle import TERMINAL
 from cardfence.engine.observations import (
     FLAG_PAYLOAD_TRUNCATED,
@@ -200,6 +211,25 @@ class Observing(EngineBase):
             return
         previous = await self._calls.run(self._card, state.get("latest_card_revision"))
         await self._decide(key, lambda s: guards.reconcile_card(s, card, failure, previous))
+
+    @contextlib.asynccontextmanager
+    async def _failures_recorded(
+        self, key: str, during: str, *, wrong_source: str
+    ) -> AsyncIterator[None]:
+        """Around one request of a live task (a poll, a reply, a cancel): a 401/403 is recorded
+        as ``AuthorizationFailed`` (R15), an endpoint not reached as ``EndpointUnreachable``, an
+        answer about another task as R12 says (from ``wrong_source``); each is raised on."""
+        try:
+            yield
+        except AuthorizationFailedError as refused:
+            await self._record(key, [_authorization_failed(refused, during)])
+            raise
+        except EndpointUnreachableError as failure:
+            await self._record(key, [(ev.ENDPOINT_UNREACHABLE, _unreachable(failure, during))])
+            raise
+        except WrongTaskAnswerError as wrong:
+            await self._record_wrong_task(key, wrong, wrong_source)
+            raise
 
     async def _record_wrong_task(self, key: str, wrong: WrongTaskAnswerError, source: str) -> None:
         """R12: an answer about another task than the one asked about, to GetTask, SendMessage
