@@ -13,7 +13,7 @@ the secrets it holds: :class:`ApiKey`, :class:`Bearer`, :class:`Basic`, :class:`
 from cardfence.engine.audit import AuditReport, Violation, audit, replay
 from cardfence.engine.cards.fetch import CardLimits
 from cardfence.engine.cards.model import AgentCard, parse_card
-from cardfence.engine.credentials import (
+from cardfence.engine.credentials_config import (
     ApiKey,
     Basic,
     Bearer,

@@ -26,17 +26,15 @@ from typing import Any, Protocol
 
 from cardfence.engine.cards.model import AgentCard
 from cardfence.engine.credentials import (
-    CredentialsProvider,
     RequestAuth,
-    Secret,
     TokenNeeded,
     apply,
     choose,
     effective_requirements,
     fingerprint,
     fits,
-    normalise_origin,
 )
+from cardfence.engine.credentials_config import CredentialsProvider, Secret, normalise_origin
 from cardfence.engine.errors import CredentialsMissingError
 from cardfence.engine.tokens import AccessToken
 

@@ -15,14 +15,14 @@ an interface of the agent with the credentials the caller chose (:meth:`Discover
 R15): recorded as a ``CardFetched`` with ``extended: true`` and stored as its own snapshot, beside
 the public card, which it never replaces in the agent's projection.
 
-Signed cards (:mod:`.signatures`): under an agent's ``require`` or ``prefer`` policy
-(``CardLimits.signatures``), a card read on the wire is verified before anything else sees it,
-against a key set read within the same bounds; its key set is pinned on first use like the
-contract. A card that fails is recorded as ``DiscoveryFailed`` (kind ``signature``), raised as
-:class:`CardSignatureError`, and neither stored, memoised nor returned. A verified read's
-``CardFetched`` carries ``signature``: the raw signatures, the key set's stored revision, the pin.
-The authenticated extended card is checked the same way under the same policy, its key set pinned
-apart from the public card's (from the extended reads alone).
+Signed cards (:mod:`.signature_policy`, :mod:`.keys`, :mod:`.signatures`): under an agent's
+``require`` or ``prefer`` policy (``CardLimits.signatures``), a card read on the wire is verified
+before anything else sees it, against a key set read within the same bounds; its key set is pinned
+on first use like the contract. A card that fails is recorded as ``DiscoveryFailed`` (kind
+``signature``), raised as :class:`CardSignatureError`, and neither stored, memoised nor returned. A
+verified read's ``CardFetched`` carries ``signature``: the raw signatures, the key set's stored
+revision, the pin. The authenticated extended card is checked the same way under the same policy,
+its key set pinned apart from the public card's (from the extended reads alone).
 """
 
 from __future__ import annotations
@@ -44,17 +44,10 @@ import httpx
 from cardfence.engine import deadline
 from cardfence.engine import events as ev
 from cardfence.engine.cards.fetch import CardLimits, card_urls, extended_card_url, fetch_card
+from cardfence.engine.cards.keys import CardKeys, parse_keys, read_key_file
 from cardfence.engine.cards.model import AgentCard, parse_card
-from cardfence.engine.cards.signatures import (
-    IGNORED,
-    CardKeys,
-    SignatureCheck,
-    SignaturePolicy,
-    apply_policy,
-    entries,
-    parse_keys,
-    read_key_file,
-)
+from cardfence.engine.cards.signature_policy import IGNORED, SignaturePolicy
+from cardfence.engine.cards.signatures import SignatureCheck, apply_policy, entries
 from cardfence.engine.errors import CardSignatureError, ContractChangedError, DiscoveryError
 from cardfence.engine.offload import StoreCalls
 from cardfence.engine.pool import RequestSlots

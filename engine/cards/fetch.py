@@ -21,7 +21,7 @@ import httpx
 from cardfence.engine import deadline
 from cardfence.engine.bodies import ACCEPT_ENCODING, BodyRefused, read_body
 from cardfence.engine.cards.model import JSONRPC, V03, Interface, url_refusal
-from cardfence.engine.cards.signatures import CardSignatures
+from cardfence.engine.cards.signature_policy import CardSignatures
 from cardfence.engine.errors import CardInvalidError, DiscoveryError
 from cardfence.engine.pool import RequestSlots
 

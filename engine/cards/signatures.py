@@ -6,14 +6,9 @@ without ``signatures``, which is exactly :meth:`AgentCard.canonical_bytes`, the 
 revision hashes (R14). So a verified signature covers everything the revision covers, and a card's
 revision is the same signed or not.
 
-What is here (pure but for :func:`load_card_signatures` and :func:`read_key_file`, which read a
-file; key sets on the network are read with :mod:`.fetch`, through :mod:`.discovery`):
+What is here (pure: the policy per agent origin is :mod:`.signature_policy`, the key sets and the
+key file :mod:`.keys`, whose public names are importable from here too):
 
-- the policy per agent origin (:class:`SignaturePolicy`: ``require``, ``prefer`` or ``ignore``,
-  where the keys are, whether the protected header's ``jku`` may name them), gathered in
-  :class:`CardSignatures` (from Python, or the TOML file docs/cli.md describes);
-- :func:`parse_keys`: a JWKS to the public keys it holds (:class:`CardKeys`), in the form that is
-  stored and the hash that is pinned (the sorted RFC 7638 thumbprints of its keys);
 - :func:`entries` and :func:`verify`: each signature's protected header read and checked
   (``none`` and HMAC algorithms are refused: a shared secret says nothing about who signed),
   then verified with :mod:`joserfc`;
@@ -22,6 +17,8 @@ file; key sets on the network are read with :mod:`.fetch`, through :mod:`.discov
   the served JSON for some cards. A signature that verifies only over that view is accepted only
   when the card read from the view decides everything as the served card does
   (:func:`uncovered` is empty), so the signature still covers what cardfence decides on;
+- :func:`apply_policy`: an agent's ``require`` or ``prefer`` applied to a card read, and
+  :class:`SignatureCheck`, what its ``CardFetched`` records;
 - :func:`sign_card`, which signs a card the way :func:`verify` checks it, and
   :func:`reverify` (the audit's check of a recorded read).
 """
@@ -31,24 +28,30 @@ from __future__ import annotations
 import base64
 import binascii
 import copy
-import hashlib
 import importlib
 import json
 import re
-import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Final, Protocol
 
-import httpx
 from joserfc.errors import JoseError
-from joserfc.jwk import ECKey, JWKRegistry, Key, OKPKey, RSAKey
+from joserfc.jwk import Key
 from joserfc.jws import JWSRegistry
 
-from cardfence.engine.cards.canonical import Invalid, canonical, decode
+from cardfence.engine.cards.canonical import canonical
+from cardfence.engine.cards.keys import CardKeys, parse_keys, read_key_file
 from cardfence.engine.cards.model import AgentCard, parse_card
-from cardfence.engine.errors import CardInvalidError, CardSignatureError, UsageError
+from cardfence.engine.cards.signature_policy import (
+    IGNORE,
+    POLICIES,
+    PREFER,
+    REQUIRE,
+    CardSignatures,
+    SignaturePolicy,
+    load_card_signatures,
+)
+from cardfence.engine.errors import CardInvalidError, CardSignatureError
 
 __all__ = [
     "ALGORITHMS",
@@ -76,11 +79,6 @@ __all__ = [
     "verify",
 ]
 
-REQUIRE: Final = "require"
-PREFER: Final = "prefer"
-IGNORE: Final = "ignore"
-POLICIES: Final = (REQUIRE, PREFER, IGNORE)
-
 # Asymmetric algorithms only: whoever verifies an HMAC holds the key that makes it.
 ALGORITHMS: Final = frozenset(
     {
@@ -103,250 +101,7 @@ FORM_A2A_SDK: Final = "a2a-sdk"  # a2a-sdk's protobuf view of it (see sdk_form)
 _MAX_SIGNATURES: Final = 16
 _MAX_PROTECTED: Final = 4096  # characters of one base64url protected header
 _MAX_SIGNATURE: Final = 2048  # characters of one base64url signature (RSA 8192 is 1366)
-_MAX_KEYS: Final = 64
-_MIN_RSA_BITS: Final = 2048
 _B64URL: Final = re.compile(r"[A-Za-z0-9_-]*")
-_POLICY_KEYS: Final = frozenset({"policy", "keys", "jku", "accept_key_change"})
-
-
-# --- the policy -----------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class SignaturePolicy:
-    """How one agent's card signatures are treated.
-
-    ``policy``: ``require`` (an unsigned card, or one whose signatures do not verify, is refused),
-    ``prefer`` (an unsigned card is used and recorded as unsigned; a signed one must verify) or
-    ``ignore`` (nothing is checked or recorded). ``keys``: a JWKS file path or an http(s) URL
-    (read within the card's bounds and stored like a card). ``jku``: without ``keys``, the key set
-    the signature's protected header names by ``jku`` may be used, on the agent's own origin only.
-    ``accept_key_change``: a key set other than the pinned one (or an unsigned card after one was
-    pinned) is accepted and pinned instead of refused.
-    """
-
-    policy: str = IGNORE
-    keys: str | None = None
-    jku: bool = False
-    accept_key_change: bool = False
-
-    def __post_init__(self) -> None:
-        if self.policy not in POLICIES:
-            raise UsageError(
-                f"card signature policy {self.policy!r}: expected one of {', '.join(POLICIES)}"
-            )
-        if self.keys is not None and not self.keys.strip():
-            raise UsageError("card signature keys: an empty path or URL")
-
-    @property
-    def active(self) -> bool:
-        return self.policy != IGNORE
-
-    @property
-    def keys_url(self) -> bool:
-        """Whether ``keys`` is a URL (else a file path)."""
-        return self.keys is not None and self.keys.lower().startswith(("https://", "http://"))
-
-
-IGNORED: Final = SignaturePolicy()
-
-
-def origin_of(url: str) -> str:
-    """``scheme://host[:port]``, lower-case, the default port left out (as cards are keyed).
-
-    Raises ``ValueError`` when ``url`` is not an http(s) URL with a host.
-    """
-    try:
-        parsed = httpx.URL(url)
-    except httpx.InvalidURL as error:
-        raise ValueError(f"{url!r} is not a URL") from error
-    if parsed.scheme not in ("http", "https") or not parsed.host:
-        raise ValueError(f"{url!r} is not an http(s) URL")
-    default = {"http": 80, "https": 443}[parsed.scheme]
-    port = parsed.port or default
-    host = f"[{parsed.host}]" if ":" in parsed.host else parsed.host
-    return f"{parsed.scheme}://{host}" + ("" if port == default else f":{port}")
-
-
-@dataclass(frozen=True, slots=True)
-class CardSignatures:
-    """The signature policy of each agent origin; agents not listed are ``ignore``.
-
-    Build it with :meth:`of` (``{origin: SignaturePolicy or policy name}``) or
-    :func:`load_card_signatures`; give it to the card reads as ``CardLimits(signatures=...)``.
-    """
-
-    agents: tuple[tuple[str, SignaturePolicy], ...] = ()
-    source: str = ""
-
-    @classmethod
-    def of(
-        cls, policies: Mapping[str, SignaturePolicy | str], *, source: str = ""
-    ) -> CardSignatures:
-        found: dict[str, SignaturePolicy] = {}
-        for written, policy in policies.items():
-            try:
-                origin = origin_of(written)
-            except ValueError:
-                raise UsageError(
-                    f"card signatures: {written!r} is not an agent origin (https://host[:port])"
-                ) from None
-            if origin in found:
-                raise UsageError(f"card signatures: origin {origin} is written twice")
-            found[origin] = (
-                policy if isinstance(policy, SignaturePolicy) else SignaturePolicy(policy)
-            )
-        return cls(tuple(sorted(found.items())), source)
-
-    def policy(self, origin: str) -> SignaturePolicy:
-        """The policy for the agent whose card is served from ``origin``."""
-        for listed, policy in self.agents:
-            if listed == origin:
-                return policy
-        return IGNORED
-
-
-def load_card_signatures(path: Path) -> CardSignatures:
-    """Read the card signatures file (docs/cli.md, "Signed cards"): TOML, one table per agent
-    origin, ``[agents."ORIGIN"]`` with ``policy`` and optional ``keys``, ``jku``,
-    ``accept_key_change``. A relative ``keys`` path is taken from the file's folder. Anything
-    malformed is a :class:`UsageError` naming the origin and the key."""
-    where = str(path)
-    try:
-        with path.open("rb") as handle:
-            document = tomllib.load(handle)
-    except OSError as error:
-        raise UsageError(f"card signatures {where}: cannot be read ({error.strerror})") from None
-    except tomllib.TOMLDecodeError as error:
-        raise UsageError(f"card signatures {where}: not valid TOML: {error}") from None
-    unknown = sorted(set(document) - {"agents"})
-    agents = document.get("agents", {})
-    if unknown or not isinstance(agents, dict):
-        raise UsageError(f'card signatures {where}: expected only [agents."ORIGIN"] tables')
-    policies: dict[str, SignaturePolicy] = {}
-    for origin, table in agents.items():
-        entry = f'card signatures {where} [agents."{origin}"]'
-        if not isinstance(table, dict):
-            raise UsageError(f"{entry}: must be a table")
-        extra = sorted(set(table) - _POLICY_KEYS)
-        if extra:
-            raise UsageError(f"{entry}: unknown key(s) {', '.join(extra)}")
-        policy, keys = table.get("policy"), table.get("keys")
-        jku, accept = table.get("jku", False), table.get("accept_key_change", False)
-        if not isinstance(policy, str):
-            raise UsageError(f"{entry}: policy is required: {', '.join(POLICIES)}")
-        if keys is not None and not isinstance(keys, str):
-            raise UsageError(f"{entry}: keys must be a file path or an http(s) URL")
-        if not isinstance(jku, bool) or not isinstance(accept, bool):
-            raise UsageError(f"{entry}: jku and accept_key_change must be true or false")
-        if keys is not None and not keys.lower().startswith(("https://", "http://")):
-            keys = str((path.parent / keys).resolve())
-        try:
-            policies[origin] = SignaturePolicy(policy, keys, jku, accept)
-        except UsageError as error:
-            raise UsageError(f"{entry}: {error}") from None
-    return CardSignatures.of(policies, source=where)
-
-
-# --- keys -----------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class CardKeys:
-    """A key set, as used to verify: its usable public keys, the canonical JSON of them (what is
-    stored, under :attr:`revision`), and :attr:`key_set`, the hash that is pinned."""
-
-    keys: tuple[Key, ...]
-    body: str
-    source: str  # "file", "url" or "jku"
-    url: str
-    key_set: str
-    kids: tuple[str, ...]
-
-    @property
-    def revision(self) -> str:
-        return hashlib.sha256(self.body.encode()).hexdigest()
-
-    def record(self) -> dict[str, Any]:
-        return {
-            "source": self.source,
-            "url": self.url,
-            "revision": self.revision,
-            "key_set": self.key_set,
-            "kids": list(self.kids),
-        }
-
-
-def parse_keys(
-    body: bytes, *, source: str, url: str, card_url: str, max_bytes: int = 1_048_576
-) -> CardKeys:
-    """The public signing keys of a JWKS (``{"keys": [...]}``, or a single JWK).
-
-    Keys that cannot sign a card are left out (``oct``, ``use`` other than ``sig``, RSA under
-    2048 bits, unknown types); private members are never kept. Raises
-    :class:`CardSignatureError` when the body is not a JWKS or holds no usable key.
-    """
-    where = f"keys at {url}"
-    if len(body) > max_bytes:
-        raise CardSignatureError(card_url, f"{where}: {len(body)} bytes, over {max_bytes}")
-    try:
-        document = decode(body, 16)
-    except Invalid as error:
-        raise CardSignatureError(card_url, f"{where}: not JSON ({error.problem})") from None
-    listed = document.get("keys") if isinstance(document, dict) else None
-    if isinstance(document, dict) and "kty" in document:
-        listed = [document]
-    if not isinstance(listed, list):
-        raise CardSignatureError(card_url, f"{where}: not a JWK set (no keys list)")
-    usable: list[tuple[str, dict[str, Any], Key]] = []
-    for jwk in listed[:_MAX_KEYS]:
-        key = _public_key(jwk)
-        if key is not None:
-            public = dict(key.as_dict(private=False))
-            usable.append((key.thumbprint(), public, key))
-    if not usable:
-        raise CardSignatureError(card_url, f"{where}: no public signing key (EC, RSA or OKP)")
-    usable.sort(key=lambda item: item[0])
-    thumbprints = [thumbprint for thumbprint, _, _ in usable]
-    stored = canonical({"keys": [public for _, public, _ in usable]}, "keys").decode()
-    return CardKeys(
-        keys=tuple(key for _, _, key in usable),
-        body=stored,
-        source=source,
-        url=url,
-        key_set=hashlib.sha256(canonical(thumbprints, "keys")).hexdigest(),
-        kids=tuple(sorted({key.kid for _, _, key in usable if key.kid})),
-    )
-
-
-def _public_key(jwk: object) -> Key | None:
-    if not isinstance(jwk, dict) or jwk.get("kty") not in ("EC", "RSA", "OKP"):
-        return None
-    if jwk.get("use") not in (None, "sig"):
-        return None
-    public = {k: v for k, v in jwk.items() if k not in ("d", "p", "q", "dp", "dq", "qi", "oth")}
-    try:
-        key = JWKRegistry.import_key(public)
-        if isinstance(key, RSAKey) and key.get_op_key("verify").key_size < _MIN_RSA_BITS:
-            return None
-        if isinstance(key, OKPKey) and key.get("crv") not in ("Ed25519", "Ed448"):
-            return None  # X25519 and X448 agree on keys, they do not sign
-    except (JoseError, ValueError, TypeError, KeyError):
-        return None
-    return key if isinstance(key, ECKey | RSAKey | OKPKey) else None
-
-
-def read_key_file(path: str, card_url: str, max_bytes: int) -> CardKeys:
-    """The key set in the JWKS file at ``path`` (at most ``max_bytes`` read)."""
-    try:
-        with open(path, "rb") as handle:
-            body = handle.read(max_bytes + 1)
-    except OSError as error:
-        raise CardSignatureError(
-            card_url, f"keys file {path} cannot be read ({error.strerror})"
-        ) from None
-    url = Path(path).resolve().as_uri()
-    return parse_keys(body, source="file", url=url, card_url=card_url, max_bytes=max_bytes)
 
 
 # --- the signatures -------------------------------------------------------------------------------

@@ -21,8 +21,8 @@ import typer
 
 from cardfence.engine import errors
 from cardfence.engine.cards.fetch import CardLimits
-from cardfence.engine.cards.signatures import load_card_signatures
-from cardfence.engine.credentials import CredentialsConfig, load_credentials
+from cardfence.engine.cards.signature_policy import load_card_signatures
+from cardfence.engine.credentials_config import CredentialsConfig, load_credentials
 from cardfence.store import EventStore
 
 if TYPE_CHECKING:

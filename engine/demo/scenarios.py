@@ -29,7 +29,7 @@ from typing import Any
 
 from cardfence.engine import events as ev
 from cardfence.engine.cards.fetch import CardLimits, card_urls
-from cardfence.engine.credentials import Bearer, CredentialsConfig
+from cardfence.engine.credentials_config import Bearer, CredentialsConfig
 from cardfence.engine.demo.agent import DemoAgent
 from cardfence.engine.demo.receiver import WebhookReceiver
 from cardfence.engine.engine import Engine, EngineConfig

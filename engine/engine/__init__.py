@@ -19,7 +19,7 @@ import uuid
 from cardfence.engine import events as ev
 from cardfence.engine import guards
 from cardfence.engine.cards.model import AgentCard
-from cardfence.engine.credentials import normalise_origin
+from cardfence.engine.credentials_config import normalise_origin
 from cardfence.engine.engine.base import EngineConfig, _now_iso
 from cardfence.engine.engine.creation import Creation, WebhookOutcome
 from cardfence.engine.engine.following import UNTIL, Following, Pace, reached

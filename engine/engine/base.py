@@ -31,7 +31,7 @@ from cardfence.engine.authorization import Authorizer, Grant, TaskCredentials
 from cardfence.engine.cards.discovery import CardRead, Discovery
 from cardfence.engine.cards.fetch import CardLimits
 from cardfence.engine.cards.model import AgentCard, Interface, parse_card
-from cardfence.engine.credentials import CredentialsProvider
+from cardfence.engine.credentials_config import CredentialsProvider
 from cardfence.engine.errors import (
     AuthorizationFailedError,
     CardInvalidError,

@@ -37,7 +37,7 @@ from support.auth_peer import (
 )
 
 from cardfence.engine import events as ev
-from cardfence.engine.credentials import (
+from cardfence.engine.credentials_config import (
     ApiKey,
     Basic,
     Bearer,

@@ -35,7 +35,7 @@ from cardfence.engine.cards.fetch import card_urls
 from cardfence.engine.cards.model import HTTP_JSON, JSONRPC, parse_card
 from cardfence.engine.cli.app import exit_code_for
 from cardfence.engine.cli.main import run as cli
-from cardfence.engine.credentials import Bearer, CredentialsConfig
+from cardfence.engine.credentials_config import Bearer, CredentialsConfig
 from cardfence.engine.engine import EngineConfig
 from cardfence.engine.errors import (
     DeadlineExceeded,

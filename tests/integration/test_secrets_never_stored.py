@@ -29,7 +29,13 @@ from support.auth_peer import (
 )
 
 from cardfence.engine import events as ev
-from cardfence.engine.credentials import ApiKey, Basic, Bearer, CredentialsConfig, OAuthClient
+from cardfence.engine.credentials_config import (
+    ApiKey,
+    Basic,
+    Bearer,
+    CredentialsConfig,
+    OAuthClient,
+)
 from cardfence.engine.engine import Engine
 from cardfence.engine.errors import AuthorizationFailedError, DeadlineExceeded
 

@@ -28,13 +28,8 @@ from cardfence.engine import events as ev
 from cardfence.engine.audit import audit
 from cardfence.engine.cards.discovery import CardRead, Discovery
 from cardfence.engine.cards.fetch import CardLimits
-from cardfence.engine.cards.signatures import (
-    FORM_A2A_SDK,
-    FORM_RFC8785,
-    CardSignatures,
-    SignaturePolicy,
-    sign_card,
-)
+from cardfence.engine.cards.signature_policy import CardSignatures, SignaturePolicy
+from cardfence.engine.cards.signatures import FORM_A2A_SDK, FORM_RFC8785, sign_card
 from cardfence.engine.engine import Engine, EngineConfig
 from cardfence.engine.errors import CardSignatureError
 from cardfence.store import EventStore

@@ -19,7 +19,8 @@ import pytest
 from support import TokenServer
 
 from cardfence.engine import deadline, tokens
-from cardfence.engine.credentials import OAuthClient, TokenNeeded
+from cardfence.engine.credentials import TokenNeeded
+from cardfence.engine.credentials_config import OAuthClient
 from cardfence.engine.errors import AuthorizationFailedError, TokenRequestError
 from cardfence.engine.tokens import AccessToken, TokenSource
 

@@ -11,7 +11,7 @@ import pytest
 
 from cardfence.engine.authorization import Authorizer, Grant
 from cardfence.engine.cards.model import AgentCard, parse_card
-from cardfence.engine.credentials import ApiKey, Bearer, CredentialsConfig, OAuthClient
+from cardfence.engine.credentials_config import ApiKey, Bearer, CredentialsConfig, OAuthClient
 from cardfence.engine.errors import CredentialsMissingError
 
 AGENT = "https://agent.test"

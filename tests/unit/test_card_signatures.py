@@ -1,5 +1,6 @@
-"""Signed cards, the pure part (engine/cards/signatures.py): keys, entries, verification, the
-policy file, a2a-sdk's view of a card, and the audit's check. No network."""
+"""Signed cards, the pure part (engine/cards/keys.py, signature_policy.py, signatures.py): keys,
+entries, verification, the policy file, a2a-sdk's view of a card, and the audit's check. No
+network."""
 
 from __future__ import annotations
 
@@ -12,19 +13,20 @@ from typing import Any
 import pytest
 from joserfc.jwk import ECKey, Key, OctKey, OKPKey, RSAKey
 
+from cardfence.engine.cards.keys import CardKeys, parse_keys
 from cardfence.engine.cards.model import parse_card
+from cardfence.engine.cards.signature_policy import (
+    PREFER,
+    REQUIRE,
+    CardSignatures,
+    SignaturePolicy,
+    load_card_signatures,
+)
 from cardfence.engine.cards.signatures import (
     FORM_A2A_SDK,
     FORM_RFC8785,
-    PREFER,
-    REQUIRE,
-    CardKeys,
-    CardSignatures,
-    SignaturePolicy,
     apply_policy,
     entries,
-    load_card_signatures,
-    parse_keys,
     reverify,
     sdk_form,
     sign_card,

@@ -1,5 +1,6 @@
-"""The credentials core of R15 (engine/credentials.py): the file, env: values, the choice among
-alternatives, what each scheme adds to a request, fingerprints, and no secret in any repr."""
+"""The credentials core of R15 (engine/credentials_config.py, engine/credentials.py): the file,
+env: values, the choice among alternatives, what each scheme adds to a request, fingerprints, and
+no secret in any repr."""
 
 from __future__ import annotations
 
@@ -14,6 +15,15 @@ import pytest
 from cardfence.engine.cards.model import AgentCard, SecurityRequirement, parse_card
 from cardfence.engine.cli.app import exit_code_of
 from cardfence.engine.credentials import (
+    RequestAuth,
+    apply,
+    choose,
+    effective_requirements,
+    fingerprint,
+    fits,
+    redact,
+)
+from cardfence.engine.credentials_config import (
     ApiKey,
     Basic,
     Bearer,
@@ -21,14 +31,7 @@ from cardfence.engine.credentials import (
     CredentialsProvider,
     MutualTls,
     OAuthClient,
-    RequestAuth,
-    apply,
-    choose,
-    effective_requirements,
-    fingerprint,
-    fits,
     load_credentials,
-    redact,
 )
 from cardfence.engine.errors import CredentialsConfigError, CredentialsMissingError, UsageError
 
