@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gc
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +26,22 @@ from cardfence.store import EventStore
 from cardfence.store.eventlog import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_MAX_PROJECTION_BYTES
 
 
+def _growth(seconds: Callable[[int], float], small: int, large: int) -> float:
+    """How many times longer ``seconds(large)`` takes than ``seconds(small)``: the best of three
+    runs of each, with the cyclic garbage collector off while they run (its passes grow with the
+    heap, not with the work measured) and CPU time rather than wall time (a loaded machine
+    stretches the second, not the first). Linear work grows about ``large / small`` times,
+    quadratic work its square: a factor of 4 between sizes tells them apart by 4 against 16."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        seconds(small)  # warm up
+        return min(seconds(large) for _ in range(3)) / min(seconds(small) for _ in range(3))
+    finally:
+        if collecting:
+            gc.enable()
+
+
 def _apply_and_replay(count: int) -> float:
     report = Observation(
         "send",
@@ -33,25 +51,21 @@ def _apply_and_replay(count: int) -> float:
             for n in range(count)
         ),
     )
-    started = time.perf_counter()
+    started = time.process_time()
     task = initial_task_state("k")
     events = apply_observation(task, report)
     projection = apply_task_events(task, events)
     assert fold_task("k", events) == projection
     assert len(projection["artifacts"]) == count
-    return time.perf_counter() - started
+    return time.process_time() - started
 
 
 def test_applying_and_replaying_artifacts_is_linear_in_their_number() -> None:
-    _apply_and_replay(2_000)  # warm up
-    ratios = []
-    for _ in range(3):  # the best of three: a loaded machine may slow one run down
-        ratios.append(_apply_and_replay(40_000) / _apply_and_replay(20_000))
-    assert min(ratios) < 3.0  # quadratic would be about 4
+    assert _growth(_apply_and_replay, 5_000, 20_000) < 8.0  # linear about 4, quadratic 16
 
 
 def _listed_as_of(folder: Path, count: int) -> float:
-    """Seconds ``TaskLog.all_as_of`` takes over one task of ``count`` artifact events."""
+    """CPU seconds ``TaskLog.all_as_of`` takes over one task of ``count`` artifact events."""
     name = f"as-of-{count}-{time.perf_counter_ns()}.db"  # a new store each time
     with EventStore.open(f"sqlite:///{folder / name}") as store:
         log = TaskLog(store)
@@ -61,21 +75,17 @@ def _listed_as_of(folder: Path, count: int) -> float:
             for n in range(count)
         ]
         log.record("k", lambda _state: artifacts)
-        started = time.perf_counter()
+        started = time.process_time()
         [head] = log.all_as_of(AsOf(position=count + 1))
-        elapsed = time.perf_counter() - started
+        elapsed = time.process_time() - started
         assert len(head.state["artifacts"]) == count
         assert head.state == log.head("k").state
         return elapsed
 
 
 def test_listing_as_of_a_point_is_linear_in_a_tasks_artifacts(tmp_path: Path) -> None:
-    _listed_as_of(tmp_path, 1_000)  # warm up
-    small, large = _listed_as_of(tmp_path, 10_000), _listed_as_of(tmp_path, 20_000)
-    ratios = [large / small]
-    for _ in range(2):  # the best of three: a loaded machine may slow one run down
-        ratios.append(_listed_as_of(tmp_path, 20_000) / _listed_as_of(tmp_path, 10_000))
-    assert min(ratios) < 3.0  # quadratic would be about 4
+    growth = _growth(lambda count: _listed_as_of(tmp_path, count), 2_500, 10_000)
+    assert growth < 8.0  # linear about 4, quadratic 16
 
 
 def test_100000_artifacts_are_applied_and_replayed() -> None:
