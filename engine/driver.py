@@ -114,6 +114,7 @@ class Driver:
         self.owner = owner or f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:8]}"
         self._leases: dict[str, Lease] = {}  # task key -> the lease this driver holds on it
         self._row_gone: set[str] = set()  # tasks ended by an append, which removed their row
+        self._finishing: set[str] = set()  # tasks whose row is being removed (``_finish``)
         self._renewed_at = -float("inf")
         self._claim_soon = asyncio.Event()
         self._streams: dict[str, asyncio.Task[None]] = {}
@@ -250,6 +251,7 @@ class Driver:
             self._renewed_at = time.monotonic()
             for key in [k for k in self._leases if task_stream_id(k) not in held]:
                 self._lose(key, "lease not renewed: another process claimed the task")
+            await self._release_strays(held)
         claimed = 0
         while not self._stopping.is_set():
             leases = await self.engine._calls.run(
@@ -297,6 +299,22 @@ class Driver:
                 )
         return sum(taken.values())
 
+    async def _release_strays(self, held: set[str]) -> None:
+        """Let go of leases the store says this driver holds but it is not driving: renewed as
+        they are, nobody would poll those tasks again. None should exist; should one (a claim
+        whose answer was lost, a bug), it is due again at once, to whoever claims it next."""
+        driven = {task_stream_id(key) for key in (*self._leases, *self._finishing)}
+        strays = held - driven
+        if not strays:
+            return
+        await self.engine._calls.run(self.store.due.release, self.owner, dict.fromkeys(strays, 0.0))
+        for stream_id in sorted(strays):
+            _log.warning(
+                "released a lease this driver held but was not driving",
+                extra={"task": key_of(stream_id), "event": "StrayLeaseReleased"},
+            )
+        self._claim_soon.set()
+
     def _take(self, leases: Iterable[Lease]) -> None:
         now = self._clock()
         for lease in leases:
@@ -304,17 +322,23 @@ class Driver:
             self._leases[key] = lease
             self._follow(key, now, prompt=True)
 
-    def _lose(self, key: str, reason: str) -> None:
-        """Stop driving ``key``: another process holds it now."""
+    def _lose(self, key: str, reason: str, epoch: int | None = None) -> bool:
+        """Stop driving ``key``: another process holds it now. ``epoch``: the lease an append
+        was refused under; when this driver has claimed the task again since, under a newer
+        lease, that one stands and nothing is let go. Whether ``key`` is let go."""
+        held = self._leases.get(key)
+        if held is not None and epoch is not None and held.epoch != epoch:
+            return False
         self._row_gone.discard(key)
         if self._leases.pop(key, None) is None:
-            return
+            return True
         self.lost += 1
         self._drop(key)
         stream = self._streams.pop(key, None)
         if stream is not None:
             stream.cancel()
         _log.info(reason, extra={"task": key, "event": "LeaseLost", "reason": reason})
+        return True
 
     def _follow(self, key: str, when: float, *, prompt: bool = False) -> None:
         if key not in self._paces:
@@ -351,7 +375,11 @@ class Driver:
         if key in self._row_gone:
             self._row_gone.discard(key)
         elif lease is not None:
-            await self.engine._calls.run(self.store.due.done, lease)
+            self._finishing.add(key)  # still held in the store until ``done`` commits
+            try:
+                await self.engine._calls.run(self.store.due.done, lease)
+            finally:
+                self._finishing.discard(key)
 
     async def _scan_forever(self) -> None:
         while True:
@@ -425,8 +453,8 @@ class Driver:
             except asyncio.CancelledError:
                 raise
             except LeaseLostError as lost:
-                self._lose(key, str(lost))
-                wait = None
+                let_go = self._lose(key, str(lost), lost.epoch)
+                wait = None if let_go else self.engine.config.first_poll_interval
             except Exception:  # a bug must not stop every other task from moving
                 _log.exception("step failed", extra={"task": key, "event": "StepFailed"})
             finally:
@@ -459,7 +487,9 @@ class Driver:
             return None
         if not is_live(state):
             return None
-        pace = self._paces.setdefault(key, Pace.start(engine.config, self._clock()))
+        pace = self._paces.get(key)
+        if pace is None:  # let go while its state was read: lost to another driver
+            return None
         if self._clock() >= pace.next_endpoint_check:
             revision = await engine._calls.run(engine._agent_revision, state)
             stale = guards.card_is_stale(state, {"revision": revision})
@@ -477,6 +507,7 @@ class Driver:
             pace.delay = engine.config.first_poll_interval  # moving: look again soon
         if (
             pace.delay >= engine.stream_after
+            and key in self._leases  # not lost while it was polled
             and key not in self._streams
             and len(self._streams) < self.max_streams
             and not self._stopping.is_set()
@@ -492,7 +523,7 @@ class Driver:
         except asyncio.CancelledError:
             raise
         except LeaseLostError as lost:
-            self._lose(key, str(lost))
+            self._lose(key, str(lost), lost.epoch)
         except Exception:  # a bug here must not stop the polls: they go on regardless
             _log.exception("stream follower failed", extra={"task": key, "event": "StepFailed"})
         finally:

@@ -5,6 +5,7 @@ forced here on both databases. SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 
@@ -23,6 +24,7 @@ from support import Peer
 from cardfence.engine import events as ev
 from cardfence.engine import tasklog
 from cardfence.engine.engine import Engine
+from cardfence.engine.replay import State
 from cardfence.engine.tasklog import task_stream_id
 from cardfence.store import (
     ConcurrencyError,
@@ -33,6 +35,7 @@ from cardfence.store import (
 )
 
 SLOW = [("submitted", "working"), ("working", "completed")]
+SKIPPED = [("submitted", "completed")]  # the task worked between two polls
 
 
 def live_streams(store: EventStore, count: int, prefix: str = "task-") -> list[str]:
@@ -158,7 +161,7 @@ async def test_two_drivers_share_the_tasks_and_each_is_driven_by_one_lease_at_a_
 
         owners = set()
         for view in started:
-            assert transitions(starter.store, view.task) == SLOW
+            assert transitions(starter.store, view.task) in (SLOW, SKIPPED)
             stamps = lease_stamps(starter.store, view.task)
             assert stamps, "every driven append records its lease"
             assert len({owner for owner, _ in stamps}) == 1  # nobody took it over meanwhile
@@ -282,4 +285,109 @@ async def test_a_background_decision_under_a_lease_since_lost_writes_nothing_and
             await driver.engine.settle()  # nothing to report
 
             assert len(events(store, view.task)) == before
+        await starter.cancel(view.task)  # the agent's task would work on for 30 s
+
+
+async def test_an_append_refused_under_an_older_lease_leaves_the_newer_one_driven(
+    peer: Peer, db_url: str
+) -> None:
+    """A step still in flight under a lease the driver has since lost and claimed again (a slow
+    poll across a take-over and back) has its append refused: the driver lets go of nothing,
+    and drives the task on under the newer lease. Before, it dropped the newer lease while the
+    store went on renewing it, so nobody ever polled the task again."""
+    async with (
+        Engine.open(db_url, config=FAST) as starter,
+        driving(db_url, owner="racer", lease_ttl=30.0) as driver,
+    ):
+        view = await starter.start_task(peer.base_url, skill="slow", text="slow 1.5")
+        await wait_until(lambda: driver.followed == 1, what="the driver to claim it")
+        store, stream = starter.store, task_stream_id(view.task)
+        stepping = driver._step_leased
+        raced: list[LeaseLostError] = []
+
+        async def step_across_a_new_claim(key: str) -> float | None:
+            if raced:
+                return await stepping(key)
+            store.due.release("racer", {stream: 0.0})  # lost and claimed again meanwhile
+            (again,) = store.due.claim("racer", ttl=30, limit=1)
+            driver._take([again])
+            flag = (ev.FLAGGED_FOR_REVIEW, {"reason": "skill_withdrawn", "detail": "late"})
+            try:  # this step's append, under the lease it started with
+                await driver.engine._record(key, [flag])
+            except LeaseLostError as refused:
+                raced.append(refused)
+                raise
+            raise AssertionError("the append under the older lease was not refused")
+
+        driver._step_leased = step_across_a_new_claim  # type: ignore[method-assign]
+        await wait_until(lambda: bool(raced), what="the raced step")
+        await wait_until(
+            lambda: state_of(starter, view.task)["state"] == "completed",
+            timeout=15,
+            what="the task driven on under its newer lease",
+        )
+        stamps = lease_stamps(store, view.task)
+        assert stamps[-1] == ("racer", raced[0].epoch + 1)  # the newer lease drove it on
+        assert driver.lost == 0
+        await wait_until(lambda: driver.followed == 0, what="the ended task let go")
+        assert store.due.rows() == []
+
+
+async def test_a_lease_held_in_the_store_but_not_driven_is_released_and_claimed_again(
+    peer: Peer, db_url: str
+) -> None:
+    """Should the store say a driver holds a lease it is not driving (a claim whose answer was
+    lost), its next renewal lets the lease go rather than renew it forever: the task is due at
+    once and claimed again, and driven to its end."""
+    async with (
+        Engine.open(db_url, config=FAST) as starter,
+        driving(db_url, owner="forgetful", lease_ttl=30.0) as driver,
+    ):
+        view = await starter.start_task(peer.base_url, skill="slow", text="slow 1.5")
+        await wait_until(lambda: driver.followed == 1, what="the driver to claim it")
+        forgotten = driver._leases.pop(view.task)  # held in the store, not in the driver
+        driver._drop(view.task)
+        (row,) = starter.store.due.rows()
+        assert (row.owner, row.epoch) == ("forgetful", forgotten.epoch)
+        driver._renewed_at = -float("inf")  # renew on the next claim round
+        await wait_until(
+            lambda: state_of(starter, view.task)["state"] == "completed",
+            timeout=15,
+            what="the task claimed again and driven to its end",
+        )
+        assert lease_stamps(starter.store, view.task)[-1][1] > forgotten.epoch
+        await wait_until(lambda: driver.followed == 0, what="the ended task let go")
+        assert starter.store.due.rows() == []
+
+
+async def test_a_task_lost_while_its_state_is_read_is_followed_no_more(
+    peer: Peer, db_url: str
+) -> None:
+    """A renewal may find a lease lost while a step of the task is reading its state: the step
+    ends there, and the driver follows the task no more (before, the step put the task back
+    among those it follows, where it stayed: counted, never polled)."""
+    async with Engine.open(db_url, config=FAST) as starter:
+        async with driving(db_url, owner="loser", lease_ttl=30.0) as driver:
+            view = await starter.start_task(peer.base_url, skill="slow", text="slow 30")
+            await wait_until(lambda: driver.followed == 1, what="the driver to claim it")
+            store, stream = starter.store, task_stream_id(view.task)
+            reading = driver.engine._state
+            lost: list[str] = []
+
+            async def read_while_the_lease_is_lost(key: str) -> State:
+                state = await reading(key)
+                if key == view.task and not lost:
+                    store.due.release("loser", {stream: 0.0})
+                    store.due.claim("usurper", ttl=60, limit=1)
+                    driver._lose(key, "lease not renewed: another process claimed the task")
+                    lost.append(key)
+                return state
+
+            driver.engine._state = read_while_the_lease_is_lost  # type: ignore[method-assign]
+            driver._follow(view.task, driver._clock(), prompt=True)  # a step now
+            await wait_until(lambda: bool(lost), what="the lease lost during a step")
+            await asyncio.sleep(0.3)  # the step ends
+            assert (driver.followed, driver.lost) == (0, 1)
+            assert view.task not in driver._streams
+            assert store.due.rows()[0].owner == "usurper"
         await starter.cancel(view.task)  # the agent's task would work on for 30 s

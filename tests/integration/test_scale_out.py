@@ -27,7 +27,7 @@ from engine_fixtures import FAST, assert_audit_ok, events, transitions, webhook_
 from cardfence.engine import events as ev
 from cardfence.engine.cards.fetch import CardLimits
 from cardfence.engine.engine import Engine
-from cardfence.engine.tasklog import key_of
+from cardfence.engine.tasklog import key_of, task_stream_id
 from cardfence.store import EventStore
 
 TASKS = 300
@@ -143,7 +143,11 @@ async def test_three_serves_one_killed_drive_300_tasks_each_by_one_lease_at_a_ti
                 while completed() < TASKS and time.monotonic() < deadline:
                     await asyncio.sleep(0.5)
                 live = [k for k in keys if starter.task(k).state != "completed"]
-                assert not live, f"{len(live)} tasks not completed, e.g. {starter.task(live[0])}"
+                rows = {row.stream_id: row for row in starter.store.due.rows()} if live else {}
+                assert not live, (
+                    f"{len(live)} tasks not completed, e.g. {starter.task(live[0])}, "
+                    f"due work {rows.get(task_stream_id(live[0]))}"
+                )
 
                 for process in serves[1:]:
                     process.send_signal(signal.SIGTERM)
