@@ -197,8 +197,8 @@ def test_run_refused_before_sending_exits_3(
 def test_run_past_its_deadline_exits_6_and_the_task_is_not_failed(peer: Peer, db: str) -> None:
     result = cardfence(
         db, "run", peer.base_url, "--skill", "ask", "--text", "ask", "--until", "terminal",
-        "--timeout", "1", *RUN_FAST, "--json",
-    )  # fmt: skip
+        "--timeout", "3", *RUN_FAST, "--json",
+    )  # fmt: skip  # the task waits for input for ever: the deadline passes however slow the run
 
     task = failed_with(result, 6, "DeadlineExceeded")
     assert task["state"] == "input-required"  # the run document, printed before the error
@@ -247,9 +247,9 @@ def test_run_with_a_webhook_on_a_card_without_push_runs_on_polling_and_exits_0(
 
 def test_cancel_exits_0_when_accepted_and_7_when_the_remote_refuses(peer: Peer, db: str) -> None:
     started = cardfence(
-        db, "run", peer.base_url, "--skill", "slow", "--text", "slow 3", "--until", "terminal",
-        "--timeout", "0.5", *RUN_FAST, "--json",
-    )  # fmt: skip
+        db, "run", peer.base_url, "--skill", "slow", "--text", "slow 30", "--until", "terminal",
+        "--timeout", "2", *RUN_FAST, "--json",
+    )  # fmt: skip  # working long past the deadline, which leaves the run time to send
     working = failed_with(started, 6, "DeadlineExceeded")
     assert working["state"] == "working"
     by_remote_id = working["remote_task_id"][:13]  # TASK may be a prefix of the remote id
@@ -274,15 +274,15 @@ def test_endpoint_gone_exits_9_on_run_and_resume_and_resume_all_recovers(
     peer: Peer, db: str
 ) -> None:
     started = cardfence(
-        db, "run", peer.base_url, "--skill", "slow", "--text", "slow 3", "--until", "terminal",
-        "--timeout", "1", *RUN_FAST, "--json",
-    )  # fmt: skip
+        db, "run", peer.base_url, "--skill", "slow", "--text", "slow 8", "--until", "terminal",
+        "--timeout", "2", *RUN_FAST, "--json",
+    )  # fmt: skip  # still working after the deadline and the resumes below
     live = failed_with(started, 6, "DeadlineExceeded")
     peer.set_endpoint_gone(True)  # plain 404 without an A2A body (incident 002)
 
     sent = cardfence(db, "run", peer.base_url, "--skill", "echo", "--text", "echo later", "--json")
-    one = cardfence(db, "resume", live["task"][:8], "--timeout", "0.5", *POLL, "--json")
-    every = cardfence(db, "resume", "--all", "--timeout", "0.5", *POLL, "--json")
+    one = cardfence(db, "resume", live["task"][:8], "--timeout", "2", *POLL, "--json")
+    every = cardfence(db, "resume", "--all", "--timeout", "2", *POLL, "--json")
 
     assert "404" in failed_with(sent, 9, "EndpointUnreachableError")["error"]["message"]
     failed_with(one, 9, "EndpointUnreachableError")

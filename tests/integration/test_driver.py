@@ -32,6 +32,9 @@ from cardfence.engine.engine import Engine
 from cardfence.store import EventStore, StreamRecord
 
 SLOW = [("submitted", "working"), ("working", "completed")]
+# Each transition once, in order; a task that worked and ended between two polls (on a loaded
+# machine, before the driver's first) goes from submitted to completed in one.
+DRIVEN = (SLOW, [("submitted", "completed")])
 
 
 async def test_driver_takes_over_tasks_another_engine_started_and_drives_them_to_the_end(
@@ -49,7 +52,7 @@ async def test_driver_takes_over_tasks_another_engine_started_and_drives_them_to
         )
 
         for view in started:
-            assert transitions(starter.store, view.task) == SLOW
+            assert transitions(starter.store, view.task) in DRIVEN
         await wait_until(lambda: driver.followed == 0, what="ended tasks to be let go")
         assert calls(peer, "CancelTask") == 0
 
@@ -104,7 +107,7 @@ async def test_live_tasks_without_a_due_row_get_one_when_a_driver_loads_the_stor
 
     async with Engine.open(db_url, config=FAST) as reader:
         for view in live:
-            assert transitions(reader.store, view.task) == SLOW
+            assert transitions(reader.store, view.task) in DRIVEN
         assert reader.store.due.rows() == []
 
 
@@ -175,7 +178,7 @@ async def test_an_orphaned_task_is_polled_on_at_its_recorded_endpoint_and_never_
         await wait_until(lambda: driver.followed == 0, timeout=10, what="the task to end")
         recorded = types(driver.store, view.task)
     assert recorded.count(ev.TASK_ORPHANED) == 1
-    assert transitions(driver.store, view.task) == SLOW
+    assert transitions(driver.store, view.task) in DRIVEN
     assert calls(peer, "CancelTask") == 0
     assert data_of(driver.store, view.task, ev.TASK_ORPHANED)[0]["reason"] == "skill_absent"
 
