@@ -14,7 +14,7 @@ Invariants after every step: every task's ``StateChanged`` sequence is identical
 projection and is deterministic (P2), terminal states absorb and every terminal state was reported
 by the remote (P3). Teeth: planted bugs that gate continuation on the card are caught.
 
-The machine runs once per protocol the remote may speak (``worlds.PROTOCOLS``): A2A 1.0, and A2A
+The machine runs once per protocol the remote may speak (``fake_agent.PROTOCOLS``): A2A 1.0, and A2A
 0.3 over JSON-RPC and over HTTP+JSON, the card of every world saying which, so each 0.3 answer
 and push goes through the engine's 0.3 translation. Over HTTP+JSON the agent stamps no status
 (as a2a-sdk 0.3): a terminal state is then checked against the states the remote reported.
@@ -30,8 +30,21 @@ from dataclasses import dataclass
 from datetime import UTC
 from typing import Any, TypeVar
 
-import httpx
 import pytest
+from fake_agent import (
+    AGENT_URL,
+    CARD_CHANGES,
+    FAILURES,
+    MAX_CARD_BYTES,
+    OPERATIONS,
+    PROTOCOLS,
+    SKILL,
+    TERMINAL,
+    FakeAgent,
+    Remote,
+    Variant,
+    push_body,
+)
 from hypothesis import HealthCheck, Phase, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -41,17 +54,6 @@ from hypothesis.stateful import (
     precondition,
     rule,
     run_state_machine_as_test,
-)
-from worlds import (
-    AGENT,
-    CARD_FAILURES,
-    CARD_VARIANTS,
-    MAX_CARD_BYTES,
-    PROTOCOLS,
-    TERMINAL,
-    FakeAgent,
-    Remote,
-    push_body,
 )
 
 from cardfence.engine import events as ev
@@ -71,14 +73,13 @@ CONFIG = EngineConfig(
     max_poll_interval=0.01,
     first_poll_interval=0.001,
     max_card_age=0.0,  # every re-validation goes to the wire: discovery outcomes always bite
-    card_limits=CardLimits(timeout=1.0, max_bytes=MAX_CARD_BYTES),
+    # Plain http to agent.test: nothing leaves the process (MockTransport), so allow it.
+    card_limits=CardLimits(timeout=1.0, max_bytes=MAX_CARD_BYTES, allow_insecure=True),
 )
 WORLDS = ("reference", "changed", "failing")
 # What the fake agents answer (named as 1.0 operations in every protocol): anything else the
-# engine sent would be a method or path the agent's protocol does not have.
-SPOKEN = frozenset(
-    {"SendMessage", "GetTask", "CancelTask", "CreateTaskPushNotificationConfig", "ListTasks"}
-)
+# engine sent (``Seen.rpc`` None) would be a method or path the agent's protocol does not have.
+SPOKEN = frozenset(OPERATIONS)
 REMOTE_STATES = (
     "submitted", "working", "input-required", "auth-required",
     "completed", "failed", "canceled", "rejected", "unknown",
@@ -104,7 +105,7 @@ def _store() -> EventStore:
 
 
 class Differential(RuleBasedStateMachine):
-    """The three worlds, their remote speaking ``protocol`` (one of ``worlds.PROTOCOLS``)."""
+    """The three worlds, their remote speaking ``protocol`` (one of ``fake_agent.PROTOCOLS``)."""
 
     tasks = Bundle("tasks")
 
@@ -118,9 +119,9 @@ class Differential(RuleBasedStateMachine):
         self.after: dict[int, int] = {}
         self.worlds: list[World] = []
         for name in WORLDS:
-            agent = FakeAgent(self.remote, protocol)
-            client = httpx.AsyncClient(transport=agent.transport())
-            self.worlds.append(World(name, Engine(_store(), client, CONFIG), agent, {}, {}))
+            agent = FakeAgent(remote=self.remote, protocol=protocol)
+            engine = Engine(_store(), agent.client(), CONFIG)
+            self.worlds.append(World(name, engine, agent, {}, {}))
 
     def run(self, job: Coroutine[Any, Any, _T]) -> _T:
         return self.loop.run_until_complete(job)
@@ -147,8 +148,8 @@ class Differential(RuleBasedStateMachine):
         for world in self.worlds:
             # Creation and registration are gated by discovery (R2, R4): done on a healthy card in
             # every world, so the worlds follow the same tasks the same way.
-            kept, world.agent.card = world.agent.card, "same"
-            view = self.run(world.engine.start_task(AGENT, skill="work", text=label))
+            kept, world.agent.default = world.agent.default, Variant()
+            view = self.run(world.engine.start_task(AGENT_URL, skill=SKILL, text=label))
             outcome = self.run(world.engine.register_webhook(view.task, "https://hook.test/"))
             assert outcome.registered
             assert outcome.token
@@ -156,7 +157,7 @@ class Differential(RuleBasedStateMachine):
             assert bool(outcome.authorization) == (self.protocol == "1.0")
             world.keys[label] = view.task
             world.tokens[label] = (outcome.token, outcome.authorization or "")
-            world.agent.card = kept
+            world.agent.default = kept
             self.run(world.engine.settle())
         return label
 
@@ -181,8 +182,7 @@ class Differential(RuleBasedStateMachine):
         index = max(-len(remote.history), -1 - back)
 
         async def deliver(world: World) -> None:
-            context = world.agent.contexts.get(remote.remote_id)
-            body = push_body(self.protocol, remote, context, index)
+            body = push_body(self.protocol, remote, index)
             token, authorization = world.tokens[label]
             headers = {"content-type": "application/json", "x-a2a-notification-token": token}
             if authorization:
@@ -192,10 +192,10 @@ class Differential(RuleBasedStateMachine):
 
         self.each(deliver)
 
-    @rule(variant=st.sampled_from(CARD_VARIANTS), failure=st.sampled_from(CARD_FAILURES))
+    @rule(variant=st.sampled_from(tuple(CARD_CHANGES)), failure=st.sampled_from(FAILURES))
     def discovery_changes(self, variant: str, failure: str) -> None:
-        self.worlds[1].agent.card = variant
-        self.worlds[2].agent.card = failure
+        self.worlds[1].agent.default = CARD_CHANGES[variant]
+        self.worlds[2].agent.default = failure
 
     @rule(label=tasks)
     def revalidate(self, label: str) -> None:
@@ -221,22 +221,15 @@ class Differential(RuleBasedStateMachine):
         if not waiting:
             return
         label = data.draw(st.sampled_from(sorted(waiting)))
-        self.remote.step(f"r-{label}", "working", 0.001, None)
+        self.remote.step(f"r-{label}", "working")
         self.each(lambda w: w.engine.reply(w.keys[label], "an answer"))
 
     @rule(label=tasks)
     def cancel(self, label: str) -> None:
-        remote = self.remote.tasks[f"r-{label}"]
-        accepted = remote.current[0] not in TERMINAL
-        if accepted:
-            self.remote.step(remote.remote_id, "canceled", 0.001, None)
+        self.remote.accept_cancel(f"r-{label}")  # for every world, unless the task has ended
 
         async def cancel(world: World) -> None:
             world.cancels_asked += 1
-            if accepted:
-                world.agent.cancel_answers[remote.remote_id] = len(remote.history) - 1
-            else:
-                world.agent.cancel_answers.pop(remote.remote_id, None)
             with contextlib.suppress(RemoteRefusedError):  # refused: recorded, state untouched
                 await world.engine.cancel(world.keys[label])
 
@@ -280,11 +273,12 @@ class Differential(RuleBasedStateMachine):
 
     def p1_no_world_cancels_on_its_own(self) -> None:
         for world in self.worlds:
-            assert world.agent.calls.count("CancelTask") == world.cancels_asked, world.name
+            assert len(world.agent.rpc_requests("CancelTask")) == world.cancels_asked, world.name
 
     def every_request_is_in_the_agents_protocol(self) -> None:
         for world in self.worlds:
-            assert set(world.agent.calls) <= SPOKEN, (world.name, self.protocol)
+            asked = {seen.rpc for seen in world.agent.seen if not seen.is_card}
+            assert asked <= SPOKEN, (world.name, self.protocol, asked)
 
     def p2_replay_equals_the_projection_and_is_deterministic(
         self, touched: set[tuple[int, str]]

@@ -22,20 +22,8 @@ from dataclasses import dataclass
 
 import httpx
 import pytest
-from fakes import (
-    AGENT_URL,
-    FAILURES,
-    SKILL,
-    VARIANTS,
-    Behaviour,
-    FakeAgent,
-    Variant,
-    audit_problems,
-    hunt,
-    open_engine,
-    task_events,
-    task_version,
-)
+from fake_agent import AGENT_URL, FAILURES, SKILL, VARIANTS, Behaviour, FakeAgent, Variant
+from harness import audit_problems, hunt, open_engine, task_events, task_version
 from hypothesis import find, given
 from hypothesis import strategies as st
 
@@ -47,12 +35,7 @@ from cardfence.engine.errors import DeadlineExceeded, TaskOrphanedError
 
 # --- strategies ----------------------------------------------------------------------------------
 
-REMOTE_STATES = (
-    "TASK_STATE_WORKING",
-    "TASK_STATE_INPUT_REQUIRED",
-    "TASK_STATE_AUTH_REQUIRED",
-    "TASK_STATE_COMPLETED",
-)
+REMOTE_STATES = ("working", "input-required", "auth-required", "completed")
 HOOK = "http://orchestrator.test/hook"
 
 Step = tuple[str, ...]  # ("register",) | ("poll", remote state) | ("drive",) | ("resume",)
@@ -137,7 +120,7 @@ async def _play(scenario: Scenario) -> str | None:
                     return f"registration {registrations}: {problem}"
                 continue
             if step[0] == "poll":
-                agent.advance(remote, step[1])
+                agent.remote.step(remote, step[1])
                 await engine.poll(key)
             elif step[0] == "drive":
                 # One poll and, the clock having jumped past max_card_age, a re-validation.

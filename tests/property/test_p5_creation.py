@@ -23,7 +23,7 @@ import asyncio
 from dataclasses import dataclass
 
 import pytest
-from fakes import (
+from fake_agent import (
     AGENT_URL,
     FAILURES,
     INVALID_BODIES,
@@ -34,6 +34,8 @@ from fakes import (
     FakeAgent,
     Seen,
     Variant,
+)
+from harness import (
     agent_events,
     agent_version,
     audit_problems,
@@ -156,7 +158,7 @@ async def _attempt(engine: Engine, agent: FakeAgent, attempt: Attempt) -> str | 
         return f"SENT although {said} called for {expected.__name__} (pinned {pinned})"
     assert isinstance(served.served, Variant)
     card = served.served.card
-    if sends[0].path != served.served.rpc_path:
+    if sends[0].endpoint != served.served.endpoint():
         return f"sent to {sends[0].path}, not the endpoint of the card read ({said})"
     if sends[0].params["message"].get("metadata", {}).get("skillId") != SKILL:
         return "SendMessage does not name the skill"

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fakes import hunt
+from harness import hunt
 from hypothesis import HealthCheck, find, given, settings
 from hypothesis import strategies as st
 

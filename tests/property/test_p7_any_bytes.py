@@ -29,17 +29,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from fakes import (
-    AGENT_URL,
-    SKILL,
-    FakeAgent,
-    audit_problems,
-    clone,
-    fresh_store,
-    hunt,
-    open_engine,
-    task_version,
-)
+from fake_agent import AGENT_URL, SKILL, FakeAgent
+from harness import audit_problems, clone, fresh_store, hunt, open_engine, task_version
 from hypothesis import find, given
 from hypothesis import strategies as st
 
@@ -55,7 +46,7 @@ TOKEN = "tok-right"
 AUTH_SCHEME, AUTH_CREDENTIALS = "Bearer", "sekrit"
 AUTHORIZATION = f"{AUTH_SCHEME} {AUTH_CREDENTIALS}"
 REMOTE = "t-1"  # the fake agent's first task: the one with the webhook
-CONTEXT = "ctx-1"
+CONTEXT = "ctx-t-1"
 
 # --- strategies ----------------------------------------------------------------------------------
 

@@ -40,9 +40,9 @@ Teeth: planted bugs -- credentials rebuilt from the latest card instead of the f
 to whatever origin the endpoint moved to, a refusal applied as the task having failed -- are
 each found by a derandomised hunt.
 
-Not generated: replies and cancels (the fake agent answers a reply with a new task). Pushes of
-a terminal state are: the closing read they prompt is a request of the task like any other (it
-went out without the task's credentials until this property's pinned case found it).
+Not generated: replies and cancels. Pushes of a terminal state are: the closing read they
+prompt is a request of the task like any other (it went out without the task's credentials
+until this property's pinned case found it).
 """
 
 from __future__ import annotations
@@ -51,26 +51,23 @@ import asyncio
 import base64
 import contextlib
 import dataclasses
-import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 import pytest
-from fakes import (
+from fake_agent import (
     AGENT_URL,
     AUTH_CONTRACTS,
-    CONFIG,
     SKILL,
+    TERMINAL,
     FakeAgent,
     Seen,
     Variant,
-    audit_problems,
-    hunt,
-    open_engine,
-    task_events,
+    push_body,
 )
+from harness import CONFIG, audit_problems, hunt, open_engine, task_events
 from hypothesis import example, find, given, settings
 from hypothesis import strategies as st
 
@@ -190,10 +187,8 @@ PLACES: dict[str, dict[str, Any]] = {  # where the JSON-RPC endpoint may be
     "elsewhere": {"origin": ELSEWHERE, "moved": False},
 }
 REMOTE_STATES = (  # by repetition: the remote ends now and then, not at once
-    *["TASK_STATE_WORKING"] * 4, *["TASK_STATE_INPUT_REQUIRED"] * 3, "TASK_STATE_AUTH_REQUIRED",
-    "TASK_STATE_COMPLETED", "TASK_STATE_FAILED",
+    *["working"] * 4, *["input-required"] * 3, "auth-required", "completed", "failed",
 )  # fmt: skip
-REMOTE_TERMINAL = frozenset({"TASK_STATE_COMPLETED", "TASK_STATE_FAILED"})
 HOOK = "http://orchestrator.test/hook"
 
 Step = tuple[Any, ...]
@@ -272,10 +267,6 @@ def _watch_appends(side: Side) -> None:
     store.append = append  # type: ignore[method-assign]
 
 
-def _lifecycle(remote_state: str) -> str:
-    return remote_state.removeprefix("TASK_STATE_").lower().replace("_", "-")
-
-
 def _moment(stamp: str | None) -> datetime | None:
     return None if stamp is None else datetime.fromisoformat(stamp.replace("Z", "+00:00"))
 
@@ -299,15 +290,14 @@ async def _act(side: Side, step: Step) -> str | None:
                 assert outcome.authorization is not None
                 side.hook = (outcome.token, outcome.authorization)
         elif step[0] == "push" and side.hook is not None:
-            task = side.agent.tasks[side.remote]
-            update = {k: task[k] for k in ("contextId", "status")} | {"taskId": task["id"]}
+            body = push_body("1.0", side.agent.remote.tasks[side.remote])
             token, authorization = side.hook
             headers = {
                 "content-type": "application/json",
                 "x-a2a-notification-token": token,
                 "authorization": authorization,
             }
-            delivery = await engine.deliver(json.dumps({"statusUpdate": update}).encode(), headers)
+            delivery = await engine.deliver(body, headers)
             if delivery.status != 200:
                 return f"{side.name}: push refused: {delivery}"
     except AuthorizationFailedError:
@@ -344,8 +334,8 @@ def _check_requests(side: Side, since: int, frozen: dict[Place, str]) -> str | N
 
 
 def _check_changes(side: Side, since: int) -> str | None:
-    status = side.agent.tasks[side.remote]["status"]
-    current = (_lifecycle(status["state"]), _moment(status["timestamp"]))
+    state, moment, _ = side.agent.remote.tasks[side.remote].current
+    current = (state, moment)
     for change in side.changes(since):
         recorded = (change["to"], _moment(change.get("remote_timestamp")))
         if recorded != current:
@@ -383,7 +373,7 @@ def _check_refusals(side: Side, granted: tuple[str, ...]) -> str | None:
 
 async def _open_side(name: str, variant: Variant, stack: contextlib.AsyncExitStack) -> Side:
     agent = FakeAgent(default=variant)
-    agent.rpc_at = variant.rpc_url
+    agent.only_at = variant.endpoint()
     engine = await stack.enter_async_context(open_engine(agent, config=P8_CONFIG))
     side = Side(name, agent, engine)
     _watch_appends(side)
@@ -418,8 +408,8 @@ async def _play(scenario: Scenario) -> str | None:
                     problem = await _act(side, step)
                     if problem is not None:
                         return f"step {number} {step}: {problem}"
-            same_story = subject.agent.tasks[subject.remote]["status"]
-            assert same_story == twin.agent.tasks[twin.remote]["status"], "remotes must agree"
+            same_story = subject.agent.remote.tasks[subject.remote].current
+            assert same_story == twin.agent.remote.tasks[twin.remote].current, "remotes must agree"
             for side, mark, version in zip(sides, marks, versions, strict=True):
                 problem = (
                     _check_requests(side, mark, frozen)
@@ -459,18 +449,18 @@ def _change_world(step: Step, variant: Variant, subject: Side, twin: Side) -> Va
     if step[0] == "remote":
         for side in (subject, twin):
             if not _ended(side):
-                side.agent.advance(side.remote, step[1])
+                side.agent.remote.step(side.remote, step[1])
         return variant
     changes = {"auth": step[1]} if step[0] == "rotate" else PLACES[step[1]]
     variant = dataclasses.replace(variant, **changes)
     for side in (subject, twin):
         side.agent.default = variant
-        side.agent.rpc_at = variant.rpc_url  # the old URL answers a bare 404
+        side.agent.only_at = variant.endpoint()  # the old URL answers a bare 404
     return variant
 
 
 def _ended(side: Side) -> bool:
-    return side.agent.tasks[side.remote]["status"]["state"] in REMOTE_TERMINAL
+    return side.agent.remote.tasks[side.remote].current[0] in TERMINAL
 
 
 def violation(scenario: Scenario) -> str | None:
@@ -497,8 +487,8 @@ def _one_tls_context() -> Iterator[None]:
     Scenario("bearer+key", "home", False, (("move", "elsewhere"), ("resume",), ("poll",)))
 )
 @example(  # a refusal hides a transition; the subject catches up once it stops
-    Scenario("basic", "path", True, (("remote", "TASK_STATE_WORKING"), ("refuse", 401), ("poll",),
-                                     ("remote", "TASK_STATE_INPUT_REQUIRED"), ("push",),
+    Scenario("basic", "path", True, (("remote", "working"), ("refuse", 401), ("poll",),
+                                     ("remote", "input-required"), ("push",),
                                      ("refuse", None), ("poll",)))
 )  # fmt: skip
 def test_credentials_follow_the_frozen_contract_and_decide_nothing(scenario: Scenario) -> None:
@@ -579,7 +569,7 @@ def test_the_closing_read_after_a_terminal_push_carries_the_frozen_credentials()
     property: it once went out bare)."""
     scenario = Scenario(
         "bearer", "home", registered=True,
-        steps=(("remote", "TASK_STATE_COMPLETED"), ("push",)),
+        steps=(("remote", "completed"), ("push",)),
     )  # fmt: skip
     problem = asyncio.run(_play(scenario))
     assert problem is None, problem
