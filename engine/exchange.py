@@ -38,7 +38,8 @@ import httpx
 
 from cardfence.engine import deadline, wire03
 from cardfence.engine.bodies import ACCEPT_ENCODING, BodyRefused, read_body
-from cardfence.engine.cards.model import HTTP_JSON, JSONRPC, V03, V10, Interface
+from cardfence.engine.cards.interfaces import HTTP_JSON, JSONRPC, V03, V10
+from cardfence.engine.cards.model import Interface
 from cardfence.engine.credentials import RequestAuth, redact
 from cardfence.engine.errors import (
     AuthorizationFailedError,

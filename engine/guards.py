@@ -13,14 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from cardfence.engine import events as ev
-from cardfence.engine.cards.model import (
-    V10,
-    AgentCard,
-    Interface,
-    diff,
-    select_interface,
-    spoken_version,
-)
+from cardfence.engine.cards.interfaces import V10, select_interface, spoken_version
+from cardfence.engine.cards.model import AgentCard, Interface, diff
 from cardfence.engine.errors import CardInvalidError, DiscoveryError
 from cardfence.engine.lifecycle import TERMINAL
 from cardfence.engine.observations import Event

@@ -17,8 +17,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 from cardfence.engine import events as ev
+from cardfence.engine.answers import Artifact, RemoteMessage, RemoteTask, StreamUpdate, TaskState
 from cardfence.engine.lifecycle import TERMINAL, is_legal
-from cardfence.engine.remote import Artifact, RemoteMessage, RemoteTask, StreamUpdate, TaskState
 
 # Why an observation changed no state (ObservationIgnored.reason).
 IGNORED_UNKNOWN = "unknown_state"  # the remote reported `unknown` / an unrecognised state

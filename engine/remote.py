@@ -1,5 +1,8 @@
 """What a remote agent sends, read into typed immutable values. Pure: no I/O.
 
+The values and the task states are :mod:`engine.answers` (their names are importable from here
+too); what is here is the reading.
+
 Every report a remote makes about a task — a SendMessage, GetTask or CancelTask answer, a ListTasks
 page, a push delivery, a stream event — is read here, whatever its source (R12: observations are
 applied the same way). The input is untrusted decoded JSON; each parser returns a value or raises
@@ -29,10 +32,23 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta, timezone
-from typing import Any, Final, Literal, TypeVar
+from typing import Any, Final, TypeVar
 
+from cardfence.engine.answers import (
+    ACTIVE_STATES,
+    INTERRUPTED_STATES,
+    TERMINAL_STATES,
+    Artifact,
+    Part,
+    PushConfig,
+    RemoteMessage,
+    RemoteTask,
+    StatusMessage,
+    StreamUpdate,
+    TaskState,
+    normalise_state,
+)
 from cardfence.engine.errors import InvalidAgentResponseError
 
 __all__ = [
@@ -57,40 +73,6 @@ __all__ = [
 ]
 
 
-class TaskState:
-    """Our names for A2A task states: plain strings, the lower-case 0.3 spelling."""
-
-    SUBMITTED: Final = "submitted"
-    WORKING: Final = "working"
-    INPUT_REQUIRED: Final = "input-required"
-    AUTH_REQUIRED: Final = "auth-required"
-    COMPLETED: Final = "completed"
-    FAILED: Final = "failed"
-    CANCELED: Final = "canceled"
-    REJECTED: Final = "rejected"
-    UNKNOWN: Final = "unknown"
-
-
-TERMINAL_STATES: Final = frozenset(
-    {TaskState.COMPLETED, TaskState.FAILED, TaskState.CANCELED, TaskState.REJECTED}
-)
-INTERRUPTED_STATES: Final = frozenset({TaskState.INPUT_REQUIRED, TaskState.AUTH_REQUIRED})
-# Live: every known non-terminal state, the interrupted ones included.
-ACTIVE_STATES: Final = frozenset({TaskState.SUBMITTED, TaskState.WORKING}) | INTERRUPTED_STATES
-
-_STATES: Final = frozenset(TERMINAL_STATES | ACTIVE_STATES)
-# By proto enum number (proto JSON parsers accept numbers in place of names).
-_STATE_NUMBERS: Final = (
-    TaskState.UNKNOWN,
-    TaskState.SUBMITTED,
-    TaskState.WORKING,
-    TaskState.COMPLETED,
-    TaskState.FAILED,
-    TaskState.CANCELED,
-    TaskState.INPUT_REQUIRED,
-    TaskState.REJECTED,
-    TaskState.AUTH_REQUIRED,
-)
 _ROLES: Final = {"user": "user", "agent": "agent", "1": "user", "2": "agent"}
 _CONTENT_KEYS: Final = ("text", "raw", "url", "data")
 _STREAM_KEYS: Final = ("task", "statusUpdate", "artifactUpdate", "message")
@@ -99,126 +81,6 @@ _RFC3339: Final = re.compile(
     r"(?:\.([0-9]+))?(?:([Zz])|([+-])([0-9]{2}):([0-9]{2}))"
 )
 _GENERATION: Final = re.compile(r"[0-9]{1,19}")
-
-
-def normalise_state(value: object) -> str:
-    """Our name for a 1.0 (``TASK_STATE_INPUT_REQUIRED``, or its enum number) or 0.3
-    (``input-required``) state; ``unknown`` for anything else, never an error.
-
-    ``cancelled`` (double L) is read as ``canceled``: neither version spells it so, but an agent
-    that does has ended the task all the same.
-    """
-    if isinstance(value, int) and not isinstance(value, bool):
-        return _STATE_NUMBERS[value] if 0 <= value < len(_STATE_NUMBERS) else TaskState.UNKNOWN
-    if not isinstance(value, str):
-        return TaskState.UNKNOWN
-    name = value.strip().lower().replace("_", "-").removeprefix("task-state-")
-    if name == "cancelled":
-        return TaskState.CANCELED
-    return name if name in _STATES else TaskState.UNKNOWN
-
-
-# --- values ---------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Part:
-    """One part. ``raw`` content stays base64 text in ``data`` (the engine never needs the bytes);
-    ``data`` is the decoded JSON value as received — do not mutate it."""
-
-    kind: Literal["text", "data", "url", "raw"]
-    text: str | None = None
-    data: object = field(default=None, hash=False)
-    url: str | None = None
-    media_type: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Artifact:
-    artifact_id: str
-    name: str | None
-    parts: tuple[Part, ...]
-    description: str | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class StatusMessage:
-    """A message carried in a status (the question of input-required, a failure's diagnostic)."""
-
-    message_id: str
-    role: str  # "user", "agent" or "unknown"
-    parts: tuple[Part, ...]
-    text: str  # the text parts joined with newlines; "" when there are none
-
-
-@dataclass(frozen=True, slots=True)
-class RemoteTask:
-    """A Task snapshot. ``timestamp`` is the status timestamp, aware UTC, when the agent sent one;
-    ``generation`` is the A2A 1.1 draft counter, when sent (R12 orders on both)."""
-
-    id: str
-    context_id: str | None
-    state: str
-    timestamp: datetime | None
-    generation: int | None
-    message: StatusMessage | None
-    artifacts: tuple[Artifact, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class RemoteMessage:
-    """A SendMessage answered with a bare Message, no task."""
-
-    message_id: str
-    context_id: str | None
-    task_id: str | None
-    role: str
-    parts: tuple[Part, ...]
-    text: str
-
-
-@dataclass(frozen=True, slots=True)
-class StreamUpdate:
-    """One StreamResponse (push delivery or stream event), flattened.
-
-    ``kind`` "task": everything from the task, which is also in ``task``. "status": state,
-    timestamp, generation, message. "artifact": ``artifact`` (artifact updates carry no
-    timestamp). "message": ``message``, ids from the message.
-    """
-
-    kind: Literal["task", "status", "artifact", "message"]
-    task_id: str | None
-    context_id: str | None
-    state: str | None = None
-    timestamp: datetime | None = None
-    generation: int | None = None
-    message: StatusMessage | None = None
-    artifact: Artifact | None = None
-    task: RemoteTask | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class PushConfig:
-    """A push-notification config; ``id`` is always ours (a2a-sdk would default it to the task id
-    and let a second registration overwrite the first). Secrets stay out of ``repr``."""
-
-    id: str
-    url: str
-    token: str | None = field(default=None, repr=False)
-    auth_scheme: str | None = None
-    auth_credentials: str | None = field(default=None, repr=False)
-
-    def to_json(self) -> dict[str, Any]:
-        """The 1.0 ``TaskPushNotificationConfig`` fields, without ``taskId``."""
-        body: dict[str, Any] = {"id": self.id, "url": self.url}
-        if self.token is not None:
-            body["token"] = self.token
-        if self.auth_scheme is not None:
-            auth = {"scheme": self.auth_scheme}
-            if self.auth_credentials is not None:
-                auth["credentials"] = self.auth_credentials
-            body["authentication"] = auth
-        return body
 
 
 # --- public parsers ------------------------------------------------------------------------------

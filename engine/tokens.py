@@ -41,7 +41,7 @@ import httpx
 from cardfence.engine import deadline
 from cardfence.engine.bodies import ACCEPT_ENCODING, BodyRefused, BoundedDecoder, read_body
 from cardfence.engine.cards.fetch import USER_AGENT
-from cardfence.engine.cards.model import url_refusal
+from cardfence.engine.cards.interfaces import url_refusal
 from cardfence.engine.credentials import TokenNeeded, redact
 from cardfence.engine.credentials_config import OAuthClient
 from cardfence.engine.errors import TokenRequestError

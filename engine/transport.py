@@ -35,8 +35,16 @@ import httpx
 from httpx_sse import EventSource, aconnect_sse
 
 from cardfence.engine import deadline
+from cardfence.engine.answers import (
+    INTERRUPTED_STATES,
+    TERMINAL_STATES,
+    PushConfig,
+    RemoteMessage,
+    RemoteTask,
+    StreamUpdate,
+)
 from cardfence.engine.bodies import BodyRefused, read_body
-from cardfence.engine.cards.model import JSONRPC
+from cardfence.engine.cards.interfaces import JSONRPC
 from cardfence.engine.errors import (
     EndpointUnreachableError,
     InvalidAgentResponseError,
@@ -60,12 +68,6 @@ from cardfence.engine.exchange import (
     _with_auth,
 )
 from cardfence.engine.remote import (
-    INTERRUPTED_STATES,
-    TERMINAL_STATES,
-    PushConfig,
-    RemoteMessage,
-    RemoteTask,
-    StreamUpdate,
     parse_push_config,
     parse_send_response,
     parse_stream_response,

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from cardfence.engine import wire03
+from cardfence.engine.answers import StreamUpdate
 from cardfence.engine.errors import InvalidAgentResponseError
-from cardfence.engine.remote import StreamUpdate, loads, parse_stream_response
+from cardfence.engine.remote import loads, parse_stream_response
 
 MAX_DELIVERY_BYTES = 256 * 1024
 TOKEN_HEADER = "x-a2a-notification-token"

@@ -21,8 +21,8 @@ this module only. The 0.3 bindings are two different dialects:
 
 Neither has ``ListTasks`` (the transport refuses it before sending) nor an ``A2A-Version``
 header. A message is one part, chosen by its media type as the bare words of 0.3 cards name them
-(:func:`cardfence.engine.cards.model.part_kind`): ``text/*`` a text part, a JSON type a data part
-(when the text is a JSON object), any other a file part carrying the text's UTF-8 bytes.
+(:func:`cardfence.engine.cards.interfaces.part_kind`): ``text/*`` a text part, a JSON type a data
+part (when the text is a JSON object), any other a file part carrying the text's UTF-8 bytes.
 
 Translation never raises: what is not the expected shape is passed on as it is, and
 :mod:`engine.remote` refuses it, naming the field. Fixed depth; nothing recurses on the input.
@@ -34,7 +34,7 @@ import base64
 import json
 from typing import Any, Final, Literal
 
-from cardfence.engine.cards.model import part_kind
+from cardfence.engine.cards.interfaces import part_kind
 
 __all__ = [
     "EXTENDED_CARD_PATH",

@@ -5,7 +5,8 @@ The card is published state, not configuration (incidents 000, 002, 004). Every 
 body, enforced while streaming; same-origin redirects only; https except on loopback),
 conditional when a validator is stored (``If-None-Match`` / ``If-Modified-Since``; a 304 confirms
 the stored snapshot), and recorded in the agent's stream: ``CardFetched`` with the revision, or
-``DiscoveryFailed`` with its kind. Each new revision is stored once, content-addressed.
+``DiscoveryFailed`` with its kind. Each new revision is stored once, content-addressed. What is
+recorded, and the append that decides on the stream as it stands, are :mod:`.agent_stream`.
 
 Two kinds of read: ``fresh`` (creation and webhook registration: always on the wire) and memoised
 (diagnostic re-validation off the critical path: at most every ``max_card_age`` seconds).
@@ -15,7 +16,8 @@ an interface of the agent with the credentials the caller chose (:meth:`Discover
 R15): recorded as a ``CardFetched`` with ``extended: true`` and stored as its own snapshot, beside
 the public card, which it never replaces in the agent's projection.
 
-Signed cards (:mod:`.signature_policy`, :mod:`.keys`, :mod:`.signatures`): under an agent's
+Signed cards (:mod:`.signature_policy`, :mod:`.keys`, :mod:`.signatures`; the key sets a read
+finds, reads and pins are :mod:`.signed_reads`, a layer of :class:`Discovery`): under an agent's
 ``require`` or ``prefer`` policy (``CardLimits.signatures``), a card read on the wire is verified
 before anything else sees it, against a key set read within the same bounds; its key set is pinned
 on first use like the contract. A card that fails is recorded as ``DiscoveryFailed`` (kind
@@ -29,12 +31,10 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import random
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from contextlib import nullcontext
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
@@ -43,22 +43,26 @@ import httpx
 
 from cardfence.engine import deadline
 from cardfence.engine import events as ev
+from cardfence.engine.cards.agent_stream import (
+    _fetched,
+    _key_snapshots,
+    _snapshot,
+    append_agent_events,
+)
 from cardfence.engine.cards.fetch import CardLimits, card_urls, extended_card_url, fetch_card
-from cardfence.engine.cards.keys import CardKeys, parse_keys, read_key_file
+from cardfence.engine.cards.keys import CardKeys
 from cardfence.engine.cards.model import AgentCard, parse_card
-from cardfence.engine.cards.signature_policy import IGNORED, SignaturePolicy
-from cardfence.engine.cards.signatures import SignatureCheck, apply_policy, entries
+from cardfence.engine.cards.signatures import SignatureCheck
+from cardfence.engine.cards.signed_reads import SignedReads
 from cardfence.engine.errors import CardSignatureError, ContractChangedError, DiscoveryError
 from cardfence.engine.offload import StoreCalls
 from cardfence.engine.pool import RequestSlots
-from cardfence.engine.replay import State, apply_agent_event, initial_agent_state
-from cardfence.store import CardSnapshot, ConcurrencyError, EventStore, NewEvent, Projection
+from cardfence.engine.replay import State, initial_agent_state
+from cardfence.store import CardSnapshot, EventStore, NewEvent
 
 if TYPE_CHECKING:  # for annotations only: discovery never makes a transport of its own
     from cardfence.engine.transport import A2ATransport
 
-_APPEND_RETRIES = 20
-_MAX_BACKOFF = 0.1  # seconds, at most, between two attempts of one agent-stream append
 _EXTENDED_KEPT = 64  # extended card reads kept in the memo (one per agent, interface, grant)
 
 
@@ -96,8 +100,9 @@ def _now() -> datetime:
     return datetime.now(UTC)
 
 
-class Discovery:
-    """Card reads for the engine: bounded, conditional, memoised where allowed, all recorded."""
+class Discovery(SignedReads):
+    """Card reads for the engine: bounded, conditional, memoised where allowed, all recorded;
+    signed cards checked on the way (:class:`.signed_reads.SignedReads`)."""
 
     def __init__(
         self,
@@ -260,135 +265,6 @@ class Discovery:
         if snapshot is None:
             return None
         return parse_card(snapshot.body.encode(), url=snapshot.source_url, max_bytes=1 << 30)
-
-    # -- signed cards ------------------------------------------------------------------------------
-
-    def signature_policy(self, origin: str) -> SignaturePolicy:
-        """The signature policy for the agent at ``origin`` (``ignore`` unless configured)."""
-        config = self.limits.signatures
-        return IGNORED if config is None else config.policy(origin)
-
-    async def _check_signatures(
-        self, origin: str, policy: SignaturePolicy, card: AgentCard, url: str
-    ) -> SignatureCheck | None:
-        """The card's signatures under ``policy``, before the card is used or stored; None when
-        the policy is ``ignore``. Raises :class:`CardSignatureError`."""
-        if not policy.active:
-            return None
-        found = entries(card, url)
-        keys = (
-            await self._keys(origin, policy, {e.jku for e in found if e.jku}, url)
-            if found
-            else None
-        )
-        return apply_policy(card, policy, keys, url)
-
-    async def _keys(
-        self, origin: str, policy: SignaturePolicy, named: set[str], card_url: str
-    ) -> CardKeys:
-        """The key set the policy says to verify with: its ``keys`` (a file or a URL), else the
-        one the signatures name by ``jku`` when the policy allows it, on the agent's origin."""
-        if policy.keys is not None and not policy.keys_url:
-            return read_key_file(policy.keys, card_url, self.limits.max_bytes)
-        if policy.keys is not None:
-            return await self._fetch_keys(policy.keys, "url", card_url)
-        if not named:
-            raise CardSignatureError(
-                card_url, f"no keys to verify the card's signatures with: none are configured "
-                f"for {origin}, and the signatures name no jku",
-            )  # fmt: skip
-        jku = min(named)
-        if not policy.jku:
-            raise CardSignatureError(
-                card_url, f"the signature names its keys by jku {jku}, and jku is not allowed "
-                f"for {origin}: configure keys, or allow jku",
-            )  # fmt: skip
-        if len(named) > 1:
-            raise CardSignatureError(card_url, f"the signatures name {len(named)} jku URLs")
-        try:
-            jku_origin = card_urls(jku)[0]
-        except DiscoveryError:
-            jku_origin = ""
-        if jku_origin != origin:
-            raise CardSignatureError(
-                card_url, f"jku {jku} is not on the agent's origin {origin}: refused"
-            )
-        return await self._fetch_keys(jku, "jku", card_url)
-
-    async def _fetch_keys(self, url: str, source: str, card_url: str) -> CardKeys:
-        """The JWKS at ``url``, read as a card is (R16 bounds, https, same-origin redirects),
-        kept for ``max_card_age``."""
-        kept = self._key_sets.get(url)
-        if kept is not None and self._clock() - kept[1] < self.max_card_age:
-            return dataclasses.replace(kept[0], source=source)
-        try:
-            response = await fetch_card(self.client, [url], limits=self.limits, slots=self.slots)
-        except DiscoveryError as failure:
-            raise CardSignatureError(
-                card_url, f"keys at {url} could not be read: {failure.detail}"
-            ) from None
-        keys = parse_keys(
-            response.body, source=source, url=url, card_url=card_url,
-            max_bytes=self.limits.max_bytes,
-        )  # fmt: skip
-        self._key_sets[url] = (keys, self._clock())
-        return keys
-
-    def _pinned_key_set(self, origin: str, extended: bool = False) -> str | None:
-        """The key set pinned for the agent's public card (``extended``: for its authenticated
-        extended card): that of the last such ``CardFetched`` whose signature check pinned,
-        matched or accepted one (None: none, or an unsigned card was accepted). Read from the
-        agent's stream, from where the last call left off (in a store worker)."""
-        place = (origin, extended)
-        with self._pins_lock:
-            version, pinned = self._pins.get(place, (0, None))
-        for event in self.store.read_stream(ev.agent_stream_id(origin), version + 1):
-            version = event.version
-            if event.type != ev.CARD_FETCHED or '"pin"' not in event.payload:
-                continue
-            data = event.data
-            signature = data.get("signature")
-            if bool(data.get("extended")) != extended:
-                continue
-            if not isinstance(signature, dict) or "pin" not in signature:
-                continue
-            keys = signature.get("keys")
-            pinned = keys.get("key_set") if isinstance(keys, dict) else None
-        with self._pins_lock:
-            if version >= self._pins.get(place, (0, None))[0]:
-                self._pins[place] = (version, pinned)
-        return pinned
-
-    def _pin(
-        self, read: CardRead, signed: SignatureCheck, extended: bool = False
-    ) -> dict[str, Any]:
-        """The ``signature`` record of a read, its key set compared with the pinned one (R3's
-        way: first use pins, a change is refused unless the policy accepts it); ``extended``:
-        the authenticated extended card's, compared with the key set pinned for that card."""
-        record = signed.record()
-        policy = self.signature_policy(read.agent)
-        pinned = self._pinned_key_set(read.agent, extended)
-        fresh = signed.keys.key_set if signed.keys is not None else None
-        if fresh is None and pinned is None:
-            return record  # unsigned under prefer, nothing pinned: nothing to keep
-        if fresh == pinned:
-            record["pin"] = "matched"
-        elif pinned is None:
-            record["pin"] = "pinned"
-        elif policy.accept_key_change:
-            record.update(pin="accepted", previous=pinned)
-        elif fresh is None:
-            raise CardSignatureError(
-                read.url, f"the card is unsigned, and key set {pinned[:12]} is pinned for "
-                f"{read.agent}: refused as a downgrade (accept_key_change accepts it)",
-            )  # fmt: skip
-        else:
-            kids = ", ".join(signed.keys.kids) if signed.keys is not None else ""
-            raise CardSignatureError(
-                read.url, f"key set changed from {pinned[:12]} to {fresh[:12]} (kids: "
-                f"{kids or 'none'}) since it was pinned: refused (accept_key_change accepts it)",
-            )  # fmt: skip
-        return record
 
     # -- the authenticated extended card (R15) --------------------------------------------------
 
@@ -590,89 +466,3 @@ class Discovery:
             )
         finally:
             self._appending[origin] -= 1
-
-
-def _fetched(read: CardRead) -> dict[str, Any]:
-    """The ``CardFetched`` payload of a read (docs/events.md)."""
-    card = read.card
-    return {
-        "url": read.url,
-        "status": read.status,
-        "revision": card.revision,
-        "version": card.version,
-        "etag": read.etag,
-        "last_modified": read.last_modified,
-        "contract_hash": card.contract_hash,
-        "push_notifications": card.push_notifications,
-        "fetched_at": read.fetched_at.isoformat(),
-    }
-
-
-def _snapshot(read: CardRead) -> CardSnapshot:
-    """The content-addressed snapshot of the card a 200 read brought (R14)."""
-    return CardSnapshot(
-        revision=read.card.revision,
-        body=read.card.canonical_bytes().decode(),
-        source_url=read.url,
-        etag=read.etag,
-        http_status=read.status,
-        fetched_at=read.fetched_at,
-    )
-
-
-def _key_snapshots(read: CardRead, signed: SignatureCheck | None) -> list[CardSnapshot]:
-    """The key set a read was verified with, stored like a card so the audit can verify again."""
-    if signed is None or signed.keys is None:
-        return []
-    keys = signed.keys
-    return [CardSnapshot(keys.revision, keys.body, keys.url, None, 200, read.fetched_at)]
-
-
-def append_agent_events(
-    store: EventStore,
-    origin: str,
-    decide: Callable[[State], list[NewEvent]],
-    snapshots: Sequence[CardSnapshot] = (),
-    known: tuple[int, State] | None = None,
-    lock: threading.Lock | None = None,
-) -> None:
-    """Append what ``decide`` makes of the agent's current state, folding the projection.
-
-    ``known`` is a (version, state) just read, tried first. ``lock`` is held throughout: the
-    caller's lock for this agent, so that appends of one process never race each other. Another
-    process may append to the same agent stream at the same time: on a conflict the state is read
-    again and ``decide`` asked again, so decisions (like pinning) are never made on a stale state.
-    Every card read of an agent lands in its one stream, so many processes creating tasks at once
-    contend for it: a conflict on a state read here backs off for a random while (doubling)
-    before reading again, so the writers spread out; one on ``known`` is retried at once.
-    """
-    stream_id = ev.agent_stream_id(origin)
-    read_here = False  # whether the last attempt decided on a state read here
-    with lock or nullcontext():
-        for attempt in range(_APPEND_RETRIES):
-            if known is None:
-                if read_here:
-                    time.sleep(random.uniform(0, min(_MAX_BACKOFF, 0.001 * 2**attempt)))
-                head = store.stream(stream_id)
-                read_here = True
-                initial = initial_agent_state(origin)
-                known = (0, initial) if head is None else (head.version, head.state)
-            version, state = known
-            known = None
-            new_events = decide(state)
-            if not new_events:
-                return
-            for event in new_events:
-                state = apply_agent_event(state, event.type, event.data)
-            try:
-                store.append(
-                    stream_id,
-                    version,
-                    new_events,
-                    projection=Projection(state, category=ev.AGENT_CATEGORY, alias=origin),
-                    snapshots=snapshots,
-                )
-                return
-            except ConcurrencyError:
-                continue
-    raise ConcurrencyError(stream_id, -1, None)

@@ -20,7 +20,8 @@ import httpx
 
 from cardfence.engine import deadline
 from cardfence.engine.bodies import ACCEPT_ENCODING, BodyRefused, read_body
-from cardfence.engine.cards.model import JSONRPC, V03, Interface, url_refusal
+from cardfence.engine.cards.interfaces import JSONRPC, V03, url_refusal
+from cardfence.engine.cards.model import Interface
 from cardfence.engine.cards.signature_policy import CardSignatures
 from cardfence.engine.errors import CardInvalidError, DiscoveryError
 from cardfence.engine.pool import RequestSlots

@@ -9,7 +9,7 @@ JSON (what is stored, under its revision) and the hash that is pinned (the sorte
 thumbprints of its keys).
 
 Pure but for :func:`read_key_file`, which reads a JWKS file; key sets on the network are read
-with :mod:`.fetch`, through :mod:`.discovery`. The signatures are checked by :mod:`.signatures`.
+with :mod:`.fetch`, through :mod:`.signed_reads`. The signatures are checked by :mod:`.signatures`.
 """
 
 from __future__ import annotations

@@ -11,17 +11,18 @@ canonical JSON:
   shape for 0.3 and 1.0, so re-publishing the same contract in the other version hashes equal.
 - ``Skill.compatibility_hash`` (R9): id, effective modes, skill security, ``*schema*`` fields;
   descriptive fields (name, description, tags, examples) do not count.
+
+What cardfence makes of a card to talk to the agent -- the bindings, A2A versions and media types
+it speaks, the URL rule, the choice of interface -- is :mod:`.interfaces`, whose public names are
+importable from here too.
 """
 
 from __future__ import annotations
 
 import copy
 import hashlib
-import ipaddress
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
-from urllib.parse import urlsplit
 
 from cardfence.engine.cards.canonical import Invalid as _Invalid
 from cardfence.engine.cards.canonical import canonical as _canonical
@@ -29,7 +30,21 @@ from cardfence.engine.cards.canonical import decode as _decode
 from cardfence.engine.cards.canonical import join as _join
 from cardfence.engine.cards.canonical import sha256 as _sha256
 from cardfence.engine.cards.diff import CardDiff, diff
-from cardfence.engine.errors import CardInvalidError, ProtocolUnsupportedError
+from cardfence.engine.cards.interfaces import (
+    _BINDING_ALIASES,
+    HTTP_JSON,
+    JSONRPC,
+    SPOKEN_BINDINGS,
+    V03,
+    V10,
+    _modes_match,
+    is_loopback,
+    part_kind,
+    select_interface,
+    spoken_version,
+    url_refusal,
+)
+from cardfence.engine.errors import CardInvalidError
 
 __all__ = [
     "HTTP_JSON",
@@ -54,15 +69,6 @@ __all__ = [
     "url_refusal",
 ]
 
-JSONRPC: Final = "JSONRPC"
-HTTP_JSON: Final = "HTTP+JSON"
-SPOKEN_BINDINGS: Final = (JSONRPC, HTTP_JSON)
-# The A2A versions cardfence speaks: 1.0 (any 1.x is sent as 1.0) and 0.3 (0.2 agents use the
-# same method names and shapes, docs/wire.md).
-V10: Final = "1.0"
-V03: Final = "0.3"
-# 0.3 also called HTTP+JSON "REST"; names are compared upper-cased.
-_BINDING_ALIASES: Final = {"JSONRPC": JSONRPC, "HTTP+JSON": HTTP_JSON, "REST": HTTP_JSON}
 # 1.0 proto JSON wraps each scheme in a oneof key; 0.3 flattens it and names it in "type".
 _SCHEME_KEYS_BY_V03_TYPE: Final = {
     "apiKey": "apiKeySecurityScheme",
@@ -254,92 +260,6 @@ def parse_card(
         where = f"{exc.field}: " if exc.field else ""
         detail = f"invalid Agent Card: {where}{exc.problem}"
         raise CardInvalidError(url, detail, field=exc.field) from None
-
-
-def is_loopback(host: str) -> bool:
-    """``localhost`` or a loopback address (IPv6 with or without its brackets)."""
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-def url_refusal(url: str, *, allow_insecure: bool = False) -> str | None:
-    """Why a remote URL may not be used, or None when it may: the one rule for card, interface
-    and webhook URLs (R16): plain ``http`` only to loopback, else ``https``. ``allow_insecure``
-    lifts the loopback condition (CLI: ``--allow-insecure-http``)."""
-    try:
-        parts = urlsplit(url)
-        host = parts.hostname or ""
-    except ValueError:
-        return "not a valid URL"
-    scheme = parts.scheme.lower()
-    if scheme == "https" and host:
-        return None
-    if scheme != "http" or not host:
-        return "not an http(s) URL with a host"
-    if allow_insecure or is_loopback(host):
-        return None
-    return "plain http to a non-loopback host refused (https required)"
-
-
-def select_interface(
-    card: AgentCard, prefer: Sequence[str] = (), *, allow_insecure: bool = False
-) -> Interface:
-    """Choose the endpoint to talk to.
-
-    Among interfaces we speak (JSON-RPC or HTTP+JSON over http(s), A2A 1.x, 0.3 or 0.2:
-    :func:`spoken_version`) and may use (:func:`url_refusal`: plain ``http`` only to loopback
-    unless ``allow_insecure``), 1.x protocol versions come first (we send ``A2A-Version: 1.0``),
-    then an interface that declares none (1.0 is meant), then 0.3 and 0.2; within each, the
-    caller's ``prefer`` order of bindings (a preference: unlisted bindings still qualify after
-    the listed ones), then the card's order, which is the agent's preference.
-
-    Raises:
-        ValueError: ``prefer`` names a binding we do not speak.
-        CardInvalidError: no interface is speakable (field ``supportedInterfaces``), or none of
-            them may be used (kind ``insecure``).
-        ProtocolUnsupportedError: (a :class:`CardInvalidError`, kind ``unsupported_protocol``)
-            some interface has a binding we speak, but none an A2A version we speak.
-    """
-    rank: dict[str, int] = {}
-    for name in prefer:
-        binding = _BINDING_ALIASES.get(name.upper())
-        if binding is None:
-            raise ValueError(f"cannot prefer binding {name!r}: we speak {SPOKEN_BINDINGS}")
-        rank.setdefault(binding, len(rank))
-    bound = [
-        (n, i)
-        for n, i in enumerate(card.interfaces)
-        if i.binding in SPOKEN_BINDINGS and i.url.lower().startswith(("http://", "https://"))
-    ]
-    speakable = [
-        (_version_rank(i), rank.get(i.binding, len(rank)), n, i) for n, i in bound if i.speaks
-    ]
-    if bound and not speakable:
-        versions = tuple(dict.fromkeys(i.protocol_version for _, i in bound))
-        raise ProtocolUnsupportedError(card.source_url, versions)
-    if not speakable:
-        offered = ", ".join(f"{i.binding or '?'} {i.url}" for i in card.interfaces)
-        raise CardInvalidError(
-            card.source_url,
-            f"invalid Agent Card: supportedInterfaces: none we speak ({offered})",
-            field="supportedInterfaces",
-        )
-    refused = [(i, url_refusal(i.url, allow_insecure=allow_insecure)) for *_, i in speakable]
-    usable = [entry for entry, (_, why) in zip(speakable, refused, strict=True) if why is None]
-    if not usable:
-        named = "; ".join(f"{i.binding} {i.url}: {why}" for i, why in refused[:3])
-        more = f" (and {len(refused) - 3} more)" if len(refused) > 3 else ""
-        raise CardInvalidError(
-            card.source_url,
-            f"no interface may be used: {named}{more}",
-            field="supportedInterfaces",
-            kind="insecure",
-        )
-    return min(usable, key=lambda entry: entry[:3])[3]
 
 
 # --- building: JSON value -> AgentCard ------------------------------------------------------------
@@ -605,60 +525,3 @@ def _objects(obj: dict[str, Any], key: str, path: str) -> list[tuple[dict[str, A
         if not isinstance(item, dict):
             raise _Invalid(f"{where}[{n}]", f"must be an object, not {_kind(item)}")
     return [(item, f"{where}[{n}]") for n, item in enumerate(value)]
-
-
-# --- media types and versions ---------------------------------------------------------------------
-
-
-def _modes_match(modes: tuple[str, ...], media_type: str) -> bool:
-    """Media ranges ``*/*`` and ``type/*`` match; parameters and case are ignored. The bare
-    words of 0.3 cards name the kind of part the agent takes (docs/wire.md): ``text`` is any
-    ``text/*`` type (a text part), ``data`` a JSON type (``application/json``, ``*/*+json``: a
-    data part), ``file`` any other type (a file part)."""
-    if not modes:
-        return True
-    wanted = _essence(media_type)
-    for mode in map(_essence, modes):
-        if mode in ("*/*", "*", wanted) or part_kind(wanted) == mode:
-            return True
-        if mode.endswith("/*") and wanted.partition("/")[0] == mode[:-2] and "/" in wanted:
-            return True
-    return False
-
-
-def part_kind(media_type: str) -> str:
-    """The 0.3 part a message of this media type travels in: ``text``, ``data`` or ``file`` --
-    what the bare words of a 0.3 card's modes name."""
-    media_type = _essence(media_type)
-    if media_type.startswith("text/"):
-        return "text"
-    if media_type == "application/json" or media_type.endswith("+json"):
-        return "data"
-    return "file"
-
-
-def _essence(media_type: str) -> str:
-    return media_type.partition(";")[0].strip().lower()
-
-
-def spoken_version(declared: str, *, legacy_card: bool = False) -> str:
-    """The A2A version cardfence speaks to an interface that declares ``declared``: :data:`V10`
-    for 1.x, :data:`V03` for 0.3 and 0.2 (same methods and shapes), ``""`` for any other.
-    Nothing declared means 1.0 (it is required there), or 0.3 on a 0.x-shaped card
-    (``legacy_card``: 0.2 cards had no ``protocolVersion``)."""
-    version = declared.strip()
-    if not version:
-        return V03 if legacy_card else V10
-    major, _, rest = version.partition(".")
-    if major == "1":
-        return V10
-    if major == "0" and rest.partition(".")[0] in ("2", "3"):
-        return V03
-    return ""
-
-
-def _version_rank(interface: Interface) -> int:
-    """1.x first, then an interface that declares no version (1.0 is meant), then 0.x."""
-    if interface.speaks == V10:
-        return 0 if interface.protocol_version.strip() else 1
-    return 2

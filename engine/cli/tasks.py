@@ -13,6 +13,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 
 from cardfence.engine import errors
+from cardfence.engine.answers import TaskState
 from cardfence.engine.audit import audit as audit_store
 from cardfence.engine.cards.fetch import CardLimits
 from cardfence.engine.cli import signals
@@ -48,7 +49,6 @@ from cardfence.engine.deadline import until as requests_until
 from cardfence.engine.engine import UNTIL, Engine, EngineConfig
 from cardfence.engine.lifecycle import STATES, TERMINAL
 from cardfence.engine.pool import engine_client, tls_context
-from cardfence.engine.remote import TaskState
 from cardfence.engine.tasklog import AsOf, TaskLog, task_stream_id
 from cardfence.engine.views import TaskView
 

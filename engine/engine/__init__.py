@@ -18,6 +18,7 @@ import uuid
 
 from cardfence.engine import events as ev
 from cardfence.engine import guards
+from cardfence.engine.answers import RemoteTask
 from cardfence.engine.cards.model import AgentCard
 from cardfence.engine.credentials_config import normalise_origin
 from cardfence.engine.engine.base import EngineConfig, _now_iso
@@ -33,7 +34,6 @@ from cardfence.engine.errors import (
 )
 from cardfence.engine.lifecycle import INTERRUPTED, TERMINAL
 from cardfence.engine.observations import from_message, from_task
-from cardfence.engine.remote import RemoteTask
 from cardfence.engine.replay import State
 from cardfence.engine.tasklog import task_stream_id
 from cardfence.engine.views import TaskView

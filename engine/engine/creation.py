@@ -17,9 +17,11 @@ from typing import Any
 
 from cardfence.engine import events as ev
 from cardfence.engine import guards, webhook
+from cardfence.engine.answers import PushConfig, RemoteTask
 from cardfence.engine.authorization import Grant
 from cardfence.engine.cards.discovery import CardRead
-from cardfence.engine.cards.model import V03, AgentCard, select_interface, url_refusal
+from cardfence.engine.cards.interfaces import V03, select_interface, url_refusal
+from cardfence.engine.cards.model import AgentCard
 from cardfence.engine.engine.base import (
     _EXTENDED_FAILURES,
     _authorization_failed,
@@ -43,7 +45,6 @@ from cardfence.engine.errors import (
     UsageError,
 )
 from cardfence.engine.observations import Event, from_message, from_task
-from cardfence.engine.remote import PushConfig, RemoteTask
 from cardfence.engine.replay import State
 from cardfence.engine.transport import A2ATransport
 from cardfence.engine.views import TaskView

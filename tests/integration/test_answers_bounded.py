@@ -23,11 +23,11 @@ from support.hostile import SKILL, HostileAgent, Reply
 
 from cardfence.engine import deadline
 from cardfence.engine import events as ev
+from cardfence.engine.answers import RemoteTask
 from cardfence.engine.cards.fetch import CardLimits
 from cardfence.engine.engine import EngineConfig
 from cardfence.engine.errors import DeadlineExceeded, WrongTaskAnswerError
 from cardfence.engine.observations import MAX_RECORDED_ARTIFACT_BYTES, stored_json
-from cardfence.engine.remote import RemoteTask
 from cardfence.engine.transport import A2ATransport
 
 CONFIG = EngineConfig(

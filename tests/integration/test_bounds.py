@@ -29,13 +29,8 @@ from cardfence.engine import deadline
 from cardfence.engine import events as ev
 from cardfence.engine.cards.discovery import Discovery
 from cardfence.engine.cards.fetch import CardLimits, card_urls
-from cardfence.engine.cards.model import (
-    JSONRPC,
-    Interface,
-    parse_card,
-    select_interface,
-    url_refusal,
-)
+from cardfence.engine.cards.interfaces import JSONRPC, select_interface, url_refusal
+from cardfence.engine.cards.model import Interface, parse_card
 from cardfence.engine.cli import run as cli
 from cardfence.engine.engine import EngineConfig
 from cardfence.engine.errors import (

@@ -60,11 +60,12 @@ from support.crash_driver import PAUSE  # how long the child stands still after 
 
 import cardfence.migrations as migrations
 from cardfence.engine import events as ev
+from cardfence.engine.answers import RemoteTask
 from cardfence.engine.audit import AuditReport, audit
-from cardfence.engine.cards.model import JSONRPC, Interface
+from cardfence.engine.cards.interfaces import JSONRPC
+from cardfence.engine.cards.model import Interface
 from cardfence.engine.engine import Engine
 from cardfence.engine.lifecycle import TERMINAL
-from cardfence.engine.remote import RemoteTask
 from cardfence.engine.tasklog import task_stream_id
 from cardfence.engine.transport import A2ATransport
 from cardfence.engine.views import TaskView

@@ -32,7 +32,8 @@ from support.extended_peer import EXTENDED_ONLY, ExtendedPeer
 
 from cardfence.engine import events as ev
 from cardfence.engine.cards.fetch import card_urls
-from cardfence.engine.cards.model import HTTP_JSON, JSONRPC, parse_card
+from cardfence.engine.cards.interfaces import HTTP_JSON, JSONRPC
+from cardfence.engine.cards.model import parse_card
 from cardfence.engine.cli.app import exit_code_for
 from cardfence.engine.cli.main import run as cli
 from cardfence.engine.credentials_config import Bearer, CredentialsConfig

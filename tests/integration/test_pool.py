@@ -11,7 +11,8 @@ from collections.abc import AsyncIterator
 import httpcore
 import pytest
 
-from cardfence.engine.cards.model import JSONRPC, V10, Interface
+from cardfence.engine.cards.interfaces import JSONRPC, V10
+from cardfence.engine.cards.model import Interface
 from cardfence.engine.engine import Engine, EngineConfig
 from cardfence.engine.errors import EndpointUnreachableError
 from cardfence.engine.pool import EngineTransport, RequestSlots, engine_client, readable

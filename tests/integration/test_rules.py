@@ -60,7 +60,8 @@ from support import Peer
 
 from cardfence.engine import events as ev
 from cardfence.engine import guards
-from cardfence.engine.cards.model import JSONRPC, Interface
+from cardfence.engine.cards.interfaces import JSONRPC
+from cardfence.engine.cards.model import Interface
 from cardfence.engine.credentials_config import Bearer, CredentialsConfig
 from cardfence.engine.engine import Engine
 from cardfence.engine.errors import (

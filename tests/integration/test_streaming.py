@@ -19,8 +19,10 @@ from support import Peer
 from support.hostile import Frame, Reply, StreamingAgent, sse
 
 from cardfence.engine import deadline
+from cardfence.engine.answers import RemoteTask, StreamUpdate, TaskState
 from cardfence.engine.bodies import PIECE
-from cardfence.engine.cards.model import HTTP_JSON, JSONRPC, Interface
+from cardfence.engine.cards.interfaces import HTTP_JSON, JSONRPC
+from cardfence.engine.cards.model import Interface
 from cardfence.engine.errors import (
     EndpointUnreachableError,
     InvalidAgentResponseError,
@@ -30,7 +32,6 @@ from cardfence.engine.errors import (
     WrongTaskAnswerError,
 )
 from cardfence.engine.observations import from_update
-from cardfence.engine.remote import RemoteTask, StreamUpdate, TaskState
 from cardfence.engine.transport import A2AErrorCode, A2ATransport
 
 BINDINGS = [JSONRPC, HTTP_JSON]

@@ -13,14 +13,15 @@ import httpx
 import pytest
 from support import Peer
 
-from cardfence.engine.cards.model import HTTP_JSON, JSONRPC, Interface
+from cardfence.engine.answers import PushConfig, RemoteMessage, RemoteTask, TaskState
+from cardfence.engine.cards.interfaces import HTTP_JSON, JSONRPC
+from cardfence.engine.cards.model import Interface
 from cardfence.engine.errors import (
     EndpointUnreachableError,
     InvalidAgentResponseError,
     RemoteRefusedError,
     UsageError,
 )
-from cardfence.engine.remote import PushConfig, RemoteMessage, RemoteTask, TaskState
 from cardfence.engine.transport import A2AErrorCode, A2ATransport
 
 BINDINGS = [JSONRPC, HTTP_JSON]

@@ -35,9 +35,10 @@ from hypothesis import find, given
 from hypothesis import strategies as st
 
 from cardfence.engine import webhook as webhook_module
+from cardfence.engine.answers import StreamUpdate
 from cardfence.engine.engine import Engine
 from cardfence.engine.errors import InvalidAgentResponseError
-from cardfence.engine.remote import StreamUpdate, parse_stream_response
+from cardfence.engine.remote import parse_stream_response
 from cardfence.engine.webhook import MAX_DELIVERY_BYTES, Delivery, Refused
 from cardfence.store import EventStore
 

@@ -19,12 +19,9 @@ from hypothesis import strategies as st
 
 from cardfence.engine import remote as remote_module
 from cardfence.engine import wire03
+from cardfence.engine.answers import PushConfig, RemoteMessage, RemoteTask, StreamUpdate
 from cardfence.engine.errors import InvalidAgentResponseError
 from cardfence.engine.remote import (
-    PushConfig,
-    RemoteMessage,
-    RemoteTask,
-    StreamUpdate,
     parse_push_config,
     parse_send_response,
     parse_stream_response,

@@ -15,9 +15,8 @@ from a2a.types import a2a_pb2 as pb
 from google.protobuf.json_format import MessageToDict
 from starlette.applications import Starlette
 
+from cardfence.engine.cards.interfaces import HTTP_JSON, JSONRPC, select_interface
 from cardfence.engine.cards.model import (
-    HTTP_JSON,
-    JSONRPC,
     AgentCard,
     CardDiff,
     Extension,
@@ -25,7 +24,6 @@ from cardfence.engine.cards.model import (
     SecurityRequirement,
     diff,
     parse_card,
-    select_interface,
 )
 from cardfence.engine.errors import CardInvalidError
 

@@ -26,7 +26,8 @@ from support.hostile import HostileServer, Reply, Request, SilentListener
 
 from cardfence.engine import deadline
 from cardfence.engine import events as ev
-from cardfence.engine.cards.discovery import CardRead, ContractCheck, Discovery, append_agent_events
+from cardfence.engine.cards.agent_stream import append_agent_events
+from cardfence.engine.cards.discovery import CardRead, ContractCheck, Discovery
 from cardfence.engine.cards.fetch import USER_AGENT, CardLimits, card_urls, fetch_card
 from cardfence.engine.cards.model import parse_card
 from cardfence.engine.errors import CardInvalidError, ContractChangedError, DiscoveryError

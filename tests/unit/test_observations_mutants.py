@@ -16,6 +16,14 @@ from typing import Any
 import pytest
 
 from cardfence.engine import events as ev
+from cardfence.engine.answers import (
+    Artifact,
+    Part,
+    RemoteMessage,
+    RemoteTask,
+    StatusMessage,
+    StreamUpdate,
+)
 from cardfence.engine.observations import (
     MAX_RECORDED_ARTIFACT_BYTES,
     MAX_RECORDED_MESSAGE_BYTES,
@@ -29,14 +37,6 @@ from cardfence.engine.observations import (
     from_update,
     stored_json,
     watermark_after,
-)
-from cardfence.engine.remote import (
-    Artifact,
-    Part,
-    RemoteMessage,
-    RemoteTask,
-    StatusMessage,
-    StreamUpdate,
 )
 from cardfence.engine.replay import initial_task_state
 

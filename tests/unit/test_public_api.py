@@ -8,11 +8,22 @@ import pytest
 
 import cardfence
 from cardfence import store
-from cardfence.engine import credentials, credentials_config, errors
-from cardfence.engine.cards import keys, signature_policy, signatures
+from cardfence.engine import answers, credentials, credentials_config, errors, remote
+from cardfence.engine.cards import interfaces, keys, model, signature_policy, signatures
 
-# Modules split along a seam: the old ones (signatures, credentials) re-export what moved.
-SPLIT = [credentials, credentials_config, signatures, signature_policy, keys]
+# Modules split along a seam: the old ones (signatures, credentials, model, remote) re-export what
+# moved.
+SPLIT = [
+    credentials,
+    credentials_config,
+    signatures,
+    signature_policy,
+    keys,
+    model,
+    interfaces,
+    remote,
+    answers,
+]
 
 
 @pytest.mark.parametrize("module", [cardfence, errors, store, *SPLIT], ids=lambda m: m.__name__)

@@ -9,8 +9,7 @@ from typing import Any
 
 import pytest
 
-from cardfence.engine.errors import InvalidAgentResponseError
-from cardfence.engine.remote import (
+from cardfence.engine.answers import (
     ACTIVE_STATES,
     INTERRUPTED_STATES,
     TERMINAL_STATES,
@@ -22,6 +21,9 @@ from cardfence.engine.remote import (
     StatusMessage,
     TaskState,
     normalise_state,
+)
+from cardfence.engine.errors import InvalidAgentResponseError
+from cardfence.engine.remote import (
     parse_push_config,
     parse_send_response,
     parse_stream_response,

@@ -14,11 +14,9 @@ from typing import Any
 
 import pytest
 
+from cardfence.engine.answers import Part, RemoteMessage, StatusMessage
 from cardfence.engine.errors import InvalidAgentResponseError
 from cardfence.engine.remote import (
-    Part,
-    RemoteMessage,
-    StatusMessage,
     loads,
     parse_push_config,
     parse_send_response,

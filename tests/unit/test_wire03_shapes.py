@@ -19,15 +19,15 @@ import httpx
 import pytest
 
 from cardfence.engine import guards, webhook, wire03
-from cardfence.engine.cards.model import (
+from cardfence.engine.answers import PushConfig, RemoteMessage, RemoteTask
+from cardfence.engine.cards.interfaces import (
     HTTP_JSON,
     JSONRPC,
-    Interface,
-    parse_card,
     part_kind,
     select_interface,
     spoken_version,
 )
+from cardfence.engine.cards.model import Interface, parse_card
 from cardfence.engine.cli.main import run as cli_run
 from cardfence.engine.errors import (
     CardInvalidError,
@@ -38,7 +38,6 @@ from cardfence.engine.errors import (
     RemoteRefusedError,
     StreamDroppedError,
 )
-from cardfence.engine.remote import PushConfig, RemoteMessage, RemoteTask
 from cardfence.engine.transport import A2ATransport
 
 RPC_URL = "http://agent.test/a2a/jsonrpc"
