@@ -15,6 +15,7 @@ import pytest
 from cardfence.engine.webhook import (
     MAX_DELIVERY_BYTES,
     Delivery,
+    IngressLimits,
     Refused,
     authenticates,
     check_credentials,
@@ -220,3 +221,30 @@ def test_several_tasks_sharing_credentials_are_409() -> None:
 
 def test_a_refusal_reads_as_its_detail() -> None:
     assert str(Refused(401, "missing or wrong Authorization")) == "missing or wrong Authorization"
+
+
+def test_a_refusal_names_the_task_it_was_refused_for() -> None:
+    assert Refused(401, "bad token", "k-1").delivery == Delivery(401, "refused", "bad token", "k-1")
+    assert Refused(404, "unknown task").delivery.task is None
+
+
+@pytest.mark.parametrize(
+    ("limits", "message"),
+    [
+        ({"deliveries": 0}, "IngressLimits.deliveries must be at least 1"),
+        ({"body_seconds": 0.0}, "IngressLimits.body_seconds must be more than 0"),
+        ({"body_seconds": float("nan")}, "IngressLimits.body_seconds must be more than 0"),
+        ({"refusals": 0}, r"IngressLimits.refusals must be at least 1 \(None: no limit\)"),
+    ],
+)
+def test_ingress_limits_below_their_minimum_are_refused_by_name(
+    limits: dict[str, Any], message: str
+) -> None:
+    with pytest.raises(ValueError, match=f"^{message}$"):
+        IngressLimits(**limits)
+
+
+def test_ingress_limits_take_their_minimum_and_no_refusal_limit() -> None:
+    smallest = IngressLimits(deliveries=1, body_seconds=0.001, refusals=1)
+    assert (smallest.deliveries, smallest.body_seconds, smallest.refusals) == (1, 0.001, 1)
+    assert IngressLimits(refusals=None).refusals is None
