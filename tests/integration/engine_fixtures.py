@@ -6,7 +6,7 @@ Plain functions and classes, no pytest fixtures: the test modules define their f
   of polling; :func:`audited_engine` opens an engine on a store and, when the block ends without an
   error, waits for its background re-checks and asserts the audit passes (R13).
 - Reading what was recorded: :func:`events`, :func:`types`, :func:`transitions`, :func:`data_of`,
-  :func:`agent_events`, :func:`write_marks` (to prove a refusal wrote nothing).
+  :func:`agent_events` (``store_marks.write_marks`` proves a refusal wrote nothing).
 - :func:`restored` — one agent shared by a module, back to normal service for every test.
 - Card edits for ``mutate_card``: :func:`drop_skill`, :func:`withdraw_push`,
   :func:`rotate_security`, :func:`rotate_to_bearer`, :func:`retire_binding`,
@@ -195,15 +195,6 @@ def events_refused(db_url: str) -> Iterator[None]:
                 conn.exec_driver_sql("DROP TRIGGER refuse_events ON events")
                 conn.exec_driver_sql("DROP FUNCTION refuse_events()")
         engine.dispose()
-
-
-def write_marks(store: EventStore) -> tuple[int, dict[str, int]]:
-    """The global position and every stream's version: unchanged means nothing was written."""
-    versions = {}
-    for stream_id in store.stream_ids():
-        head = store.stream(stream_id)
-        versions[stream_id] = head.version if head else 0
-    return store.last_position(), versions
 
 
 def calls(peer: Agent, method: str, binding: str | None = None) -> int:

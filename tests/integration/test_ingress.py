@@ -38,10 +38,10 @@ from engine_fixtures import (
     transitions,
     types,
     wait_until,
-    write_marks,
 )
 from starlette.applications import Starlette
 from starlette.types import ASGIApp
+from store_marks import write_marks
 from support import Peer
 
 from cardfence.engine import events as ev

@@ -54,8 +54,8 @@ from engine_fixtures import (
     wait_until,
     wire_version,
     withdraw_push,
-    write_marks,
 )
+from store_marks import write_marks
 from support import Peer
 
 from cardfence.engine import events as ev

@@ -6,8 +6,8 @@
   ``max_card_age`` at every reading (so the engine's memoised reads always go to the wire, unless
   a planted bug trusts the memo).
 - :func:`hunt` — the settings of a ``find()`` hunt for a planted bug.
-- Reading what was recorded: :func:`agent_events`, :func:`task_events`, :func:`write_marks`,
-  :func:`audit_problems`.
+- Reading what was recorded: :func:`agent_events`, :func:`task_events`, :func:`audit_problems`
+  (``store_marks.write_marks``, shared with the integration tests, proves nothing was written).
 """
 
 from __future__ import annotations
@@ -134,15 +134,6 @@ def task_version(store: EventStore, key: str) -> int:
 
 def task_streams(store: EventStore) -> list[str]:
     return [s.stream_id for s in store.streams(category=ev.TASK_CATEGORY)]
-
-
-def write_marks(store: EventStore) -> tuple[int, dict[str, int]]:
-    """The global position and every stream's version: unchanged means nothing was written."""
-    versions = {}
-    for stream_id in store.stream_ids():
-        head = store.stream(stream_id)
-        versions[stream_id] = head.version if head else 0
-    return store.last_position(), versions
 
 
 def audit_problems(store: EventStore) -> str | None:

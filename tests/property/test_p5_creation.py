@@ -43,10 +43,10 @@ from harness import (
     open_engine,
     task_events,
     task_streams,
-    write_marks,
 )
 from hypothesis import find, given
 from hypothesis import strategies as st
+from store_marks import write_marks
 
 from cardfence.engine import events as ev
 from cardfence.engine import guards as guards_module

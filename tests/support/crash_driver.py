@@ -18,7 +18,8 @@ so a parent that kills on seeing a line lands at that point. The probes:
 ``in-migration``               inside the migration's transaction: every table made, not committed
 ``start I SCRIPT``             about to start task I (discovery comes next)
 ``card-read URL``              a card read begins (``Discovery.read``)
-``card-fetched URL``           inside discovery: the card is on hand, not yet recorded
+``card-fetched URL``           inside discovery: the card, or a signed card's key set, is on hand,
+                               not yet recorded
 ``card-recorded URL``          the read is recorded (``CardFetched`` committed)
 ``submitted KEY``              ``TaskSubmitted`` committed, nothing sent yet
 ``send CONTEXT``               a task's first ``SendMessage`` is about to leave
@@ -50,6 +51,7 @@ from typing import Any
 
 import cardfence.migrations as migrations
 from cardfence.engine.cards import discovery as discovery_module
+from cardfence.engine.cards import signed_reads as signed_reads_module
 from cardfence.engine.cards.discovery import Discovery
 from cardfence.engine.cards.fetch import CardLimits
 from cardfence.engine.engine import Engine, EngineConfig
@@ -145,7 +147,9 @@ def instrument(probe: Probes) -> None:
 
     migrations.upgrade = upgrade
     Discovery.read = read  # type: ignore[method-assign]
+    # Card reads and the key-set reads of signed cards alike (each module imported fetch_card).
     discovery_module.fetch_card = fetch_card
+    signed_reads_module.fetch_card = fetch_card
     TaskLog.create = create  # type: ignore[method-assign]
     A2ATransport.send_message = send_message  # type: ignore[method-assign]
     A2ATransport.get_task = get_task  # type: ignore[method-assign]
