@@ -17,6 +17,12 @@ database, dropped afterwards), in one process, on one store opened with the defa
    the same database with ``group_commit=False``, against the first store's. No target.
 3. **One writer, group commit vs one transaction per append**: a lone writer must not get slower.
    No target.
+4. **A leader that waits for company**: the same writers on a third store, opened with
+   ``GroupCommit(max_wait=WAIT)`` (a leader finding fewer than ``max_batch`` appends queued waits up
+   to ``WAIT`` seconds for more), against the default (``max_wait=0``: take what queued while the
+   previous batch committed), with 64 writers and with one (who waits the whole ``WAIT`` on every
+   append, nobody else coming). Commits per append with the wait are printed as a note. No target:
+   these say what the option buys and costs.
 """
 
 from __future__ import annotations
@@ -37,11 +43,12 @@ from bench_store import Database, durability, on_each_database
 from cardfence.engine.engine import Engine
 from cardfence.engine.observations import Observation
 from cardfence.engine.tasklog import task_stream_id
-from cardfence.store import EventStore
+from cardfence.store import EventStore, GroupCommit
 
 WRITERS = 64
 TASKS_PER_WRITER = 2
 MANY_TARGET_POSTGRES = 3.0
+WAIT = 0.001  # GroupCommit.max_wait of the third store, seconds
 
 
 @dataclass(frozen=True, slots=True)
@@ -117,20 +124,27 @@ def bench_database(ctx: BenchContext, db: Database, sizes: Sizes) -> list[Figure
     with ExitStack() as stack:
         grouped = stack.enter_context(EventStore.open(db.url))
         single = stack.enter_context(EventStore.open(db.url, migrate=False, group_commit=False))
+        patient = stack.enter_context(
+            EventStore.open(db.url, migrate=False, group_commit=GroupCommit(max_wait=WAIT))
+        )
         pool = stack.enter_context(ThreadPoolExecutor(WRITERS, thread_name_prefix="bench-writer"))
         ctx.note(f"{label}: {durability(grouped.engine)}; {grouped.group_commit}")
         ctx.progress(f"{label}: creating {WRITERS * TASKS_PER_WRITER} tasks per store")
         ours = Writers(stack.enter_context(engine_on(grouped)), pool, "http://127.0.0.1:9999")
         off = Writers(stack.enter_context(engine_on(single)), pool, "http://127.0.0.1:9998")
+        wait = Writers(stack.enter_context(engine_on(patient)), pool, "http://127.0.0.1:9997")
         before = grouped.stats
         many_stats: list[tuple[int, int]] = []
+        wait_stats: list[tuple[int, int]] = []
 
-        def counted(work: Callable[[Planned], int]) -> Callable[[Planned], int]:
+        def counted(
+            work: Callable[[Planned], int], store: EventStore, stats: list[tuple[int, int]]
+        ) -> Callable[[Planned], int]:
             def run(planned: Planned) -> int:
-                start = grouped.stats
+                start = store.stats
                 done = work(planned)
-                end = grouped.stats
-                many_stats.append((end.appends - start.appends, end.commits - start.commits))
+                end = store.stats
+                stats.append((end.appends - start.appends, end.commits - start.commits))
                 return done
 
             return run
@@ -140,23 +154,28 @@ def bench_database(ctx: BenchContext, db: Database, sizes: Sizes) -> list[Figure
             {
                 "one": runs_of([ours.take(count) for _ in range(runs)], ours.apply_alone),
                 "many": runs_of(
-                    [ours.take(count) for _ in range(runs)], counted(ours.apply_at_once)
+                    [ours.take(count) for _ in range(runs)],
+                    counted(ours.apply_at_once, grouped, many_stats),
                 ),
                 "one-off": runs_of([off.take(count) for _ in range(runs)], off.apply_alone),
                 "many-off": runs_of([off.take(count) for _ in range(runs)], off.apply_at_once),
+                "one-wait": runs_of([wait.take(count) for _ in range(runs)], wait.apply_alone),
+                "many-wait": runs_of(
+                    [wait.take(count) for _ in range(runs)],
+                    counted(wait.apply_at_once, patient, wait_stats),
+                ),
             },
             runs,
         )
         after = grouped.stats
-        for writers in (ours, off):
+        for writers in (ours, off, wait):
             for plan in writers.plans:
                 for task in plan.tasks:
                     broken = writers.engine.store.verify_stream(task_stream_id(task.key))
                     if broken is not None:
                         raise AssertionError(f"{label}: {broken}")
-    appends = sum(a for a, _ in many_stats)
-    commits = sum(c for _, c in many_stats)
-    per = commits / appends if appends else float("nan")
+    appends, commits, per = _per_append(many_stats)
+    _, _, per_wait = _per_append(wait_stats)
     ctx.note(
         f"{label}: {WRITERS} writers x {TASKS_PER_WRITER} tasks each; with group commit "
         f"{appends} appends in {commits} commits while 64 wrote ({per:.3f} commits per append, "
@@ -168,6 +187,11 @@ def bench_database(ctx: BenchContext, db: Database, sizes: Sizes) -> list[Figure
         f"{label}: one writer {1e3 / rates['one']:.2f} ms per observation with group commit, "
         f"{1e3 / rates['one-off']:.2f} ms without; 64 writers {rates['many']:,.0f}/s with, "
         f"{rates['many-off']:,.0f}/s without"
+    )
+    ctx.note(
+        f"{label}: with max_wait {WAIT * 1e3:g} ms, 64 writers {rates['many-wait']:,.0f}/s at "
+        f"{per_wait:.3f} commits per append (the default: {per:.3f}); one writer "
+        f"{1e3 / rates['one-wait']:.2f} ms per observation"
     )
     target = MANY_TARGET_POSTGRES if label == "postgresql" else None
     unit = "observations/s"
@@ -194,7 +218,28 @@ def bench_database(ctx: BenchContext, db: Database, sizes: Sizes) -> list[Figure
             unit,
             None,
         ),
+        Figure.compared(
+            f"{label} {WRITERS} writers, max_wait {WAIT * 1e3:g} ms (vs max_wait 0)",
+            rates["many-wait"],
+            rates["many"],
+            unit,
+            None,
+        ),
+        Figure.compared(
+            f"{label} one writer, max_wait {WAIT * 1e3:g} ms (vs max_wait 0)",
+            rates["one-wait"],
+            rates["one"],
+            unit,
+            None,
+        ),
     ]
+
+
+def _per_append(stats: list[tuple[int, int]]) -> tuple[int, int, float]:
+    """Appends, commits, and commits per append over the runs counted in ``stats``."""
+    appends = sum(a for a, _ in stats)
+    commits = sum(c for _, c in stats)
+    return appends, commits, commits / appends if appends else float("nan")
 
 
 @register("group")

@@ -33,7 +33,9 @@ class GroupCommit:
 
     ``max_batch``: the most appends in one transaction. ``max_wait``: seconds a leader waits for
     more appends when fewer than ``max_batch`` are queued (0: take what queued while the previous
-    batch committed, and no more; the default, as it never delays a lone writer).
+    batch committed, and no more; the default, as it never delays a lone writer). Measured by
+    ``scripts/bench.py group``: a 1 ms wait gained 64 writers nothing, and cost a lone writer the
+    whole wait on every append.
     """
 
     max_batch: int = 64

@@ -219,14 +219,16 @@ def test_scale_section_quick_json_reports_serves_against_the_agent_alone(
 
 
 @pytest.mark.timeout(120)
-def test_group_section_quick_json_compares_64_writers_with_one_on_each_database() -> None:
+def test_group_section_quick_json_compares_writers_and_max_wait_on_each_database() -> None:
     pg_url = os.environ.get(PG_URL_VAR)  # PostgreSQL figures too when the tests have a server
     _done, figures = _run_section("group", timeout=110)
     databases = ["sqlite", "postgresql"] if pg_url else ["sqlite"]
     for database in databases:
         mine = [f for f in figures if f["name"].startswith(database)]
         rates = [f for f in mine if f["unit"] == "observations/s"]
-        assert len(rates) == 3, mine
+        assert len(rates) == 5, mine
+        waiting = [f["name"] for f in rates if "max_wait 1 ms (vs max_wait 0)" in f["name"]]
+        assert len(waiting) == 2, waiting  # 64 writers and one, a leader waiting for company
         for figure in rates:
             assert set(figure) == KEYS
             assert _positive(figure["value"])
