@@ -180,7 +180,7 @@ async def test_an_agent_offering_no_push_is_never_asked_to_register_a_webhook(
         outcome = await engine.register_webhook(view.task, "http://127.0.0.1:9/webhook")
         done = await engine.drive(view.task, until="terminal", timeout=10)
         recorded = types(engine.store, view.task)
-    assert not outcome.registered
+    assert (outcome.registered, outcome.reason) == (False, "push_not_advertised"), outcome
     assert ev.DELIVERY_DOWNGRADED in recorded
     assert done.state == "completed"  # by polling
     assert "delivery_downgraded" in done.flags
