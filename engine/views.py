@@ -59,6 +59,7 @@ class TaskView:
             "card_revision": self.card_revision,
             "flags": list(self.flags),
             "artifacts": [dict(a) for a in self.artifacts],
+            "last_message": self.last_message,
         }
 
     def to_row(self) -> dict[str, Any]:

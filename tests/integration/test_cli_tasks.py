@@ -46,6 +46,7 @@ RUN_KEYS = {
     "card_revision",
     "flags",
     "artifacts",
+    "last_message",
 }
 ROW_KEYS = {
     "task",
@@ -152,6 +153,7 @@ def test_run_stops_at_input_required_and_reply_by_prefix_completes_it(peer: Peer
     assert asked.returncode == 0, asked.stderr
     waiting = document(asked)
     assert waiting["state"] == "input-required"
+    assert waiting["last_message"] == "What is your answer?"  # the agent's question
 
     replied = cardfence(
         db, "reply", waiting["task"][:8], "--text", "42", "--until", "terminal", *POLL, "--json"

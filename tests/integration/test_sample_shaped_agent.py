@@ -7,11 +7,14 @@ anyone, no security declared) whose extra skill the public card lacks; it offers
 executor reports a status message with ``working`` and with ``completed``, and its answer as an
 artifact in between. The agent here is served by a2a-sdk's own request handler and routes
 (``create_agent_card_routes``, ``create_jsonrpc_routes`` at ``/``), with an executor of ours that
-reports what the sample's does, in the same order. Every engine block ends with the audit.
+reports what the sample's does, in the same order. The sample's earlier edition (A2A 0.3)
+answered with one message and created no task: a second agent does that. Every engine block
+ends with the audit.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -31,6 +34,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from support import ServerThread
 
 from cardfence.engine import events as ev
+from cardfence.engine.cli.main import run as cli
 
 PUBLIC_SKILL = "echo_bot"
 EXTENDED_SKILL = "echo_bot_super_mode"  # only the extended card lists it
@@ -55,6 +59,16 @@ class HelloExecutor(AgentExecutor):
         await updater.update_status(
             state=TaskState.TASK_STATE_COMPLETED, message=new_text_message("Request is completed!")
         )
+
+    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        raise NotImplementedError("cancel is not offered")
+
+
+class MessageExecutor(AgentExecutor):
+    """Answers with one message and creates no task."""
+
+    async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        await event_queue.enqueue_event(new_text_message("Hello World"))
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
         raise NotImplementedError("cancel is not offered")
@@ -112,14 +126,15 @@ class MethodLog:
         await self.app(scope, replay, send)
 
 
-@pytest.fixture(scope="module")
-def hello() -> Iterator[tuple[str, MethodLog]]:
+@contextlib.contextmanager
+def _served(executor: AgentExecutor) -> Iterator[tuple[str, MethodLog]]:
+    """The sample's server around ``executor``: its base URL and the methods it was sent."""
     server = ServerThread()
     base = f"http://127.0.0.1:{server.port}"
     public = _card(base, "0.0.1", [PUBLIC_SKILL])
     extended = _card(base, "0.0.2", [PUBLIC_SKILL, EXTENDED_SKILL])
     handler = DefaultRequestHandler(
-        agent_executor=HelloExecutor(),
+        agent_executor=executor,
         task_store=InMemoryTaskStore(),
         agent_card=public,
         extended_agent_card=extended,
@@ -132,6 +147,19 @@ def hello() -> Iterator[tuple[str, MethodLog]]:
         yield base, log
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="module")
+def hello() -> Iterator[tuple[str, MethodLog]]:
+    with _served(HelloExecutor()) as served:
+        yield served
+
+
+@pytest.fixture(scope="module")
+def replier() -> Iterator[tuple[str, MethodLog]]:
+    """As the sample's earlier (A2A 0.3) edition answered: one message, no task."""
+    with _served(MessageExecutor()) as served:
+        yield served
 
 
 @pytest.fixture
@@ -185,3 +213,17 @@ async def test_an_agent_offering_no_push_is_never_asked_to_register_a_webhook(
     assert done.state == "completed"  # by polling
     assert "delivery_downgraded" in done.flags
     assert not [m for m in log.methods if "PushNotification" in m], log.methods
+
+
+def test_an_answer_given_as_a_message_completes_the_task_and_run_prints_it(
+    replier: tuple[str, MethodLog], db: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    base, _log = replier
+    code = cli(["run", base, "--skill", PUBLIC_SKILL, "--text", "hi", "--json", "--db", db])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    task = json.loads(out)
+    assert (task["state"], task["remote_task_id"]) == ("completed", None)
+    assert task["last_message"] == "Hello World"
+    assert task["artifacts"] == []
+    assert cli(["audit", "--db", db]) == 0, capsys.readouterr().out
