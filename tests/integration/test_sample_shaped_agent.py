@@ -30,11 +30,12 @@ from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
 from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill, TaskState
 from engine_fixtures import FAST, audited_engine, data_of, transitions, types
 from starlette.applications import Starlette
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 from support import ServerThread
 
 from cardfence.engine import events as ev
 from cardfence.engine.cli.main import run as cli
+from cardfence.engine.demo.agent import _jsonrpc_method, _read_body, _replay
 
 PUBLIC_SKILL = "echo_bot"
 EXTENDED_SKILL = "echo_bot_super_mode"  # only the extended card lists it
@@ -110,20 +111,9 @@ class MethodLog:
         if scope["type"] != "http" or scope["method"] != "POST":
             await self.app(scope, receive, send)
             return
-        messages: list[Message] = []
-        body = b""
-        while True:
-            message = await receive()
-            messages.append(message)
-            body += message.get("body", b"")
-            if not message.get("more_body"):
-                break
-        self.methods.append(str(json.loads(body).get("method")))
-
-        async def replay() -> Message:
-            return messages.pop(0) if messages else await receive()
-
-        await self.app(scope, replay, send)
+        body, extra = await _read_body(receive)
+        self.methods.append(_jsonrpc_method(body))
+        await self.app(scope, _replay(body, extra, receive), send)
 
 
 @contextlib.contextmanager
