@@ -194,6 +194,26 @@ class HostileServer:
             await asyncio.Event().wait()  # until the server stops (the handler is cancelled)
 
 
+Answer = Reply | Callable[[Request], Reply]
+
+
+class RoutedServer(HostileServer):
+    """Answers ``routes[path]`` (a Reply, or a function of the request); 404 elsewhere."""
+
+    def __init__(self) -> None:
+        super().__init__(self._route)
+        self.routes: dict[str, Answer] = {}
+
+    def _route(self, request: Request) -> Reply:
+        answer = self.routes.get(request.path)
+        if answer is None:
+            return Reply(status=404, body=b"not here", headers={"Content-Type": "text/plain"})
+        return answer(request) if callable(answer) else answer
+
+    def paths(self) -> list[str]:
+        return [r.path for r in self.requests]
+
+
 class HostileAgent(HostileServer):
     """A minimal A2A 1.0 agent (JSON-RPC, one skill) whose card and methods tests replace:
     ``card`` (a Reply, or None for the honest card) and ``rpc[method]`` (a Reply factory given

@@ -22,7 +22,7 @@ from typing import Any
 
 import httpx
 import pytest
-from support.hostile import HostileServer, Reply, Request, SilentListener
+from support.hostile import Reply, Request, RoutedServer, SilentListener
 
 from cardfence.engine import deadline
 from cardfence.engine import events as ev
@@ -40,26 +40,8 @@ JSON = {"Content-Type": "application/json"}
 FAST = CardLimits(timeout=2.0, connect_timeout=1.0)
 MODIFIED = "Tue, 01 Dec 2026 00:00:00 GMT"
 
-Answer = Reply | Callable[[Request], Reply]
 # 0.0.0.0 reaching 127.0.0.1, and handshakes left unanswered once a listener's backlog is full.
 LINUX = pytest.mark.skipif(sys.platform != "linux", reason="relies on Linux's TCP/IP stack")
-
-
-class CardServer(HostileServer):
-    """Answers ``routes[path]`` (a Reply, or a function of the request); 404 elsewhere."""
-
-    def __init__(self) -> None:
-        super().__init__(self._route)
-        self.routes: dict[str, Answer] = {}
-
-    def _route(self, request: Request) -> Reply:
-        answer = self.routes.get(request.path)
-        if answer is None:
-            return Reply(status=404, body=b"not here", headers={"Content-Type": "text/plain"})
-        return answer(request) if callable(answer) else answer
-
-    def paths(self) -> list[str]:
-        return [r.path for r in self.requests]
 
 
 def document(**change: Any) -> dict[str, Any]:
@@ -122,8 +104,8 @@ def redirect(status: int, location: str | None) -> Reply:
 
 
 @pytest.fixture
-def server() -> Iterator[CardServer]:
-    with CardServer() as running:
+def server() -> Iterator[RoutedServer]:
+    with RoutedServer() as running:
         yield running
 
 
@@ -205,7 +187,7 @@ def test_a_url_that_is_not_http_with_a_host_is_refused_as_a_network_failure(url:
 
 
 async def test_a_read_asks_for_json_in_the_encodings_it_decodes_and_names_itself(
-    server: CardServer, client: httpx.AsyncClient
+    server: RoutedServer, client: httpx.AsyncClient
 ) -> None:
     server.routes[CARD] = card_reply(etag='"e1"', modified=MODIFIED)
 
@@ -222,7 +204,7 @@ async def test_a_read_asks_for_json_in_the_encodings_it_decodes_and_names_itself
 
 
 async def test_a_conditional_read_sends_the_validators_stored_for_that_url_only(
-    server: CardServer, client: httpx.AsyncClient
+    server: RoutedServer, client: httpx.AsyncClient
 ) -> None:
     server.routes[CARD] = conditional()
     url = server.url + CARD
@@ -246,7 +228,7 @@ async def test_a_conditional_read_sends_the_validators_stored_for_that_url_only(
 
 
 async def test_a_304_keeps_the_validators_it_carries(
-    server: CardServer, client: httpx.AsyncClient
+    server: RoutedServer, client: httpx.AsyncClient
 ) -> None:
     server.routes[CARD] = Reply(status=304, headers={"ETag": '"e9"', "Last-Modified": MODIFIED})
 
@@ -256,7 +238,7 @@ async def test_a_304_keeps_the_validators_it_carries(
 
 
 async def test_a_404_at_the_first_path_tries_the_legacy_path_and_records_it(
-    server: CardServer, client: httpx.AsyncClient
+    server: RoutedServer, client: httpx.AsyncClient
 ) -> None:
     server.routes[LEGACY] = card_reply()
     urls = card_urls(server.url)[1]
@@ -268,7 +250,7 @@ async def test_a_404_at_the_first_path_tries_the_legacy_path_and_records_it(
 
 
 async def test_a_404_at_the_last_path_is_an_http_status_failure_naming_it(
-    server: CardServer, client: httpx.AsyncClient
+    server: RoutedServer, client: httpx.AsyncClient
 ) -> None:
     with pytest.raises(DiscoveryError) as failed:
         await fetch_card(client, card_urls(server.url)[1], limits=FAST)
@@ -282,7 +264,7 @@ async def test_a_404_at_the_last_path_is_an_http_status_failure_naming_it(
 
 
 async def test_any_other_status_at_the_first_path_fails_without_trying_the_next(
-    server: CardServer, client: httpx.AsyncClient
+    server: RoutedServer, client: httpx.AsyncClient
 ) -> None:
     server.routes[CARD] = Reply(status=503, body=b"busy", headers={"ETag": '"x"'})
     server.routes[LEGACY] = card_reply()
@@ -303,7 +285,7 @@ async def test_any_other_status_at_the_first_path_fails_without_trying_the_next(
 
 @pytest.mark.parametrize("status", [301, 302, 303, 307, 308])
 async def test_a_same_origin_redirect_is_followed_and_recorded_under_the_url_asked(
-    server: CardServer, client: httpx.AsyncClient, status: int
+    server: RoutedServer, client: httpx.AsyncClient, status: int
 ) -> None:
     server.routes[CARD] = redirect(status, "/cards/current.json")
     server.routes["/cards/current.json"] = card_reply(etag='"e1"')
@@ -316,7 +298,7 @@ async def test_a_same_origin_redirect_is_followed_and_recorded_under_the_url_ask
 
 
 async def test_redirects_are_followed_up_to_the_limit_and_no_further(
-    server: CardServer, client: httpx.AsyncClient
+    server: RoutedServer, client: httpx.AsyncClient
 ) -> None:
     server.routes[CARD] = redirect(302, "/one")
     server.routes["/one"] = redirect(302, "/two")
@@ -337,7 +319,7 @@ async def test_redirects_are_followed_up_to_the_limit_and_no_further(
 
 
 async def test_a_redirect_to_another_origin_is_refused_naming_the_target(
-    server: CardServer, client: httpx.AsyncClient
+    server: RoutedServer, client: httpx.AsyncClient
 ) -> None:
     elsewhere = f"http://localhost:{server.port}/card.json"  # another host: another origin
     server.routes[CARD] = redirect(301, "/moved")
@@ -354,7 +336,7 @@ async def test_a_redirect_to_another_origin_is_refused_naming_the_target(
 
 
 async def test_a_client_that_follows_redirects_still_has_another_origin_refused(
-    server: CardServer,
+    server: RoutedServer,
 ) -> None:
     server.routes[CARD] = redirect(302, f"http://localhost:{server.port}/card.json")
     server.routes["/card.json"] = card_reply()
@@ -368,7 +350,7 @@ async def test_a_client_that_follows_redirects_still_has_another_origin_refused(
 
 
 async def test_a_redirect_without_a_location_is_refused(
-    server: CardServer, client: httpx.AsyncClient
+    server: RoutedServer, client: httpx.AsyncClient
 ) -> None:
     server.routes[CARD] = redirect(302, None)
 
@@ -402,7 +384,7 @@ async def test_plain_http_to_a_host_that_is_not_loopback_is_refused_before_any_r
 
 @LINUX
 async def test_allow_insecure_lets_plain_http_reach_a_host_that_is_not_loopback(
-    server: CardServer, client: httpx.AsyncClient
+    server: RoutedServer, client: httpx.AsyncClient
 ) -> None:
     # 0.0.0.0 is not a loopback address, yet on Linux a connection to it reaches 127.0.0.1.
     server.routes[CARD] = card_reply()
@@ -415,7 +397,7 @@ async def test_allow_insecure_lets_plain_http_reach_a_host_that_is_not_loopback(
 
 
 async def test_a_read_with_no_time_left_is_not_sent(
-    server: CardServer, client: httpx.AsyncClient
+    server: RoutedServer, client: httpx.AsyncClient
 ) -> None:
     urls = card_urls(server.url)[1]
     for limits in (CardLimits(timeout=0.0), CardLimits(timeout=-1.0)):
@@ -432,7 +414,7 @@ async def test_a_read_with_no_time_left_is_not_sent(
 
 
 async def test_a_card_that_never_finishes_fails_at_the_total_timeout_naming_the_url_it_was_on(
-    server: CardServer, client: httpx.AsyncClient
+    server: RoutedServer, client: httpx.AsyncClient
 ) -> None:
     server.routes[LEGACY] = Reply(body=body(), drip=0.02)
     limits = CardLimits(timeout=0.4, connect_timeout=0.2)
@@ -500,7 +482,7 @@ async def test_a_refused_connection_is_a_network_failure_with_its_cause(
 
 
 async def test_a_card_over_the_size_limit_is_refused_as_too_large(
-    server: CardServer, client: httpx.AsyncClient
+    server: RoutedServer, client: httpx.AsyncClient
 ) -> None:
     server.routes[CARD] = card_reply(b"{" + b" " * 200 + b"}")
 
@@ -512,7 +494,7 @@ async def test_a_card_over_the_size_limit_is_refused_as_too_large(
 
 
 async def test_a_card_in_an_encoding_not_decoded_is_refused_as_invalid(
-    server: CardServer, client: httpx.AsyncClient
+    server: RoutedServer, client: httpx.AsyncClient
 ) -> None:
     server.routes[CARD] = Reply(body=body(), headers={**JSON, "Content-Encoding": "br"})
 
@@ -526,7 +508,7 @@ async def test_a_card_in_an_encoding_not_decoded_is_refused_as_invalid(
 
 
 async def test_an_error_page_that_never_ends_is_drained_a_little_then_dropped(
-    server: CardServer, client: httpx.AsyncClient
+    server: RoutedServer, client: httpx.AsyncClient
 ) -> None:
     # 16 KiB at a time, forever: reading it all would end only at the timeout.
     server.routes[CARD] = Reply(status=503, body=b"busy", drip=0.0, chunk=16384)
@@ -542,7 +524,7 @@ async def test_an_error_page_that_never_ends_is_drained_a_little_then_dropped(
 
 
 async def test_a_first_read_records_every_field_and_stores_the_snapshot(
-    server: CardServer, store: EventStore, client: httpx.AsyncClient
+    server: RoutedServer, store: EventStore, client: httpx.AsyncClient
 ) -> None:
     server.routes[CARD] = card_reply(etag='"e1"', modified=MODIFIED)
     before = datetime.now(UTC)
@@ -597,7 +579,7 @@ async def test_an_agent_never_read_has_its_initial_state(store: EventStore) -> N
     [('"e1"', None, "if-none-match"), (None, MODIFIED, "if-modified-since")],
 )
 async def test_a_later_read_is_conditional_on_either_validator_and_a_304_keeps_the_stored_ones(
-    server: CardServer,
+    server: RoutedServer,
     store: EventStore,
     client: httpx.AsyncClient,
     etag: str | None,
@@ -625,7 +607,7 @@ async def test_a_later_read_is_conditional_on_either_validator_and_a_304_keeps_t
 
 
 async def test_a_304_on_the_card_in_memory_is_not_parsed_again(
-    server: CardServer, store: EventStore, client: httpx.AsyncClient
+    server: RoutedServer, store: EventStore, client: httpx.AsyncClient
 ) -> None:
     server.routes[CARD] = conditional(etag='"e1"')
     discovery = Discovery(store, client, limits=FAST)
@@ -638,7 +620,7 @@ async def test_a_304_on_the_card_in_memory_is_not_parsed_again(
 
 
 async def test_a_304_for_a_revision_no_longer_held_is_read_again_whole(
-    server: CardServer, store: EventStore, client: httpx.AsyncClient
+    server: RoutedServer, store: EventStore, client: httpx.AsyncClient
 ) -> None:
     server.routes[CARD] = conditional(etag='"e2"')
     origin = server.url
@@ -662,7 +644,7 @@ async def test_a_304_for_a_revision_no_longer_held_is_read_again_whole(
 
 
 async def test_a_304_to_a_read_without_validators_is_read_again_and_then_refused(
-    server: CardServer, store: EventStore, client: httpx.AsyncClient
+    server: RoutedServer, store: EventStore, client: httpx.AsyncClient
 ) -> None:
     server.routes[CARD] = Reply(status=304, headers={})
 
@@ -679,7 +661,7 @@ async def test_a_304_to_a_read_without_validators_is_read_again_and_then_refused
 
 
 async def test_a_200_after_a_conditional_read_keeps_only_its_own_validators(
-    server: CardServer, store: EventStore, client: httpx.AsyncClient
+    server: RoutedServer, store: EventStore, client: httpx.AsyncClient
 ) -> None:
     server.routes[CARD] = card_reply(etag='"e1"', modified=MODIFIED)
     discovery = Discovery(store, client, limits=FAST)
@@ -699,7 +681,7 @@ async def test_a_200_after_a_conditional_read_keeps_only_its_own_validators(
 
 
 async def test_validators_are_sent_only_to_the_url_they_came_from(
-    server: CardServer, store: EventStore, client: httpx.AsyncClient
+    server: RoutedServer, store: EventStore, client: httpx.AsyncClient
 ) -> None:
     server.routes[CARD] = card_reply(etag='"e1"')
     server.routes["/mine.json"] = card_reply(etag='"e1"')
@@ -713,7 +695,7 @@ async def test_validators_are_sent_only_to_the_url_they_came_from(
 
 
 async def test_a_failed_read_is_recorded_with_its_url_kind_detail_and_time(
-    server: CardServer, store: EventStore, client: httpx.AsyncClient
+    server: RoutedServer, store: EventStore, client: httpx.AsyncClient
 ) -> None:
     server.routes[CARD] = Reply(status=503, body=b"busy")
     before = datetime.now(UTC)
@@ -736,7 +718,7 @@ async def test_a_failed_read_is_recorded_with_its_url_kind_detail_and_time(
 
 
 async def test_a_memoised_read_is_served_from_memory_until_it_is_max_card_age_old(
-    server: CardServer, store: EventStore, client: httpx.AsyncClient
+    server: RoutedServer, store: EventStore, client: httpx.AsyncClient
 ) -> None:
     server.routes[CARD] = card_reply(etag='"e1"', modified=MODIFIED)
     now = [1000.0]
@@ -759,7 +741,7 @@ async def test_a_memoised_read_is_served_from_memory_until_it_is_max_card_age_ol
 
 
 async def test_the_memo_is_kept_two_minutes_by_default(
-    server: CardServer, store: EventStore, client: httpx.AsyncClient
+    server: RoutedServer, store: EventStore, client: httpx.AsyncClient
 ) -> None:
     server.routes[CARD] = card_reply()
     now = [0.0]
@@ -773,7 +755,7 @@ async def test_the_memo_is_kept_two_minutes_by_default(
 
 
 async def test_a_fresh_read_always_goes_to_the_wire(
-    server: CardServer, store: EventStore, client: httpx.AsyncClient
+    server: RoutedServer, store: EventStore, client: httpx.AsyncClient
 ) -> None:
     server.routes[CARD] = card_reply()
     discovery = Discovery(store, client, limits=FAST, clock=lambda: 0.0)
@@ -802,7 +784,7 @@ async def test_the_same_bytes_from_the_same_url_parse_once_of_the_last_sixteen(
 
 
 async def test_the_size_limit_given_applies_to_every_read_of_one_discovery(
-    server: CardServer, store: EventStore, client: httpx.AsyncClient
+    server: RoutedServer, store: EventStore, client: httpx.AsyncClient
 ) -> None:
     data = body(description="d" * 500)
     server.routes[CARD] = card_reply(data)
@@ -832,7 +814,7 @@ async def test_the_size_limit_given_applies_to_every_read_of_one_discovery(
 
 
 async def test_a_card_over_a_megabyte_is_read_confirmed_and_compared_under_a_limit_that_allows_it(
-    server: CardServer, store: EventStore, client: httpx.AsyncClient
+    server: RoutedServer, store: EventStore, client: httpx.AsyncClient
 ) -> None:
     big = "d" * (1_200_000)  # over parse_card's default limit of 1 MiB
     server.routes[CARD] = conditional(body(description=big), etag='"e1"')
@@ -853,7 +835,7 @@ async def test_a_card_over_a_megabyte_is_read_confirmed_and_compared_under_a_lim
 
 
 async def test_one_read_and_the_whole_read_after_its_304_share_one_timeout(
-    server: CardServer, store: EventStore, client: httpx.AsyncClient
+    server: RoutedServer, store: EventStore, client: httpx.AsyncClient
 ) -> None:
     def slow_304_then_a_card_that_never_ends(request: Request) -> Reply:
         if "if-none-match" in request.headers:
@@ -891,7 +873,7 @@ async def test_one_read_and_the_whole_read_after_its_304_share_one_timeout(
 
 
 async def test_the_first_use_pins_the_contract_and_the_same_contract_matches(
-    server: CardServer, store: EventStore, client: httpx.AsyncClient
+    server: RoutedServer, store: EventStore, client: httpx.AsyncClient
 ) -> None:
     server.routes[CARD] = card_reply()
     discovery = Discovery(store, client, limits=FAST)
@@ -909,7 +891,7 @@ async def test_the_first_use_pins_the_contract_and_the_same_contract_matches(
 
 
 async def test_a_changed_contract_is_refused_naming_what_changed_unless_accepted(
-    server: CardServer, store: EventStore, client: httpx.AsyncClient
+    server: RoutedServer, store: EventStore, client: httpx.AsyncClient
 ) -> None:
     server.routes[CARD] = card_reply()
     discovery = Discovery(store, client, limits=FAST)
@@ -945,7 +927,7 @@ async def test_a_changed_contract_is_refused_naming_what_changed_unless_accepted
 
 
 async def test_a_changed_contract_whose_pinned_card_is_not_held_says_only_that_it_differs(
-    server: CardServer, store: EventStore, client: httpx.AsyncClient
+    server: RoutedServer, store: EventStore, client: httpx.AsyncClient
 ) -> None:
     server.routes[CARD] = card_reply(body(**ROTATED))
     discovery = Discovery(store, client, limits=FAST)
@@ -964,7 +946,7 @@ async def test_a_changed_contract_whose_pinned_card_is_not_held_says_only_that_i
 
 
 async def test_a_contract_that_hashes_differently_in_no_named_part_says_it_differs(
-    server: CardServer, store: EventStore, client: httpx.AsyncClient
+    server: RoutedServer, store: EventStore, client: httpx.AsyncClient
 ) -> None:
     server.routes[CARD] = card_reply()
     discovery = Discovery(store, client, limits=FAST)
