@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from cardfence.engine import events as ev
-from cardfence.engine.cards.interfaces import V10, select_interface, spoken_version
+from cardfence.engine.cards.interfaces import V10, dialect_of, select_interface, spoken_version
 from cardfence.engine.cards.model import AgentCard, Interface, diff
 from cardfence.engine.errors import CardInvalidError, DiscoveryError
 from cardfence.engine.lifecycle import TERMINAL
@@ -320,8 +320,8 @@ def endpoint_version(endpoint: Mapping[str, Any]) -> str:
 
 def endpoint_dialect(endpoint: Mapping[str, Any]) -> str:
     """The version whose methods and shapes requests to a recorded endpoint take (``1.0`` or
-    ``0.3``: :attr:`Interface.dialect`)."""
-    return Interface(str(endpoint.get("url")), "", endpoint_version(endpoint)).dialect
+    ``0.3``: :func:`dialect_of`)."""
+    return dialect_of(endpoint_version(endpoint))
 
 
 def _endpoint_on(

@@ -27,6 +27,7 @@ __all__ = [
     "SPOKEN_BINDINGS",
     "V03",
     "V10",
+    "dialect_of",
     "is_loopback",
     "part_kind",
     "select_interface",
@@ -163,6 +164,17 @@ def part_kind(media_type: str) -> str:
 
 def _essence(media_type: str) -> str:
     return media_type.partition(";")[0].strip().lower()
+
+
+def dialect_of(declared: str, *, legacy_card: bool = False) -> str:
+    """The version whose methods and shapes a request to an interface that declares
+    ``declared`` takes: :data:`V03` for any 0.x (and a 0.x card that declares none), else
+    :data:`V10`."""
+    if spoken_version(declared, legacy_card=legacy_card) == V03 or declared.strip().startswith(
+        "0."
+    ):
+        return V03
+    return V10
 
 
 def spoken_version(declared: str, *, legacy_card: bool = False) -> str:

@@ -38,6 +38,7 @@ from cardfence.engine.cards.interfaces import (
     V03,
     V10,
     _modes_match,
+    dialect_of,
     is_loopback,
     part_kind,
     select_interface,
@@ -102,9 +103,7 @@ class Interface:
     def dialect(self) -> str:
         """The version whose methods and shapes a request here takes: :data:`V03` for any 0.x
         (and a 0.x card that declares none), else :data:`V10`."""
-        if self.speaks == V03 or self.protocol_version.strip().startswith("0."):
-            return V03
-        return V10
+        return dialect_of(self.protocol_version, legacy_card=self.legacy_card)
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,7 @@ from cardfence.engine.cards.model import AgentCard, parse_card
 from cardfence.engine.cli.render import describe
 from cardfence.engine.errors import DiscoveryError
 from cardfence.engine.guards import (
+    Decision,
     card_is_stale,
     failure_review,
     reconcile_stand_in,
@@ -101,9 +102,27 @@ def test_revalidation_standing_in_annotates_a_public_card_failure_too() -> None:
 def test_revalidation_standing_in_downgrades_push_the_public_card_withdrew() -> None:
     no_push = public(lambda d: d["capabilities"].update(pushNotifications=False))
     task = extended_task(delivery_mode="push")
-    events = reconcile_stand_in(task, no_push, None, UNREAD)
-    assert [type_ for type_, _ in events] == [ev.DISCOVERY_UNAVAILABLE, ev.DELIVERY_DOWNGRADED]
-    assert events[1][1]["card_revision"] == no_push.revision
+    assert reconcile_stand_in(task, no_push, None, UNREAD) == [
+        unavailable(UNREAD, "revalidation"),
+        (
+            ev.DELIVERY_DOWNGRADED,
+            {
+                "reason": "push_withdrawn",
+                "detail": "card withdrew pushNotifications",
+                "card_revision": no_push.revision,
+                "to": "polling",
+            },
+        ),
+    ]
+
+
+def test_revalidation_standing_in_leaves_a_polled_task_alone_when_the_card_has_no_push() -> None:
+    no_push = public(lambda d: d["capabilities"].update(pushNotifications=False))
+    for mode in ("polling", None):
+        task = extended_task(delivery_mode=mode)
+        assert reconcile_stand_in(task, no_push, None, UNREAD) == [
+            unavailable(UNREAD, "revalidation")
+        ]
 
 
 # -- R9: never orphaned by the public card ---------------------------------------------------------
@@ -111,7 +130,7 @@ def test_revalidation_standing_in_downgrades_push_the_public_card_withdrew() -> 
 
 def test_resume_with_the_public_card_standing_in_never_orphans_and_stays_put() -> None:
     plan = resume_stand_in(extended_task(), public(), None, UNREAD)
-    assert not plan.orphaned
+    assert plan.orphaned is False
     assert plan.endpoint == RPC
     assert plan.events == (unavailable(UNREAD, "resume"),)
 
@@ -122,7 +141,7 @@ def test_resume_standing_in_follows_the_endpoint_the_public_card_moved() -> None
 
     plan = resume_stand_in(extended_task(), public(moved), None, UNREAD, allow_insecure=True)
     new = {"url": "http://a.test/rpc2", "binding": "JSONRPC", "protocol_version": "1.0"}
-    assert not plan.orphaned
+    assert plan.orphaned is False
     assert plan.endpoint == new
     assert plan.events == (
         unavailable(UNREAD, "resume"),
@@ -130,9 +149,33 @@ def test_resume_standing_in_follows_the_endpoint_the_public_card_moved() -> None
     )
 
 
+def test_resume_standing_in_never_moves_to_plain_http_unless_allowed() -> None:
+    def moved(doc: dict[str, Any]) -> None:
+        doc["supportedInterfaces"][0]["url"] = "http://a.test/rpc2"
+
+    plan = resume_stand_in(extended_task(), public(moved), None, UNREAD)
+    assert (plan.orphaned, plan.endpoint, plan.events) == (
+        False,
+        RPC,
+        (unavailable(UNREAD, "resume"),),
+    )
+
+
+def test_resume_standing_in_with_a_public_card_failure_stays_at_the_recorded_endpoint() -> None:
+    def moved(doc: dict[str, Any]) -> None:
+        doc["supportedInterfaces"][0]["url"] = "http://a.test/rpc2"
+
+    plan = resume_stand_in(extended_task(), public(moved), FAILED, UNREAD, allow_insecure=True)
+    assert (plan.orphaned, plan.endpoint, plan.events) == (
+        False,
+        RPC,
+        (unavailable(UNREAD, "resume"), unavailable(FAILED, "resume")),
+    )
+
+
 def test_resume_standing_in_without_any_card_goes_on_at_the_recorded_endpoint() -> None:
     plan = resume_stand_in(extended_task(), None, FAILED, UNREAD)
-    assert not plan.orphaned
+    assert plan.orphaned is False
     assert plan.endpoint == RPC
     assert plan.events == (unavailable(UNREAD, "resume"), unavailable(FAILED, "resume"))
 
@@ -162,6 +205,32 @@ def test_a_resend_of_an_extended_task_compares_the_public_contract() -> None:
     refused = resend_check(task, secured)
     assert (refused.allowed, refused.reason) == (False, "contract_changed")
     assert task["public_contract_hash"] in refused.detail
+
+
+def test_a_resend_of_an_extended_task_checks_its_skill_on_the_extended_card_read_again() -> None:
+    task = extended_task(public_contract_hash=public().contract_hash)
+    assert resend_check(task, public(), extended_card()) == Decision(True, "ok")
+    refused = resend_check(task, public())  # the public card alone lacks the skill
+    assert (refused.allowed, refused.reason) == (False, "skill_absent")
+
+
+def test_a_resend_compares_the_public_card_with_the_public_contract_not_the_extended_one() -> None:
+    def secured(doc: dict[str, Any]) -> None:
+        doc["securitySchemes"] = {"m": {"mtlsSecurityScheme": {}}}
+        doc["securityRequirements"] = [{"schemes": {"m": {"list": []}}}]
+
+    ext_doc = copy.deepcopy(PUBLIC)
+    secured(ext_doc)
+    ext_doc["skills"].append({"id": "vip", "name": "VIP", "description": "for members"})
+    ext = parse(ext_doc)
+    task = extended_task(contract_hash=ext.contract_hash)
+    assert ext.contract_hash != public().contract_hash
+    assert resend_check(task, public(), ext) == Decision(True, "ok")
+    bare = {k: v for k, v in task.items() if k != "public_contract_hash"}  # a non-extended task
+    refused = resend_check(bare, public(), ext)
+    assert refused == Decision(
+        False, "contract_changed", f"the contract is no longer {ext.contract_hash}"
+    )
 
 
 # -- the agent projection --------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from cardfence.engine.answers import PushConfig, RemoteMessage, RemoteTask
 from cardfence.engine.cards.interfaces import (
     HTTP_JSON,
     JSONRPC,
+    dialect_of,
     part_kind,
     select_interface,
     spoken_version,
@@ -1021,3 +1022,25 @@ def test_run_refuses_what_is_not_a_media_type(tmp_path: Path, media_type: str) -
     code = cli_run([*argv, "--media-type", media_type, "--db", f"sqlite:///{db}"])
     assert code == 2
     assert not db.exists()
+
+
+@pytest.mark.parametrize(
+    ("declared", "legacy_card", "dialect"),
+    [
+        ("1.0", False, "1.0"),
+        ("1.2", False, "1.0"),
+        ("", False, "1.0"),
+        ("", True, "0.3"),
+        ("0.3.0", False, "0.3"),
+        (" 0.2 ", False, "0.3"),
+        ("0.1", False, "0.3"),  # not spoken, yet any 0.x takes 0.3's shapes
+        ("2.0", False, "1.0"),
+    ],
+)
+def test_the_dialect_of_a_declared_version_is_the_interfaces_and_a_recorded_endpoints(
+    declared: str, legacy_card: bool, dialect: str
+) -> None:
+    assert dialect_of(declared, legacy_card=legacy_card) == dialect
+    assert Interface(RPC_URL, JSONRPC, declared, legacy_card).dialect == dialect
+    if not legacy_card:
+        assert guards.endpoint_dialect({"url": RPC_URL, "protocol_version": declared}) == dialect
