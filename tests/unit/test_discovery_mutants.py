@@ -869,6 +869,55 @@ async def test_one_read_and_the_whole_read_after_its_304_share_one_timeout(
     assert server.paths() == [CARD, CARD]
 
 
+# -- reads in flight -------------------------------------------------------------------------------
+
+
+async def test_shared_reads_of_one_agent_at_once_make_one_wire_read_and_get_the_same_read(
+    server: RoutedServer, store: EventStore, client: httpx.AsyncClient
+) -> None:
+    server.routes[CARD] = card_reply()
+    discovery = Discovery(store, client, limits=FAST)
+
+    first, second = await asyncio.gather(
+        discovery.read(server.url, share=True), discovery.read(server.url, share=True)
+    )
+
+    assert first is second
+    assert server.paths() == [CARD]
+    assert discovery._in_flight == {}  # forgotten once done: the next read is its own
+    await discovery.read(server.url, share=True)
+    assert server.paths() == [CARD, CARD]
+
+
+async def test_reads_are_their_own_unless_asked_to_share_even_with_one_in_flight(
+    server: RoutedServer, store: EventStore, client: httpx.AsyncClient
+) -> None:
+    server.routes[CARD] = card_reply()
+    discovery = Discovery(store, client, limits=FAST)
+
+    first, second = await asyncio.gather(discovery.read(server.url), discovery.read(server.url))
+
+    assert first is not second
+    assert server.paths() == [CARD, CARD]
+
+
+async def test_shared_reads_of_two_agents_at_once_are_not_shared(
+    server: RoutedServer, store: EventStore, client: httpx.AsyncClient
+) -> None:
+    with RoutedServer() as other:
+        server.routes[CARD] = card_reply()
+        other.routes[CARD] = card_reply(body(name="other"))
+        discovery = Discovery(store, client, limits=FAST)
+
+        mine, theirs = await asyncio.gather(
+            discovery.read(server.url, share=True), discovery.read(other.url, share=True)
+        )
+
+        assert (mine.agent, mine.card.name) == (server.url, "cards")
+        assert (theirs.agent, theirs.card.name) == (other.url, "other")
+        assert (server.paths(), other.paths()) == ([CARD], [CARD])
+
+
 # -- contract pinning ------------------------------------------------------------------------------
 
 
