@@ -15,9 +15,8 @@ import re
 import socket
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -101,24 +100,6 @@ def conditional(
 
 def redirect(status: int, location: str | None) -> Reply:
     return Reply(status=status, headers={} if location is None else {"Location": location})
-
-
-@pytest.fixture
-def server() -> Iterator[RoutedServer]:
-    with RoutedServer() as running:
-        yield running
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[EventStore]:
-    with EventStore.open(f"sqlite:///{tmp_path / 'cards.db'}") as opened:
-        yield opened
-
-
-@pytest.fixture
-async def client() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient() as shared:
-        yield shared
 
 
 def events_of(store: EventStore, origin: str) -> list[tuple[str, dict[str, Any]]]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -112,24 +112,6 @@ def parsed(doc: dict[str, Any], url: str) -> AgentCard:
     """The card as Discovery parses what the transport hands it (keys sorted, compact)."""
     raw = json.dumps(doc, ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode()
     return parse_card(raw, url=url)
-
-
-@pytest.fixture
-def server() -> Iterator[RoutedServer]:
-    with RoutedServer() as running:
-        yield running
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[EventStore]:
-    with EventStore.open(f"sqlite:///{tmp_path / 'cards.db'}") as opened:
-        yield opened
-
-
-@pytest.fixture
-async def client() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient() as shared:
-        yield shared
 
 
 @pytest.fixture

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -82,24 +82,6 @@ class ReadsSeen:
         if self.during_read is not None:
             self.during_read()
         return self.store.read_stream(stream_id, from_version)
-
-
-@pytest.fixture
-def server() -> Iterator[RoutedServer]:
-    with RoutedServer() as running:
-        yield running
-
-
-@pytest.fixture
-def store(tmp_path: Path) -> Iterator[EventStore]:
-    with EventStore.open(f"sqlite:///{tmp_path / 'cards.db'}") as opened:
-        yield opened
-
-
-@pytest.fixture
-async def client() -> AsyncIterator[httpx.AsyncClient]:
-    async with httpx.AsyncClient() as shared:
-        yield shared
 
 
 def ec_key(kid: str | None = "card-key") -> ECKey:
