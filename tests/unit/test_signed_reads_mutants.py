@@ -553,6 +553,9 @@ async def test_a_signed_card_read_pins_its_jku_key_set_and_the_next_read_matches
     assert [s["keys"] for s in signatures] == [expected, expected]
     assert [s["pin"] for s in signatures] == ["pinned", "matched"]
     assert server.paths() == [CARD, JWKS, CARD]
+    stored = store.get_snapshot(expected["revision"])  # the key set, for the audit to verify
+    assert stored is not None
+    assert (stored.source_url, stored.body) == (server.url + JWKS, key_set(key).body)
     assert reads._pins == {
         (server.url, False): (1, expected["key_set"])
     }  # scanned before the append
