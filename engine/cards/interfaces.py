@@ -170,11 +170,8 @@ def dialect_of(declared: str, *, legacy_card: bool = False) -> str:
     """The version whose methods and shapes a request to an interface that declares
     ``declared`` takes: :data:`V03` for any 0.x (and a 0.x card that declares none), else
     :data:`V10`."""
-    if spoken_version(declared, legacy_card=legacy_card) == V03 or declared.strip().startswith(
-        "0."
-    ):
-        return V03
-    return V10
+    version = declared.strip()
+    return V03 if version.startswith("0.") or (legacy_card and not version) else V10
 
 
 def spoken_version(declared: str, *, legacy_card: bool = False) -> str:
