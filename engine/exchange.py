@@ -49,7 +49,7 @@ from cardfence.engine.errors import (
     RemoteRefusedError,
     UsageError,
 )
-from cardfence.engine.pool import RequestSlots
+from cardfence.engine.pool import REPLAYABLE, RequestSlots
 from cardfence.engine.remote import loads as remote_loads
 
 __all__ = ["A2A_VERSION", "DEFAULT_MAX_BYTES", "A2AErrorCode", "Exchange", "RequestCredentials"]
@@ -94,6 +94,10 @@ class RequestCredentials(Protocol):
 
 
 _REFUSED_AUTH: Final = (401, 403)
+
+# The operations that only read: safe to ask twice, so asked again when a kept-alive connection
+# closes under them (engine.pool.REPLAYABLE). A send, cancel or registration is never repeated.
+READS: Final = frozenset({"GetTask", "ListTasks", "GetExtendedAgentCard", "SubscribeToTask"})
 
 
 class Exchange:
@@ -159,16 +163,17 @@ class Exchange:
         translated here (:meth:`_dialect`), and the result by the caller (:meth:`_answer`).
         """
         operation = method
+        replay = operation in READS
         method, params, path, body = self._dialect(method, params, path, body)
         if self.binding == JSONRPC:
             request_id = next(self._ids)
             envelope = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
             url = self.interface.url
-            status, raw = await self._exchange("POST", url, _encode(envelope), None, task)
+            status, raw = await self._exchange("POST", url, _encode(envelope), None, task, replay)
             return url, self._jsonrpc_result(url, status, raw, request_id, task, operation)
         url = self.interface.url.rstrip("/") + path
         content = None if body is None else _encode(body)
-        status, raw = await self._exchange(verb, url, content, query, task)
+        status, raw = await self._exchange(verb, url, content, query, task, replay)
         if 200 <= status < 300:
             return url, self._decode(url, raw)
         raise self._failure(url, status, raw, task, operation)
@@ -235,21 +240,24 @@ class Exchange:
         content: bytes | None,
         query: Mapping[str, str] | None,
         task: str,
+        replay: bool,
     ) -> tuple[int, bytes | None]:
         """Status and body; the body is ``None`` when it is over ``max_bytes`` once decoded, or
-        when the body of a non-2xx cannot be decoded (R16).
+        when the body of a non-2xx cannot be decoded (R16). ``replay``: the request is a read,
+        asked again when a kept-alive connection closes under it (:mod:`engine.pool`).
 
         With credentials, a 401/403 is asked once more with refreshed ones when a token is
         involved (R15: the token may have expired early or been revoked and reissued).
         """
         credentials = self.credentials
+        ask = (verb, url, content, query, task, replay)
         if credentials is None:
-            return await self._exchange_once(verb, url, content, query, task, None)
+            return await self._exchange_once(*ask, None)
         auth = await credentials.prepare()
-        status, body = await self._exchange_once(verb, url, content, query, task, auth)
+        status, body = await self._exchange_once(*ask, auth)
         if status in _REFUSED_AUTH and credentials.refreshable:
             auth = await credentials.prepare(refresh=True)
-            status, body = await self._exchange_once(verb, url, content, query, task, auth)
+            status, body = await self._exchange_once(*ask, auth)
         return status, body
 
     async def _exchange_once(
@@ -259,6 +267,7 @@ class Exchange:
         content: bytes | None,
         query: Mapping[str, str] | None,
         task: str,
+        replay: bool,
         auth: RequestAuth | None,
     ) -> tuple[int, bytes | None]:
         """One request, with ``auth`` added. The whole exchange, body included, ends within
@@ -285,6 +294,7 @@ class Exchange:
                     headers=headers,
                     timeout=timeout,
                     follow_redirects=False,
+                    extensions={REPLAYABLE: True} if replay else None,
                 ) as response:
                     try:
                         body = await read_body(response, self.max_bytes)

@@ -19,6 +19,18 @@ that walk was half of an engine's CPU. Three changes keep it small:
 The limits keep every connection alive (:data:`POOL_LIMITS`): httpcore closes an idle connection
 whenever the pool holds more connections than its keep-alive count, so httpx's default (20 of
 100) closed and reopened connections under a few dozen tasks at once.
+
+An agent closes a connection it has kept idle for a while: 5 s under uvicorn (a2a-sdk's servers),
+hypercorn and Node. A request sent on it just as the server closes it meets the close, not an
+answer: httpx's own expiry was those same 5 s, so the two timers raced. Two answers:
+
+- a connection idle for :data:`KEEPALIVE_SECONDS` (4 s) is closed here first;
+- a request that is safe to ask twice (a ``GET``, or a read the caller marks :data:`REPLAYABLE`:
+  ``GetTask``, ``ListTasks``, ``GetExtendedAgentCard``, ``SubscribeToTask``) is asked again on
+  another connection when the one it went out on had carried an earlier exchange and was closed
+  without a byte of answer, at most :data:`REPLAYS` times. Anything else (``SendMessage``,
+  ``CancelTask``, a push registration) is never sent twice: it fails as the close it met
+  (:class:`AnswerlessClose`), since the server may have read it before closing.
 """
 
 from __future__ import annotations
@@ -29,16 +41,40 @@ import select
 import socket
 import ssl
 from collections.abc import AsyncIterator, Iterable
-from typing import Any
+from typing import Any, Final
 
 import httpcore
 import httpx
 
 from cardfence.engine.errors import UsageError
 
+# An idle connection is closed here after 4 s: before an agent on uvicorn, hypercorn or Node (5 s)
+# closes it under a request.
+KEEPALIVE_SECONDS: Final = 4.0
+
 # Per origin, one connection per request or stream in flight, all kept alive: room for the
 # requests RequestSlots lets through (8) beside the streams serve follows (64).
-POOL_LIMITS = httpx.Limits(max_connections=100, max_keepalive_connections=100)
+POOL_LIMITS = httpx.Limits(
+    max_connections=100, max_keepalive_connections=100, keepalive_expiry=KEEPALIVE_SECONDS
+)
+
+# The request extension that marks a request safe to ask twice (a read): give it as
+# ``client.stream(..., extensions={REPLAYABLE: True})``. A GET or HEAD is replayable unmarked.
+REPLAYABLE: Final = "cardfence.replayable"
+
+# How many times a replayable request is asked again after meeting an answerless close.
+REPLAYS: Final = 2
+
+
+class AnswerlessClose(httpcore.RemoteProtocolError):
+    """A connection that had carried an earlier exchange was closed without a byte of answer
+    to the next request: the server ended a kept-alive connection as the request arrived (or
+    read it and failed: from here the two look alike)."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "the server closed a kept-alive connection without answering the request sent on it"
+        )
 
 
 class RequestSlots:
@@ -112,7 +148,7 @@ class _OriginTransport(httpx.AsyncHTTPTransport):
     def __init__(self, context: ssl.SSLContext, limits: httpx.Limits = POOL_LIMITS) -> None:
         super().__init__(verify=context, limits=limits)
         # The pool httpx would make, the same arguments, opening its connections through _Backend.
-        self._pool = httpcore.AsyncConnectionPool(
+        self._pool = _Pool(
             ssl_context=context,
             max_connections=limits.max_connections,
             max_keepalive_connections=limits.max_keepalive_connections,
@@ -123,6 +159,25 @@ class _OriginTransport(httpx.AsyncHTTPTransport):
     @property
     def pool(self) -> httpcore.AsyncConnectionPool:
         return self._pool
+
+
+class _Pool(httpcore.AsyncConnectionPool):
+    """httpcore's pool, asking a replayable request again after an :class:`AnswerlessClose`."""
+
+    async def handle_async_request(self, request: httpcore.Request) -> httpcore.Response:
+        replays = REPLAYS if replayable(request) else 0
+        while True:
+            try:
+                return await super().handle_async_request(request)
+            except AnswerlessClose:
+                if replays == 0:
+                    raise
+                replays -= 1  # the closed connection is gone: another one, or a new one
+
+
+def replayable(request: httpcore.Request) -> bool:
+    """Whether ``request`` is safe to ask twice: a GET or HEAD, or marked :data:`REPLAYABLE`."""
+    return request.method in (b"GET", b"HEAD") or bool(request.extensions.get(REPLAYABLE))
 
 
 class _Backend(httpcore.AsyncNetworkBackend):
@@ -155,16 +210,33 @@ class _Backend(httpcore.AsyncNetworkBackend):
 
 
 class _Stream(httpcore.AsyncNetworkStream):
-    """A connection's stream that answers ``is_readable`` from the socket it keeps."""
+    """A connection's stream that answers ``is_readable`` from the socket it keeps, and tells an
+    :class:`AnswerlessClose` from any other end: HTTP/1.1 writes a request, then reads its
+    answer, so a write after a read starts a request on a reused connection, and a read that
+    finds the stream ended (or broken) before any byte of its answer met the server's close."""
 
     def __init__(self, inner: httpcore.AsyncNetworkStream) -> None:
         self._inner = inner
         self._socket: socket.socket | None = inner.get_extra_info("socket")
+        self._reading = False  # a read since the last write: the next write starts a request
+        self._reused = False  # the request being sent is not the connection's first
+        self._answered = False  # a byte of its answer has been read
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        return await self._inner.read(max_bytes, timeout)
+        try:
+            data = await self._inner.read(max_bytes, timeout)
+        except httpcore.ReadError as error:
+            if self._reused and not self._answered:
+                raise AnswerlessClose() from error
+            raise
+        if not data and self._reused and not self._answered:
+            raise AnswerlessClose()
+        self._reading = self._answered = True
+        return data
 
     async def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        if self._reading:
+            self._reading, self._reused, self._answered = False, True, False
         await self._inner.write(buffer, timeout)
 
     async def aclose(self) -> None:

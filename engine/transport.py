@@ -58,6 +58,7 @@ from cardfence.engine.eventstream import EVENT_STREAM, BoundedEvents
 from cardfence.engine.exchange import (
     A2A_VERSION,
     DEFAULT_MAX_BYTES,
+    READS,
     A2AErrorCode,
     Exchange,
     RequestCredentials,
@@ -67,6 +68,7 @@ from cardfence.engine.exchange import (
     _redacted,
     _with_auth,
 )
+from cardfence.engine.pool import REPLAYABLE
 from cardfence.engine.remote import (
     parse_push_config,
     parse_send_response,
@@ -363,6 +365,7 @@ class A2ATransport(Exchange):
                             headers=headers,  # a copy: aconnect_sse sets Accept on it
                             timeout=timeout,
                             follow_redirects=False,
+                            extensions={REPLAYABLE: True} if method in READS else None,
                         )
                     )
                     await self._open(source.response, url, method, request_id, task)

@@ -1,21 +1,34 @@
 """The engine's own HTTP client (engine.pool): one pool per origin, idle connections a server
-closed are never reused, and requests wait for their origin's slots, against real sockets on
+closed are never reused, a read that meets a kept-alive connection's close is asked again (and
+nothing else is), and requests wait for their origin's slots, against real sockets on
 127.0.0.1."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 from collections.abc import AsyncIterator
 
 import httpcore
+import httpx
 import pytest
+import uvicorn
 
 from cardfence.engine.cards.interfaces import JSONRPC, V10
 from cardfence.engine.cards.model import Interface
 from cardfence.engine.engine import Engine, EngineConfig
 from cardfence.engine.errors import EndpointUnreachableError
-from cardfence.engine.pool import EngineTransport, RequestSlots, engine_client, readable
+from cardfence.engine.pool import (
+    KEEPALIVE_SECONDS,
+    POOL_LIMITS,
+    REPLAYS,
+    EngineTransport,
+    RequestSlots,
+    engine_client,
+    readable,
+    tls_context,
+)
 from cardfence.engine.transport import A2ATransport
 
 _OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: keep-alive\r\n\r\nok"
@@ -55,6 +68,146 @@ class Server:
     @property
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}/"
+
+
+class ClosingUnderRequests:
+    """A JSON-RPC agent whose connections answer their first ``answered`` requests (a GetTask
+    result echoing the request's id), then read the next one and close without a byte of answer:
+    a server ending a kept-alive connection just as a request arrives, every time. With
+    ``answered=0`` not even a new connection is answered. ``methods`` lists what each request
+    asked, answered or not."""
+
+    def __init__(self, answered: int = 1) -> None:
+        self.answered = answered
+        self.connections = 0
+        self.methods: list[str] = []
+        self.port = 0
+        self._server: asyncio.Server | None = None
+
+    async def __aenter__(self) -> ClosingUnderRequests:
+        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        assert self._server is not None
+        self._server.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        try:
+            for served in range(self.answered + 1):
+                head = await reader.readuntil(b"\r\n\r\n")
+                first = head.split(b"\r\n", 1)[0].decode()
+                length = 0
+                for line in head.split(b"\r\n")[1:]:
+                    name, _, value = line.partition(b":")
+                    if name.strip().lower() == b"content-length":
+                        length = int(value)
+                body = json.loads(await reader.readexactly(length)) if length else {}
+                self.methods.append(body.get("method", first))
+                if served == self.answered:
+                    break  # read, and closed unanswered
+                writer.write(self._answer(body))
+                await writer.drain()
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        writer.close()
+
+    @staticmethod
+    def _answer(request: dict[str, object]) -> bytes:
+        """A working task (GetTask), or an event stream of one completed task (SubscribeToTask),
+        its length given: the connection stays open for the next request."""
+        task = {"id": "t-1", "contextId": "c-1", "status": {"state": "TASK_STATE_WORKING"}}
+        kind, ending = b"application/json", b""
+        if request.get("method") == "SubscribeToTask":
+            task["status"] = {"state": "TASK_STATE_COMPLETED"}
+            kind, ending = b"text/event-stream", b"\n\n"
+        result = task if kind == b"application/json" else {"task": task}
+        answer = json.dumps({"jsonrpc": "2.0", "id": request.get("id"), "result": result}).encode()
+        if ending:
+            answer = b"data: " + answer + ending
+        return b"HTTP/1.1 200 OK\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n%s" % (
+            kind,
+            len(answer),
+            answer,
+        )
+
+    def transport(self, client: httpx.AsyncClient) -> A2ATransport:
+        interface = Interface(f"http://127.0.0.1:{self.port}/rpc", JSONRPC, V10)
+        return A2ATransport(client, interface, timeout=5.0)
+
+
+async def test_a_read_that_meets_a_kept_alive_connections_close_is_asked_again() -> None:
+    async with ClosingUnderRequests() as agent, engine_client() as client:
+        transport = agent.transport(client)
+        await transport.get_task("t-1")
+        task = await transport.get_task("t-1")  # its connection closes under it: asked again
+    assert task.state == "working"
+    assert agent.methods == ["GetTask"] * 3
+    assert agent.connections == 2
+
+
+async def test_a_get_and_a_task_subscription_are_asked_again_too() -> None:
+    async with ClosingUnderRequests() as agent, engine_client() as client:
+        url = f"http://127.0.0.1:{agent.port}/.well-known/agent-card.json"
+        for _ in range(2):
+            assert (await client.get(url)).status_code == 200  # a GET: replayable unmarked
+        transport = agent.transport(client)
+        for _ in range(2):
+            async with transport.subscribe("t-1") as updates:
+                states = [update.task.state async for update in updates if update.task]
+            assert states == ["completed"]
+    get = "GET /.well-known/agent-card.json HTTP/1.1"
+    assert agent.methods == [get] * 3 + ["SubscribeToTask"] * 3
+    assert agent.connections == 4
+
+
+async def test_a_send_that_meets_a_kept_alive_connections_close_is_never_sent_twice() -> None:
+    async with ClosingUnderRequests() as agent, engine_client() as client:
+        transport = agent.transport(client)
+        await transport.get_task("t-1")
+        with pytest.raises(EndpointUnreachableError, match="closed a kept-alive connection"):
+            await transport.send_message(text="hi", message_id="m-1", context_id="c-1")
+    assert agent.methods == ["GetTask", "SendMessage"]  # the send, once
+
+
+async def test_a_new_connection_closed_unanswered_is_not_asked_again() -> None:
+    async with ClosingUnderRequests(answered=0) as agent, engine_client() as client:
+        with pytest.raises(EndpointUnreachableError, match="without sending a response"):
+            await agent.transport(client).get_task("t-1")
+    assert agent.methods == ["GetTask"]  # a broken server, not a kept-alive connection's end
+
+
+async def test_a_read_is_asked_again_at_most_replays_times() -> None:
+    async with ClosingUnderRequests() as agent, engine_client() as client:
+        transport = agent.transport(client)
+        warm = REPLAYS + 2  # idle connections, each of which closes under its next request
+        await asyncio.gather(*(transport.get_task("t-1") for _ in range(warm)))
+        assert agent.connections == warm
+        with pytest.raises(EndpointUnreachableError, match="closed a kept-alive connection"):
+            await transport.get_task("t-1")
+    assert len(agent.methods) == warm + 1 + REPLAYS
+
+
+def test_an_idle_connection_expires_here_before_a_uvicorn_agent_closes_it() -> None:
+    agent_keep_alive = uvicorn.Config(app=None).timeout_keep_alive  # a2a-sdk's servers run on it
+    assert POOL_LIMITS.keepalive_expiry == KEEPALIVE_SECONDS
+    assert agent_keep_alive - KEEPALIVE_SECONDS >= 1
+
+
+async def test_the_origin_pools_expire_idle_connections_as_the_limits_say() -> None:
+    limits = httpx.Limits(max_connections=10, max_keepalive_connections=10, keepalive_expiry=0.2)
+    transport = EngineTransport(tls_context(), limits)
+    async with (
+        Server(close_after=False) as server,
+        httpx.AsyncClient(transport=transport) as client,
+    ):
+        assert (await client.get(server.url)).text == "ok"
+        assert (await client.get(server.url)).text == "ok"
+        await asyncio.sleep(0.4)
+        assert (await client.get(server.url)).text == "ok"
+    assert server.connections == 2  # kept alive within 0.2 s, closed here after it
 
 
 @pytest.fixture
