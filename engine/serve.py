@@ -113,7 +113,7 @@ class _Server(uvicorn.Server):
                 if (
                     isinstance(transport, asyncio.Transport)
                     and transport.is_closing()
-                    and transport.get_write_buffer_size() == 0
+                    and _written_out(transport)
                 ):
                     transport.abort()
             await asyncio.sleep(0.05)
@@ -138,6 +138,19 @@ class _Server(uvicorn.Server):
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+
+
+def _written_out(transport: asyncio.Transport) -> bool:
+    """Whether ``transport`` has handed everything written to the kernel: its own buffer is
+    empty and, over TLS, so is the TCP transport's under it (an abort drops both). asyncio's TLS
+    transport shows the one under it only as ``_ssl_protocol._transport``; a loop that hides it
+    (uvloop) is judged by the TLS layer's buffer alone."""
+    layer: object = transport
+    while isinstance(layer, asyncio.WriteTransport):
+        if layer.get_write_buffer_size():
+            return False
+        layer = getattr(getattr(layer, "_ssl_protocol", None), "_transport", None)
+    return True
 
 
 def head_bounded_h11(seconds: float) -> type[H11Protocol]:
