@@ -237,6 +237,10 @@ async def serve(
     config = uvicorn.Config(
         serve_app(engine, driver, limits=limits, metrics=metrics),
         http=head_bounded_h11(limits.body_seconds),
+        # An idle connection is ended by the head timer (``body_seconds``, 10 s by default), not
+        # by uvicorn's 5 s: a2a-sdk agents push through httpx, which reuses a connection for up
+        # to 5 s, so a push made at that moment would meet serve's close and be lost.
+        timeout_keep_alive=math.ceil(limits.body_seconds) + 1,
         log_config=None,
         access_log=False,
         lifespan="on",

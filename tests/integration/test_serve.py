@@ -542,6 +542,34 @@ async def test_serve_closes_connections_whose_request_head_does_not_arrive_in_ti
             process.communicate()
 
 
+async def test_serve_keeps_an_idle_connection_longer_than_an_agents_httpx_client_does(
+    tmp_path: Path,
+) -> None:
+    """a2a-sdk agents push through httpx, whose pool reuses an idle connection for up to 5 s:
+    were serve to close it at that same moment, a push would meet the close and be lost."""
+    expiry = httpx.Limits(max_connections=None).keepalive_expiry or 5.0  # httpx's default: 5 s
+    process = _serve_command(f"sqlite:///{tmp_path / 'c.db'}")
+    try:
+        url = httpx.URL(webhook_url(process))
+        health = f"GET /healthz HTTP/1.1\r\nhost: {url.netloc.decode()}\r\n\r\n".encode()
+        reader, writer = await asyncio.open_connection(url.host, url.port)
+        try:
+            for pause in (0.0, expiry + 0.5):
+                await asyncio.sleep(pause)
+                writer.write(health)
+                answer = await asyncio.wait_for(reader.readuntil(b'ok"}'), 10)
+                assert answer.startswith(b"HTTP/1.1 200")  # the same connection, still open
+        finally:
+            writer.close()
+        process.send_signal(signal.SIGTERM)
+        _, stderr = await asyncio.to_thread(process.communicate, timeout=30)
+        assert process.returncode == 0, stderr
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+
+
 @pytest.mark.parametrize(
     ("option", "value"),
     [("--max-deliveries", "0"), ("--body-timeout", "0"), ("--max-refusals", "-1")],
