@@ -9,6 +9,7 @@ import asyncio
 import json
 import socket
 from collections.abc import AsyncIterator
+from typing import Self
 
 import httpcore
 import httpx
@@ -34,17 +35,15 @@ from cardfence.engine.transport import A2ATransport
 _OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: keep-alive\r\n\r\nok"
 
 
-class Server:
-    """An HTTP/1.1 server that answers each request ``ok`` and then, if ``close_after``, closes
-    the connection without saying so (no ``Connection: close``): a keep-alive that ended."""
+class _Listening:
+    """A server on 127.0.0.1 (any free port) for the block, counting its connections."""
 
-    def __init__(self, close_after: bool) -> None:
-        self.close_after = close_after
+    def __init__(self) -> None:
         self.connections = 0
         self.port = 0
         self._server: asyncio.Server | None = None
 
-    async def __aenter__(self) -> Server:
+    async def __aenter__(self) -> Self:
         self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
         self.port = self._server.sockets[0].getsockname()[1]
         return self
@@ -52,6 +51,18 @@ class Server:
     async def __aexit__(self, *_: object) -> None:
         assert self._server is not None
         self._server.close()
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        raise NotImplementedError
+
+
+class Server(_Listening):
+    """An HTTP/1.1 server that answers each request ``ok`` and then, if ``close_after``, closes
+    the connection without saying so (no ``Connection: close``): a keep-alive that ended."""
+
+    def __init__(self, close_after: bool) -> None:
+        super().__init__()
+        self.close_after = close_after
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
@@ -70,7 +81,7 @@ class Server:
         return f"http://127.0.0.1:{self.port}/"
 
 
-class ClosingUnderRequests:
+class ClosingUnderRequests(_Listening):
     """A JSON-RPC agent whose connections answer their first ``answered`` requests (a GetTask
     result echoing the request's id), then read the next one and close without a byte of answer:
     a server ending a kept-alive connection just as a request arrives, every time. With
@@ -78,20 +89,9 @@ class ClosingUnderRequests:
     asked, answered or not."""
 
     def __init__(self, answered: int = 1) -> None:
+        super().__init__()
         self.answered = answered
-        self.connections = 0
         self.methods: list[str] = []
-        self.port = 0
-        self._server: asyncio.Server | None = None
-
-    async def __aenter__(self) -> ClosingUnderRequests:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        self.port = self._server.sockets[0].getsockname()[1]
-        return self
-
-    async def __aexit__(self, *_: object) -> None:
-        assert self._server is not None
-        self._server.close()
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1

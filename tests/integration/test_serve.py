@@ -311,6 +311,14 @@ def _serve_command(db: str, *extra: str) -> subprocess.Popen[str]:
     )
 
 
+async def _stopped(process: subprocess.Popen[str]) -> str:
+    """SIGTERM to a ``serve`` process; asserts it exits 0 within 30 s and returns its log."""
+    process.send_signal(signal.SIGTERM)
+    _, stderr = await asyncio.to_thread(process.communicate, timeout=30)
+    assert process.returncode == 0, stderr
+    return stderr
+
+
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 async def test_serve_stops_on_a_signal_mid_load_exits_0_and_resume_finishes_every_task(
     peer: Peer, db_url: str, sig: signal.Signals
@@ -451,9 +459,7 @@ async def test_serve_answers_503_past_max_deliveries_and_408_past_the_body_timeo
                 assert (status, fields["retry-after"], answer["outcome"]) == (503, "1", "refused")
             status, _, answer = await read_answer(slow)  # its body never arrives in full
             assert (status, answer["outcome"]) == (408, "refused")
-        process.send_signal(signal.SIGTERM)
-        _, stderr = await asyncio.to_thread(process.communicate, timeout=30)
-        assert process.returncode == 0, stderr
+        stderr = await _stopped(process)
         logged = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
         assert sorted(line["status"] for line in logged if "status" in line) == [408, 503]
         with EventStore.open(db) as store:
@@ -486,9 +492,7 @@ async def test_serve_sheds_a_source_past_max_refusals_and_counts_it_and_0_never_
         assert f"cardfence_delivery_sources_shed_total {shed}" in metrics
         answered_429 = 'cardfence_deliveries_total{status="429",outcome="refused"}'
         assert (f"{answered_429} 2" in metrics) if shed else (answered_429 not in metrics)
-        process.send_signal(signal.SIGTERM)
-        _, stderr = await asyncio.to_thread(process.communicate, timeout=30)
-        assert process.returncode == 0, stderr
+        stderr = await _stopped(process)
         logged = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
         # Each refusal is logged; the shedding once, with its source; the 429s are counted only.
         assert [line.get("status") for line in logged if "status" in line] == (
@@ -533,9 +537,7 @@ async def test_serve_closes_connections_whose_request_head_does_not_arrive_in_ti
         kept_alive = await closed_by_serve(health, partial)  # the next head on a kept-alive one
         assert kept_alive.startswith(b"HTTP/1.1 200")
         assert kept_alive.endswith(b'"ok"}')
-        process.send_signal(signal.SIGTERM)
-        _, stderr = await asyncio.to_thread(process.communicate, timeout=30)
-        assert process.returncode == 0, stderr
+        await _stopped(process)
     finally:
         if process.poll() is None:
             process.kill()
@@ -561,9 +563,7 @@ async def test_serve_keeps_an_idle_connection_longer_than_an_agents_httpx_client
                 assert answer.startswith(b"HTTP/1.1 200")  # the same connection, still open
         finally:
             writer.close()
-        process.send_signal(signal.SIGTERM)
-        _, stderr = await asyncio.to_thread(process.communicate, timeout=30)
-        assert process.returncode == 0, stderr
+        await _stopped(process)
     finally:
         if process.poll() is None:
             process.kill()
