@@ -1,6 +1,11 @@
 """The audit (R13, R14): every stream's hash chain and version sequence, replay against the stored
 projection, and every referenced card snapshot present and hashing to its key. No network.
 
+The audit may run beside processes still writing (``cardfence audit`` while ``serve`` runs): each
+stream is checked as of its head read first, so events appended since are not taken for a
+broken chain or a wrong projection (they are checked by the next audit); events beyond a head
+that has not moved were written without it, and are reported.
+
 Unknown event types (from a newer cardfence) are reported, not crashed on: the replay leaves the
 state unchanged for them, so a projection a newer version wrote may then differ, and says so.
 
@@ -19,7 +24,7 @@ from typing import Any
 from cardfence.engine import events as ev
 from cardfence.engine.cards.signatures import reverify
 from cardfence.engine.replay import State, fold_agent, fold_task
-from cardfence.store import EventStore, RecordedEvent
+from cardfence.store import EventStore, RecordedEvent, StreamRecord
 from cardfence.store.chain import content_hash, verify_chain
 
 # Payload fields that name a card revision, by event type (R14: events refer to revisions).
@@ -94,9 +99,8 @@ def audit(store: EventStore, *, verify_signatures: bool = False) -> AuditReport:
     streams = events_checked = 0
     for stream_id in store.stream_ids():
         streams += 1
-        logged = store.read_stream(stream_id)
+        head, logged = _as_of_head(store, stream_id)
         events_checked += len(logged)
-        head = store.stream(stream_id)
         broken = verify_chain(stream_id, logged, None if head is None else head.version)
         if broken is not None:
             violations.append(Violation(stream_id, broken.position, broken.kind, broken.detail))
@@ -125,6 +129,22 @@ def audit(store: EventStore, *, verify_signatures: bool = False) -> AuditReport:
         return AuditReport(streams, events_checked, tuple(violations))
     violations.extend(_signature_check(store, signed))
     return AuditReport(streams, events_checked, tuple(violations), len(signed))
+
+
+def _as_of_head(
+    store: EventStore, stream_id: str
+) -> tuple[StreamRecord | None, list[RecordedEvent]]:
+    """The stream's head and its events up to the head's version. The head is read first: every
+    event up to it is committed with it, so the events read next hold them all. Events beyond
+    it are left out when the head has moved since (appended meanwhile), and kept when it has
+    not (written without moving the head: the chain check reports them)."""
+    head = store.stream(stream_id)
+    logged = store.read_stream(stream_id)
+    if head is not None and logged and logged[-1].version > head.version:
+        now = store.stream(stream_id)
+        if now is not None and now.version != head.version:
+            logged = [event for event in logged if event.version <= head.version]
+    return head, logged
 
 
 def _verified_keys(type_: str, data: Mapping[str, Any]) -> str | None:

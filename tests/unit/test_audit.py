@@ -10,7 +10,7 @@ import pytest
 from cardfence.engine import events as ev
 from cardfence.engine.audit import audit, replay
 from cardfence.engine.tasklog import TaskLog, task_stream_id
-from cardfence.store import CardSnapshot, EventStore, NewEvent, Projection
+from cardfence.store import CardSnapshot, EventStore, NewEvent, Projection, RecordedEvent
 from cardfence.store.chain import content_hash
 from cardfence.store.schema import card_snapshots, streams
 
@@ -79,3 +79,29 @@ def test_an_unknown_event_type_is_reported_not_crashed_on(store: EventStore) -> 
     violations = audit(store).violations
     assert [v.kind for v in violations] == ["unknown_event_type"]
     assert "FromTheFuture" in violations[0].detail
+
+
+def test_events_appended_while_the_audit_reads_are_checked_next_time_not_reported(
+    store: EventStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _task(store)
+    read_stream = store.read_stream
+
+    def after_a_writer(stream_id: str, from_version: int = 1) -> list[RecordedEvent]:
+        # Another process appends between the audit's read of the head and of the events.
+        change = {"from": "working", "to": "completed", "source": "push", "remote_timestamp": None}
+        TaskLog(store).record("t1", lambda s: [(ev.STATE_CHANGED, change)])
+        return read_stream(stream_id, from_version)
+
+    monkeypatch.setattr(store, "read_stream", after_a_writer)
+    report = audit(store)
+    assert report.ok, report.violations
+    assert report.events_checked == 2  # as of the head read: the third is the next audit's
+
+
+def test_an_event_written_without_moving_its_head_is_reported(store: EventStore) -> None:
+    _task(store)
+    with store.engine.begin() as conn:
+        conn.execute(streams.update().values(version=1))  # the head left behind its second event
+    report = audit(store)
+    assert [v.kind for v in report.violations][:1] == ["head_mismatch"]
