@@ -24,7 +24,7 @@ from typing import Any
 from cardfence.engine import events as ev
 from cardfence.engine.cards.signatures import reverify
 from cardfence.engine.replay import State, fold_agent, fold_task
-from cardfence.store import EventStore, RecordedEvent, StreamRecord
+from cardfence.store import EventStore, RecordedEvent
 from cardfence.store.chain import content_hash, verify_chain
 
 # Payload fields that name a card revision, by event type (R14: events refer to revisions).
@@ -99,7 +99,7 @@ def audit(store: EventStore, *, verify_signatures: bool = False) -> AuditReport:
     streams = events_checked = 0
     for stream_id in store.stream_ids():
         streams += 1
-        head, logged = _as_of_head(store, stream_id)
+        head, logged = store.read_as_of_head(stream_id)
         events_checked += len(logged)
         broken = verify_chain(stream_id, logged, None if head is None else head.version)
         if broken is not None:
@@ -129,22 +129,6 @@ def audit(store: EventStore, *, verify_signatures: bool = False) -> AuditReport:
         return AuditReport(streams, events_checked, tuple(violations))
     violations.extend(_signature_check(store, signed))
     return AuditReport(streams, events_checked, tuple(violations), len(signed))
-
-
-def _as_of_head(
-    store: EventStore, stream_id: str
-) -> tuple[StreamRecord | None, list[RecordedEvent]]:
-    """The stream's head and its events up to the head's version. The head is read first: every
-    event up to it is committed with it, so the events read next hold them all. Events beyond
-    it are left out when the head has moved since (appended meanwhile), and kept when it has
-    not (written without moving the head: the chain check reports them)."""
-    head = store.stream(stream_id)
-    logged = store.read_stream(stream_id)
-    if head is not None and logged and logged[-1].version > head.version:
-        now = store.stream(stream_id)
-        if now is not None and now.version != head.version:
-            logged = [event for event in logged if event.version <= head.version]
-    return head, logged
 
 
 def _verified_keys(type_: str, data: Mapping[str, Any]) -> str | None:

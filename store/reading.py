@@ -198,12 +198,25 @@ class Reading(StoreBase):
             and (status is None or r.status == status)
         ]
 
-    def verify_stream(self, stream_id: str) -> ChainBreak | None:
-        """Check a stream's hash chain, version sequence and head; the first break or ``None``."""
+    def read_as_of_head(self, stream_id: str) -> tuple[StreamRecord | None, list[RecordedEvent]]:
+        """A stream's head and its events up to the head's version, consistent while other
+        processes append. The head is read first: every event up to it is committed with it, so
+        the events read next hold them all. Events beyond it are left out when the head has
+        moved since (appended meanwhile), and kept when it has not (written without moving the
+        head: a chain check reports them)."""
         head = self.stream(stream_id)
-        return verify_chain(
-            stream_id, self.read_stream(stream_id), None if head is None else head.version
-        )
+        logged = self.read_stream(stream_id)
+        if head is not None and logged and logged[-1].version > head.version:
+            now = self.stream(stream_id)
+            if now is not None and now.version != head.version:
+                logged = [event for event in logged if event.version <= head.version]
+        return head, logged
+
+    def verify_stream(self, stream_id: str) -> ChainBreak | None:
+        """Check a stream's hash chain, version sequence and head (as of
+        :meth:`read_as_of_head`); the first break or ``None``."""
+        head, logged = self.read_as_of_head(stream_id)
+        return verify_chain(stream_id, logged, None if head is None else head.version)
 
     def stream_ids(self) -> list[str]:
         """Every stream that has a head row or at least one event."""

@@ -24,6 +24,7 @@ from cardfence.store import (
     NewEvent,
     PayloadError,
     Projection,
+    RecordedEvent,
     SnapshotMismatchError,
     StoreError,
     StoreUnavailableError,
@@ -283,6 +284,33 @@ def test_chain_detects_a_deleted_last_event(store: EventStore) -> None:
     positions = _chain_of_four(store)
     with store.engine.begin() as conn:
         conn.execute(events_table.delete().where(events_table.c.position == positions[3]))
+    broken = store.verify_stream("s")
+    assert broken is not None
+    assert broken.kind == "head_mismatch"
+
+
+def test_a_stream_read_as_of_its_head_leaves_out_what_a_writer_appends_meanwhile(
+    store: EventStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _chain_of_four(store)
+    read_stream = store.read_stream
+
+    def after_a_writer(stream_id: str, from_version: int = 1) -> list[RecordedEvent]:
+        store.append(stream_id, 4, [NewEvent("E", {"i": 5})])  # between the head and the events
+        return read_stream(stream_id, from_version)
+
+    monkeypatch.setattr(store, "read_stream", after_a_writer)
+    head, logged = store.read_as_of_head("s")
+    assert head is not None
+    assert (head.version, [event.version for event in logged]) == (4, [1, 2, 3, 4])
+    monkeypatch.undo()
+    assert store.verify_stream("s") is None  # the fifth, as of the head now
+
+
+def test_chain_detects_an_event_written_without_moving_its_head(store: EventStore) -> None:
+    _chain_of_four(store)
+    with store.engine.begin() as conn:
+        conn.execute(streams_table.update().values(version=3))
     broken = store.verify_stream("s")
     assert broken is not None
     assert broken.kind == "head_mismatch"
