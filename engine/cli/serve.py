@@ -84,7 +84,8 @@ def serve_command(
             "--body-timeout",
             metavar="S",
             help="How long a delivery's body may take to arrive in full (408 after), and a "
-            "request's head (the connection is closed after).",
+            "request's head (the connection is closed after); also how long an idle "
+            "connection is kept open: keep it above the agents' client keep-alive (5 s).",
         ),
     ] = BODY_SECONDS,
     max_refusals: Annotated[
