@@ -181,7 +181,8 @@ def replayable(request: httpcore.Request) -> bool:
 
 
 class _Backend(httpcore.AsyncNetworkBackend):
-    """httpcore's own backend (anyio), its streams wrapped in :class:`_Stream`."""
+    """httpcore's own backend (anyio), its streams wrapped in :class:`_Stream`. TCP only: the
+    engine's transports are never given a Unix socket."""
 
     def __init__(self) -> None:
         self._inner = httpcore.AnyIOBackend()
@@ -196,14 +197,6 @@ class _Backend(httpcore.AsyncNetworkBackend):
     ) -> httpcore.AsyncNetworkStream:
         inner = await self._inner.connect_tcp(host, port, timeout, local_address, socket_options)
         return _Stream(inner)
-
-    async def connect_unix_socket(
-        self,
-        path: str,
-        timeout: float | None = None,
-        socket_options: Iterable[Any] | None = None,
-    ) -> httpcore.AsyncNetworkStream:
-        return _Stream(await self._inner.connect_unix_socket(path, timeout, socket_options))
 
     async def sleep(self, seconds: float) -> None:
         await self._inner.sleep(seconds)

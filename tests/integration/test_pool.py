@@ -6,15 +6,14 @@ nothing else is), and requests wait for their origin's slots, against real socke
 from __future__ import annotations
 
 import asyncio
-import json
 import socket
 from collections.abc import AsyncIterator
-from typing import Self
 
 import httpcore
 import httpx
 import pytest
 import uvicorn
+from support.keepalive import ClosingUnderRequests, OkServer
 
 from cardfence.engine.cards.interfaces import JSONRPC, V10
 from cardfence.engine.cards.model import Interface
@@ -31,111 +30,6 @@ from cardfence.engine.pool import (
     tls_context,
 )
 from cardfence.engine.transport import A2ATransport
-
-_OK = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: keep-alive\r\n\r\nok"
-
-
-class _Listening:
-    """A server on 127.0.0.1 (any free port) for the block, counting its connections."""
-
-    def __init__(self) -> None:
-        self.connections = 0
-        self.port = 0
-        self._server: asyncio.Server | None = None
-
-    async def __aenter__(self) -> Self:
-        self._server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
-        self.port = self._server.sockets[0].getsockname()[1]
-        return self
-
-    async def __aexit__(self, *_: object) -> None:
-        assert self._server is not None
-        self._server.close()
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        raise NotImplementedError
-
-
-class Server(_Listening):
-    """An HTTP/1.1 server that answers each request ``ok`` and then, if ``close_after``, closes
-    the connection without saying so (no ``Connection: close``): a keep-alive that ended."""
-
-    def __init__(self, close_after: bool) -> None:
-        super().__init__()
-        self.close_after = close_after
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.connections += 1
-        try:
-            while await reader.readuntil(b"\r\n\r\n"):
-                writer.write(_OK)
-                await writer.drain()
-                if self.close_after:
-                    break
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        writer.close()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/"
-
-
-class ClosingUnderRequests(_Listening):
-    """A JSON-RPC agent whose connections answer their first ``answered`` requests (a GetTask
-    result echoing the request's id), then read the next one and close without a byte of answer:
-    a server ending a kept-alive connection just as a request arrives, every time. With
-    ``answered=0`` not even a new connection is answered. ``methods`` lists what each request
-    asked, answered or not."""
-
-    def __init__(self, answered: int = 1) -> None:
-        super().__init__()
-        self.answered = answered
-        self.methods: list[str] = []
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.connections += 1
-        try:
-            for served in range(self.answered + 1):
-                head = await reader.readuntil(b"\r\n\r\n")
-                first = head.split(b"\r\n", 1)[0].decode()
-                length = 0
-                for line in head.split(b"\r\n")[1:]:
-                    name, _, value = line.partition(b":")
-                    if name.strip().lower() == b"content-length":
-                        length = int(value)
-                body = json.loads(await reader.readexactly(length)) if length else {}
-                self.methods.append(body.get("method", first))
-                if served == self.answered:
-                    break  # read, and closed unanswered
-                writer.write(self._answer(body))
-                await writer.drain()
-        except (asyncio.IncompleteReadError, ConnectionError):
-            pass
-        writer.close()
-
-    @staticmethod
-    def _answer(request: dict[str, object]) -> bytes:
-        """A working task (GetTask), or an event stream of one completed task (SubscribeToTask),
-        its length given: the connection stays open for the next request."""
-        task = {"id": "t-1", "contextId": "c-1", "status": {"state": "TASK_STATE_WORKING"}}
-        kind, ending = b"application/json", b""
-        if request.get("method") == "SubscribeToTask":
-            task["status"] = {"state": "TASK_STATE_COMPLETED"}
-            kind, ending = b"text/event-stream", b"\n\n"
-        result = task if kind == b"application/json" else {"task": task}
-        answer = json.dumps({"jsonrpc": "2.0", "id": request.get("id"), "result": result}).encode()
-        if ending:
-            answer = b"data: " + answer + ending
-        return b"HTTP/1.1 200 OK\r\nContent-Type: %s\r\nContent-Length: %d\r\n\r\n%s" % (
-            kind,
-            len(answer),
-            answer,
-        )
-
-    def transport(self, client: httpx.AsyncClient) -> A2ATransport:
-        interface = Interface(f"http://127.0.0.1:{self.port}/rpc", JSONRPC, V10)
-        return A2ATransport(client, interface, timeout=5.0)
 
 
 async def test_a_read_that_meets_a_kept_alive_connections_close_is_asked_again() -> None:
@@ -200,7 +94,7 @@ async def test_the_origin_pools_expire_idle_connections_as_the_limits_say() -> N
     limits = httpx.Limits(max_connections=10, max_keepalive_connections=10, keepalive_expiry=0.2)
     transport = EngineTransport(tls_context(), limits)
     async with (
-        Server(close_after=False) as server,
+        OkServer(close_after=False) as server,
         httpx.AsyncClient(transport=transport) as client,
     ):
         assert (await client.get(server.url)).text == "ok"
@@ -211,12 +105,12 @@ async def test_the_origin_pools_expire_idle_connections_as_the_limits_say() -> N
 
 
 @pytest.fixture
-async def closing_server() -> AsyncIterator[Server]:
-    async with Server(close_after=True) as server:
+async def closing_server() -> AsyncIterator[OkServer]:
+    async with OkServer(close_after=True) as server:
         yield server
 
 
-async def test_an_idle_connection_the_server_closed_is_not_reused(closing_server: Server) -> None:
+async def test_an_idle_connection_the_server_closed_is_not_reused(closing_server: OkServer) -> None:
     async with engine_client() as client:
         for _ in range(3):
             response = await client.get(closing_server.url)
@@ -226,7 +120,7 @@ async def test_an_idle_connection_the_server_closed_is_not_reused(closing_server
 
 
 async def test_a_kept_alive_connection_carries_the_next_request() -> None:
-    async with Server(close_after=False) as server, engine_client() as client:
+    async with OkServer(close_after=False) as server, engine_client() as client:
         for _ in range(3):
             assert (await client.get(server.url)).text == "ok"
     assert server.connections == 1
@@ -234,8 +128,8 @@ async def test_a_kept_alive_connection_carries_the_next_request() -> None:
 
 async def test_each_origin_has_a_pool_of_its_own() -> None:
     async with (
-        Server(close_after=False) as one,
-        Server(close_after=False) as two,
+        OkServer(close_after=False) as one,
+        OkServer(close_after=False) as two,
         engine_client() as client,
     ):
         for server in (one, two, one):
@@ -289,7 +183,7 @@ async def test_engine_open_makes_its_client_on_the_engines_transport(tmp_path: o
 
 async def test_a_request_that_never_got_a_slot_says_it_was_not_sent() -> None:
     slots = RequestSlots(total=4, per_origin=1)
-    async with Server(close_after=False) as server, engine_client() as client:
+    async with OkServer(close_after=False) as server, engine_client() as client:
         interface = Interface(server.url + "rpc", JSONRPC, V10)
         transport = A2ATransport(client, interface, timeout=0.2, slots=slots)
         async with slots.held(server.url):  # the one request this origin may have in flight
