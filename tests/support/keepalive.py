@@ -60,7 +60,8 @@ class Listening:
 
 
 class OkServer(Listening):
-    """Answers each request ``ok`` (after ``delay`` seconds) and then, if ``close_after``,
+    """Answers each request ``ok`` (or ``answer``: a whole HTTP/1.1 response; after ``delay``
+    seconds) and then, if ``close_after``,
     closes the connection without saying so (no ``Connection: close``): a keep-alive that
     ended. Over TLS when given a server context."""
 
@@ -71,10 +72,12 @@ class OkServer(Listening):
         delay: float = 0.0,
         tls: ssl.SSLContext | None = None,
         host: str = "127.0.0.1",
+        answer: bytes = _OK,
     ) -> None:
         super().__init__(tls, host)
         self.close_after = close_after
         self.delay = delay
+        self.answer = answer
         self.open = 0
         self.most_open = 0  # connections open at once, at most
 
@@ -85,7 +88,7 @@ class OkServer(Listening):
         try:
             while await reader.readuntil(b"\r\n\r\n"):
                 await asyncio.sleep(self.delay)
-                writer.write(_OK)
+                writer.write(self.answer)
                 await writer.drain()
                 if self.close_after:
                     break
