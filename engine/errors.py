@@ -198,16 +198,17 @@ class CredentialsMissingError(CardfenceError):
     to an unauthenticated request). ``needs`` says, per alternative, what is missing.
 
     Raised before the task is recorded or anything is sent; the refusal is recorded in the
-    agent's stream (``CredentialsMissing``).
+    agent's stream (``CredentialsMissing``). Raised too, with no ``skill``, before a later
+    request of a task whose secret is no longer configured: that request is not sent.
     """
 
     def __init__(self, agent: str, skill: str, needs: str) -> None:
         self.agent = agent
         self.skill = skill
         self.needs = needs
+        what = f"skill {skill!r} requires" if skill else "the task's requests require"
         super().__init__(
-            f"{agent}: skill {skill!r} requires credentials that are not configured ({needs}); "
-            "nothing was sent"
+            f"{agent}: {what} credentials that are not configured ({needs}); nothing was sent"
         )
 
 

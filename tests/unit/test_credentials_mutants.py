@@ -220,7 +220,7 @@ async def test_a_secret_gone_from_the_configuration_sends_nothing_and_says_which
     with pytest.raises(CredentialsMissingError) as refused:
         await Authorizer(CredentialsConfig.of({}), None).prepare(grant)
     assert str(refused.value) == (
-        f"{AGENT}: skill '' requires credentials that are not configured ([key]: not "
+        f"{AGENT}: the task's requests require credentials that are not configured ([key]: not "
         "configured); nothing was sent"
     )
     assert refused.value.agent == AGENT
@@ -231,8 +231,8 @@ async def test_a_token_scheme_without_a_token_source_sends_nothing_and_says_whic
     with pytest.raises(CredentialsMissingError) as refused:
         await Authorizer(config, None).prepare(_oauth_grant())
     assert str(refused.value) == (
-        f"{AGENT}: skill '' requires credentials that are not configured ([oauth]: no token "
-        "source); nothing was sent"
+        f"{AGENT}: the task's requests require credentials that are not configured ([oauth]: no "
+        "token source); nothing was sent"
     )
     assert refused.value.agent == AGENT
 
