@@ -37,6 +37,13 @@ class TlsFiles:
     client_key: Path
     client_name: str  # the client certificate's common name
 
+    def server_context(self) -> ssl.SSLContext:
+        """A server ``SSLContext`` presenting the server certificate (no client certificate
+        asked for). For ``asyncio.start_server(ssl=...)``."""
+        context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        context.load_cert_chain(str(self.server_cert), str(self.server_key))
+        return context
+
     def client_context(self, with_cert: bool = True) -> ssl.SSLContext:
         """A client ``SSLContext`` that trusts only this CA (hostname checked), presenting the
         client certificate when ``with_cert``. For ``httpx.Client(verify=...)``."""

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import socket
-import ssl
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -103,16 +102,10 @@ def tls_files(tmp_path_factory: pytest.TempPathFactory) -> TlsFiles:
     return make_tls(tmp_path_factory.mktemp("pool-tls"))
 
 
-def _server_context(tls: TlsFiles) -> ssl.SSLContext:
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(str(tls.server_cert), str(tls.server_key))
-    return context
-
-
 async def test_the_client_verifies_with_the_context_it_is_given_and_only_it(
     tls_files: TlsFiles,
 ) -> None:
-    async with OkServer(close_after=False, tls=_server_context(tls_files)) as server:
+    async with OkServer(close_after=False, tls=tls_files.server_context()) as server:
         async with engine_client(tls_context(str(tls_files.ca))) as trusting:
             assert (await trusting.get(server.url)).text == "ok"  # the CA given, every origin
         async with engine_client() as system:  # the system's trust store: not this CA
@@ -124,7 +117,7 @@ async def test_a_certificate_for_other_names_is_refused_even_from_the_ca_given(
     tls_files: TlsFiles,
 ) -> None:
     # The server's certificate names 127.0.0.1, 127.0.0.2 and localhost, not 127.0.0.3.
-    server = OkServer(close_after=False, tls=_server_context(tls_files), host="127.0.0.3")
+    server = OkServer(close_after=False, tls=tls_files.server_context(), host="127.0.0.3")
     async with server, engine_client(tls_context(str(tls_files.ca))) as client:
         with pytest.raises(httpx.ConnectError, match="CERTIFICATE_VERIFY_FAILED"):
             await client.get(server.url)

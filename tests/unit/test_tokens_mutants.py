@@ -141,6 +141,11 @@ def test_an_error_answer_shows_only_the_text_it_has(document: Any, text: str) ->
 GOOD = {"access_token": "tok", "token_type": "Bearer", "expires_in": 60}
 
 
+def _oauth2(url: str, secret: str = "s") -> TokenNeeded:
+    """A client credentials token of client ``id`` at ``url``, no scopes asked."""
+    return TokenNeeded("oauth2", OAuthClient("id", secret), (), token_url=url)
+
+
 def test_a_redirect_carrying_a_token_is_still_refused() -> None:
     with pytest.raises(tokens._Failure) as refused:
         tokens._check_answer(URL, (), _response(300, GOOD, {"Location": "https://x.test/"}))
@@ -166,7 +171,7 @@ def test_a_200_answer_naming_an_error_is_refused_even_with_a_token() -> None:
 
 
 def test_forgetting_a_token_never_fetched_is_harmless() -> None:
-    needed = TokenNeeded("oauth2", OAuthClient("id", "s"), (), token_url=URL)
+    needed = _oauth2(URL)
     TokenSource().forget(needed)
 
 
@@ -341,7 +346,7 @@ async def _token_from(reply: Reply, max_bytes: int = 1024) -> tuple[str, Any]:
     with RoutedServer() as server:
         server.routes["/token"] = reply
         url = server.url + "/token"
-        needed = TokenNeeded("oauth2", OAuthClient("id", "s"), (), token_url=url)
+        needed = _oauth2(url)
         async with TokenSource(max_bytes=max_bytes) as source:
             try:
                 return url, await source.token(needed)
@@ -381,7 +386,7 @@ def test_a_client_secret_beyond_latin_1_is_still_hidden_in_its_basic_credentials
 
 async def test_a_plain_http_token_url_elsewhere_is_refused_before_anything_is_sent() -> None:
     url = "http://t.invalid/token"
-    needed = TokenNeeded("oauth2", OAuthClient("id", "s"), (), token_url=url)
+    needed = _oauth2(url)
     async with TokenSource() as source:
         with pytest.raises(TokenRequestError) as refused:
             await source.token(needed)
@@ -400,7 +405,7 @@ async def test_allow_insecure_reaches_the_token_url_check(monkeypatch: pytest.Mo
         return "refused here"
 
     monkeypatch.setattr(tokens, "url_refusal", refusal)
-    needed = TokenNeeded("oauth2", OAuthClient("id", "s"), (), token_url="http://t.invalid/t")
+    needed = _oauth2("http://t.invalid/t")
     async with TokenSource(allow_insecure=True) as source:
         with pytest.raises(TokenRequestError, match=r"token URL refused: refused here \(nothing"):
             await source.token(needed)
@@ -429,8 +434,7 @@ async def test_the_token_request_is_a_client_credentials_grant_asking_the_scopes
 async def test_an_unreachable_token_endpoint_is_named_so() -> None:
     with RoutedServer() as server:
         url = server.url + "/token"
-    client = OAuthClient("id", "a-client-secret")
-    needed = TokenNeeded("oauth2", client, (), token_url=url)
+    needed = _oauth2(url, "a-client-secret")
     async with TokenSource() as source:
         with pytest.raises(TokenRequestError) as refused:
             await source.token(needed)
@@ -460,51 +464,49 @@ def _ca_directory(tls: TlsFiles, where: Path) -> str:
     return str(where)
 
 
-async def _https_token(tls: TlsFiles, verify: Any) -> str:
-    server_side = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    server_side.load_cert_chain(str(tls.server_cert), str(tls.server_key))
-    server = OkServer(close_after=True, tls=server_side, answer=_https_token_answer())
-    async with server:
-        needed = TokenNeeded("oauth2", OAuthClient("id", "a-secret"), (), token_url=server.url)
-        async with TokenSource(verify=verify) as source:
-            return (await source.token(needed)).value
+async def _https_token(tls: TlsFiles, **options: Any) -> str:
+    """A token from an HTTPS token endpoint whose certificate ``tls``'s CA signed, asked for by
+    a :class:`TokenSource` made with ``options``."""
+    server = OkServer(close_after=True, tls=tls.server_context(), answer=_https_token_answer())
+    async with server, TokenSource(**options) as source:
+        return (await source.token(_oauth2(server.url, "a-secret"))).value
 
 
 async def test_the_token_endpoint_is_verified_against_the_ca_file_given(
     tls_files: TlsFiles,
 ) -> None:
-    assert await _https_token(tls_files, str(tls_files.ca)) == "tok"
+    assert await _https_token(tls_files, verify=str(tls_files.ca)) == "tok"
 
 
 async def test_the_token_endpoint_is_verified_against_the_ca_directory_given(
     tls_files: TlsFiles, tmp_path: Path
 ) -> None:
-    assert await _https_token(tls_files, _ca_directory(tls_files, tmp_path / "cas")) == "tok"
+    assert await _https_token(tls_files, verify=_ca_directory(tls_files, tmp_path / "cas")) == "tok"
 
 
 async def test_the_token_endpoint_is_verified_against_the_context_given(
     tls_files: TlsFiles,
 ) -> None:
     context = ssl.create_default_context(cafile=str(tls_files.ca))
-    assert await _https_token(tls_files, context) == "tok"
+    assert await _https_token(tls_files, verify=context) == "tok"
 
 
 async def test_the_system_trust_store_refuses_a_token_endpoint_it_does_not_know(
     tls_files: TlsFiles,
 ) -> None:
     with pytest.raises(TokenRequestError, match="CERTIFICATE_VERIFY_FAILED"):
-        await _https_token(tls_files, True)
+        await _https_token(tls_files, verify=True)
 
 
 async def test_verification_turned_off_takes_any_certificate(tls_files: TlsFiles) -> None:
-    assert await _https_token(tls_files, False) == "tok"
+    assert await _https_token(tls_files, verify=False) == "tok"
 
 
 # -- when a token is asked for ---------------------------------------------------------------------
 
 
 async def test_a_token_asked_for_after_the_deadline_is_refused_unsent() -> None:
-    needed = TokenNeeded("oauth2", OAuthClient("id", "s"), (), token_url=URL)
+    needed = _oauth2(URL)
     async with TokenSource() as source:
         with deadline.within(0.0), pytest.raises(TokenRequestError) as refused:
             await source.token(needed, scheme="corp")
@@ -518,7 +520,7 @@ async def test_a_cached_token_is_renewed_at_its_renewal_moment_exactly() -> None
     now = [0.0]
     with RoutedServer() as server:
         server.routes["/token"] = Reply(body=json.dumps({**GOOD, "expires_in": 100}).encode())
-        needed = TokenNeeded("oauth2", OAuthClient("id", "s"), (), token_url=server.url + "/token")
+        needed = _oauth2(server.url + "/token")
         async with TokenSource(clock=lambda: now[0]) as source:
             await source.token(needed)
             now[0] = 89.999  # renewed 10 s before its end (10 % of 100 s)
@@ -552,19 +554,13 @@ async def test_a_client_whose_secret_changed_gets_a_token_of_its_own() -> None:
         url = server.url + "/token"
         async with TokenSource() as source:
             for secret in ("old-secret", "new-secret", "old-secret"):
-                needed = TokenNeeded("oauth2", OAuthClient("id", secret), (), token_url=url)
-                await source.token(needed)
+                await source.token(_oauth2(url, secret))
             assert source.requests == 2  # the old secret's token is still cached
 
 
 async def test_the_token_endpoint_is_verified_by_default(tls_files: TlsFiles) -> None:
-    server_side = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    server_side.load_cert_chain(str(tls_files.server_cert), str(tls_files.server_key))
-    server = OkServer(close_after=True, tls=server_side, answer=_https_token_answer())
-    async with server, TokenSource() as source:
-        needed = TokenNeeded("oauth2", OAuthClient("id", "a-secret"), (), token_url=server.url)
-        with pytest.raises(TokenRequestError, match="CERTIFICATE_VERIFY_FAILED"):
-            await source.token(needed)
+    with pytest.raises(TokenRequestError, match="CERTIFICATE_VERIFY_FAILED"):
+        await _https_token(tls_files)
 
 
 @pytest.mark.parametrize(("timeout", "max_bytes"), [(0.0, 1), (-1.0, 1), (1.0, 0), (1.0, -1)])
@@ -590,7 +586,7 @@ async def test_closing_a_token_source_ends_its_requests_in_flight_quietly(
 ) -> None:
     with RoutedServer() as server:
         server.routes["/token"] = Reply(end="hang", chunks=[])
-        needed = TokenNeeded("oauth2", OAuthClient("id", "s"), (), token_url=server.url + "/token")
+        needed = _oauth2(server.url + "/token")
         source = TokenSource()
         waiting = asyncio.ensure_future(source.token(needed))
         while not server.requests:
@@ -607,7 +603,7 @@ async def test_a_token_endpoint_that_never_answers_ends_at_the_timeout() -> None
     with RoutedServer() as server:
         server.routes["/token"] = Reply(end="hang", chunks=[])
         url = server.url + "/token"
-        needed = TokenNeeded("oauth2", OAuthClient("id", "s"), (), token_url=url)
+        needed = _oauth2(url)
         async with TokenSource(timeout=0.3) as source:
             with pytest.raises(TokenRequestError) as refused:
                 await source.token(needed, scheme="corp")
@@ -621,7 +617,7 @@ async def test_a_token_given_no_time_to_live_is_used_once(expires_in: int) -> No
         server.routes["/token"] = Reply(
             body=json.dumps({**GOOD, "expires_in": expires_in}).encode()
         )
-        needed = TokenNeeded("oauth2", OAuthClient("id", "s"), (), token_url=server.url + "/token")
+        needed = _oauth2(server.url + "/token")
         async with TokenSource(clock=lambda: 50.0) as source:
             first = await source.token(needed)
             await source.token(needed)
