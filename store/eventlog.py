@@ -109,6 +109,10 @@ class EventStore(Appending):
     def migrate(self) -> str:
         """Bring the schema to head (idempotent, safe when several processes race). Returns it."""
         head = migrations.head_revision()
+        # Every open but the first after an upgrade finds the schema at head: one read, and no
+        # write lock taken (a `cardfence tasks` beside a busy `serve` waits for no writer).
+        if self._retrying(self.schema_revision) == head:
+            return head
 
         def run() -> str:
             # One transaction, under the write lock (SQLite) or an advisory lock (PostgreSQL):

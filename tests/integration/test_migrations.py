@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import multiprocessing
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,7 @@ from alembic.runtime.migration import MigrationContext
 
 import cardfence.migrations as migrations
 from cardfence.store import EventStore, NewEvent, SchemaTooNewError, StoreUnavailableError
+from cardfence.store.base import _PG_MIGRATE_LOCK
 from cardfence.store.schema import metadata
 
 
@@ -103,3 +106,53 @@ def test_an_unreachable_postgres_gives_a_typed_error() -> None:
 def test_an_unknown_database_url_gives_a_typed_error() -> None:
     with pytest.raises(StoreUnavailableError, match="cannot use this URL"):
         EventStore.open("nosuchdb://x/y")
+
+
+def test_the_shipped_revision_list_is_the_scripts_own_chain() -> None:
+    assert migrations.script_revisions() == migrations.REVISIONS
+    assert migrations.head_revision() == migrations.script_revisions()[-1]
+
+
+def test_a_store_at_head_opens_while_another_connection_holds_the_write_lock(
+    db_url: str,
+) -> None:
+    """Opening a store already at head reads its revision and takes no lock: a `cardfence
+    tasks` beside a writer does not queue behind it (on SQLite, every append's write lock; on
+    PostgreSQL, the lock under which a store is migrated)."""
+    EventStore.open(db_url).close()
+    holder = sa.create_engine(db_url.replace("postgresql://", "postgresql+psycopg://", 1))
+    try:
+        with holder.connect() as conn:
+            if db_url.startswith("sqlite"):
+                conn.exec_driver_sql("BEGIN IMMEDIATE")
+            else:
+                conn.execute(sa.select(sa.func.pg_advisory_lock(_PG_MIGRATE_LOCK)))
+            # Short waits: a store that took the lock to open would fail here, not hang.
+            with EventStore.open(db_url, busy_timeout_ms=100, statement_timeout=2.0) as store:
+                assert store.schema_revision() == migrations.head_revision()
+            conn.rollback()
+    finally:
+        holder.dispose()
+
+
+def test_opening_a_store_at_head_loads_no_alembic(tmp_path: Path) -> None:
+    url = f"sqlite:///{tmp_path / 'cardfence.db'}"
+    EventStore.open(url).close()
+    probe = (
+        "import sys\n"
+        "from cardfence.store import EventStore\n"
+        f"EventStore.open({url!r}).close()\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('alembic', 'mako')))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
+
+
+def test_a_version_table_holding_two_revisions_is_refused_untouched(db_url: str) -> None:
+    with EventStore.open(db_url) as store, store.engine.begin() as conn:
+        conn.execute(sa.text(f"INSERT INTO {migrations.VERSION_TABLE} VALUES ('a_branch')"))
+    with pytest.raises(SchemaTooNewError, match=r"0002_due_work\+a_branch"):
+        EventStore.open(db_url)
+    with EventStore.open(db_url, migrate=False) as store:
+        assert store.schema_revision() == "0002_due_work+a_branch"
