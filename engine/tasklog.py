@@ -278,16 +278,14 @@ class TaskLog:
             return key_of(by_alias[0].stream_id)
         if len(by_alias) > 1:
             raise _ambiguous(ref, by_alias)
-        matches = {
-            record.stream_id: record
-            for record in self.store.streams(category=ev.TASK_CATEGORY)
-            if key_of(record.stream_id).startswith(ref) or (record.alias or "").startswith(ref)
-        }
+        matches = self.store.streams_starting(
+            id_prefix=task_stream_id(ref), alias_prefix=ref, category=ev.TASK_CATEGORY
+        )
         if len(matches) == 1:
-            return key_of(next(iter(matches)))
+            return key_of(matches[0].stream_id)
         if not matches:
             raise UsageError(f"unknown task {ref!r}")
-        raise _ambiguous(ref, list(matches.values()))
+        raise _ambiguous(ref, matches)
 
     def by_remote_id(self, remote_task_id: str) -> list[TaskHead]:
         """Every task with this remote id: one per agent at most, so possibly several (R16)."""

@@ -198,6 +198,30 @@ class Reading(StoreBase):
             and (status is None or r.status == status)
         ]
 
+    def streams_starting(
+        self, *, id_prefix: str, alias_prefix: str, category: str | None = None
+    ) -> list[StreamRecord]:
+        """Stream heads whose id starts with ``id_prefix`` or whose alias starts with
+        ``alias_prefix`` (an empty prefix matches nothing), ordered by stream id. Prefixes are
+        text, never patterns (``%`` and ``_`` match only themselves), and case-sensitive. The
+        database picks the rows: only those matching are read and decoded."""
+        pairs = ((streams.c.stream_id, id_prefix), (streams.c.alias, alias_prefix))
+        wanted = [column.startswith(prefix, autoescape=True) for column, prefix in pairs if prefix]
+        if not wanted:
+            return []
+        query = sa.select(streams).where(sa.or_(*wanted)).order_by(streams.c.stream_id)
+        if category is not None:
+            query = query.where(streams.c.category == category)
+        with self._read() as conn:
+            found = [stream_record(row) for row in conn.execute(query)]
+        # SQLite's LIKE ignores the case of ASCII letters: the rows it gave are checked again.
+        return [
+            r
+            for r in found
+            if (id_prefix and r.stream_id.startswith(id_prefix))
+            or (alias_prefix and (r.alias or "").startswith(alias_prefix))
+        ]
+
     def read_as_of_head(self, stream_id: str) -> tuple[StreamRecord | None, list[RecordedEvent]]:
         """A stream's head and its events up to the head's version, consistent while other
         processes append. The head is read first: every event up to it is committed with it, so

@@ -381,11 +381,8 @@ def task_table(views: Sequence[TaskView], *, as_of: str | None = None) -> str:
         return head + ("\n" + task_table(views) if views else ": no tasks")
     if not views:
         return "no tasks"
-    table = Table(show_edge=False, pad_edge=False)
-    for column in ("task", "remote", "agent", "skill", "state", "delivery", "flags", "updated"):
-        table.add_column(column)
-    for v in views:
-        table.add_row(
+    rows = [
+        (
             v.task[:12],
             (v.remote_task_id or "-")[:12],
             v.agent or "-",
@@ -395,7 +392,27 @@ def task_table(views: Sequence[TaskView], *, as_of: str | None = None) -> str:
             ", ".join(v.flags) or "-",
             v.updated_at.strftime("%Y-%m-%d %H:%M:%S") if v.updated_at else "-",
         )
-    return _text(table)
+        for v in views
+    ]
+    header = ("task", "remote", "agent", "skill", "state", "delivery", "flags", "updated")
+    return columns(header, rows)
+
+
+def columns(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    """A plain table, drawn as the timeline's (``┃`` under the header, ``│`` between cells),
+    each column as wide as its widest cell: time linear in the cells (a store's task list has
+    tens of thousands of rows), nothing wrapped, every cell one printable line."""
+    cells = [[_line(cell) for cell in row] for row in (header, *rows)]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+
+    def line(row: Sequence[str], bar: str) -> str:
+        return bar.join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
+
+    rule = "╇".join(
+        "━" * (width + (1 if i in (0, len(widths) - 1) else 2)) for i, width in enumerate(widths)
+    )
+    out = [line(cells[0], " ┃ "), rule, *(line(row, " │ ") for row in cells[1:])]
+    return "\n".join(out) + "\n"
 
 
 def audit_text(report: AuditReport) -> str:

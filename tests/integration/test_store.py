@@ -123,6 +123,39 @@ def test_streams_by_alias_are_every_head_with_it_in_stream_order(store: EventSto
     assert store.streams(alias="no-such-alias") == []
 
 
+def test_streams_starting_a_prefix_match_it_as_text_in_id_or_alias_case_sensitively(
+    store: EventStore,
+) -> None:
+    heads = [
+        ("task-ab1", "task", "r-%x"),
+        ("task-ab2", "task", "R-Q"),
+        ("task-AB3", "task", "zz"),
+        ("task-a_4", "task", None),
+        ("agent-ab", "agent", "r-agent"),
+    ]
+    for stream_id, category, alias in heads:
+        state = {"stream": stream_id}
+        projection = Projection(state, category=category, alias=alias)
+        store.append(stream_id, 0, [NewEvent("E", {})], projection=projection)
+
+    def ids(id_prefix: str, alias_prefix: str, category: str | None = "task") -> list[str]:
+        found = store.streams_starting(
+            id_prefix=id_prefix, alias_prefix=alias_prefix, category=category
+        )
+        assert found == [store.stream(r.stream_id) for r in found]  # whole heads, as by id
+        return [r.stream_id for r in found]
+
+    assert ids("task-ab", "") == ["task-ab1", "task-ab2"]  # not task-AB3: case counts
+    assert ids("task-AB", "") == ["task-AB3"]
+    assert ids("task-a_", "") == ["task-a_4"]  # `_` is itself, not any one character
+    assert ids("", "r-%") == ["task-ab1"]  # `%` is itself; not R-Q
+    assert ids("", "r-") == ["task-ab1"]  # agent-ab: another category
+    assert ids("", "r-", category=None) == ["agent-ab", "task-ab1"]
+    assert sorted(ids("task-ab2", "zz")) == ["task-AB3", "task-ab2"]  # either one
+    assert ids("task-x", "x") == []
+    assert ids("", "") == []  # an empty prefix matches nothing
+
+
 def test_read_all_pages_through_every_stream_in_position_order(store: EventStore) -> None:
     for i in range(5):
         store.append(f"s{i}", 0, [NewEvent("A", {"i": i}), NewEvent("B", {"i": i})])

@@ -4,16 +4,20 @@ path as a mermaid state diagram with the lifecycle's own state ids."""
 from __future__ import annotations
 
 import copy
+import dataclasses
+import io
 import json
 import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
+from rich.console import Console
+from rich.table import Table
 
 from cardfence.engine import events as ev
 from cardfence.engine.cards.model import AgentCard, parse_card
-from cardfence.engine.cli.render import describe, summary, task_path, timeline
+from cardfence.engine.cli.render import describe, summary, task_path, task_table, timeline
 from cardfence.engine.engine.base import _authorization_failed
 from cardfence.engine.errors import AuthorizationFailedError, DiscoveryError
 from cardfence.engine.guards import downgrade, reconcile_card, resume_check, unavailable
@@ -255,6 +259,53 @@ def test_what_a_remote_said_is_printed_verbatim_never_as_markup_or_terminal_cont
     assert "[bold]not bold[/bold] [/] :smile:" in text
     assert "\x1b" not in text
     assert "\\x1b[31mred\\x1b[0m\\x0asecond line" in text
+
+
+# -- the task list ---------------------------------------------------------------------------------
+
+
+def _listed(key: str, **fields: Any) -> TaskView:
+    view = TaskView.of(initial_task_state(key), datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC))
+    return dataclasses.replace(view, **fields)
+
+
+def _as_rich_draws_it(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> str:
+    """The rendering the task list had when rich drew it (a table that fits in 160 columns)."""
+    table = Table(show_edge=False, pad_edge=False)
+    for column in header:
+        table.add_column(column)
+    for row in rows:
+        table.add_row(*row)
+    buffer = io.StringIO()
+    Console(file=buffer, width=160, color_system=None, markup=False, emoji=False).print(table)
+    return buffer.getvalue()
+
+
+def test_the_task_list_looks_as_it_did_when_rich_drew_it() -> None:
+    views = [
+        _listed("a" * 32, remote_task_id="r-" + "9" * 30, agent="http://agent.example:8000",
+                skill="echo", state="working", delivery_mode="push",
+                flags=("review", "orphaned")),
+        _listed("b" * 32, state="input-required"),
+    ]  # fmt: skip
+    rows = [
+        ("aaaaaaaaaaaa", "r-9999999999", "http://agent.example:8000", "echo", "working", "push",
+         "review, orphaned", "2026-01-02 03:04:05"),
+        ("bbbbbbbbbbbb", "-", "-", "-", "input-required", "polling", "-", "2026-01-02 03:04:05"),
+    ]  # fmt: skip
+    header = ("task", "remote", "agent", "skill", "state", "delivery", "flags", "updated")
+
+    assert task_table(views) == _as_rich_draws_it(header, rows)
+
+
+def test_a_task_list_row_is_one_printable_line_whatever_its_cells_hold() -> None:
+    hostile = "ski\x1b[31mll\nnext"
+    text = task_table([_listed("c" * 32, skill=hostile, agent="[bold]a[/bold]")])
+
+    assert len(text.splitlines()) == 3  # header, rule, the one row
+    assert "\x1b" not in text
+    assert "ski\\x1b[31mll\\x0anext" in text
+    assert "[bold]a[/bold]" in text
 
 
 # -- a task's path as a mermaid state diagram ------------------------------------------------------
