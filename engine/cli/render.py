@@ -8,14 +8,11 @@ nothing an event carries (a remote's message included) can break a rendering.
 
 from __future__ import annotations
 
-import io
 import json
 import re
+import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
-
-from rich.console import Console
-from rich.table import Table
 
 from cardfence.engine import events as ev
 from cardfence.engine.audit import AuditReport
@@ -23,27 +20,8 @@ from cardfence.engine.lifecycle import TERMINAL, TaskLifecycle
 from cardfence.engine.views import TaskView
 from cardfence.store import RecordedEvent
 
-_STYLE = {
-    ev.STATE_CHANGED: "bold",
-    ev.DELIVERY_DOWNGRADED: "yellow",
-    ev.DISCOVERY_UNAVAILABLE: "yellow",
-    ev.FLAGGED_FOR_REVIEW: "magenta",
-    ev.CONTRACT_DIVERGED: "magenta",
-    ev.TASK_ORPHANED: "red",
-    ev.ENDPOINT_UNREACHABLE: "red",
-    ev.CARD_REVISION_CHANGED: "cyan",
-}
-
-
-def _text(table: Table) -> str:
-    buffer = io.StringIO()
-    # Cells carry what remote agents said: never read them as rich markup or emoji codes.
-    Console(
-        file=buffer, width=160, color_system=None, soft_wrap=False, markup=False, emoji=False,
-        highlight=False,
-    ).print(table)  # fmt: skip
-    return buffer.getvalue()
-
+_WIDTH: Final = 160  # a timeline's lines are wrapped to this many columns
+_MIN_WRAPPED: Final = 20  # the narrowest a wrapped column is made
 
 _UNPRINTABLE: Final = re.compile(r"[\x00-\x1f\x7f-\x9f]")
 
@@ -295,18 +273,17 @@ def timeline(
     as_of: str | None = None,
 ) -> str:
     """The task's header and its events, one row each (``as_of``: the point it is shown at)."""
-    table = Table(title=None, show_edge=False, pad_edge=False)
-    for column in ("v", "pos", "recorded (UTC)", "event", "what"):
-        table.add_column(column)
-    for event in events:
-        table.add_row(
+    rows = [
+        (
             str(event.version),
             f"@{event.position}",
             event.recorded_at.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3],
-            _line(event.type),
+            event.type,
             summary(event),
-            style=_STYLE.get(event.type),
         )
+        for event in events
+    ]
+    table = columns(("v", "pos", "recorded (UTC)", "event", "what"), rows, width=_WIDTH)
     head = [
         task_line(view),
         f"  card revision {view.card_revision}  contract {contract_hash}",
@@ -314,7 +291,7 @@ def timeline(
     ]
     if as_of is not None:
         head.insert(0, f"as of {as_of}: the task as it stood then, and its events up to there")
-    return "\n".join(head) + _text(table)
+    return "\n".join(head) + table
 
 
 # -- the task's path as a mermaid state diagram ----------------------------------------------------
@@ -398,20 +375,33 @@ def task_table(views: Sequence[TaskView], *, as_of: str | None = None) -> str:
     return columns(header, rows)
 
 
-def columns(header: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
-    """A plain table, drawn as the timeline's (``┃`` under the header, ``│`` between cells),
-    each column as wide as its widest cell: time linear in the cells (a store's task list has
-    tens of thousands of rows), nothing wrapped, every cell one printable line."""
+def columns(header: Sequence[str], rows: Sequence[Sequence[str]], width: int | None = None) -> str:
+    """A plain table (``┃`` under the header, ``│`` between cells), as rich drew them before:
+    time linear in the cells (a store's task list has tens of thousands of rows, a streamed
+    task's timeline thousands of events), every cell one printable line. Each column is as wide
+    as its widest cell; given a ``width`` the lines would pass, the last column is wrapped at
+    words to fit (at least 20 characters), a word too long for it folded, never cut short."""
     cells = [[_line(cell) for cell in row] for row in (header, *rows)]
     widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    over = sum(widths) + 3 * (len(widths) - 1) - (width or 0)
+    if width is not None and over > 0:
+        widths[-1] = max(_MIN_WRAPPED, widths[-1] - over)
 
     def line(row: Sequence[str], bar: str) -> str:
         return bar.join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
 
+    def wrapped(row: list[str]) -> list[list[str]]:
+        if len(row[-1]) <= widths[-1]:
+            return [row]
+        pieces = textwrap.wrap(row[-1], widths[-1], break_on_hyphens=False) or [""]
+        blank = [""] * (len(row) - 1)
+        return [[*row[:-1], pieces[0]], *([*blank, piece] for piece in pieces[1:])]
+
     rule = "╇".join(
         "━" * (width + (1 if i in (0, len(widths) - 1) else 2)) for i, width in enumerate(widths)
     )
-    out = [line(cells[0], " ┃ "), rule, *(line(row, " │ ") for row in cells[1:])]
+    out = [line(cells[0], " ┃ "), rule]
+    out += [line(part, " │ ") for row in cells[1:] for part in wrapped(row)]
     return "\n".join(out) + "\n"
 
 

@@ -308,6 +308,46 @@ def test_a_task_list_row_is_one_printable_line_whatever_its_cells_hold() -> None
     assert "[bold]a[/bold]" in text
 
 
+def _timeline_rows(events: list[RecordedEvent]) -> list[tuple[str, ...]]:
+    return [
+        (str(e.version), f"@{e.position}", e.recorded_at.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3],
+         e.type, summary(e))
+        for e in events
+    ]  # fmt: skip
+
+
+def test_a_timeline_that_fits_looks_as_it_did_when_rich_drew_it() -> None:
+    events = [recorded(type_, PAYLOADS[type_], v) for v, type_ in enumerate(sorted(PAYLOADS), 1)]
+    view = TaskView.of(fold_task("k", [(ev.TASK_SUBMITTED, PAYLOADS[ev.TASK_SUBMITTED])]))
+    header = ("v", "pos", "recorded (UTC)", "event", "what")
+    fitting = [e for e in events if len(summary(e)) < 100]
+    assert len(fitting) > 15
+
+    body = timeline(view, fitting, None).split("\n", 2)[2]
+
+    assert body == _as_rich_draws_it(header, _timeline_rows(fitting))
+
+
+def test_a_long_what_is_wrapped_at_words_to_160_columns_and_nothing_is_cut() -> None:
+    word = "w" * 300  # longer than the column: folded, where rich cut it short with "..."
+    message = " ".join(["several words of a long question"] * 8 + [word, "end"])
+    changed = recorded(
+        ev.STATE_CHANGED, {"from": "working", "to": "input-required", "source": "poll",
+                           "message": message},
+    )  # fmt: skip
+    view = TaskView.of(fold_task("k", [(changed.type, changed.data)]))
+
+    lines = timeline(view, [changed], None).splitlines()[2:]
+    table = [line for line in lines if "│" in line]
+
+    assert all(len(line) <= 160 for line in table)
+    assert len(table) > 3  # the one row took several lines
+    what = [line.split(" │ ")[-1].rstrip() for line in table]
+    assert all(line.split(" │ ")[0].strip() == "" for line in table[1:])  # continuation lines
+    assert "".join(what).replace(" ", "") == summary(changed).replace(" ", "")
+    assert "…" not in "".join(lines)
+
+
 # -- a task's path as a mermaid state diagram ------------------------------------------------------
 
 
