@@ -136,6 +136,14 @@ def _left_every(_engine: Engine) -> str:
     return "the tasks are left as recorded; `cardfence resume --all` continues them"
 
 
+async def _caught(job: Awaitable[TaskView]) -> TaskView | errors.CardfenceError:
+    """``job``'s view, or the error of ours it raised (anything else is raised on)."""
+    try:
+        return await job
+    except errors.CardfenceError as failure:
+        return failure
+
+
 def _check_drive_options(until: str, timeout: float, max_poll_interval: float) -> None:
     """Checked before anything is opened or sent (exit 2)."""
     if until not in UNTIL:
@@ -348,18 +356,25 @@ def resume(
     async def every(
         engine: Engine,
     ) -> tuple[list[TaskView], list[str], list[errors.CardfenceError]]:
+        # Every task at once, not one after another: a task that waits long (for its agent, or
+        # for an answer under `--until terminal`) holds up no other. The engine bounds what is
+        # in flight to each agent; the documents keep the store's order of the tasks.
+        pending = [v.task for v in engine.tasks() if v.state not in TERMINAL]
+        outcomes = await asyncio.gather(
+            *(_caught(one(engine, key, report=False)) for key in pending)
+        )
         views: list[TaskView] = []
         orphaned: list[str] = []
         failures: list[errors.CardfenceError] = []
-        for pending in [v for v in engine.tasks() if v.state not in TERMINAL]:
-            try:
-                views.append(await one(engine, pending.task, report=False))
-            except errors.TaskOrphanedError:
-                orphaned.append(pending.task)
-                views.append(engine.task(pending.task))
-            except errors.CardfenceError as failure:
-                failures.append(failure)
-                views.append(engine.task(pending.task))
+        for key, outcome in zip(pending, outcomes, strict=True):
+            if isinstance(outcome, TaskView):
+                views.append(outcome)
+                continue
+            if isinstance(outcome, errors.TaskOrphanedError):
+                orphaned.append(key)
+            else:
+                failures.append(outcome)
+            views.append(engine.task(key))
         return views, orphaned, failures
 
     views, orphaned, failures = _engine_run(options, config, every, deadline, left=_left_every)

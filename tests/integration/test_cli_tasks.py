@@ -31,8 +31,8 @@ from engine_fixtures import (
 from support import Peer
 
 from cardfence.engine import events as ev
-from cardfence.engine.tasklog import TaskLog
-from cardfence.store import EventStore
+from cardfence.engine.tasklog import TaskLog, task_stream_id
+from cardfence.store import EventStore, RecordedEvent
 
 CARDFENCE = shutil.which("cardfence", path=str(Path(sys.executable).parent)) or "cardfence"
 POLL = ("--max-poll-interval", "0.2")
@@ -306,6 +306,45 @@ def test_endpoint_gone_exits_9_on_run_and_resume_and_resume_all_recovers(
     assert all(set(t) >= RUN_KEYS for t in result["tasks"])
     assert sorted(t["state"] for t in result["tasks"]) == ["completed", "completed"]
     assert all(t["remote_task_id"] for t in result["tasks"])  # the unsent one was found or sent
+
+
+def test_resume_all_drives_every_task_at_once_so_one_waiting_holds_up_no_other(
+    peer: Peer, db: str
+) -> None:
+    [waiting] = make_tasks(db, peer, ("ask", "ask", "interrupted"))  # never ends unanswered
+    # A task that ends on its own, listed after the waiting one: driven one after another,
+    # it would be looked at only once the waiting one's deadline had passed.
+    ending = [started(db, peer, "slow", "slow 1")]
+    while ending[-1] < waiting:
+        ending.append(started(db, peer, "slow", "slow 1"))
+
+    result = cardfence(
+        db, "resume", "--all", "--until", "terminal", "--timeout", "6", *POLL, "--json"
+    )
+
+    listed = failed_with(result, 6, "DeadlineExceeded")
+    states = {t["task"]: t["state"] for t in listed["tasks"]}
+    assert states == {waiting: "input-required", **dict.fromkeys(ending, "completed")}
+    assert [t["task"] for t in listed["tasks"]] == sorted(states)  # the store's order
+    with EventStore.open(db) as store:
+        deadline = [e.position for e in events_of(store, waiting, ev.DEADLINE_EXCEEDED)]
+        ended = [e.position for e in events_of(store, ending[-1], ev.STATE_CHANGED)]
+    assert len(deadline) == 1
+    assert ended[-1] < deadline[0]  # seen completed while the waiting one was still waited on
+
+
+def started(db: str, peer: Peer, skill: str, text: str) -> str:
+    """A task sent and left as the send's answer found it (nothing driven); its key."""
+
+    async def main() -> str:
+        async with audited_engine(db) as engine:
+            return (await engine.start_task(peer.base_url, skill=skill, text=text)).task
+
+    return asyncio.run(main())
+
+
+def events_of(store: EventStore, key: str, type_: str) -> list[RecordedEvent]:
+    return [e for e in store.read_stream(task_stream_id(key)) if e.type == type_]
 
 
 def transitions_in(db: str, ref: str) -> list[tuple[str, str]]:
