@@ -152,9 +152,10 @@ def apply_task_events(
     index: dict[str, int] | None = None
     superseded: dict[str, list[str]] | None = None
     for type_, data in events:
-        repeats = data.get(ev.REPEATS_IGNORED)
-        if isinstance(repeats, int) and repeats > 0:  # R12: counted, carried on the next event
-            out[ev.REPEATS_IGNORED] = out.get(ev.REPEATS_IGNORED, 0) + repeats
+        for counted in (ev.REPEATS_IGNORED, ev.FAILURES_REPEATED):  # carried on the next event
+            repeats = data.get(counted)
+            if isinstance(repeats, int) and repeats > 0:
+                out[counted] = out.get(counted, 0) + repeats
         if type_ == ev.ARTIFACT_RECEIVED:
             if index is None:
                 index = {a["artifact_id"]: i for i, a in enumerate(out["artifacts"])}

@@ -13,6 +13,7 @@ an :class:`AsOf` point with the same fold the audit uses; nothing stored is cons
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -180,6 +181,10 @@ class TaskLog:
         self._heads: dict[str, TaskHead] = {}
         # R12: repeats counted out of the log, per task, until its next event carries them.
         self._uncounted: dict[str, int] = {}
+        # A task whose last event is a failed poll: that failure's fingerprint, the stream's
+        # version with it, and how many polls since failed the same way (counted, not
+        # appended, until the task's next event carries the count).
+        self._failing: dict[str, tuple[str, int, int]] = {}
 
     def count_repeat(self, key: str) -> None:
         """Count one report that repeated what was already recorded and appended nothing (R12).
@@ -237,10 +242,21 @@ class TaskLog:
             events = list(decide(before))
             if not events:
                 return before, before
+            failure = _failed_poll(events)
+            failing, version, repeated = self._failing.get(key, ("", 0, 0))
+            if failure is not None and failure == failing and self.head(key).version == version:
+                # The endpoint fails as it did at the task's last event (read again: no other
+                # writer appended since): counted, not appended, so an outage grows the log by
+                # one event a task, not one a poll.
+                self._failing[key] = (failing, version, repeated + 1)
+                return before, before
             uncounted = self._uncounted.get(key, 0)
             if uncounted:
                 first_type, first_data = events[0]
                 events[0] = (first_type, {**first_data, ev.REPEATS_IGNORED: uncounted})
+            if repeated:
+                first_type, first_data = events[0]
+                events[0] = (first_type, {**first_data, ev.FAILURES_REPEATED: repeated})
             if lease is not None:
                 first_type, first_data = events[0]
                 stamp = {"owner": lease.owner, "epoch": lease.epoch}
@@ -259,6 +275,10 @@ class TaskLog:
                 continue
             self._keep(TaskHead(key, head.version + len(events), after, None))
             self._uncounted.pop(key, None)
+            if failure is None:
+                self._failing.pop(key, None)
+            else:
+                self._failing[key] = (failure, head.version + len(events), 0)
             _decided(key, events)
             return before, after
         raise ConcurrencyError(stream_id, -1, None)
@@ -351,6 +371,17 @@ def _prefix(events: Iterable[RecordedEvent], point: AsOf) -> Iterable[RecordedEv
         if not point.includes(event):
             return
         yield event
+
+
+def _failed_poll(events: Sequence[Event]) -> str | None:
+    """The fingerprint of a decision that is one failed poll (``EndpointUnreachable`` during a
+    poll: its URL and error), else None."""
+    if len(events) != 1:
+        return None
+    type_, data = events[0]
+    if type_ != ev.ENDPOINT_UNREACHABLE or data.get("during") != "poll":
+        return None
+    return json.dumps([data.get("url"), data.get("detail")])
 
 
 def _ambiguous(ref: str, records: Sequence[StreamRecord]) -> UsageError:

@@ -28,6 +28,8 @@ class TaskView:
     # R12: reports that repeated one already recorded, counted and not appended (as far as a
     # later event of the task carries the count)
     repeats_ignored: int = 0
+    # Polls that failed as the task's last recorded failure did, counted and not appended
+    failures_repeated: int = 0
 
     @classmethod
     def of(cls, state: Mapping[str, Any], updated_at: datetime | None = None) -> TaskView:
@@ -46,6 +48,7 @@ class TaskView:
             last_message=state.get("last_message"),
             updated_at=updated_at,
             repeats_ignored=int(state.get("repeats_ignored") or 0),
+            failures_repeated=int(state.get("failures_repeated") or 0),
         )
 
     def to_json(self) -> dict[str, Any]:

@@ -262,7 +262,11 @@ def summary(event: RecordedEvent) -> str:
         data = event.data
     except (ValueError, AssertionError):  # not a JSON object: shown raw
         return fallback(event.type, event.payload)
-    return describe(event.type, data) or fallback(event.type, event.payload)
+    said = describe(event.type, data) or fallback(event.type, event.payload)
+    repeated = data.get(ev.FAILURES_REPEATED)
+    if isinstance(repeated, int) and repeated > 0:
+        said += f" (after {repeated} more polls failed as the last failure recorded did)"
+    return said
 
 
 def timeline(

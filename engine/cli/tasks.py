@@ -457,6 +457,7 @@ def show(
         "contract_hash": view.contract_hash,
         "flags": list(view.flags),
         "repeats_ignored": view.repeats_ignored,
+        "failures_repeated": view.failures_repeated,
         "events": [event_json(e) for e in events],
     }
     as_of_text = None if point is None else str(point)

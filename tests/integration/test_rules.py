@@ -74,6 +74,7 @@ from cardfence.engine.errors import (
     SkillUnavailableError,
     TaskOrphanedError,
 )
+from cardfence.engine.tasklog import task_stream_id
 from cardfence.engine.transport import A2ATransport
 
 # What the agent reports for `slow N` when nothing interferes: the reference for R1.
@@ -756,6 +757,30 @@ async def test_endpoint_gone_is_unreachable_not_task_not_found_and_changes_nothi
     done = await engine.drive(view.task, until="terminal", timeout=10)  # the task lived on
     assert done.state == "completed"
     assert transitions(engine.store, view.task) == SLOW
+
+
+async def test_polls_failing_alike_during_an_outage_add_one_event_and_a_count(
+    agent: Agent, engine: Engine
+) -> None:
+    view = await engine.start_task(agent.base_url, skill="slow", text="slow 1")
+    assert (await engine.poll(view.task)).state == "working"
+    agent.set_endpoint_gone(True)
+    asked = len(agent.calls)
+
+    for _ in range(6):
+        with pytest.raises(EndpointUnreachableError):
+            await engine.poll(view.task)
+    failed = len(agent.calls) - asked
+    agent.set_endpoint_gone(False)
+    done = await engine.drive(view.task, until="terminal", timeout=10)
+
+    assert failed == 6  # every poll reached the agent, and was answered a bare 404
+    assert len(data_of(engine.store, view.task, ev.ENDPOINT_UNREACHABLE)) == 1
+    logged = engine.store.read_stream(task_stream_id(view.task))
+    after = next(i for i, e in enumerate(logged) if e.type == ev.ENDPOINT_UNREACHABLE) + 1
+    assert logged[after].data[ev.FAILURES_REPEATED] == 5  # carried by the task's next event
+    assert done.state == "completed"
+    assert done.failures_repeated == 5
 
 
 @pytest.fixture
