@@ -64,6 +64,7 @@ from cardfence.engine.cards.interfaces import JSONRPC
 from cardfence.engine.cards.model import Interface
 from cardfence.engine.credentials_config import Bearer, CredentialsConfig
 from cardfence.engine.engine import Engine
+from cardfence.engine.engine.following import Pace
 from cardfence.engine.errors import (
     CardInvalidError,
     ContractChangedError,
@@ -781,6 +782,26 @@ async def test_polls_failing_alike_during_an_outage_add_one_event_and_a_count(
     assert logged[after].data[ev.FAILURES_REPEATED] == 5  # carried by the task's next event
     assert done.state == "completed"
     assert done.failures_repeated == 5
+
+
+async def test_a_followed_tasks_last_failed_poll_is_kept_without_its_frames(
+    agent: Agent, engine: Engine
+) -> None:
+    view = await engine.start_task(agent.base_url, skill="slow", text="slow 1")
+    agent.set_endpoint_gone(True)
+    pace = Pace.start(engine.config, now=0.0)
+
+    await engine.follow_step(view.task, await engine._state(view.task), pace)
+
+    kept: BaseException | None = pace.unreachable
+    assert isinstance(kept, EndpointUnreachableError)  # what `drive` raises at its deadline
+    chain = []
+    while kept is not None:
+        chain.append(kept)
+        kept = kept.__cause__ or kept.__context__
+    # Kept as long as the task is followed: no traceback, so none of the failed request's
+    # frames and locals (some 40 KB a task) stay with it.
+    assert [e.__traceback__ for e in chain] == [None] * len(chain)
 
 
 @pytest.fixture
