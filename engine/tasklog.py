@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Final
 
 from cardfence.engine import events as ev
 from cardfence.engine.errors import UsageError
@@ -181,10 +181,10 @@ class TaskLog:
         self._heads: dict[str, TaskHead] = {}
         # R12: repeats counted out of the log, per task, until its next event carries them.
         self._uncounted: dict[str, int] = {}
-        # A task whose last event is a failed poll: that failure's fingerprint, the stream's
-        # version with it, and how many polls since failed the same way (counted, not
-        # appended, until the task's next event carries the count).
-        self._failing: dict[str, tuple[str, int, int]] = {}
+        # A task whose last events are failed polls or card reads: their fingerprints, the
+        # stream's version after them, and how many since failed as one of them did (counted,
+        # not appended, until the task's next event carries the count).
+        self._failing: dict[str, tuple[frozenset[str], int, int]] = {}
 
     def count_repeat(self, key: str) -> None:
         """Count one report that repeated what was already recorded and appended nothing (R12).
@@ -242,12 +242,12 @@ class TaskLog:
             events = list(decide(before))
             if not events:
                 return before, before
-            failure = _failed_poll(events)
-            failing, version, repeated = self._failing.get(key, ("", 0, 0))
-            if failure is not None and failure == failing and self.head(key).version == version:
-                # The endpoint fails as it did at the task's last event (read again: no other
-                # writer appended since): counted, not appended, so an outage grows the log by
-                # one event a task, not one a poll.
+            failure = _repeatable_failure(events)
+            failing, version, repeated = self._failing.get(key, (frozenset(), 0, 0))
+            if failure in failing and self.head(key).version == version:
+                # It fails as it did at one of the task's last events, all failures like it
+                # (read again: no other writer appended since): counted, not appended, so an
+                # outage grows the log by an event or two a task, not one a poll.
                 self._failing[key] = (failing, version, repeated + 1)
                 return before, before
             uncounted = self._uncounted.get(key, 0)
@@ -278,7 +278,8 @@ class TaskLog:
             if failure is None:
                 self._failing.pop(key, None)
             else:
-                self._failing[key] = (failure, head.version + len(events), 0)
+                since = failing if version == head.version else frozenset()
+                self._failing[key] = (since | {failure}, head.version + len(events), 0)
             _decided(key, events)
             return before, after
         raise ConcurrencyError(stream_id, -1, None)
@@ -373,15 +374,22 @@ def _prefix(events: Iterable[RecordedEvent], point: AsOf) -> Iterable[RecordedEv
         yield event
 
 
-def _failed_poll(events: Sequence[Event]) -> str | None:
-    """The fingerprint of a decision that is one failed poll (``EndpointUnreachable`` during a
-    poll: its URL and error), else None."""
+# The failures a followed task meets again and again while its agent is down: a poll that got
+# no answer, a re-validation (R7) that could not read the card.
+_REPEATABLE: Final = frozenset(
+    {(ev.ENDPOINT_UNREACHABLE, "poll"), (ev.DISCOVERY_UNAVAILABLE, "revalidation")}
+)
+
+
+def _repeatable_failure(events: Sequence[Event]) -> str | None:
+    """The fingerprint of a decision that is one repeatable failure (its type and every field:
+    URL, error, ...), else None."""
     if len(events) != 1:
         return None
     type_, data = events[0]
-    if type_ != ev.ENDPOINT_UNREACHABLE or data.get("during") != "poll":
+    if (type_, data.get("during")) not in _REPEATABLE:
         return None
-    return json.dumps([data.get("url"), data.get("detail")])
+    return json.dumps([type_, data], sort_keys=True, default=str)
 
 
 def _ambiguous(ref: str, records: Sequence[StreamRecord]) -> UsageError:

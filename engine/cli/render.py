@@ -265,7 +265,7 @@ def summary(event: RecordedEvent) -> str:
     said = describe(event.type, data) or fallback(event.type, event.payload)
     repeated = data.get(ev.FAILURES_REPEATED)
     if isinstance(repeated, int) and repeated > 0:
-        said += f" (after {repeated} more polls failed as the last failure recorded did)"
+        said += f" (after {repeated} more polls or card reads failed as recorded before)"
     return said
 
 

@@ -1,6 +1,7 @@
-"""A poll that fails as the task's last event did is counted, not appended (engine/tasklog.py):
-an agent down for a day grows the log by one event a task, not one a poll, and the count rides
-on the task's next event, where the fold adds it up (the projection stays its replay, R13)."""
+"""A poll or card read that fails as one of the task's last events, all such failures, did is
+counted, not appended (engine/tasklog.py): an agent down for a day grows the log by an event or
+two a task, not one a poll, and the count rides on the task's next event, where the fold adds it
+up (the projection stays its replay, R13)."""
 
 from __future__ import annotations
 
@@ -63,6 +64,28 @@ def test_counts_add_up_across_outages_and_each_outage_starts_with_its_event(
     types = [t for t, _ in _types_and_data(store)]
     assert types.count(ev.ENDPOINT_UNREACHABLE) == 2
     assert log.head(KEY).state[ev.FAILURES_REPEATED] == (3 - 1) + (2 - 1)
+    assert audit(store).ok
+
+
+def test_an_agent_down_fails_polls_and_card_reads_alike_and_each_kind_is_appended_once(
+    store: EventStore,
+) -> None:
+    log = _log(store)
+    card_down = (ev.DISCOVERY_UNAVAILABLE, {
+        "kind": "network", "detail": REFUSED, "url": "http://agent.example/.well-known/agent-card.json",
+        "during": "revalidation",
+    })  # fmt: skip
+    for _ in range(3):  # an hour of it: polls, and a re-validation now and then
+        for _ in range(4):
+            log.record(KEY, lambda _state: [_failed()])
+        log.record(KEY, lambda _state: [card_down])
+    log.record(KEY, lambda _state: [(ev.DEADLINE_EXCEEDED, {"until": "terminal"})])
+
+    types = [t for t, _ in _types_and_data(store)]
+    assert types == [
+        ev.TASK_SUBMITTED, ev.ENDPOINT_UNREACHABLE, ev.DISCOVERY_UNAVAILABLE, ev.DEADLINE_EXCEEDED,
+    ]  # fmt: skip
+    assert log.head(KEY).state[ev.FAILURES_REPEATED] == 15 - 2
     assert audit(store).ok
 
 
