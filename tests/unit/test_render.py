@@ -206,6 +206,14 @@ def test_the_words_say_what_the_payload_says() -> None:
     )
 
 
+def test_an_event_carrying_counted_failures_says_how_many() -> None:
+    data = {"until": "terminal", "state": "working", "seconds": 5.0, ev.FAILURES_REPEATED: 7}
+    said = summary(recorded(ev.DEADLINE_EXCEEDED, data))
+
+    assert said.endswith("(after 7 more polls or card reads failed as recorded before)")
+    assert "failed as recorded" not in summary(recorded(ev.DEADLINE_EXCEEDED, {"until": "x"}))
+
+
 def test_an_unknown_event_type_falls_back_to_its_type_and_compact_json() -> None:
     event = recorded("SomethingNewer", {"b": [1, 2], "a": "x"})
 
