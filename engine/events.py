@@ -89,8 +89,9 @@ KNOWN_EVENTS: Final = AGENT_EVENTS | TASK_EVENTS
 # R12: a field any task event may carry: how many repeated reports were counted, not appended,
 # since the stream's previous event. The fold adds it up in the projection's field of that name.
 REPEATS_IGNORED: Final = "repeats_ignored"
-# Failed polls that repeated the task's last event exactly (the same endpoint failing the same
-# way), counted out of the log: the next event carries how many.
+# A field any task event may carry: how many failed polls and card re-validations, each exactly
+# as one of the failures the task's last events recorded, were counted, not appended, since the
+# stream's previous event (engine/tasklog.py). The fold adds it up like ``repeats_ignored``.
 FAILURES_REPEATED: Final = "failures_repeated"
 
 # Scale-out: a field on the first event of every append a driver makes under its lease on the
