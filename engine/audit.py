@@ -17,14 +17,14 @@ the event names. A failure is a ``signature_invalid`` violation.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from cardfence.engine import events as ev
 from cardfence.engine.cards.signatures import reverify
 from cardfence.engine.replay import State, fold_agent, fold_task
-from cardfence.store import EventStore, RecordedEvent
+from cardfence.store import EventStore, RecordedEvent, StreamRecord
 from cardfence.store.chain import content_hash, verify_chain
 
 # Payload fields that name a card revision, by event type (R14: events refer to revisions).
@@ -97,9 +97,8 @@ def audit(store: EventStore, *, verify_signatures: bool = False) -> AuditReport:
     referenced: dict[str, tuple[str, int]] = {}
     signed: list[tuple[str, int, dict[str, Any]]] = []
     streams = events_checked = 0
-    for stream_id in store.stream_ids():
+    for stream_id, (head, logged) in _as_of_heads(store):
         streams += 1
-        head, logged = store.read_as_of_head(stream_id)
         events_checked += len(logged)
         broken = verify_chain(stream_id, logged, None if head is None else head.version)
         if broken is not None:
@@ -129,6 +128,17 @@ def audit(store: EventStore, *, verify_signatures: bool = False) -> AuditReport:
         return AuditReport(streams, events_checked, tuple(violations))
     violations.extend(_signature_check(store, signed))
     return AuditReport(streams, events_checked, tuple(violations), len(signed))
+
+
+def _as_of_heads(
+    store: EventStore, batch: int = 500
+) -> Iterator[tuple[str, tuple[StreamRecord | None, list[RecordedEvent]]]]:
+    """Every stream, each with its head and its events as of it (``read_as_of_head``), read
+    ``batch`` streams at a time: a few queries a batch, not a few a stream."""
+    ids = store.stream_ids()
+    for start in range(0, len(ids), batch):
+        read = store.read_as_of_heads(ids[start : start + batch])
+        yield from read.items()
 
 
 def _verified_keys(type_: str, data: Mapping[str, Any]) -> str | None:
