@@ -250,17 +250,18 @@ class TaskLog:
                 # outage grows the log by an event or two a task, not one a poll.
                 self._failing[key] = (failing, version, repeated + 1)
                 return before, before
-            uncounted = self._uncounted.get(key, 0)
-            if uncounted:
-                first_type, first_data = events[0]
-                events[0] = (first_type, {**first_data, ev.REPEATS_IGNORED: uncounted})
+            # Carried on the first event: the counts held since the stream's previous event,
+            # and the lease the append is made under.
+            carried: dict[str, Any] = {}
+            if uncounted := self._uncounted.get(key, 0):
+                carried[ev.REPEATS_IGNORED] = uncounted
             if repeated:
-                first_type, first_data = events[0]
-                events[0] = (first_type, {**first_data, ev.FAILURES_REPEATED: repeated})
+                carried[ev.FAILURES_REPEATED] = repeated
             if lease is not None:
+                carried[ev.LEASE] = {"owner": lease.owner, "epoch": lease.epoch}
+            if carried:
                 first_type, first_data = events[0]
-                stamp = {"owner": lease.owner, "epoch": lease.epoch}
-                events[0] = (first_type, {**first_data, ev.LEASE: stamp})
+                events[0] = (first_type, {**first_data, **carried})
             after = apply_task_events(before, events)  # linear in the events (R16)
             try:
                 self.store.append(

@@ -392,7 +392,7 @@ def columns(header: Sequence[str], rows: Sequence[Sequence[str]], width: int | N
         widths[-1] = max(_MIN_WRAPPED, widths[-1] - over)
 
     def line(row: Sequence[str], bar: str) -> str:
-        return bar.join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
+        return bar.join(cell.ljust(size) for cell, size in zip(row, widths, strict=True))
 
     def wrapped(row: list[str]) -> list[list[str]]:
         if len(row[-1]) <= widths[-1]:
@@ -402,7 +402,7 @@ def columns(header: Sequence[str], rows: Sequence[Sequence[str]], width: int | N
         return [[*row[:-1], pieces[0]], *([*blank, piece] for piece in pieces[1:])]
 
     rule = "╇".join(
-        "━" * (width + (1 if i in (0, len(widths) - 1) else 2)) for i, width in enumerate(widths)
+        "━" * (size + (1 if i in (0, len(widths) - 1) else 2)) for i, size in enumerate(widths)
     )
     out = [line(cells[0], " ┃ "), rule]
     out += [line(part, " │ ") for row in cells[1:] for part in wrapped(row)]
