@@ -195,6 +195,11 @@ class TaskLog:
         """
         self._uncounted[key] = self._uncounted.get(key, 0) + 1
 
+    def failures_held(self, key: str) -> int:
+        """How many failed polls or card reads of the task this log has counted and not yet
+        carried on an event (``failures_repeated`` of the task's next event)."""
+        return self._failing.get(key, (frozenset(), 0, 0))[2]
+
     def create(self, key: str, events: Sequence[Event]) -> State:
         """Start a task's stream with ``events`` (it must not exist yet)."""
         state = apply_task_events(initial_task_state(key), events)
@@ -375,22 +380,30 @@ def _prefix(events: Iterable[RecordedEvent], point: AsOf) -> Iterable[RecordedEv
         yield event
 
 
-# The failures a followed task meets again and again while its agent is down: a poll that got
-# no answer, a re-validation (R7) that could not read the card.
+# The failures a followed task meets again and again while its agent is down or refuses its
+# credentials: a poll that got no answer, a re-validation (R7) that could not read the card, a
+# poll or a stream refused with 401/403 (R15: revoked credentials, until someone renews them).
 _REPEATABLE: Final = frozenset(
-    {(ev.ENDPOINT_UNREACHABLE, "poll"), (ev.DISCOVERY_UNAVAILABLE, "revalidation")}
+    {
+        (ev.ENDPOINT_UNREACHABLE, "poll"),
+        (ev.DISCOVERY_UNAVAILABLE, "revalidation"),
+        (ev.AUTHORIZATION_FAILED, "poll"),
+        (ev.AUTHORIZATION_FAILED, "subscribe"),
+    }
 )
 
 
 def _repeatable_failure(events: Sequence[Event]) -> str | None:
     """The fingerprint of a decision that is one repeatable failure (its type and every field:
-    URL, error, ...), else None."""
+    URL, status, error, ... -- all but the moment, ``at``, that the store records anyway),
+    else None."""
     if len(events) != 1:
         return None
     type_, data = events[0]
     if (type_, data.get("during")) not in _REPEATABLE:
         return None
-    return json.dumps([type_, data], sort_keys=True, default=str)
+    fields = {name: value for name, value in data.items() if name != "at"}
+    return json.dumps([type_, fields], sort_keys=True, default=str)
 
 
 def _ambiguous(ref: str, records: Sequence[StreamRecord]) -> UsageError:

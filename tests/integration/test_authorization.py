@@ -402,6 +402,33 @@ async def test_revoked_credentials_mid_task_flag_the_task_without_transition_or_
     assert transitions(engine.store, view.task) == SLOW
 
 
+async def test_polls_refused_alike_add_one_event_and_a_count_not_one_event_a_poll(
+    peer: AuthPeer, engines: Engines
+) -> None:
+    peer.protect({"bearer": bearer_scheme()}, [requirement("bearer")])
+    peer.accept_bearer("bearer", "t-1")
+    engine = await engines.open(config_for(peer, {"bearer": Bearer("t-1")}))
+    peer.hold()
+    view = await engine.start_task(peer.base_url, skill="slow", text="slow 0.1")
+    await engine.poll(view.task)
+    peer.revoke("bearer")
+    refused_before = sum(1 for hit in a2a_hits(peer) if hit.status == 401)
+
+    for _ in range(6):
+        with pytest.raises(AuthorizationFailedError):
+            await engine.poll(view.task)
+    refused = sum(1 for hit in a2a_hits(peer) if hit.status == 401) - refused_before
+    peer.accept_bearer("bearer", "t-1")
+    peer.release()
+    done = await engine.drive(view.task, until="terminal", timeout=10)
+
+    assert refused == 6  # every poll reached the agent and was refused
+    assert len(data_of(engine.store, view.task, ev.AUTHORIZATION_FAILED)) == 1
+    assert done.failures_repeated == 5  # carried by the task's next event
+    assert done.state == "completed"
+    assert transitions(engine.store, view.task) == SLOW
+
+
 async def test_an_endpoint_moved_to_another_origin_is_sent_no_credential(
     peer: AuthPeer, engines: Engines
 ) -> None:

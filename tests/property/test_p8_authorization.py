@@ -32,13 +32,16 @@ told to, and its *twin*, whose agent never refuses. After every step, for both:
    subject's ``GetTask`` was answered, the subject's state is the twin's.
 
 At the end (after the refusals stop, a resume and a poll): every refused request is recorded
-once, as an ``AuthorizationFailed`` naming its status and the schemes the request carried (the
-twin has none); the subject's transitions (their ``to`` states) are a subsequence of the
-twin's; both stores pass the audit. The property is one function, :func:`violation`.
+once, as an ``AuthorizationFailed`` naming its status and the schemes the request carried, or
+counted (``failures_repeated``) after one that named the same (the twin has none); every
+failure the engine decided to record is appended or counted, none lost; the subject's
+transitions (their ``to`` states) are a subsequence of the twin's; both stores pass the audit.
+The property is one function, :func:`violation`.
 
 Teeth: planted bugs -- credentials rebuilt from the latest card instead of the frozen one, sent
-to whatever origin the endpoint moved to, a refusal applied as the task having failed -- are
-each found by a derandomised hunt.
+to whatever origin the endpoint moved to, a refusal applied as the task having failed, repeated
+refusals counted and then forgotten, a refusal counted as a repeat of one of another status --
+are each found by a derandomised hunt.
 
 Not generated: replies and cancels. Pushes of a terminal state are: the closing read they
 prompt is a request of the task like any other (it went out without the task's credentials
@@ -51,7 +54,8 @@ import asyncio
 import base64
 import contextlib
 import dataclasses
-from collections.abc import Iterator, Sequence
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -72,6 +76,7 @@ from hypothesis import example, find, given, settings
 from hypothesis import strategies as st
 
 from cardfence.engine import events as ev
+from cardfence.engine import tasklog
 from cardfence.engine.authorization import Authorizer, Grant, TaskCredentials
 from cardfence.engine.credentials import ApiKey, Basic, Bearer, CredentialsConfig
 from cardfence.engine.engine import Engine
@@ -82,9 +87,9 @@ from cardfence.engine.errors import (
     EndpointUnreachableError,
     TaskOrphanedError,
 )
-from cardfence.engine.observations import Observation
+from cardfence.engine.observations import Event, Observation
 from cardfence.engine.replay import State
-from cardfence.engine.tasklog import task_stream_id
+from cardfence.engine.tasklog import TaskLog, task_stream_id
 from cardfence.store import NewEvent
 
 # --- the credentials and the contracts -----------------------------------------------------------
@@ -240,6 +245,7 @@ class Side:
     remote: str = ""
     hook: tuple[str, str] | None = None  # what a push must present, once registered
     appends: list[tuple[str, tuple[str, ...]]] = field(default_factory=list)
+    decided: Counter[str] = field(default_factory=Counter)  # failures to record: by type
 
     def state(self) -> State:
         return self.engine.log.head(self.key).state
@@ -265,6 +271,23 @@ def _watch_appends(side: Side) -> None:
         return positions
 
     store.append = append  # type: ignore[method-assign]
+
+    log = side.engine.log
+    record = log.record
+
+    def counted_record(key: str, decide: Callable[[State], Sequence[Event]]) -> Any:
+        decided: list[Sequence[Event]] = []
+
+        def watched(state: State) -> Sequence[Event]:
+            decided[:] = [events := decide(state)]
+            return events
+
+        outcome = record(key, watched)
+        if key == side.key and decided:
+            side.decided.update(type_ for type_, _ in decided[0] if type_ in FAILURES)
+        return outcome
+
+    log.record = counted_record  # type: ignore[method-assign]
 
 
 def _moment(stamp: str | None) -> datetime | None:
@@ -356,18 +379,32 @@ def _is_subsequence(short: Sequence[str], long: Sequence[str]) -> bool:
     return all(item in rest for item in short)
 
 
+# The failures a task's requests meet (R15's refusals, endpoints not reached, cards not read):
+# each is recorded once, as an event or counted on a later one's ``failures_repeated``.
+FAILURES = frozenset({ev.AUTHORIZATION_FAILED, ev.ENDPOINT_UNREACHABLE, ev.DISCOVERY_UNAVAILABLE})
+
+
 def _check_refusals(side: Side, granted: tuple[str, ...]) -> str | None:
-    """Every refused request recorded once, naming its status and what it carried."""
+    """Every refused request recorded once, naming its status and what it carried: as an
+    ``AuthorizationFailed`` of its own, or counted after one just like it (a poll refused
+    again as the last one was)."""
     refused = [
-        (s.answered, list(granted) if s.origin == CREATION_ORIGIN else [])
+        (s.answered, tuple(granted) if s.origin == CREATION_ORIGIN else ())
         for s in side.agent.seen
         if s.answered in (401, 403)
     ]
     events = task_events(side.engine.store, side.key)
-    recorded = [(e.data["status"], e.data["schemes"]) for e in events
+    recorded = [(e.data["status"], tuple(e.data["schemes"])) for e in events
                 if e.type == ev.AUTHORIZATION_FAILED]  # fmt: skip
-    if recorded != refused:
+    if not _is_subsequence(recorded, refused) or not set(refused) <= set(recorded):
         return f"{side.name}: refused requests {refused}, AuthorizationFailed events {recorded}"
+    if len(refused) != side.decided[ev.AUTHORIZATION_FAILED]:
+        return f"{side.name}: {len(refused)} refused requests, yet recorded as {side.decided}"
+    appended = sum(1 for e in events if e.type in FAILURES)
+    counted = sum(e.data.get(ev.FAILURES_REPEATED, 0) for e in events)
+    counted += side.engine.log.failures_held(side.key)
+    if appended + counted != side.decided.total():
+        return f"{side.name}: failures {side.decided}, {appended} appended and {counted} counted"
     return None
 
 
@@ -558,6 +595,39 @@ def test_property_catches_a_refusal_read_as_a_failed_task(monkeypatch: pytest.Mo
     monkeypatch.setattr(Engine, "_poll", poll_failing_on_refusal)
     problem = catches()
     assert "StateChanged to ('failed'" in problem or "twin" in problem, problem
+
+
+def test_property_catches_refusals_counted_and_never_carried(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Planted: the failures counted instead of appended are forgotten before the task's next
+    event could carry them (the log no longer tells how often the agent refused)."""
+    original = TaskLog.record
+
+    def forgetting(self: TaskLog, key: str, decide: Callable[[State], Sequence[Event]]) -> Any:
+        if (held := self._failing.get(key)) is not None:
+            self._failing[key] = (held[0], held[1], 0)
+        return original(self, key, decide)
+
+    monkeypatch.setattr(TaskLog, "record", forgetting)
+    problem = catches()
+    assert "appended and 0 counted" in problem, problem
+
+
+def test_property_catches_a_refusal_counted_as_another_of_a_different_status(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Planted: a refusal counted as a repeat of the last one whatever its status (a 403
+    hidden behind a recorded 401)."""
+
+    def by_kind_only(events: Sequence[Event]) -> str | None:
+        if len(events) != 1 or events[0][0] != ev.AUTHORIZATION_FAILED:
+            return None
+        return f"{events[0][0]} {events[0][1].get('during')}"
+
+    monkeypatch.setattr(tasklog, "_repeatable_failure", by_kind_only)
+    problem = catches()
+    assert "refused requests" in problem, problem
 
 
 # --- the closing read after a terminal push --------------------------------------------

@@ -116,3 +116,27 @@ def test_a_failure_after_another_writers_event_is_appended(store: EventStore) ->
     types = [t for t, _ in _types_and_data(store)]
     assert types[1:] == [ev.ENDPOINT_UNREACHABLE, ev.DEADLINE_EXCEEDED, ev.ENDPOINT_UNREACHABLE]
     assert audit(store).ok
+
+
+def _refused(status: int, at: str) -> Event:
+    return ev.AUTHORIZATION_FAILED, {
+        "url": URL, "status": status, "schemes": ["bearer"], "detail": f"HTTP {status}",
+        "during": "poll", "at": at,
+    }  # fmt: skip
+
+
+def test_polls_refused_alike_are_counted_whatever_their_moment_and_another_status_is_not(
+    store: EventStore,
+) -> None:
+    log = _log(store)
+    for second in range(4):  # revoked credentials: refused poll after poll
+        log.record(KEY, lambda _state, s=second: [_refused(401, f"2026-12-03T10:00:0{s}Z")])
+    log.record(KEY, lambda _state: [_refused(403, "2026-12-03T10:00:05Z")])
+    log.record(KEY, lambda _state: [_refused(401, "2026-12-03T10:00:06Z")])  # as before
+    log.record(KEY, lambda _state: [(ev.DEADLINE_EXCEEDED, {"until": "terminal"})])
+
+    recorded = _types_and_data(store)
+    assert [d["status"] for t, d in recorded if t == ev.AUTHORIZATION_FAILED] == [401, 403]
+    assert recorded[1][1]["at"] == "2026-12-03T10:00:00Z"  # the first refusal's moment
+    assert log.head(KEY).state[ev.FAILURES_REPEATED] == 3 + 1
+    assert audit(store).ok
