@@ -152,7 +152,8 @@ class StreamUpdate:
 
     ``kind`` "task": everything from the task, which is also in ``task``. "status": state,
     timestamp, generation, message. "artifact": ``artifact`` (artifact updates carry no
-    timestamp). "message": ``message``, ids from the message.
+    timestamp), and ``append``: its parts extend the artifact of that id sent before (a chunk).
+    "message": ``message``, ids from the message.
     """
 
     kind: Literal["task", "status", "artifact", "message"]
@@ -164,6 +165,7 @@ class StreamUpdate:
     message: StatusMessage | None = None
     artifact: Artifact | None = None
     task: RemoteTask | None = None
+    append: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -58,11 +58,13 @@ def _sha256(text: str) -> str:
 
 @dataclass(frozen=True, slots=True)
 class ArtifactRecord:
-    """An artifact as recorded: its id, name and parts (JSON-able)."""
+    """An artifact as recorded: its id, name and parts (JSON-able). ``append``: a chunk, whose
+    parts extend the artifact of that id already held (A2A ``append``)."""
 
     artifact_id: str
     name: str | None
     parts: tuple[Mapping[str, Any], ...] = ()
+    append: bool = False
 
     def to_json(self) -> dict[str, Any]:
         """The ``ArtifactReceived`` payload (without ``source``): id, name and parts with their
@@ -125,12 +127,10 @@ def apply_observation(
     ``repeat: true``) the first time it comes back — nothing for a poll — and nothing ever after.
     """
     usable = _usable_timestamp(observation, max_clock_skew)
-    # One record per artifactId, the last one reported winning (the A2A chunk that comes later
-    # replaces the earlier one): a report naming one id twice must not flip-flop between the two
-    # versions, appending both, every time it is read again.
-    records = list(
-        {r["artifact_id"]: r for r in map(ArtifactRecord.to_json, observation.artifacts)}.values()
-    )
+    # One record per artifactId, the last one reported winning: a report naming one id twice
+    # must not flip-flop between the two versions, appending both, every time it is read again.
+    held = {a["artifact_id"]: a for a in task.get("artifacts") or ()}
+    records = list({a.artifact_id: _recorded(a, held) for a in observation.artifacts}.values())
     report = _fingerprint(observation, records)
     out: list[Event] = []
     if observation.state is not None:
@@ -151,8 +151,11 @@ def apply_observation(
     truncated = False
     for record in records:
         artifact_id, digest = record["artifact_id"], record["sha256"]
-        if seen.get(artifact_id) != digest and digest not in superseded.get(artifact_id, ()):
-            replaces = artifact_id in seen
+        if seen.get(artifact_id) == digest:
+            continue  # the same artifact again, or a chunk with nothing in it
+        if record.get("append") or digest not in superseded.get(artifact_id, ()):
+            # A chunk is never a version the agent went back to: it always adds to what is held.
+            replaces = artifact_id in seen and not record.get("append")
             data = {**record, "source": observation.source}
             if replaces:
                 data["replaces"] = True
@@ -223,6 +226,35 @@ def _repeat(observation: Observation, report: str) -> dict[str, Any]:
         "repeat": True,
     }
     return data
+
+
+def _recorded(artifact: ArtifactRecord, held: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+    """What ``artifact`` is recorded as: itself whole, or -- a chunk of one already held -- its
+    own parts marked ``append``, with the size and SHA-256 of the artifact they make up with
+    what is held (so the whole artifact read later is known to be the same). A chunk of an
+    artifact not held (its first chunks came before the stream was followed) is kept as it
+    comes, marked ``partial``: the whole artifact is read once the task ends."""
+    before = held.get(artifact.artifact_id)
+    if not artifact.append:
+        return artifact.to_json()
+    if before is None:
+        return {**artifact.to_json(), "partial": True}
+    name = before.get("name")
+    if "parts" not in before:  # held as a digest: so is what it grows into
+        added = stored_json(list(artifact.parts))
+        return {
+            "artifact_id": artifact.artifact_id,
+            "name": name,
+            "truncated": True,
+            "bytes": int(before.get("bytes") or 0) + len(added),
+            "sha256": _sha256(f"{before.get('sha256')}{added}"),
+            "append": True,
+        }
+    whole = ArtifactRecord(artifact.artifact_id, name, (*before["parts"], *artifact.parts))
+    record = whole.to_json()
+    if not record.get("truncated"):
+        record["parts"] = list(artifact.parts)  # the chunk's own: the fold adds them up
+    return {**record, "append": True}
 
 
 def _artifact_digests(task: Mapping[str, Any]) -> dict[str, str | None]:
@@ -337,7 +369,7 @@ def watermark_after(
 # -- from what the wire said -----------------------------------------------------------------------
 
 
-def artifact_record(artifact: Artifact) -> ArtifactRecord:
+def artifact_record(artifact: Artifact, *, append: bool = False) -> ArtifactRecord:
     parts: list[dict[str, Any]] = []
     for part in artifact.parts:
         fields = {
@@ -348,7 +380,7 @@ def artifact_record(artifact: Artifact) -> ArtifactRecord:
             "media_type": part.media_type,
         }
         parts.append({k: v for k, v in fields.items() if v is not None})
-    return ArtifactRecord(artifact.artifact_id, artifact.name, tuple(parts))
+    return ArtifactRecord(artifact.artifact_id, artifact.name, tuple(parts), append)
 
 
 def from_task(task: RemoteTask, source: str) -> Observation:
@@ -392,7 +424,7 @@ def from_update(update: StreamUpdate, source: str) -> Observation | None:
         return Observation(
             source=source,
             state=None,
-            artifacts=(artifact_record(update.artifact),),
+            artifacts=(artifact_record(update.artifact, append=update.append),),
             remote_task_id=update.task_id,
             remote_context_id=update.context_id,
         )

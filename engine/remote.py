@@ -353,6 +353,7 @@ def _artifact_update(obj: object, path: str) -> StreamUpdate:
         context_id=_opt_id(doc, "contextId", path),
         generation=_generation(doc, path),
         artifact=_artifact(_obj(doc.get("artifact"), at, required=True), at),
+        append=_opt_bool(doc, "append", path),
     )
 
 
@@ -421,6 +422,16 @@ def _opt_str(doc: dict[str, Any], key: str, path: str) -> str | None:
         return None
     if not isinstance(value, str):
         raise _Bad(_join(path, key), f"must be a string, not {_kind(value)}")
+    return value
+
+
+def _opt_bool(doc: dict[str, Any], key: str, path: str) -> bool:
+    """A boolean field; absent and null read as ``False``."""
+    value = doc.get(key)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise _Bad(_join(path, key), f"must be a boolean, not {_kind(value)}")
     return value
 
 

@@ -173,14 +173,16 @@ def apply_task_events(
     return out
 
 
-_ARTIFACT_FIELDS = ("artifact_id", "name", "parts", "truncated", "bytes", "sha256")
+_ARTIFACT_FIELDS = ("artifact_id", "name", "parts", "truncated", "bytes", "sha256", "partial")
 
 
 def _apply_artifact(
     artifacts: list[Any], index: dict[str, int], data: Mapping[str, Any]
 ) -> dict[str, Any] | None:
     """Keyed by ``artifactId``: a new id is added at the end, a known one replaced in place (the
-    replaced record is returned)."""
+    replaced record is returned), or grown by a chunk (``append``: its parts added, the size and
+    digest of what they make up taken, ``chunks`` counted; nothing is returned, since no
+    version was replaced)."""
     record = {k: data[k] for k in _ARTIFACT_FIELDS if k in data}
     record.setdefault("name", None)
     if "truncated" not in record:
@@ -190,9 +192,18 @@ def _apply_artifact(
         index[record["artifact_id"]] = len(artifacts)
         artifacts.append(record)
         return None
-    replaced: dict[str, Any] = artifacts[position]
+    held: dict[str, Any] = artifacts[position]
+    if data.get("append"):
+        record["name"] = held.get("name")
+        record["chunks"] = int(held.get("chunks") or 0) + 1
+        if held.get("partial"):
+            record["partial"] = True  # its first chunks are still missing
+        if "parts" in record and "parts" in held:
+            record["parts"] = [*held["parts"], *record["parts"]]
+        artifacts[position] = record
+        return None
     artifacts[position] = record
-    return replaced
+    return held
 
 
 def _apply_in_place(out: State, type_: str, data: Mapping[str, Any]) -> None:

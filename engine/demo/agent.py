@@ -120,6 +120,12 @@ def _skills(tags: list[str]) -> list[AgentSkill]:
         ),
         skill("slow", "Slow", "Works for N seconds, then completes; cancellable.", "slow 2"),
         skill("fail", "Fail", "Fails with no diagnostic message.", "fail"),
+        skill(
+            "write",
+            "Write",
+            "Sends the text back word by word, one artifact in chunks, then completes.",
+            "write one two three",
+        ),
     ]
 
 

@@ -13,7 +13,10 @@ with an artifact; ``authorize`` goes working, then auth-required with a message 
 sign-in, and the next message completes it the same way; ``slow N`` goes working and completes
 after N seconds (float, default 1) -- or, while its `Hold` is held, once released -- cancellable
 meanwhile; ``fail`` fails with no status
-message; ``fail-diag`` fails with a status message; ``reject`` is rejected with a status message.
+message; ``fail-diag`` fails with a status message; ``reject`` is rejected with a status message;
+``write TEXT`` goes working, sends TEXT back word by word as one artifact in chunks (A2A
+``append``, the last one ``lastChunk``), as an agent streaming a model's answer does, and
+completes -- while its `Hold` is held, it stops after two words until released.
 """
 
 from __future__ import annotations
@@ -31,9 +34,10 @@ from google.protobuf.json_format import MessageToDict  # type: ignore[import-unt
 
 __all__ = ["SCRIPTS", "SKILL_METADATA_KEY", "Hold", "ScriptedExecutor", "select_script"]
 
-SCRIPTS = ("echo", "ask", "authorize", "slow", "fail", "fail-diag", "reject")
+SCRIPTS = ("echo", "ask", "authorize", "slow", "fail", "fail-diag", "reject", "write")
 SKILL_METADATA_KEY = "skillId"
 _HOLD_CHECK_SECONDS = 0.01
+_CHUNK_SECONDS = 0.02  # between a `write` task's chunks: each its own stream event
 
 
 def select_script(message: Message | None, request_metadata: dict[str, Any]) -> tuple[str, str]:
@@ -144,6 +148,20 @@ class ScriptedExecutor(AgentExecutor):
             await asyncio.sleep(seconds)
             await self.hold.passed()
             await updater.add_artifact([Part(text=f"slept {seconds:g}s")], name="slow")
+            await updater.complete()
+        elif script == "write":
+            await updater.start_work()
+            words = argument.split(" ") or [""]
+            for number, word in enumerate(words):
+                last = number == len(words) - 1
+                piece = word if last else word + " "
+                await asyncio.sleep(_CHUNK_SECONDS)
+                if number == 2:
+                    await self.hold.passed()
+                await updater.add_artifact(
+                    [Part(text=piece)], artifact_id="text", name="text",
+                    append=number > 0, last_chunk=last,
+                )  # fmt: skip
             await updater.complete()
         elif script == "fail":
             await updater.start_work()

@@ -76,8 +76,10 @@ class Observing(EngineBase):
         if guards.boundary_recheck_due(after, before["state"], after["state"]):
             self._spawn(self._boundary_recheck(key))  # R6, after the transition is recorded
         if (
-            observation.source == "push"
-            and not whole
+            not whole
+            and (
+                observation.source == "push" or (observation.source == "stream" and _partial(after))
+            )
             and after["state"] in TERMINAL
             and before["state"] not in TERMINAL
             and key not in self._closing
@@ -85,6 +87,8 @@ class Observing(EngineBase):
             # A push of one event: the task may have ended with artifacts whose own pushes were
             # lost (the agent tries each once). Nobody polls an ended task, so read it once now.
             # A push of the whole task (0.3 agents send nothing else) already holds them all.
+            # A stream loses nothing once followed, but an artifact whose first chunks came
+            # before it was (a 0.3 agent's stream starts with no snapshot) is read whole too.
             job = asyncio.ensure_future(self._contained(self._closing_read(key)))
             self._closing[key] = job
             job.add_done_callback(lambda _: self._closing.pop(key, None))
@@ -278,3 +282,8 @@ def _delivery_outcome(recorded: Sequence[Event]) -> str:
         if reason in reasons:
             return reason
     return "ignored" if reasons else "duplicate"
+
+
+def _partial(state: State) -> bool:
+    """Whether the task holds an artifact missing its first chunks (A2A ``append``)."""
+    return any(artifact.get("partial") for artifact in state.get("artifacts") or ())

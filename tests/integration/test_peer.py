@@ -144,7 +144,8 @@ def test_card_has_the_v1_shape_a2a_sdk_publishes(peer: Peer, client: httpx.Clien
     assert card["supportedInterfaces"][1]["url"] == peer.rest_url
     assert card["capabilities"] == {"streaming": True, "pushNotifications": True}
     assert card["defaultInputModes"] == card["defaultOutputModes"] == ["text/plain"]
-    assert [s["id"] for s in card["skills"]] == ["echo", "ask", "authorize", "slow", "fail"]
+    skills = ["echo", "ask", "authorize", "slow", "fail", "write"]
+    assert [s["id"] for s in card["skills"]] == skills
     assert all(s["inputModes"] == s["outputModes"] == ["text/plain"] for s in card["skills"])
     assert "securitySchemes" not in card
     assert "url" not in card  # no 0.3 compatibility fields

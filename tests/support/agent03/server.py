@@ -102,7 +102,7 @@ REST_PREFIX = "/a2a/rest"
 TEST_PREFIX = "/_test"
 BINDINGS = ("JSONRPC", "HTTP+JSON")
 CARD_FAULTS = ("503", "404")
-SCRIPTS = ("echo", "ask", "authorize", "slow", "fail", "fail-diag", "reject")
+SCRIPTS = ("echo", "ask", "authorize", "slow", "fail", "fail-diag", "reject", "write")
 SKILL_METADATA_KEY = "skillId"
 
 # -- the scripts (engine/demo/executor.py, on the 0.3 types) -------------------------------------
@@ -212,6 +212,22 @@ class ScriptedExecutor(AgentExecutor):
             await self.hold.passed()
             await updater.add_artifact(_parts(f"slept {seconds:g}s"), name="slow")
             await updater.complete()
+        elif script == "write":
+            await updater.start_work()
+            words = argument.split(" ")
+            for number, word in enumerate(words):
+                last = number == len(words) - 1
+                await asyncio.sleep(0.02)  # each chunk its own stream event
+                if number == 2:
+                    await self.hold.passed()  # held: two words sent, the rest once released
+                await updater.add_artifact(
+                    _parts(word if last else word + " "),
+                    artifact_id="text",
+                    name="text",
+                    append=number > 0,
+                    last_chunk=last,
+                )
+            await updater.complete()
         elif script == "fail":
             await updater.start_work()
             await updater.failed()
@@ -277,6 +293,9 @@ def build_card(
             skill("slow", "Slow", "Works for N seconds, then completes; cancellable.",
                   "slow 2", plain),
             skill("fail", "Fail", "Fails with no diagnostic message.", "fail", plain),
+            skill("write", "Write",
+                  "Sends the text back word by word, one artifact in chunks, then completes.",
+                  "write one two three", plain),
         ],
     )  # fmt: skip
 

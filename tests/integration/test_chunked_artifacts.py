@@ -1,0 +1,88 @@
+"""An artifact streamed in chunks (A2A ``append``) by the official a2a-sdk agents, 1.3 and 0.3,
+as an agent streams a model's answer. The agent sends two words, then waits (held) while the
+engine subscribes to the task, then sends the rest: every chunk the stream brings is recorded
+with only its own parts, and the task ends holding the artifact the agent holds.
+
+a2a-sdk 1.3 starts a subscription with the task as it is (the first two words), so the chunks
+after it make up the whole answer. a2a-sdk 0.3 starts it with nothing: the first chunk the
+engine meets extends an artifact it never saw (``partial``), so the engine reads the task whole
+once it ends. (That 0.3 agent also stores each chunk twice while a client is subscribed, so the
+artifact it holds is not the text it streamed: docs/wire.md. The engine keeps what it holds.)
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from engine_fixtures import Agent, audited_engine, data_of
+from support import Peer
+
+from cardfence.engine import events as ev
+from cardfence.engine.engine import Engine
+
+WORDS = "alpha beta gamma delta epsilon zeta eta theta"
+
+
+@pytest.fixture
+async def engine(tmp_path: Path) -> AsyncIterator[Engine]:
+    async with audited_engine(f"sqlite:///{tmp_path / 'chunks.db'}") as running:
+        yield running
+
+
+async def _agent_holds(engine: Engine, key: str) -> list[str]:
+    """The text parts of the artifact the agent holds now (a read recorded nowhere)."""
+    state = await engine._state(key)
+    transport = await engine._task_transport(state)
+    task = await transport.get_task(state["remote_task_id"])
+    return [part.text or "" for artifact in task.artifacts for part in artifact.parts]
+
+
+async def _subscribed(agent: Agent, before: int) -> None:
+    for _ in range(200):
+        if any("ubscribe" in call for _, call in agent.calls[before:]):
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"no subscription reached the agent: {agent.calls[before:]}")
+
+
+async def test_an_artifact_streamed_in_chunks_is_recorded_chunk_by_chunk_and_held_whole(
+    agent: Agent, engine: Engine
+) -> None:
+    agent.hold()
+    view = await engine.start_task(agent.base_url, skill="write", text=WORDS)
+    for _ in range(200):  # the first two words sent, the agent held
+        if len(await _agent_holds(engine, view.task)) == 2:
+            break
+        await asyncio.sleep(0.02)
+    before = len(agent.calls)
+    following = asyncio.create_task(engine.follow_stream(view.task))
+    await _subscribed(agent, before)
+    agent.release()
+    followed = await following
+    await engine.settle()  # a closing read, if the stream ended the task with a partial artifact
+    done = engine.task(view.task)
+    held = await _agent_holds(engine, view.task)
+
+    assert followed["state"] == "completed"
+    (artifact,) = done.artifacts
+    assert [part["text"] for part in artifact["parts"]] == held
+    received = data_of(engine.store, view.task, ev.ARTIFACT_RECEIVED)
+    chunks = [r for r in received if r.get("append")]
+    assert chunks  # the six words after the hold came as chunks, each its own event
+    assert all(r["source"] == "stream" and len(r["parts"]) == 1 for r in chunks)
+    if isinstance(agent, Peer):  # a subscription that starts with the task as it is
+        assert "".join(held) == WORDS
+        assert len(chunks) == artifact["chunks"] == 6
+        assert "partial" not in artifact
+        assert not any(r["source"] == "poll" for r in received)  # no read was needed
+    else:  # one that starts with nothing: the chunks made a partial artifact, read whole after
+        assert received[0].get("partial") is True
+        assert received[-1]["source"] == "poll"
+        assert received[-1].get("replaces") is True
+        assert "partial" not in artifact
+    count = len(received)
+    await engine.poll(view.task)  # the agent's artifact again: the same, nothing appended
+    assert len(data_of(engine.store, view.task, ev.ARTIFACT_RECEIVED)) == count

@@ -1,0 +1,128 @@
+"""An artifact sent in chunks (A2A ``append``), as agents stream a model's answer: each chunk
+extends the artifact held, the log keeps each chunk's own parts (not the whole again), the
+projection holds the whole, and the whole read later (``GetTask``) is known to be the same.
+Pure: apply_observation and the fold."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from cardfence.engine import events as ev
+from cardfence.engine.observations import (
+    MAX_RECORDED_ARTIFACT_BYTES,
+    ArtifactRecord,
+    Observation,
+    apply_observation,
+)
+from cardfence.engine.replay import apply_task_event, fold_task, initial_task_state
+
+KEY = "k"
+
+
+def _text(text: str) -> dict[str, Any]:
+    return {"kind": "text", "text": text}
+
+
+def _chunk(text: str, *, append: bool = True, artifact_id: str = "answer") -> Observation:
+    record = ArtifactRecord(artifact_id, "answer", (_text(text),), append=append)
+    return Observation("stream", None, artifacts=(record,))
+
+
+def _whole(*texts: str, state: str = "completed") -> Observation:
+    record = ArtifactRecord("answer", "answer", tuple(_text(t) for t in texts))
+    return Observation("poll", state, artifacts=(record,))
+
+
+def _play(*observations: Observation) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]:
+    task: dict[str, Any] = {**initial_task_state(KEY), "state": "working"}
+    logged: list[tuple[str, dict[str, Any]]] = []
+    for observation in observations:
+        for type_, data in apply_observation(task, observation):
+            logged.append((type_, data))
+            task = apply_task_event(task, type_, data)
+    return task, logged
+
+
+def _received(logged: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+    return [data for type_, data in logged if type_ == ev.ARTIFACT_RECEIVED]
+
+
+def test_chunks_make_up_one_artifact_and_each_event_keeps_only_its_own_parts() -> None:
+    task, logged = _play(_chunk("one ", append=False), _chunk("two "), _chunk("three"))
+
+    (artifact,) = task["artifacts"]
+    assert [p["text"] for p in artifact["parts"]] == ["one ", "two ", "three"]
+    assert artifact["chunks"] == 2
+    received = _received(logged)
+    assert [[p["text"] for p in r["parts"]] for r in received] == [["one "], ["two "], ["three"]]
+    assert [r.get("append", False) for r in received] == [False, True, True]
+    assert not any(r.get("replaces") for r in received)  # a chunk replaces no version
+
+
+def test_the_whole_artifact_read_after_its_chunks_is_the_same_and_appends_nothing() -> None:
+    task, _ = _play(_chunk("one ", append=False), _chunk("two "), _chunk("three"))
+    whole = ArtifactRecord("answer", "answer", tuple(_text(t) for t in ("one ", "two ", "three")))
+
+    assert task["artifacts"][0]["sha256"] == whole.to_json()["sha256"]
+    assert task["artifacts"][0]["bytes"] == whole.to_json()["bytes"]
+    read = apply_observation(task, Observation("poll", None, artifacts=(whole,)))
+    assert read == []
+
+
+def test_a_chunk_met_twice_is_put_right_by_the_whole_artifact_read_at_the_end() -> None:
+    # A chunk delivered by the stream and again by push: the projection holds it twice until
+    # the closing read brings the agent's whole artifact, which replaces it.
+    task, logged = _play(
+        _chunk("one ", append=False), _chunk("two "), _chunk("two "), _whole("one ", "two ")
+    )
+
+    assert [p["text"] for p in task["artifacts"][0]["parts"]] == ["one ", "two "]
+    assert _received(logged)[-1].get("replaces") is True
+    assert "chunks" not in task["artifacts"][0]  # whole again, as the agent holds it
+
+
+def test_a_chunk_of_an_artifact_never_seen_is_kept_as_it_comes_marked_partial() -> None:
+    # Its first chunks came before the stream was followed (a 0.3 agent sends no snapshot).
+    task, logged = _play(_chunk("two "), _chunk("three"))
+
+    (artifact,) = task["artifacts"]
+    assert [p["text"] for p in artifact["parts"]] == ["two ", "three"]
+    assert artifact["partial"] is True  # still missing its start: read whole at the end
+    assert "append" not in _received(logged)[0]
+    whole = _play(_chunk("two "), _whole("one ", "two ", "three"))[0]["artifacts"][0]
+    assert "partial" not in whole
+
+
+def test_an_empty_chunk_records_nothing() -> None:
+    empty = Observation(
+        "stream", None, artifacts=(ArtifactRecord("answer", "answer", (), append=True),)
+    )
+    _, logged = _play(_chunk("one ", append=False), empty)
+
+    assert len(_received(logged)) == 1
+
+
+def test_chunks_growing_past_the_limit_leave_a_digest_and_go_on_counting_bytes() -> None:
+    piece = "x" * (MAX_RECORDED_ARTIFACT_BYTES // 3)
+    task, logged = _play(*(_chunk(piece, append=n > 0) for n in range(5)))
+
+    artifact = task["artifacts"][0]
+    assert artifact.get("truncated") is True
+    assert "parts" not in artifact
+    assert artifact["bytes"] > 5 * len(piece)
+    assert artifact["chunks"] == 4
+    assert (ev.FLAGGED_FOR_REVIEW, {"reason": "payload_truncated"}) in [
+        (t, {"reason": d.get("reason")}) for t, d in logged if t == ev.FLAGGED_FOR_REVIEW
+    ]
+    assert all(len(str(d)) < 2 * len(piece) for _, d in logged)  # no event holds the whole
+
+
+def test_the_projection_of_chunks_is_the_fold_of_their_events() -> None:
+    task, logged = _play(
+        _chunk("one ", append=False), _chunk("two "), _chunk("a", artifact_id="other"),
+        _chunk("three"), _whole("one ", "two ", "three"),
+    )  # fmt: skip
+
+    folded = fold_task(KEY, [(ev.TASK_SUBMITTED, {"task": KEY}), *logged])
+    assert folded["artifacts"] == task["artifacts"]
+    assert [a["artifact_id"] for a in task["artifacts"]] == ["answer", "other"]
