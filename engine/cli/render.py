@@ -172,7 +172,8 @@ def _artifact_received(d: Mapping[str, Any]) -> str:
         if isinstance(p, Mapping) and p.get("text")
     ]  # fmt: skip
     shown = f": {' | '.join(texts)}"[:80] if texts else ""
-    return f"{d.get('name') or d.get('artifact_id')} via {d.get('source')}{shown}"
+    chunk = ", a chunk appended" if d.get("append") else ""
+    return f"{d.get('name') or d.get('artifact_id')} via {d.get('source')}{chunk}{shown}"
 
 
 def _card_fetched(d: Mapping[str, Any]) -> str:

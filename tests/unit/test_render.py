@@ -206,6 +206,17 @@ def test_the_words_say_what_the_payload_says() -> None:
     )
 
 
+def test_a_chunk_of_an_artifact_says_it_was_appended() -> None:
+    chunk = {"artifact_id": "text", "name": "text", "parts": [{"kind": "text", "text": "beta "}],
+             "append": True, "source": "stream"}  # fmt: skip
+    whole = {**chunk, "append": None}
+
+    assert summary(recorded(ev.ARTIFACT_RECEIVED, chunk)) == (
+        "text via stream, a chunk appended: beta "
+    )
+    assert summary(recorded(ev.ARTIFACT_RECEIVED, whole)) == "text via stream: beta "
+
+
 def test_an_event_carrying_counted_failures_says_how_many() -> None:
     data = {"until": "terminal", "state": "working", "seconds": 5.0, ev.FAILURES_REPEATED: 7}
     said = summary(recorded(ev.DEADLINE_EXCEEDED, data))
