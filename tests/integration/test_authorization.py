@@ -54,6 +54,7 @@ from cardfence.engine.errors import (
     DeadlineExceeded,
     TokenRequestError,
 )
+from cardfence.engine.views import TaskView
 
 BINDINGS = ("JSONRPC", "HTTP+JSON")
 SLOW = [("submitted", "working"), ("working", "completed")]
@@ -372,9 +373,8 @@ async def test_a_token_expiring_mid_task_is_replaced_before_it_is_refused(
     assert transitions(engine.store, view.task) == SLOW
 
 
-async def test_revoked_credentials_mid_task_flag_the_task_without_transition_or_cancel(
-    peer: AuthPeer, engines: Engines
-) -> None:
+async def _working_then_revoked(peer: AuthPeer, engines: Engines) -> tuple[Engine, TaskView]:
+    """A task working (held) at an agent requiring a bearer token, which it then revokes."""
     peer.protect({"bearer": bearer_scheme()}, [requirement("bearer")])
     peer.accept_bearer("bearer", "t-1")
     engine = await engines.open(config_for(peer, {"bearer": Bearer("t-1")}))
@@ -382,6 +382,13 @@ async def test_revoked_credentials_mid_task_flag_the_task_without_transition_or_
     view = await engine.start_task(peer.base_url, skill="slow", text="slow 0.1")
     await engine.poll(view.task)
     peer.revoke("bearer")
+    return engine, view
+
+
+async def test_revoked_credentials_mid_task_flag_the_task_without_transition_or_cancel(
+    peer: AuthPeer, engines: Engines
+) -> None:
+    engine, view = await _working_then_revoked(peer, engines)
 
     with pytest.raises((AuthorizationFailedError, DeadlineExceeded)):
         await engine.drive(view.task, until="terminal", timeout=1)
@@ -405,13 +412,7 @@ async def test_revoked_credentials_mid_task_flag_the_task_without_transition_or_
 async def test_polls_refused_alike_add_one_event_and_a_count_not_one_event_a_poll(
     peer: AuthPeer, engines: Engines
 ) -> None:
-    peer.protect({"bearer": bearer_scheme()}, [requirement("bearer")])
-    peer.accept_bearer("bearer", "t-1")
-    engine = await engines.open(config_for(peer, {"bearer": Bearer("t-1")}))
-    peer.hold()
-    view = await engine.start_task(peer.base_url, skill="slow", text="slow 0.1")
-    await engine.poll(view.task)
-    peer.revoke("bearer")
+    engine, view = await _working_then_revoked(peer, engines)
     refused_before = sum(1 for hit in a2a_hits(peer) if hit.status == 401)
 
     for _ in range(6):
