@@ -262,6 +262,17 @@ def test_push_bodies_read_as_stream_updates() -> None:
     assert (message.kind, message.task_id, message.message.text) == ("message", "t", "")  # type: ignore[union-attr]
 
 
+def test_an_artifact_chunk_reads_append_and_anything_but_a_boolean_is_refused() -> None:
+    def update(**fields: object) -> dict[str, Any]:
+        return {"artifactUpdate": {**PUSH_ARTIFACT["artifactUpdate"], **fields}}
+
+    assert parse_stream_response(PUSH_ARTIFACT).append is False
+    assert parse_stream_response(update(append=None)).append is False
+    assert parse_stream_response(update(append=True, lastChunk=True)).append is True
+    with pytest.raises(InvalidAgentResponseError, match=r"artifactUpdate\.append.*boolean"):
+        parse_stream_response(update(append="yes"))
+
+
 def test_push_config_echo_reads_back_and_keeps_secrets_out_of_repr() -> None:
     config = parse_push_config(PUSH_CONFIG)
     assert config == PushConfig("cfg-1", "http://127.0.0.1:36237/hook", "tok-1", "Bearer", "sekrit")
