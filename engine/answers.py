@@ -93,13 +93,15 @@ def normalise_state(value: object) -> str:
 @dataclass(frozen=True, slots=True)
 class Part:
     """One part. ``raw`` content stays base64 text in ``data`` (the engine never needs the bytes);
-    ``data`` is the decoded JSON value as received — do not mutate it."""
+    ``data`` is the decoded JSON value as received — do not mutate it. ``filename``: the name a
+    file part gives its content (1.0 ``filename``, 0.3 ``file.name``)."""
 
     kind: Literal["text", "data", "url", "raw"]
     text: str | None = None
     data: object = field(default=None, hash=False)
     url: str | None = None
     media_type: str | None = None
+    filename: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -378,6 +378,7 @@ def artifact_record(artifact: Artifact, *, append: bool = False) -> ArtifactReco
             "data": part.data,
             "url": part.url,
             "media_type": part.media_type,
+            "filename": part.filename,
         }
         parts.append({k: v for k, v in fields.items() if v is not None})
     return ArtifactRecord(artifact.artifact_id, artifact.name, tuple(parts), append)

@@ -276,24 +276,26 @@ def _part(obj: object, path: str) -> Part:
         raise _Bad(path, f"exactly one of text, raw, url, data is required (got {got})")
     # 1.0 "mediaType"; 0.3 had "metadata.mimeType" only on files, handled above.
     media_type = _opt_str(doc, "mediaType", path)
+    filename = _opt_str(doc, "filename", path)
     key = present[0]
     if key == "data":
-        return Part("data", data=doc["data"], media_type=media_type)
+        return Part("data", data=doc["data"], media_type=media_type, filename=filename)
     value = _req_str(doc, key, path, allow_empty=key == "text")
     if key == "text":
-        return Part("text", text=value, media_type=media_type)
+        return Part("text", text=value, media_type=media_type, filename=filename)
     if key == "url":
-        return Part("url", url=value, media_type=media_type)
-    return Part("raw", data=value, media_type=media_type)
+        return Part("url", url=value, media_type=media_type, filename=filename)
+    return Part("raw", data=value, media_type=media_type, filename=filename)
 
 
 def _file_part_v03(doc: dict[str, Any], path: str) -> Part:
     at = _join(path, "file")
     file = _obj(doc["file"], at)
     media_type = _opt_str(file, "mimeType", at)
+    filename = _opt_str(file, "name", at)
     if file.get("uri") is not None:
-        return Part("url", url=_req_str(file, "uri", at), media_type=media_type)
-    return Part("raw", data=_req_str(file, "bytes", at), media_type=media_type)
+        return Part("url", url=_req_str(file, "uri", at), media_type=media_type, filename=filename)
+    return Part("raw", data=_req_str(file, "bytes", at), media_type=media_type, filename=filename)
 
 
 def _stream(obj: object, path: str) -> StreamUpdate:

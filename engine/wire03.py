@@ -294,14 +294,16 @@ def _with_parts(doc: dict[str, Any], rest: bool) -> dict[str, Any]:
 
 def _part_in(doc: dict[str, Any], rest: bool) -> dict[str, Any]:
     """A 0.3 part, in either binding's dialect, as a 1.0 part (``text`` | ``url`` | ``raw`` |
-    ``data``, with ``mediaType``). ``raw`` stays the base64 text received (the engine never
-    reads the bytes)."""
+    ``data``, with ``mediaType``, and a file's ``name`` as ``filename``). ``raw`` stays the
+    base64 text received (the engine never reads the bytes)."""
     kind = doc.get("kind")
     if "text" in doc and kind in (None, "text"):
         return {"text": doc["text"]}
     file = doc.get("file")
     if isinstance(file, dict) and kind in (None, "file"):
         media = {} if file.get("mimeType") is None else {"mediaType": file["mimeType"]}
+        if file.get("name") is not None:
+            media["filename"] = file["name"]
         for key, to in (("uri", "url"), ("fileWithUri", "url"), ("bytes", "raw")):
             if file.get(key) is not None:
                 return {to: file[key], **media}

@@ -8,7 +8,13 @@ from typing import Any
 import pytest
 
 from cardfence.engine import events as ev
-from cardfence.engine.observations import ArtifactRecord, Observation, apply_observation
+from cardfence.engine.answers import Artifact, Part
+from cardfence.engine.observations import (
+    ArtifactRecord,
+    Observation,
+    apply_observation,
+    artifact_record,
+)
 from cardfence.engine.replay import apply_task_event, initial_task_state
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
@@ -106,6 +112,18 @@ def test_new_artifacts_are_recorded_once() -> None:
     again = Observation("push", "completed", _at(1), artifacts=(artifact,))
     types = [t for t, _ in apply_observation(task, again)]
     assert types == [ev.OBSERVATION_IGNORED]  # same artifact again: nothing new
+
+
+def test_a_file_part_is_recorded_with_its_filename_and_media_type() -> None:
+    part = Part("url", url="https://x.test/r.pdf", media_type="application/pdf", filename="r.pdf")
+    record = artifact_record(Artifact("a1", "report", (part,)))
+
+    recorded = record.to_json()["parts"]
+    assert recorded == [
+        {"kind": "url", "url": "https://x.test/r.pdf", "media_type": "application/pdf",
+         "filename": "r.pdf"},
+    ]  # fmt: skip
+    assert "filename" not in artifact_record(Artifact("a2", None, (Part("text", "t"),))).parts[0]
 
 
 def test_a_redelivered_push_is_recorded_but_a_poll_reading_back_the_same_is_not() -> None:

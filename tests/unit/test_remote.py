@@ -585,8 +585,9 @@ def test_broken_pages_and_push_configs_name_the_field() -> None:
         ({"data": [1, {"a": "b"}]}, Part("data", data=[1, {"a": "b"}])),
         (
             {"url": "https://x.test/f.pdf", "filename": "f.pdf"},
-            Part("url", url="https://x.test/f.pdf"),
+            Part("url", url="https://x.test/f.pdf", filename="f.pdf"),
         ),
+        ({"text": "hi", "filename": ""}, Part("text", text="hi")),  # printed default: absent
         (
             {"raw": "aGk=", "mediaType": "image/png"},
             Part("raw", data="aGk=", media_type="image/png"),
@@ -600,6 +601,10 @@ def test_broken_pages_and_push_configs_name_the_field() -> None:
             Part("url", url="https://x.test/f", media_type="application/pdf"),
         ),
         ({"kind": "file", "file": {"bytes": "aGk="}}, Part("raw", data="aGk=")),
+        (
+            {"kind": "file", "file": {"bytes": "aGk=", "name": "hi.txt"}},
+            Part("raw", data="aGk=", filename="hi.txt"),
+        ),
     ],
 )
 def test_part_kinds(wire: dict[str, Any], part: Part) -> None:

@@ -72,7 +72,11 @@ RPC_COMPLETED = {
             "parts": [
                 {"kind": "text", "text": "t"},
                 {
-                    "file": {"mimeType": "application/pdf", "uri": "https://x.test/f.pdf"},
+                    "file": {
+                        "mimeType": "application/pdf",
+                        "name": "f.pdf",
+                        "uri": "https://x.test/f.pdf",
+                    },
                     "kind": "file",
                 },
                 {"file": {"bytes": "aGk=", "mimeType": "text/plain"}, "kind": "file"},
@@ -183,7 +187,13 @@ REST_COMPLETED = {
             "name": "parts",
             "parts": [
                 {"text": "t"},
-                {"file": {"fileWithUri": "https://x.test/f.pdf", "mimeType": "application/pdf"}},
+                {
+                    "file": {
+                        "fileWithUri": "https://x.test/f.pdf",
+                        "mimeType": "application/pdf",
+                        "name": "f.pdf",
+                    }
+                },
                 {"file": {"fileWithBytes": "YUdrPQ==", "mimeType": "text/plain"}},
                 {"data": {"data": {"k": 1.0}}},
             ],
@@ -553,12 +563,12 @@ async def test_a_task_reads_the_same_from_either_binding(fake: Make, binding: st
     assert (task.id, task.context_id, task.state) == (TASK_ID, "c-1", "completed")
     (artifact,) = task.artifacts
     assert artifact.name == "parts"
-    got = [(p.kind, p.text, p.url, p.data, p.media_type) for p in artifact.parts]
+    got = [(p.kind, p.text, p.url, p.data, p.media_type, p.filename) for p in artifact.parts]
     assert got == [
-        ("text", "t", None, None, None),
-        ("url", None, "https://x.test/f.pdf", None, "application/pdf"),
-        ("raw", None, None, "aGk=", "text/plain"),  # REST: a2a-sdk's base64 of the base64
-        ("data", None, None, {"k": 1}, None),
+        ("text", "t", None, None, None, None),
+        ("url", None, "https://x.test/f.pdf", None, "application/pdf", "f.pdf"),
+        ("raw", None, None, "aGk=", "text/plain", None),  # REST: a2a-sdk's base64 of the base64
+        ("data", None, None, {"k": 1}, None, None),
     ]
 
 
