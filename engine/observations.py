@@ -17,7 +17,15 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
 from cardfence.engine import events as ev
-from cardfence.engine.answers import Artifact, RemoteMessage, RemoteTask, StreamUpdate, TaskState
+from cardfence.engine.answers import (
+    Artifact,
+    Part,
+    RemoteMessage,
+    RemoteTask,
+    StatusMessage,
+    StreamUpdate,
+    TaskState,
+)
 from cardfence.engine.lifecycle import TERMINAL, is_legal
 
 # Why an observation changed no state (ObservationIgnored.reason).
@@ -99,6 +107,9 @@ class Observation:
     remote_timestamp: datetime | None = None
     generation: int | None = None
     message: str | None = None
+    # The status message's parts when one is not text (a form as a data part, a file): all of
+    # them, in order; () when the text says it all.
+    message_parts: tuple[Mapping[str, Any], ...] = ()
     artifacts: tuple[ArtifactRecord, ...] = ()
     remote_task_id: str | None = None
     remote_context_id: str | None = None
@@ -196,17 +207,16 @@ def _fingerprint(observation: Observation, records: list[dict[str, Any]]) -> str
     """What makes two reports the same report: state, timestamp as reported, generation, status
     message and artifacts (ids and contents). Not the source: a push and a poll of one moment
     are one report."""
-    return _sha256(
-        stored_json(
-            [
-                observation.state,
-                _iso(observation.remote_timestamp),
-                observation.generation,
-                observation.message,
-                [[r["artifact_id"], r["sha256"]] for r in records],
-            ]
-        )
-    )[:32]
+    said: list[Any] = [
+        observation.state,
+        _iso(observation.remote_timestamp),
+        observation.generation,
+        observation.message,
+        [[r["artifact_id"], r["sha256"]] for r in records],
+    ]
+    if observation.message_parts:  # only then: the reports recorded before they were read
+        said.append(list(observation.message_parts))
+    return _sha256(stored_json(said))[:32]
 
 
 def _is_repeat(task: Mapping[str, Any], report: str) -> bool:
@@ -288,9 +298,11 @@ def _state_event(
         return ev.OBSERVATION_IGNORED, {"reason": reason, "state": state, **base}
     changed = {"from": current, "to": state, **base}
     if observation.message is not None:
-        text = stored_json(observation.message)
+        parts = list(observation.message_parts)
+        said = {"message": observation.message, "message_parts": parts}
+        text = stored_json(said if parts else observation.message)
         if len(text) <= MAX_RECORDED_MESSAGE_BYTES:
-            changed["message"] = observation.message
+            changed.update(said if parts else {"message": observation.message})
         else:  # R16: kept as its size and SHA-256
             changed.update(
                 message=None,
@@ -369,19 +381,29 @@ def watermark_after(
 # -- from what the wire said -----------------------------------------------------------------------
 
 
+def part_record(part: Part) -> dict[str, Any]:
+    """A part as recorded (JSON-able): its non-null fields."""
+    fields = {
+        "kind": part.kind,
+        "text": part.text,
+        "data": part.data,
+        "url": part.url,
+        "media_type": part.media_type,
+        "filename": part.filename,
+    }
+    return {k: v for k, v in fields.items() if v is not None}
+
+
 def artifact_record(artifact: Artifact, *, append: bool = False) -> ArtifactRecord:
-    parts: list[dict[str, Any]] = []
-    for part in artifact.parts:
-        fields = {
-            "kind": part.kind,
-            "text": part.text,
-            "data": part.data,
-            "url": part.url,
-            "media_type": part.media_type,
-            "filename": part.filename,
-        }
-        parts.append({k: v for k, v in fields.items() if v is not None})
-    return ArtifactRecord(artifact.artifact_id, artifact.name, tuple(parts), append)
+    parts = tuple(part_record(part) for part in artifact.parts)
+    return ArtifactRecord(artifact.artifact_id, artifact.name, parts, append)
+
+
+def _message_parts(message: StatusMessage | RemoteMessage | None) -> tuple[dict[str, Any], ...]:
+    """A status message's parts, recorded, when one of them is not text; else ()."""
+    if message is None or all(part.kind == "text" for part in message.parts):
+        return ()
+    return tuple(part_record(part) for part in message.parts)
 
 
 def from_task(task: RemoteTask, source: str) -> Observation:
@@ -392,6 +414,7 @@ def from_task(task: RemoteTask, source: str) -> Observation:
         remote_timestamp=task.timestamp,
         generation=task.generation,
         message=task.message.text if task.message is not None else None,
+        message_parts=_message_parts(task.message),
         artifacts=tuple(artifact_record(a) for a in task.artifacts),
         remote_task_id=task.id,
         remote_context_id=task.context_id,
@@ -403,7 +426,12 @@ def from_message(message: RemoteMessage, source: str) -> Observation:
 
     The remote reported the outcome itself, so the task is ``completed`` with that message.
     """
-    return Observation(source=source, state="completed", message=message.text)
+    return Observation(
+        source=source,
+        state="completed",
+        message=message.text,
+        message_parts=_message_parts(message),
+    )
 
 
 def from_update(update: StreamUpdate, source: str) -> Observation | None:
@@ -418,6 +446,7 @@ def from_update(update: StreamUpdate, source: str) -> Observation | None:
             remote_timestamp=update.timestamp,
             generation=update.generation,
             message=update.message.text if update.message is not None else None,
+            message_parts=_message_parts(update.message),
             remote_task_id=update.task_id,
             remote_context_id=update.context_id,
         )

@@ -282,6 +282,11 @@ def _apply_observation_event(out: State, type_: str, data: Mapping[str, Any]) ->
         out["transitions"] = out["transitions"] + 1
         if data.get("message") is not None:
             out["last_message"] = data["message"]
+            # Its parts, when one is not text (absent otherwise, as in stores from before).
+            if data.get("message_parts"):
+                out["last_message_parts"] = data["message_parts"]
+            else:
+                out.pop("last_message_parts", None)
     else:
         out["ignored"] = out["ignored"] + 1
 

@@ -25,6 +25,8 @@ class TaskView:
     skill: str | None
     last_message: str | None
     updated_at: datetime | None = None
+    # The last message's parts when one is not text (a form as a data part, a file); () else
+    last_message_parts: tuple[Mapping[str, Any], ...] = ()
     # R12: reports that repeated one already recorded, counted and not appended (as far as a
     # later event of the task carries the count)
     repeats_ignored: int = 0
@@ -47,6 +49,7 @@ class TaskView:
             skill=state.get("skill"),
             last_message=state.get("last_message"),
             updated_at=updated_at,
+            last_message_parts=tuple(state.get("last_message_parts") or ()),
             repeats_ignored=int(state.get("repeats_ignored") or 0),
             failures_repeated=int(state.get("failures_repeated") or 0),
         )
@@ -63,6 +66,7 @@ class TaskView:
             "flags": list(self.flags),
             "artifacts": [dict(a) for a in self.artifacts],
             "last_message": self.last_message,
+            "last_message_parts": [dict(p) for p in self.last_message_parts],
         }
 
     def to_row(self) -> dict[str, Any]:

@@ -32,6 +32,21 @@ def _line(value: object) -> str:
     return _UNPRINTABLE.sub(lambda m: f"\\x{ord(m.group()):02x}", str(value))
 
 
+def part_said(part: Mapping[str, Any]) -> str:
+    """A part that is not text, in a few words: its data as compact JSON (200 characters at
+    most), or its URL, or the size of its bytes; with its media type and file name."""
+    about = " ".join(str(part[k]) for k in ("filename", "media_type") if part.get(k))
+    kind = str(part.get("kind"))
+    if kind == "data":
+        shown = json.dumps(part.get("data"), separators=(",", ":"), ensure_ascii=False)
+        shown = shown if len(shown) <= 200 else shown[:199] + "…"
+    elif kind == "url":
+        shown = str(part.get("url"))
+    else:
+        shown = f"{len(str(part.get('data') or ''))} base64 characters"
+    return f"{kind}{f' ({about})' if about else ''}: {shown}"
+
+
 def task_line(view: TaskView) -> str:
     """One line per task for ``run`` and friends."""
     parts = [f"task {view.task}", f"state {view.state}", f"delivery {view.delivery_mode}"]
@@ -42,6 +57,9 @@ def task_line(view: TaskView) -> str:
     lines = [_line("  ".join(parts))]
     if view.last_message:
         lines.append(f"  message: {_line(view.last_message)}")
+    for part in view.last_message_parts:
+        if part.get("kind") != "text":
+            lines.append(f"  message {_line(part_said(part))}")
     for artifact in view.artifacts:
         texts = [p.get("text") for p in artifact.get("parts", ()) if p.get("text")]
         lines.append(_line(f"  artifact {artifact.get('name') or artifact.get('artifact_id')}: "

@@ -175,6 +175,11 @@ async def _drive_or_report(
         raise
 
 
+def _check_media_type(media_type: str) -> None:
+    if not _MEDIA_TYPE.fullmatch(media_type.strip()):
+        raise errors.UsageError(f"--media-type {media_type!r}: not a media type (type/subtype)")
+
+
 @app.command()
 def run(
     ctx: typer.Context,
@@ -216,8 +221,7 @@ def run(
     check_seconds("--max-card-age", max_card_age)
     check_seconds("--card-timeout", card_timeout)
     check_positive("--max-card-bytes", max_card_bytes)
-    if not _MEDIA_TYPE.fullmatch(media_type.strip()):
-        raise errors.UsageError(f"--media-type {media_type!r}: not a media type (type/subtype)")
+    _check_media_type(media_type)
     checked_store_url(options)
     deadline = time.monotonic() + timeout
     key = uuid.uuid4().hex  # chosen here, so an interruption can name the task
@@ -254,6 +258,14 @@ def reply(
     ctx: typer.Context,
     task: TaskArgument,
     text: Annotated[str, typer.Option("--text", help="The answer.")],
+    media_type: Annotated[
+        str,
+        typer.Option(
+            "--media-type",
+            metavar="TYPE",
+            help="The media type of the answer (application/json: a filled-in form).",
+        ),
+    ] = "text/plain",
     until: UntilOption = "interrupted",
     timeout: TimeoutOption = 300.0,
     max_poll_interval: PollOption = 30.0,
@@ -265,12 +277,13 @@ def reply(
     """Answer an input-required task, then drive it."""
     options = options_of(ctx, db, json_, debug, credentials)
     _check_drive_options(until, timeout, max_poll_interval)
+    _check_media_type(media_type)
     deadline = time.monotonic() + timeout
     found: list[str] = []
 
     async def job(engine: Engine) -> TaskView:
         found.append(engine.task(task).task)
-        view = await engine.reply(task, text)
+        view = await engine.reply(task, text, media_type=media_type.strip())
         return await _drive_or_report(engine, options, view.task, until, deadline)
 
     def left(engine: Engine) -> str:

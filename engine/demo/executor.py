@@ -7,16 +7,17 @@ else is echoed. The script's argument is the text after the script name (the who
 skill came from metadata and the text does not start with the skill name). A ``skillId`` that
 names no script fails the task with no diagnostic, like the gateway in incident 002.
 
-Scripts: ``echo TEXT`` completes at once with an artifact holding TEXT; ``ask`` goes working, then
-input-required with a question, and the next message on that task (same ``taskId``) completes it
-with an artifact; ``authorize`` goes working, then auth-required with a message asking for a
-sign-in, and the next message completes it the same way; ``slow N`` goes working and completes
-after N seconds (float, default 1) -- or, while its `Hold` is held, once released -- cancellable
-meanwhile; ``fail`` fails with no status
-message; ``fail-diag`` fails with a status message; ``reject`` is rejected with a status message;
-``write TEXT`` goes working, sends TEXT back word by word as one artifact in chunks (A2A
-``append``, the last one ``lastChunk``), as an agent streaming a model's answer does, and
-completes -- while its `Hold` is held, it stops after two words until released.
+Scripts: ``echo TEXT`` completes at once with an artifact holding TEXT; ``ask`` goes working,
+then input-required with a question (``ask form``: the question also carries a form to fill, as
+a data part, as agents that want structured input ask), and the next message on that task (same
+``taskId``) completes it with an artifact; ``authorize`` goes working, then auth-required with a
+message asking for a sign-in, and the next message completes it the same way; ``slow N`` goes
+working and completes after N seconds (float, default 1) -- or, while its `Hold` is held, once
+released -- cancellable meanwhile; ``fail`` fails with no status message; ``fail-diag`` fails
+with a status message; ``reject`` is rejected with a status message; ``write TEXT`` goes
+working, sends TEXT back word by word as one artifact in chunks (A2A ``append``, the last one
+``lastChunk``), as an agent streaming a model's answer does, and completes -- while its `Hold`
+is held, it stops after two words until released.
 """
 
 from __future__ import annotations
@@ -31,12 +32,19 @@ from a2a.server.events import EventQueue
 from a2a.server.tasks import TaskUpdater
 from a2a.types import Message, Part, Task, TaskState, TaskStatus
 from google.protobuf.json_format import MessageToDict  # type: ignore[import-untyped]
+from google.protobuf.struct_pb2 import Value  # type: ignore[import-untyped]
 
 __all__ = ["SCRIPTS", "SKILL_METADATA_KEY", "Hold", "ScriptedExecutor", "select_script"]
 
 SCRIPTS = ("echo", "ask", "authorize", "slow", "fail", "fail-diag", "reject", "write")
 SKILL_METADATA_KEY = "skillId"
 _HOLD_CHECK_SECONDS = 0.01
+# What ``ask form`` asks to be filled: a JSON Schema, as a data part of the question.
+FORM: dict[str, Any] = {
+    "type": "object",
+    "properties": {"answer": {"type": "string"}, "sure": {"type": "boolean"}},
+    "required": ["answer"],
+}
 _CHUNK_SECONDS = 0.02  # between a `write` task's chunks: each its own stream event
 
 
@@ -138,7 +146,12 @@ class ScriptedExecutor(AgentExecutor):
             await updater.complete()
         elif script == "ask":
             await updater.start_work()
-            await updater.requires_input(_text(updater, "What is your answer?"))
+            question = [Part(text="What is your answer?")]
+            if argument == "form":
+                form = Value()
+                form.struct_value.update(FORM)
+                question.append(Part(data=form, media_type="application/json"))
+            await updater.requires_input(updater.new_agent_message(question))
         elif script == "authorize":
             await updater.start_work()
             await updater.requires_auth(_text(updater, "Sign in at https://id.example/device"))

@@ -31,6 +31,7 @@ from engine_fixtures import (
 from support import Peer
 
 from cardfence.engine import events as ev
+from cardfence.engine.demo.executor import FORM
 from cardfence.engine.tasklog import TaskLog, task_stream_id
 from cardfence.store import EventStore, RecordedEvent
 
@@ -47,6 +48,7 @@ RUN_KEYS = {
     "flags",
     "artifacts",
     "last_message",
+    "last_message_parts",
 }
 ROW_KEYS = {
     "task",
@@ -164,6 +166,38 @@ def test_run_stops_at_input_required_and_reply_by_prefix_completes_it(peer: Peer
     assert set(done) >= RUN_KEYS
     assert (done["task"], done["state"]) == (waiting["task"], "completed")
     assert [p["text"] for a in done["artifacts"] for p in a["parts"]] == ["answer: 42"]
+    assert stored_events(db, done["task"], ev.REPLY_SENT)
+
+
+def test_a_question_carrying_a_form_prints_it_and_a_json_reply_fills_it(
+    peer: Peer, db: str
+) -> None:
+    asked = cardfence(db, "run", peer.base_url, "--skill", "ask", "--text", "ask form", "--json")
+    assert asked.returncode == 0, asked.stderr
+    waiting = document(asked)
+    assert waiting["last_message"] == "What is your answer?"
+    assert waiting["last_message_parts"] == [
+        {"kind": "text", "text": "What is your answer?"},
+        {"kind": "data", "data": FORM, "media_type": "application/json"},
+    ]
+    shown = cardfence(db, "show", waiting["task"][:8])
+    (said,) = [line for line in shown.stdout.splitlines() if line.startswith("  message data")]
+    assert said.startswith("  message data (application/json): {")
+    assert json.loads(said.partition(": ")[2]) == FORM
+
+    answer = json.dumps({"answer": "42", "sure": True})
+    replied = cardfence(
+        db, "reply", waiting["task"][:8], "--text", answer, "--media-type", "application/json",
+        "--until", "terminal", *POLL, "--json",
+    )  # fmt: skip
+
+    assert replied.returncode == 0, replied.stderr
+    done = document(replied)
+    assert done["state"] == "completed"
+    # The agent completed it without a message: the last one is still its question, form and all.
+    assert (done["last_message"], done["last_message_parts"]) == (
+        waiting["last_message"], waiting["last_message_parts"],
+    )  # fmt: skip
     assert stored_events(db, done["task"], ev.REPLY_SENT)
 
 

@@ -10,6 +10,7 @@ import pytest
 from cardfence.engine import events as ev
 from cardfence.engine.answers import Artifact, Part
 from cardfence.engine.observations import (
+    MAX_RECORDED_MESSAGE_BYTES,
     ArtifactRecord,
     Observation,
     apply_observation,
@@ -124,6 +125,50 @@ def test_a_file_part_is_recorded_with_its_filename_and_media_type() -> None:
          "filename": "r.pdf"},
     ]  # fmt: skip
     assert "filename" not in artifact_record(Artifact("a2", None, (Part("text", "t"),))).parts[0]
+
+
+FORM_PARTS = (
+    {"kind": "text", "text": "Your answer?"},
+    {"kind": "data", "data": {"type": "object"}},
+)
+
+
+def test_a_message_with_a_form_records_its_parts_and_the_next_text_only_one_drops_them() -> None:
+    asked = Observation("poll", "input-required", _at(1), message="Your answer?",
+                        message_parts=FORM_PARTS)  # fmt: skip
+    (recorded,) = apply_observation(_task("working"), asked)
+    task = _after(_task("working"), asked)
+    later = _after(task, Observation("poll", "working", _at(2), message="Thanks"))
+
+    assert recorded[1]["message_parts"] == list(FORM_PARTS)
+    assert task["last_message_parts"] == list(FORM_PARTS)
+    assert later["last_message"] == "Thanks"
+    assert "last_message_parts" not in later
+
+
+def test_the_same_text_with_another_form_is_another_report() -> None:
+    other = (FORM_PARTS[0], {"kind": "data", "data": {"type": "string"}})
+    first = Observation("push", "input-required", None, message="Your answer?",
+                        message_parts=FORM_PARTS)  # fmt: skip
+    task = _after(_task("working"), first)
+
+    again = Observation("push", "input-required", None, message="Your answer?",
+                        message_parts=other)  # fmt: skip
+    same = Observation("push", "input-required", None, message="Your answer?",
+                       message_parts=FORM_PARTS)  # fmt: skip
+    assert apply_observation(task, same)[0][1].get("repeat") is True
+    assert apply_observation(task, again)[0][1].get("repeat") is None
+
+
+def test_a_form_too_large_to_keep_is_kept_as_its_size_and_digest() -> None:
+    huge = ({"kind": "data", "data": {"x": "y" * MAX_RECORDED_MESSAGE_BYTES}},)
+    asked = Observation("poll", "input-required", _at(1), message="", message_parts=huge)
+    recorded = dict(apply_observation(_task("working"), asked))[ev.STATE_CHANGED]
+
+    assert "message_parts" not in recorded
+    assert recorded["message"] is None
+    assert recorded["payload_truncated"] is True
+    assert recorded["message_bytes"] > MAX_RECORDED_MESSAGE_BYTES
 
 
 def test_a_redelivered_push_is_recorded_but_a_poll_reading_back_the_same_is_not() -> None:

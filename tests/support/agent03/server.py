@@ -82,6 +82,7 @@ from a2a.types import (
     AgentCard,
     AgentInterface,
     AgentSkill,
+    DataPart,
     Message,
     Part,
     Task,
@@ -104,6 +105,11 @@ BINDINGS = ("JSONRPC", "HTTP+JSON")
 CARD_FAULTS = ("503", "404")
 SCRIPTS = ("echo", "ask", "authorize", "slow", "fail", "fail-diag", "reject", "write")
 SKILL_METADATA_KEY = "skillId"
+FORM = {  # what `ask form` asks to be filled, as the demo agent asks it
+    "type": "object",
+    "properties": {"answer": {"type": "string"}, "sure": {"type": "boolean"}},
+    "required": ["answer"],
+}
 
 # -- the scripts (engine/demo/executor.py, on the 0.3 types) -------------------------------------
 
@@ -199,7 +205,10 @@ class ScriptedExecutor(AgentExecutor):
             await updater.complete()
         elif script == "ask":
             await updater.start_work()
-            question = updater.new_agent_message(_parts("What is your answer?"))
+            asked = _parts("What is your answer?")
+            if argument == "form":  # the question carries a form to fill (a data part)
+                asked.append(Part(root=DataPart(data=FORM)))
+            question = updater.new_agent_message(asked)
             await updater.requires_input(question, final=True)
         elif script == "authorize":
             await updater.start_work()
