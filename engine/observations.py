@@ -107,14 +107,14 @@ class Observation:
     remote_timestamp: datetime | None = None
     generation: int | None = None
     message: str | None = None
-    # The status message's parts when one is not text (a form as a data part, a file): all of
-    # them, in order; () when the text says it all.
-    message_parts: tuple[Mapping[str, Any], ...] = ()
     artifacts: tuple[ArtifactRecord, ...] = ()
     remote_task_id: str | None = None
     remote_context_id: str | None = None
     received_at: datetime | None = None  # local receipt time: bounds how far ahead a timestamp
     # may be and still order reports (R12); None: not checked (the engine always sets it)
+    # The status message's parts when one is not text (a form as a data part, a file): all of
+    # them, in order; () when the text says it all.
+    message_parts: tuple[Mapping[str, Any], ...] = ()
 
 
 Event = tuple[str, dict[str, Any]]
