@@ -78,7 +78,7 @@ class Observing(EngineBase):
         if (
             not whole
             and (
-                observation.source == "push" or (observation.source == "stream" and _partial(after))
+                observation.source == "push" or (observation.source == "stream" and _chunked(after))
             )
             and after["state"] in TERMINAL
             and before["state"] not in TERMINAL
@@ -87,8 +87,10 @@ class Observing(EngineBase):
             # A push of one event: the task may have ended with artifacts whose own pushes were
             # lost (the agent tries each once). Nobody polls an ended task, so read it once now.
             # A push of the whole task (0.3 agents send nothing else) already holds them all.
-            # A stream loses nothing once followed, but an artifact whose first chunks came
-            # before it was (a 0.3 agent's stream starts with no snapshot) is read whole too.
+            # A stream loses nothing once followed, but an artifact it brought in chunks is read
+            # whole too: its first chunks may have come before the stream was followed (a 0.3
+            # agent's starts with no snapshot), and a safety poll racing the stream may have
+            # read chunks the stream then brought again. What the agent holds is the artifact.
             job = asyncio.ensure_future(self._contained(self._closing_read(key)))
             self._closing[key] = job
             job.add_done_callback(lambda _: self._closing.pop(key, None))
@@ -284,6 +286,6 @@ def _delivery_outcome(recorded: Sequence[Event]) -> str:
     return "ignored" if reasons else "duplicate"
 
 
-def _partial(state: State) -> bool:
-    """Whether the task holds an artifact missing its first chunks (A2A ``append``)."""
-    return any(artifact.get("partial") for artifact in state.get("artifacts") or ())
+def _chunked(state: State) -> bool:
+    """Whether the task holds an artifact put together from chunks (A2A ``append``)."""
+    return any(a.get("chunks") or a.get("partial") for a in state.get("artifacts") or ())

@@ -3,11 +3,13 @@ as an agent streams a model's answer. The agent sends two words, then waits (hel
 engine subscribes to the task, then sends the rest: every chunk the stream brings is recorded
 with only its own parts, and the task ends holding the artifact the agent holds.
 
-a2a-sdk 1.3 starts a subscription with the task as it is (the first two words), so the chunks
-after it make up the whole answer. a2a-sdk 0.3 starts it with nothing: the first chunk the
-engine meets extends an artifact it never saw (``partial``), so the engine reads the task whole
-once it ends. (That 0.3 agent also stores each chunk twice while a client is subscribed, so the
-artifact it holds is not the text it streamed: docs/wire.md. The engine keeps what it holds.)
+Once the stream ends the task, the engine reads it whole (one closing ``GetTask``): what the
+agent holds is the artifact. a2a-sdk 1.3 starts a subscription with the task as it is (the first
+two words), so the chunks after it make up the whole answer, and the read finds the same artifact
+(nothing appended). a2a-sdk 0.3 starts it with nothing: the first chunk the engine meets extends
+an artifact it never saw (``partial``), which the read replaces. (That 0.3 agent also stores each
+chunk twice while a client is subscribed, so the artifact it holds is not the text it streamed:
+docs/wire.md. The engine keeps what it holds.)
 """
 
 from __future__ import annotations
@@ -62,11 +64,13 @@ async def test_an_artifact_streamed_in_chunks_is_recorded_chunk_by_chunk_and_hel
     await _subscribed(agent, before)
     agent.release()
     followed = await following
-    await engine.settle()  # a closing read, if the stream ended the task with a partial artifact
+    await engine.settle()  # the closing read
+    reads = [call for _, call in agent.calls[before:] if call in ("GetTask", "tasks/get")]
     done = engine.task(view.task)
     held = await _agent_holds(engine, view.task)
 
     assert followed["state"] == "completed"
+    assert len(reads) == 1, agent.calls[before:]  # the closing read, and no poll
     (artifact,) = done.artifacts
     assert [part["text"] for part in artifact["parts"]] == held
     received = data_of(engine.store, view.task, ev.ARTIFACT_RECEIVED)
