@@ -141,7 +141,8 @@ def apply_observation(
     # One record per artifactId, the last one reported winning: a report naming one id twice
     # must not flip-flop between the two versions, appending both, every time it is read again.
     held = {a["artifact_id"]: a for a in task.get("artifacts") or ()}
-    records = list({a.artifact_id: _recorded(a, held) for a in observation.artifacts}.values())
+    reported = (a for a in observation.artifacts if a.parts or not a.append)  # an empty chunk: none
+    records = list({a.artifact_id: _recorded(a, held) for a in reported}.values())
     report = _fingerprint(observation, records)
     out: list[Event] = []
     if observation.state is not None:
@@ -163,7 +164,7 @@ def apply_observation(
     for record in records:
         artifact_id, digest = record["artifact_id"], record["sha256"]
         if seen.get(artifact_id) == digest:
-            continue  # the same artifact again, or a chunk with nothing in it
+            continue  # the same artifact again
         if record.get("append") or digest not in superseded.get(artifact_id, ()):
             # A chunk is never a version the agent went back to: it always adds to what is held.
             replaces = artifact_id in seen and not record.get("append")
@@ -240,31 +241,30 @@ def _repeat(observation: Observation, report: str) -> dict[str, Any]:
 
 def _recorded(artifact: ArtifactRecord, held: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
     """What ``artifact`` is recorded as: itself whole, or -- a chunk of one already held -- its
-    own parts marked ``append``, with the size and SHA-256 of the artifact they make up with
-    what is held (so the whole artifact read later is known to be the same). A chunk of an
-    artifact not held (its first chunks came before the stream was followed) is kept as it
-    comes, marked ``partial``: the whole artifact is read once the task ends."""
+    own parts marked ``append``. A chunk costs what it holds, never the artifact again (an
+    answer streamed token by token is thousands of chunks): its ``bytes`` add its parts' stored
+    JSON to those held, its ``sha256`` chains the held digest with them, and past
+    :data:`MAX_RECORDED_ARTIFACT_BYTES` it is kept ``truncated``, as that size and digest. So a
+    chunk-built artifact's digest is its own: the whole one read when the task ends is recorded
+    once. A chunk of an artifact not held (its first chunks came before the stream was followed)
+    is kept as it comes, marked ``partial``."""
     before = held.get(artifact.artifact_id)
     if not artifact.append:
         return artifact.to_json()
     if before is None:
         return {**artifact.to_json(), "partial": True}
-    name = before.get("name")
-    if "parts" not in before:  # held as a digest: so is what it grows into
-        added = stored_json(list(artifact.parts))
-        return {
-            "artifact_id": artifact.artifact_id,
-            "name": name,
-            "truncated": True,
-            "bytes": int(before.get("bytes") or 0) + len(added),
-            "sha256": _sha256(f"{before.get('sha256')}{added}"),
-            "append": True,
-        }
-    whole = ArtifactRecord(artifact.artifact_id, name, (*before["parts"], *artifact.parts))
-    record = whole.to_json()
-    if not record.get("truncated"):
-        record["parts"] = list(artifact.parts)  # the chunk's own: the fold adds them up
-    return {**record, "append": True}
+    added = stored_json(list(artifact.parts))
+    size = int(before.get("bytes") or 0) + len(added)
+    record: dict[str, Any] = {
+        "artifact_id": artifact.artifact_id,
+        "name": before.get("name"),
+        "bytes": size,
+        "sha256": _sha256(f"{before.get('sha256')}{added}"),
+        "append": True,
+    }
+    if "parts" in before and size <= MAX_RECORDED_ARTIFACT_BYTES:
+        return {**record, "parts": list(artifact.parts)}  # the fold adds them to those held
+    return {**record, "truncated": True}
 
 
 def _artifact_digests(task: Mapping[str, Any]) -> dict[str, str | None]:

@@ -180,8 +180,8 @@ def _apply_artifact(
     artifacts: list[Any], index: dict[str, int], data: Mapping[str, Any]
 ) -> dict[str, Any] | None:
     """Keyed by ``artifactId``: a new id is added at the end, a known one replaced in place (the
-    replaced record is returned), or grown by a chunk (``append``: its parts added, the size and
-    digest of what they make up taken, ``chunks`` counted; nothing is returned, since no
+    replaced record is returned), or grown by a chunk (``append``: its parts added, text after
+    text joined, its size and digest taken, ``chunks`` counted; nothing is returned, since no
     version was replaced)."""
     record = {k: data[k] for k in _ARTIFACT_FIELDS if k in data}
     record.setdefault("name", None)
@@ -199,11 +199,32 @@ def _apply_artifact(
         if held.get("partial"):
             record["partial"] = True  # its first chunks are still missing
         if "parts" in record and "parts" in held:
-            record["parts"] = [*held["parts"], *record["parts"]]
+            record["parts"] = _joined([*held["parts"], *record["parts"]])
         artifacts[position] = record
         return None
     artifacts[position] = record
     return held
+
+
+def _joined(parts: list[Any]) -> list[Any]:
+    """The parts of an artifact grown by chunks, each text part that follows a text part alike
+    (the same fields but the text) joined to it. An answer streamed token by token is then one
+    text part, not thousands: what the projection holds (and writes at every append) grows
+    with the text, not with the number of chunks."""
+    out: list[Any] = []
+    for part in parts:
+        last = out[-1] if out else None
+        if (
+            isinstance(last, Mapping)
+            and isinstance(part, Mapping)
+            and last.get("kind") == part.get("kind") == "text"
+            and {k: v for k, v in last.items() if k != "text"}
+            == {k: v for k, v in part.items() if k != "text"}
+        ):
+            out[-1] = {**last, "text": f"{last.get('text', '')}{part.get('text', '')}"}
+        else:
+            out.append(part)
+    return out
 
 
 def _apply_in_place(out: State, type_: str, data: Mapping[str, Any]) -> None:

@@ -1,7 +1,9 @@
-"""An artifact sent in chunks (A2A ``append``), as agents stream a model's answer: each chunk
-extends the artifact held, the log keeps each chunk's own parts (not the whole again), the
-projection holds the whole, and the whole read later (``GetTask``) is known to be the same.
-Pure: apply_observation and the fold."""
+"""An artifact sent in chunks (A2A ``append``), as agents stream a model's answer token by
+token: each chunk extends the artifact held, the log keeps each chunk's own parts (never the
+whole again), the projection joins text that follows text into one part (so it grows with the
+text, not with the number of chunks), and the whole artifact read when the task ends is recorded
+once, as the agent holds it. Pure: apply_observation and the fold.
+"""
 
 from __future__ import annotations
 
@@ -51,7 +53,7 @@ def test_chunks_make_up_one_artifact_and_each_event_keeps_only_its_own_parts() -
     task, logged = _play(_chunk("one ", append=False), _chunk("two "), _chunk("three"))
 
     (artifact,) = task["artifacts"]
-    assert [p["text"] for p in artifact["parts"]] == ["one ", "two ", "three"]
+    assert [p["text"] for p in artifact["parts"]] == ["one two three"]  # text after text: joined
     assert artifact["chunks"] == 2
     received = _received(logged)
     assert [[p["text"] for p in r["parts"]] for r in received] == [["one "], ["two "], ["three"]]
@@ -59,14 +61,44 @@ def test_chunks_make_up_one_artifact_and_each_event_keeps_only_its_own_parts() -
     assert not any(r.get("replaces") for r in received)  # a chunk replaces no version
 
 
-def test_the_whole_artifact_read_after_its_chunks_is_the_same_and_appends_nothing() -> None:
+def test_only_text_parts_alike_are_joined() -> None:
+    figure = ArtifactRecord("answer", "answer", ({"kind": "url", "url": "https://x.test/f.png"},),
+                            append=True)  # fmt: skip
+    other = ArtifactRecord("answer", "answer", ({"kind": "text", "text": "# t", "media_type":
+                                                 "text/markdown"},), append=True)  # fmt: skip
+    task, _ = _play(
+        _chunk("one ", append=False), Observation("stream", None, artifacts=(figure,)),
+        _chunk("two "), _chunk("three"), Observation("stream", None, artifacts=(other,)),
+    )  # fmt: skip
+
+    kinds = [(p["kind"], p.get("text"), p.get("media_type")) for p in task["artifacts"][0]["parts"]]
+    assert kinds == [
+        ("text", "one ", None), ("url", None, None), ("text", "two three", None),
+        ("text", "# t", "text/markdown"),
+    ]  # fmt: skip
+
+
+def test_the_whole_artifact_read_after_its_chunks_is_recorded_once_as_the_agent_holds_it() -> None:
     task, _ = _play(_chunk("one ", append=False), _chunk("two "), _chunk("three"))
     whole = ArtifactRecord("answer", "answer", tuple(_text(t) for t in ("one ", "two ", "three")))
+    read = Observation("poll", None, artifacts=(whole,))
 
-    assert task["artifacts"][0]["sha256"] == whole.to_json()["sha256"]
-    assert task["artifacts"][0]["bytes"] == whole.to_json()["bytes"]
-    read = apply_observation(task, Observation("poll", None, artifacts=(whole,)))
-    assert read == []
+    first = apply_observation(task, read)
+    task = _play(_chunk("one ", append=False), _chunk("two "), _chunk("three"), read)[0]
+
+    assert [d.get("replaces") for _, d in first] == [True]
+    assert [p["text"] for p in task["artifacts"][0]["parts"]] == ["one ", "two ", "three"]
+    assert "chunks" not in task["artifacts"][0]
+    assert apply_observation(task, read) == []  # read again: nothing
+
+
+def test_a_chunk_costs_what_it_holds_not_the_artifact_again() -> None:
+    chunks = [_chunk("word ", append=n > 0) for n in range(2_000)]
+    task, logged = _play(*chunks)
+
+    assert len(task["artifacts"][0]["parts"]) == 1
+    assert task["artifacts"][0]["bytes"] > 2_000 * len("word ")
+    assert max(len(str(data)) for _, data in logged) < 300  # each event: one chunk
 
 
 def test_a_chunk_met_twice_is_put_right_by_the_whole_artifact_read_at_the_end() -> None:
@@ -86,7 +118,7 @@ def test_a_chunk_of_an_artifact_never_seen_is_kept_as_it_comes_marked_partial() 
     task, logged = _play(_chunk("two "), _chunk("three"))
 
     (artifact,) = task["artifacts"]
-    assert [p["text"] for p in artifact["parts"]] == ["two ", "three"]
+    assert [p["text"] for p in artifact["parts"]] == ["two three"]
     assert artifact["partial"] is True  # still missing its start: read whole at the end
     assert "append" not in _received(logged)[0]
     whole = _play(_chunk("two "), _whole("one ", "two ", "three"))[0]["artifacts"][0]
@@ -115,6 +147,7 @@ def test_chunks_growing_past_the_limit_leave_a_digest_and_go_on_counting_bytes()
         (t, {"reason": d.get("reason")}) for t, d in logged if t == ev.FLAGGED_FOR_REVIEW
     ]
     assert all(len(str(d)) < 2 * len(piece) for _, d in logged)  # no event holds the whole
+    assert len({d["sha256"] for t, d in logged if t == ev.ARTIFACT_RECEIVED}) == 5
 
 
 def test_the_projection_of_chunks_is_the_fold_of_their_events() -> None:
