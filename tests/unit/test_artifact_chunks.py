@@ -9,7 +9,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+from hypothesis import find, given, settings
+from hypothesis import strategies as st
+
 from cardfence.engine import events as ev
+from cardfence.engine import observations
 from cardfence.engine.observations import (
     MAX_RECORDED_ARTIFACT_BYTES,
     ArtifactRecord,
@@ -159,3 +164,90 @@ def test_the_projection_of_chunks_is_the_fold_of_their_events() -> None:
     folded = fold_task(KEY, [(ev.TASK_SUBMITTED, {"task": KEY}), *logged])
     assert folded["artifacts"] == task["artifacts"]
     assert [a["artifact_id"] for a in task["artifacts"]] == ["answer", "other"]
+
+
+# -- the property: any mix of chunks and whole reports puts together what the agent sent --------
+
+Step = tuple[str, str, tuple[str, ...]]  # (artifact id, "first" | "chunk" | "whole" | "big", texts)
+
+BIG = "z" * (MAX_RECORDED_ARTIFACT_BYTES // 2)
+steps = st.lists(
+    st.tuples(
+        st.sampled_from(["a1", "a2"]),
+        st.sampled_from(["first", "chunk", "chunk", "chunk", "whole", "big"]),
+        st.lists(st.text(alphabet="ab \n", max_size=3), min_size=1, max_size=3).map(tuple),
+    ),
+    max_size=30,
+)
+
+
+def _observation(step: Step) -> Observation:
+    artifact_id, kind, texts = step
+    if kind == "big":
+        texts = (BIG,)
+    parts = tuple(_text(t) for t in (texts if kind == "whole" else texts[:1]))
+    record = ArtifactRecord(artifact_id, artifact_id, parts, append=kind in ("chunk", "big"))
+    return Observation("poll" if kind == "whole" else "stream", None, artifacts=(record,))
+
+
+def chunk_violation(scenario: list[Step]) -> str | None:
+    """What goes wrong putting ``scenario`` together, against a model of the agent's artifacts:
+    a whole report sets one (unless it is a version already replaced: R12 never records one
+    again), a chunk adds to it, or starts it when none is held."""
+    text: dict[str, str] = {}
+    version: dict[str, tuple[str, ...] | None] = {}  # the parts of a whole one; None: of chunks
+    replaced: dict[str, set[tuple[str, ...]]] = {}
+    task: dict[str, Any] = {**initial_task_state(KEY), "state": "working"}
+    logged: list[tuple[str, dict[str, Any]]] = [(ev.TASK_SUBMITTED, {"task": KEY})]
+    for step in scenario:
+        observation = _observation(step)
+        (record,) = observation.artifacts
+        said = tuple(str(p["text"]) for p in record.parts)
+        aid, held = record.artifact_id, record.artifact_id in text
+        if record.append and held:
+            text[aid], version[aid] = text[aid] + "".join(said), None
+        elif not held or (version[aid] != said and said not in replaced.get(aid, set())):
+            if held and version[aid] is not None:
+                replaced.setdefault(aid, set()).add(version[aid])  # type: ignore[arg-type]
+            text[aid], version[aid] = "".join(said), said
+        events = apply_observation(task, observation)
+        if len(events) > 2:
+            return f"{step}: {len(events)} events for one report"
+        for type_, data in events:
+            task = apply_task_event(task, type_, data)
+        logged += events
+        if fold_task(KEY, logged)["artifacts"] != task["artifacts"]:
+            return f"{step}: the projection is not the fold of its events"
+        for artifact in task["artifacts"]:
+            expected = text[artifact["artifact_id"]]
+            if artifact.get("truncated"):
+                if len(expected) < MAX_RECORDED_ARTIFACT_BYTES // 2:
+                    return f"{step}: {artifact['artifact_id']} kept as a digest, yet small"
+                continue
+            kept = "".join(str(p.get("text", "")) for p in artifact["parts"])
+            if kept != expected:
+                return (
+                    f"{step}: {artifact['artifact_id']} holds {kept!r}, the agent sent {expected!r}"
+                )
+    return None
+
+
+@given(steps)
+def test_any_mix_of_chunks_and_whole_reports_holds_what_the_agent_sent(
+    scenario: list[Step],
+) -> None:
+    assert chunk_violation(scenario) is None
+
+
+def test_property_catches_a_chunk_read_as_the_whole_artifact(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Planted: the engine as it was, every chunk taken for the whole artifact (its last chunk
+    replacing the rest)."""
+    monkeypatch.setattr(observations, "_recorded", lambda artifact, held: artifact.to_json())
+    found = find(
+        steps,
+        lambda scenario: chunk_violation(scenario) is not None,
+        settings=settings(max_examples=500, database=None, deadline=None, derandomize=True),
+    )
+    assert "the agent sent" in (chunk_violation(found) or ""), found
