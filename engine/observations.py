@@ -156,7 +156,7 @@ def apply_observation(
         # again, not a new one: recording it would add an event per safety poll for hours.
         if not (observation.source == "poll" and event[1].get("reason") == IGNORED_DUPLICATE):
             out.append(event)
-    seen = _artifact_digests(task)
+    seen = {artifact_id: a.get("sha256") for artifact_id, a in held.items()}
     # Versions a later one replaced: never appended again (R12), or an agent alternating two
     # versions of one artifact would grow the log on every read.
     superseded = task.get(ev.SUPERSEDED_ARTIFACTS) or {}
@@ -265,10 +265,6 @@ def _recorded(artifact: ArtifactRecord, held: Mapping[str, Mapping[str, Any]]) -
     if "parts" in before and size <= MAX_RECORDED_ARTIFACT_BYTES:
         return {**record, "parts": list(artifact.parts)}  # the fold adds them to those held
     return {**record, "truncated": True}
-
-
-def _artifact_digests(task: Mapping[str, Any]) -> dict[str, str | None]:
-    return {a["artifact_id"]: a.get("sha256") for a in task.get("artifacts") or ()}
 
 
 def _state_event(
