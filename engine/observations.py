@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
@@ -67,12 +67,14 @@ def _sha256(text: str) -> str:
 @dataclass(frozen=True, slots=True)
 class ArtifactRecord:
     """An artifact as recorded: its id, name and parts (JSON-able). ``append``: a chunk, whose
-    parts extend the artifact of that id already held (A2A ``append``)."""
+    parts extend the artifact of that id already held (A2A ``append``); ``chunks``: how many of
+    the agent's chunks it is (:func:`coalesced` makes one of several)."""
 
     artifact_id: str
     name: str | None
     parts: tuple[Mapping[str, Any], ...] = ()
     append: bool = False
+    chunks: int = 1  # a chunk: how many of the agent's chunks it holds (see coalesced)
 
     def to_json(self) -> dict[str, Any]:
         """The ``ArtifactReceived`` payload (without ``source``): id, name and parts with their
@@ -251,9 +253,13 @@ def _recorded(artifact: ArtifactRecord, held: Mapping[str, Mapping[str, Any]]) -
     before = held.get(artifact.artifact_id)
     if not artifact.append:
         return artifact.to_json()
-    if before is None:
-        return {**artifact.to_json(), "partial": True}
+    counted = {"chunks": artifact.chunks} if artifact.chunks > 1 else {}
     added = stored_json(list(artifact.parts))
+    if before is None:
+        # Its digest chains nothing held with its parts: never the digest of a whole artifact
+        # of the same content, so the whole read that completes it is recorded, unmarking it.
+        chained = _sha256(f"None{added}")
+        return {**artifact.to_json(), "sha256": chained, "partial": True, **counted}
     size = int(before.get("bytes") or 0) + len(added)
     record: dict[str, Any] = {
         "artifact_id": artifact.artifact_id,
@@ -261,6 +267,7 @@ def _recorded(artifact: ArtifactRecord, held: Mapping[str, Mapping[str, Any]]) -
         "bytes": size,
         "sha256": _sha256(f"{before.get('sha256')}{added}"),
         "append": True,
+        **counted,
     }
     if "parts" in before and size <= MAX_RECORDED_ARTIFACT_BYTES:
         return {**record, "parts": list(artifact.parts)}  # the fold adds them to those held
@@ -455,3 +462,70 @@ def from_update(update: StreamUpdate, source: str) -> Observation | None:
             remote_context_id=update.context_id,
         )
     return None
+
+
+def coalesced(observations: Iterable[Observation]) -> list[Observation]:
+    """``observations`` in order, each run of chunks of one artifact that follow one another
+    (A2A ``append``, nothing else in the report, from one source about one task) made one chunk:
+    its parts in order, text that follows text alike joined (:func:`joined_parts`), ``chunks``
+    counting them. Applied in turn, the result holds what applying each would hold, in fewer
+    events: a stream that brought a burst of an answer's tokens while the last was being
+    recorded appends the burst once. A report of empty chunks records nothing and is left out.
+    Anything else -- a state, a whole artifact, a chunk of another artifact -- ends the run and
+    is kept as it is, in its place."""
+    out: list[Observation] = []
+    for observation in observations:
+        if observation.state is None and _empty_chunks(observation.artifacts):
+            continue  # records nothing, alone or in a run (and is not counted)
+        last = out[-1] if out else None
+        if last is not None and _joinable(last, observation):
+            (held,) = last.artifacts
+            (chunk,) = observation.artifacts
+            grown = replace(
+                held,
+                parts=tuple(joined_parts([*held.parts, *chunk.parts])),
+                chunks=held.chunks + chunk.chunks,
+            )
+            out[-1] = replace(last, artifacts=(grown,))
+        else:
+            out.append(observation)
+    return out
+
+
+def _empty_chunks(artifacts: tuple[ArtifactRecord, ...]) -> bool:
+    return bool(artifacts) and all(a.append and not a.parts for a in artifacts)
+
+
+def _joinable(last: Observation, observation: Observation) -> bool:
+    if len(last.artifacts) != 1 or len(observation.artifacts) != 1:
+        return False
+    (held,) = last.artifacts
+    (chunk,) = observation.artifacts
+    return (
+        held.append
+        and chunk.append
+        and held.artifact_id == chunk.artifact_id
+        and last.state is None
+        and observation.state is None
+        and (last.source, last.remote_task_id, last.remote_context_id)
+        == (observation.source, observation.remote_task_id, observation.remote_context_id)
+    )
+
+
+def joined_parts(parts: Iterable[Any]) -> list[Any]:
+    """``parts``, each text part that follows a text part alike (the same fields but the text)
+    joined to it. An answer streamed token by token is then one text part, not thousands."""
+    out: list[Any] = []
+    for part in parts:
+        last = out[-1] if out else None
+        if (
+            isinstance(last, Mapping)
+            and isinstance(part, Mapping)
+            and last.get("kind") == part.get("kind") == "text"
+            and {k: v for k, v in last.items() if k != "text"}
+            == {k: v for k, v in part.items() if k != "text"}
+        ):
+            out[-1] = {**last, "text": f"{last.get('text', '')}{part.get('text', '')}"}
+        else:
+            out.append(part)
+    return out

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from cardfence.engine import events as ev
-from cardfence.engine.observations import watermark_after
+from cardfence.engine.observations import joined_parts, watermark_after
 
 State = dict[str, Any]
 
@@ -189,42 +189,23 @@ def _apply_artifact(
         record.setdefault("parts", [])
     position = index.get(record["artifact_id"])
     if position is None:
+        if int(data.get("chunks") or 1) > 1:  # a partial start made of several chunks
+            record["chunks"] = int(data["chunks"]) - 1  # those after its first, as one by one
         index[record["artifact_id"]] = len(artifacts)
         artifacts.append(record)
         return None
     held: dict[str, Any] = artifacts[position]
     if data.get("append"):
         record["name"] = held.get("name")
-        record["chunks"] = int(held.get("chunks") or 0) + 1
+        record["chunks"] = int(held.get("chunks") or 0) + int(data.get("chunks") or 1)
         if held.get("partial"):
             record["partial"] = True  # its first chunks are still missing
         if "parts" in record and "parts" in held:
-            record["parts"] = _joined([*held["parts"], *record["parts"]])
+            record["parts"] = joined_parts([*held["parts"], *record["parts"]])
         artifacts[position] = record
         return None
     artifacts[position] = record
     return held
-
-
-def _joined(parts: list[Any]) -> list[Any]:
-    """The parts of an artifact grown by chunks, each text part that follows a text part alike
-    (the same fields but the text) joined to it. An answer streamed token by token is then one
-    text part, not thousands: what the projection holds (and writes at every append) grows
-    with the text, not with the number of chunks."""
-    out: list[Any] = []
-    for part in parts:
-        last = out[-1] if out else None
-        if (
-            isinstance(last, Mapping)
-            and isinstance(part, Mapping)
-            and last.get("kind") == part.get("kind") == "text"
-            and {k: v for k, v in last.items() if k != "text"}
-            == {k: v for k, v in part.items() if k != "text"}
-        ):
-            out[-1] = {**last, "text": f"{last.get('text', '')}{part.get('text', '')}"}
-        else:
-            out.append(part)
-    return out
 
 
 def _apply_in_place(out: State, type_: str, data: Mapping[str, Any]) -> None:

@@ -9,6 +9,7 @@ import asyncio
 import contextlib
 import math
 from collections.abc import Callable
+from contextlib import aclosing
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -34,8 +35,9 @@ from cardfence.engine.errors import (
     WrongTaskAnswerError,
 )
 from cardfence.engine.lifecycle import INTERRUPTED, TERMINAL
-from cardfence.engine.observations import from_task
+from cardfence.engine.observations import coalesced, from_task
 from cardfence.engine.observations import from_update as observation_from_update
+from cardfence.engine.readahead import ready_batches
 from cardfence.engine.replay import State
 from cardfence.engine.views import TaskView
 
@@ -245,10 +247,15 @@ class Following(Observing):
         transport = await self._task_transport(state)
         idle = self.config.stream_idle_timeout
         try:
-            async with transport.subscribe(state["remote_task_id"], idle_timeout=idle) as updates:
-                async for update in updates:
-                    observation = observation_from_update(update, "stream")
-                    if observation is not None:
+            async with (
+                transport.subscribe(state["remote_task_id"], idle_timeout=idle) as updates,
+                aclosing(ready_batches(updates)) as batches,
+            ):
+                # What came while the last was recorded is recorded together: a burst of an
+                # answer's chunks is one append (coalesced), not one a token.
+                async for batch in batches:
+                    said = (observation_from_update(update, "stream") for update in batch)
+                    for observation in coalesced(o for o in said if o is not None):
                         state = await self._observe_state(key, observation)
                         self._wake(key)
         except AuthorizationFailedError as refused:

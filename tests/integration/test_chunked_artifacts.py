@@ -23,6 +23,7 @@ from engine_fixtures import Agent, audited_engine, data_of
 from support import Peer
 
 from cardfence.engine import events as ev
+from cardfence.engine.demo import executor
 from cardfence.engine.engine import Engine
 
 WORDS = "alpha beta gamma delta epsilon zeta eta theta"
@@ -88,3 +89,36 @@ async def test_an_artifact_streamed_in_chunks_is_recorded_chunk_by_chunk_and_hel
     count = len(received)
     await engine.poll(view.task)  # the agent's artifact again: the same, nothing appended
     assert len(data_of(engine.store, view.task, ev.ARTIFACT_RECEIVED)) == count
+
+
+async def test_a_burst_of_chunks_is_appended_in_fewer_events_and_every_chunk_is_held(
+    peer: Peer, engine: Engine, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An agent streaming as fast as a model writes (a2a-sdk 1.3, no pause between chunks):
+    what the stream brings while the last chunk is being recorded is appended at once, one
+    event for the burst, counted. The task holds every word, the count of the chunks is the
+    count the agent sent, and the audit passes."""
+    monkeypatch.setattr(executor, "_CHUNK_SECONDS", 0.0)
+    words = [f"w{n}" for n in range(400)]
+    peer.hold()
+    view = await engine.start_task(peer.base_url, skill="write", text=" ".join(words))
+    for _ in range(200):  # the first two words sent, the agent held
+        if len(await _agent_holds(engine, view.task)) == 2:
+            break
+        await asyncio.sleep(0.02)
+    before = len(peer.calls)
+    following = asyncio.create_task(engine.follow_stream(view.task))
+    await _subscribed(peer, before)
+    peer.release()
+    assert (await following)["state"] == "completed"
+
+    received = data_of(engine.store, view.task, ev.ARTIFACT_RECEIVED)
+    streamed = [r for r in received if r["source"] == "stream" and r.get("append")]
+    assert sum(r.get("chunks", 1) for r in streamed) == len(words) - 2  # every chunk, once
+    assert len(streamed) < len(words) - 2  # bursts were appended at once
+    assert max(r.get("chunks", 1) for r in streamed) > 1
+    text = "".join(p["text"] for r in streamed for p in r["parts"])
+    assert text == " ".join(words[2:])
+    await engine.settle()  # the closing read: the agent's whole artifact
+    (artifact,) = engine.task(view.task).artifacts
+    assert "".join(p["text"] for p in artifact["parts"]) == " ".join(words)

@@ -130,6 +130,17 @@ def test_a_chunk_of_an_artifact_never_seen_is_kept_as_it_comes_marked_partial() 
     assert "partial" not in whole
 
 
+def test_a_partial_start_is_unmarked_by_the_whole_read_even_when_it_was_all_there() -> None:
+    # The stream was followed from the artifact's only chunk: the whole read finds the same
+    # text, and is recorded all the same, for it says the artifact is complete.
+    task, logged = _play(_chunk("all"), _whole("all"))
+
+    (artifact,) = task["artifacts"]
+    assert [p["text"] for p in artifact["parts"]] == ["all"]
+    assert "partial" not in artifact
+    assert _received(logged)[-1].get("replaces") is True
+
+
 def test_an_empty_chunk_records_nothing() -> None:
     empty = Observation(
         "stream", None, artifacts=(ArtifactRecord("answer", "answer", (), append=True),)
@@ -193,7 +204,7 @@ def _observation(step: Step) -> Observation:
 def chunk_violation(scenario: list[Step]) -> str | None:
     """What goes wrong putting ``scenario`` together, against a model of the agent's artifacts:
     a whole report sets one (unless it is a version already replaced: R12 never records one
-    again), a chunk adds to it, or starts it when none is held."""
+    again), a chunk adds to it, or starts it when none is held (a start that is no version)."""
     text: dict[str, str] = {}
     version: dict[str, tuple[str, ...] | None] = {}  # the parts of a whole one; None: of chunks
     replaced: dict[str, set[tuple[str, ...]]] = {}
@@ -204,8 +215,8 @@ def chunk_violation(scenario: list[Step]) -> str | None:
         (record,) = observation.artifacts
         said = tuple(str(p["text"]) for p in record.parts)
         aid, held = record.artifact_id, record.artifact_id in text
-        if record.append and held:
-            text[aid], version[aid] = text[aid] + "".join(said), None
+        if record.append:  # a chunk (of one not held: a partial start) is never a version
+            text[aid], version[aid] = text.get(aid, "") + "".join(said), None
         elif not held or (version[aid] != said and said not in replaced.get(aid, set())):
             if held and version[aid] is not None:
                 replaced.setdefault(aid, set()).add(version[aid])  # type: ignore[arg-type]
@@ -251,3 +262,138 @@ def test_property_catches_a_chunk_read_as_the_whole_artifact(
         settings=settings(max_examples=500, database=None, deadline=None, derandomize=True),
     )
     assert "the agent sent" in (chunk_violation(found) or ""), found
+
+
+# -- coalescing: a burst of chunks recorded at once ------------------------------------------------
+
+
+def _state(state: str) -> Observation:
+    return Observation("stream", state)
+
+
+def test_a_run_of_chunks_is_one_chunk_holding_them_all_joined_and_counted() -> None:
+    burst = [_chunk("one ", append=False), _chunk("two "), _chunk("three "), _chunk("four")]
+
+    merged = observations.coalesced(burst)
+    task, logged = _play(*merged)
+
+    assert len(merged) == 2  # the first chunk starts the artifact; the rest are one
+    ((_, first), (_, rest)) = logged
+    assert [p["text"] for p in rest["parts"]] == ["two three four"]
+    assert (rest["append"], rest["chunks"]) == (True, 3)
+    assert "chunks" not in first
+    (artifact,) = task["artifacts"]
+    assert [p["text"] for p in artifact["parts"]] == ["one two three four"]
+    assert artifact["chunks"] == 3  # the agent's chunks, not the events
+    one_by_one = _play(*burst)[0]["artifacts"][0]
+    assert artifact == {**one_by_one, "bytes": artifact["bytes"], "sha256": artifact["sha256"]}
+
+
+def test_a_state_a_whole_artifact_or_another_artifact_ends_a_run_in_its_place() -> None:
+    reports = [
+        _chunk("a "), _chunk("b "), _state("input-required"), _chunk("c "),
+        _chunk("x", artifact_id="other"), _chunk("d "), _whole("a b c d"), _chunk("e"),
+    ]  # fmt: skip
+
+    merged = observations.coalesced(reports)
+
+    said = [
+        (o.state, [(a.artifact_id, [p["text"] for p in a.parts], a.chunks) for a in o.artifacts])
+        for o in merged
+    ]
+    assert said == [
+        (None, [("answer", ["a b "], 2)]), ("input-required", []), (None, [("answer", ["c "], 1)]),
+        (None, [("other", ["x"], 1)]), (None, [("answer", ["d "], 1)]),
+        ("completed", [("answer", ["a b c d"], 1)]), (None, [("answer", ["e"], 1)]),
+    ]  # fmt: skip
+
+
+def test_chunks_of_other_tasks_or_sources_are_never_joined() -> None:
+    mine = _chunk("a ")
+    theirs = Observation("stream", None, artifacts=mine.artifacts, remote_task_id="t-2")
+    pushed = Observation("push", None, artifacts=mine.artifacts)
+
+    assert len(observations.coalesced([mine, theirs, pushed, mine])) == 4
+
+
+Report = tuple[str, str, tuple[str, ...]]  # a step, or ("", state, ()) for a status update
+
+reports = st.lists(
+    st.one_of(
+        st.tuples(
+            st.sampled_from(["a1", "a2"]),
+            st.sampled_from(["first", "chunk", "chunk", "chunk", "chunk", "whole"]),
+            st.lists(st.text(alphabet="ab \n", max_size=3), min_size=0, max_size=3).map(tuple),
+        ),
+        st.tuples(st.just(""), st.sampled_from(["working", "input-required"]), st.just(())),
+    ),
+    max_size=40,
+)
+
+
+def _report(report: Report) -> Observation:
+    artifact_id, kind, texts = report
+    if not artifact_id:
+        return _state(kind)
+    if kind != "whole":
+        texts = texts[:1]
+    parts = tuple(_text(t) for t in texts)
+    record = ArtifactRecord(artifact_id, artifact_id, parts, append=kind == "chunk")
+    return Observation("poll" if kind == "whole" else "stream", None, artifacts=(record,))
+
+
+def _held(task: dict[str, Any]) -> list[tuple[str, str, bool, int]]:
+    return [
+        (a["artifact_id"], "".join(str(p.get("text", "")) for p in a["parts"]),
+         bool(a.get("partial")), int(a.get("chunks") or 0))
+        for a in task["artifacts"]
+    ]  # fmt: skip
+
+
+def coalescing_violation(scenario: list[Report]) -> str | None:
+    """What coalescing ``scenario`` changes: recorded together, the reports must leave the task
+    in the same state, holding the same artifacts (text, partial mark, chunks counted), in no
+    more events, and the projection must still be the fold of the events."""
+    each = [_report(r) for r in scenario]
+    one_by_one, logged = _play(*each)
+    together, merged_log = _play(*observations.coalesced(each))
+    if together["state"] != one_by_one["state"]:
+        return f"state {together['state']}, one by one {one_by_one['state']}"
+    if _held(together) != _held(one_by_one):
+        return f"holds {_held(together)}, one by one {_held(one_by_one)}"
+    if len(merged_log) > len(logged):
+        return f"{len(merged_log)} events, one by one {len(logged)}"
+    working = {"from": "submitted", "to": "working"}
+    start = [(ev.TASK_SUBMITTED, {"task": KEY}), (ev.STATE_CHANGED, working)]
+    if fold_task(KEY, [*start, *merged_log])["artifacts"] != together["artifacts"]:
+        return "the projection is not the fold of its events"
+    return None
+
+
+@given(reports)
+def test_any_reports_recorded_together_hold_what_they_hold_one_by_one(
+    scenario: list[Report],
+) -> None:
+    assert coalescing_violation(scenario) is None
+
+
+def test_property_catches_chunks_of_two_artifacts_joined(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Planted: a run of chunks ends at a state or a whole report, but not at another
+    artifact's chunk (the ids not compared)."""
+
+    def joinable(last: Observation, observation: Observation) -> bool:
+        return (
+            len(last.artifacts) == len(observation.artifacts) == 1
+            and last.artifacts[0].append
+            and observation.artifacts[0].append
+            and last.state is None
+            and observation.state is None
+        )
+
+    monkeypatch.setattr(observations, "_joinable", joinable)
+    found = find(
+        reports,
+        lambda scenario: coalescing_violation(scenario) is not None,
+        settings=settings(max_examples=1000, database=None, deadline=None, derandomize=True),
+    )
+    assert "holds" in (coalescing_violation(found) or ""), found

@@ -1,0 +1,106 @@
+"""Reading a stream ahead of the one recording it (engine.readahead.ready_batches): what came
+while the last batch was handled is handed over at once, in order, at most ``most`` at a time;
+an error the source ends with comes after the items before it; closing stops the reader, so
+the source can be closed."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import aclosing
+
+import pytest
+
+from cardfence.engine.readahead import ready_batches
+
+
+async def _settle() -> None:
+    """Let the reader take whatever the source has ready (no I/O: a few loop turns)."""
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
+async def test_what_came_while_the_last_batch_was_handled_is_one_batch_in_order() -> None:
+    gate = asyncio.Event()
+
+    async def source() -> AsyncIterator[int]:
+        yield 1
+        await gate.wait()
+        for n in (2, 3, 4):
+            yield n
+
+    batches = []
+    async with aclosing(ready_batches(source())) as reading:
+        async for batch in reading:
+            batches.append(batch)
+            if batch == [1]:
+                gate.set()
+                await _settle()  # recording the first: 2, 3 and 4 arrive meanwhile
+    assert batches == [[1], [2, 3, 4]]
+
+
+async def test_a_handler_that_keeps_up_gets_each_item_as_it_comes() -> None:
+    async def source() -> AsyncIterator[int]:
+        for n in range(3):
+            await asyncio.sleep(0.01)
+            yield n
+
+    async with aclosing(ready_batches(source())) as reading:
+        assert [batch async for batch in reading] == [[0], [1], [2]]
+
+
+async def test_a_batch_holds_at_most_most_and_the_reader_waits_for_the_handler() -> None:
+    read: list[int] = []
+
+    async def source() -> AsyncIterator[int]:
+        for n in range(10):
+            read.append(n)
+            yield n
+
+    batches = []
+    async with aclosing(ready_batches(source(), most=3)) as reading:
+        async for batch in reading:
+            await _settle()
+            # The reader is at most `most` ahead of what was handed over (plus the one it holds).
+            assert len(read) <= sum(map(len, batches)) + len(batch) + 3 + 1
+            batches.append(batch)
+    assert all(1 <= len(batch) <= 3 for batch in batches)
+    assert [n for batch in batches for n in batch] == list(range(10))
+
+
+async def test_an_error_the_source_ends_with_comes_after_the_items_before_it() -> None:
+    async def source() -> AsyncIterator[int]:
+        yield 1
+        yield 2
+        raise ConnectionResetError("the stream was cut")
+
+    got: list[int] = []
+
+    async def read_all() -> None:
+        async with aclosing(ready_batches(source())) as reading:
+            async for batch in reading:
+                got.extend(batch)
+
+    with pytest.raises(ConnectionResetError, match="cut"):
+        await read_all()
+    assert got == [1, 2]
+
+
+async def test_closing_stops_the_reader_so_the_source_can_be_closed() -> None:
+    closed = asyncio.Event()
+
+    async def waiting() -> AsyncIterator[int]:
+        try:
+            yield 0
+            await asyncio.Event().wait()  # the reader waits in here for the next item
+            yield 1
+        finally:
+            closed.set()
+
+    source = waiting()
+    async with aclosing(ready_batches(source)) as reading:
+        async for batch in reading:
+            assert batch == [0]
+            break
+    assert closed.is_set()  # the reader was cancelled where it waited, and waited for
+    await source.aclose()  # nobody is iterating it: no "already running"
