@@ -80,10 +80,14 @@ def _unwound(failure: _E) -> _E:
     as the task is followed): its tracebacks, and those of its causes, are let go, with every
     frame and local of the failed request they held (some 40 KB a task; a `serve` following
     10,000 tasks of an agent that is down held 400 MB of them). Its type, message and fields
-    are what is used of it; raised again, it gets a traceback from there."""
+    are what is used of it; raised again, it gets a traceback from there. An exception it
+    was raised in the handling of but does not show (``raise ... from None``: the HTTP client's
+    error, holding its request, headers and socket) is let go too."""
     seen: BaseException | None = failure
     while seen is not None:
         seen.__traceback__ = None
+        if seen.__suppress_context__:
+            seen.__context__ = None  # never shown: `raise ... from` put another cause first
         seen = seen.__cause__ or seen.__context__
     return failure
 

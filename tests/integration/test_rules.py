@@ -804,6 +804,23 @@ async def test_a_followed_tasks_last_failed_poll_is_kept_without_its_frames(
     assert [e.__traceback__ for e in chain] == [None] * len(chain)
 
 
+async def test_a_followed_tasks_last_failure_to_connect_keeps_no_request(engine: Engine) -> None:
+    """An agent that is down (its port closed): the failure kept until the next poll is the
+    engine's own error, not the HTTP client's behind it (raised ``from None``: never shown),
+    which holds the request, its headers and the socket's -- some kilobytes a task, for every
+    task of the agent, for as long as it is down."""
+    with Peer() as doomed:
+        view = await engine.start_task(doomed.base_url, skill="slow", text="slow 5")
+    pace = Pace.start(engine.config, now=0.0)
+
+    await engine.follow_step(view.task, await engine._state(view.task), pace)
+
+    kept = pace.unreachable
+    assert isinstance(kept, EndpointUnreachableError)
+    assert "network error" in str(kept)  # the connection was refused, not answered
+    assert (kept.__cause__, kept.__context__, kept.__traceback__) == (None, None, None)
+
+
 @pytest.fixture
 def old_endpoint(peer: Peer) -> Iterator[MovableEndpoint]:
     """The agent's JSON-RPC endpoint as the card first advertises it: a relay that can retire."""
