@@ -33,6 +33,7 @@ from contextlib import (
 )
 from enum import IntEnum
 from typing import Any, Final, Protocol
+from urllib.parse import quote
 
 import httpx
 
@@ -181,10 +182,16 @@ class Exchange:
     def _dialect(
         self, method: str, params: dict[str, Any], path: str, body: Mapping[str, Any] | None
     ) -> tuple[str, dict[str, Any], str, Mapping[str, Any] | None]:
-        """The request as this interface's version says it: 1.0's as it is, or its 0.3 form
-        (:func:`engine.wire03.request`): method name, params, path and body."""
+        """The request as this interface's version says it: 1.0's as it is (with the
+        interface's tenant, if it names one), or its 0.3 form (:func:`engine.wire03.request`):
+        method name, params, path and body."""
         if not self.legacy:
-            return method, params, path, body
+            tenant = self.interface.tenant
+            if not tenant:
+                return method, params, path, body
+            # 1.0: the interface's tenant goes with every request (in JSON-RPC's params; as
+            # the path's first segment over HTTP+JSON), as the card says to call it.
+            return method, {**params, "tenant": tenant}, f"/{quote(tenant, safe='')}{path}", body
         rest = None if body is None else wire03.request(method, params, rest=True)
         return (
             wire03.METHODS.get(method, method),

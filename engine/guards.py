@@ -303,12 +303,16 @@ def resume_stand_in(
 
 def endpoint_of(interface: Interface) -> dict[str, Any]:
     """The endpoint a task records (``TaskSubmitted``, ``EndpointMoved``): where it lives, over
-    which binding, in which A2A version (as declared, else the one spoken: never empty)."""
-    return {
+    which binding, in which A2A version (as declared, else the one spoken: never empty), and
+    for which tenant (1.0, when the card names one)."""
+    endpoint = {
         "url": interface.url,
         "binding": interface.binding,
         "protocol_version": interface.protocol_version or interface.speaks,
     }
+    if interface.tenant:  # absent without one: endpoints recorded before are as they were
+        endpoint["tenant"] = interface.tenant
+    return endpoint
 
 
 def endpoint_version(endpoint: Mapping[str, Any]) -> str:
@@ -329,7 +333,7 @@ def _endpoint_on(
 ) -> tuple[Mapping[str, Any] | None, tuple[Event, ...]]:
     """The task's endpoint on ``card`` (same binding preferred; R16: only an interface that may
     be used), and ``EndpointMoved`` when it is not the recorded one: another URL, or the same
-    URL now speaking another A2A version."""
+    URL now speaking another A2A version or for another tenant."""
     binding = recorded.get("binding") if recorded else None
     try:
         chosen = select_interface(
@@ -340,7 +344,8 @@ def _endpoint_on(
     if chosen is None or recorded is None:
         return recorded, ()
     same_version = chosen.speaks == spoken_version(endpoint_version(recorded))
-    if chosen.url == recorded.get("url") and same_version:
+    same_tenant = chosen.tenant == (recorded.get("tenant") or "")
+    if chosen.url == recorded.get("url") and same_version and same_tenant:
         return recorded, ()
     endpoint = endpoint_of(chosen)
     return endpoint, ((ev.ENDPOINT_MOVED, {"old": recorded, "new": endpoint}),)

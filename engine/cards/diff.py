@@ -108,6 +108,7 @@ class EndpointChanges:
         return {
             side: [
                 {"url": i.url, "binding": i.binding, "protocol_version": i.protocol_version}
+                | ({"tenant": i.tenant} if i.tenant else {})
                 for i in interfaces
             ]
             for side, interfaces in (("old", self.old), ("new", self.new))

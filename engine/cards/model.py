@@ -86,12 +86,15 @@ class Interface:
 
     ``protocol_version`` is as the card declares it (``""`` when it does not); ``legacy_card``
     marks an interface of a 0.2/0.3-shaped card (top-level ``url``), whose silence means 0.x.
+    ``tenant`` (1.0) names the tenant every request to this interface is for: JSON-RPC carries
+    it in its params, HTTP+JSON as the first segment of the path.
     """
 
     url: str
     binding: str
     protocol_version: str
     legacy_card: bool = field(default=False, compare=False, repr=False)
+    tenant: str = ""  # 1.0: sent with every request to this interface (none: "")
 
     @property
     def speaks(self) -> str:
@@ -300,6 +303,7 @@ def _interfaces(doc: dict[str, Any]) -> tuple[Interface, ...]:
             url=_required_str(item, "url", at),
             binding=_binding(_str(item, "protocolBinding", at)),
             protocol_version=_str(item, "protocolVersion", at),
+            tenant=_str(item, "tenant", at),
         )
         for item, at in _objects(doc, "supportedInterfaces", "")
     ]
@@ -328,9 +332,9 @@ def _interfaces(doc: dict[str, Any]) -> tuple[Interface, ...]:
         raise _Invalid(
             "supportedInterfaces", "required: at least one interface (or a 0.3 top-level url)"
         )
-    unique: dict[tuple[str, str], Interface] = {}
+    unique: dict[tuple[str, str, str], Interface] = {}
     for interface in found:  # 0.3 additionalInterfaces SHOULD repeat the main url
-        unique.setdefault((interface.url, interface.binding), interface)
+        unique.setdefault((interface.url, interface.binding, interface.tenant), interface)
     return tuple(unique.values())
 
 

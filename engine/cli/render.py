@@ -80,6 +80,8 @@ def _short(value: Any, width: int = 12) -> str:
 def _endpoint(value: Any) -> str:
     if isinstance(value, Mapping):
         about = [str(v) for v in (value.get("binding"), value.get("protocol_version")) if v]
+        if value.get("tenant"):
+            about.append(f"tenant {value['tenant']}")
         return f"{value.get('url')}" + (f" ({' '.join(about)})" if about else "")
     return _short(value, 200)
 

@@ -195,6 +195,16 @@ def _jsonrpc_method(body: bytes) -> str:
     return method if isinstance(method, str) else "<no method>"
 
 
+def _jsonrpc_tenant(body: bytes) -> str:
+    try:
+        parsed = json.loads(body)
+    except ValueError:
+        return ""
+    params = parsed.get("params") if isinstance(parsed, dict) else None
+    tenant = params.get("tenant") if isinstance(params, dict) else None
+    return tenant if isinstance(tenant, str) else ""
+
+
 async def _read_body(receive: Receive) -> tuple[bytes, list[ASGIMessage]]:
     chunks: list[bytes] = []
     extra: list[ASGIMessage] = []
@@ -237,10 +247,12 @@ class _CallLog:
             body, extra = await _read_body(receive)
             receive = _replay(body, extra, receive)
             self._agent.calls.append(("JSONRPC", _jsonrpc_method(body)))
+            self._agent.tenants.append(_jsonrpc_tenant(body))
             binding = "JSONRPC"
         elif rest_at >= 0:
             suffix = path[rest_at + len(REST_PREFIX) :]
             self._agent.calls.append(("REST", _rest_method(scope["method"], suffix)))
+            self._agent.tenants.append(None)
             binding = "HTTP+JSON"
         else:
             await self._app(scope, receive, send)
@@ -269,6 +281,8 @@ class DemoAgent:
         handler: the a2a-sdk ``DefaultRequestHandler``.
         calls: ``(binding, method)`` per A2A request received, binding "JSONRPC" or "REST",
             method the A2A name (e.g. "SendMessage"); recorded even while the endpoint is gone.
+        tenants: the tenant each of those requests named (JSON-RPC ``params.tenant``, "" when
+            none; ``None`` for REST), in the same order.
         card_requests: GETs on any card path (faulty and 304 ones too).
         card_log: one `CardHit` per such GET.
         gone_bindings: the bindings whose endpoint answers a bare 404 (`set_endpoint_gone`).
@@ -293,6 +307,7 @@ class DemoAgent:
         self.card_requests = 0
         self.card_log: list[CardHit] = []
         self.calls: list[tuple[str, str]] = []
+        self.tenants: list[str | None] = []
         self.holding = Hold()
 
         self._server = ServerThread(port=port, extra_hosts=extra_hosts)
@@ -327,8 +342,9 @@ class DemoAgent:
         self._push_sender = _SwitchablePushSender(
             BasePushNotificationSender(self._push_client, push_store), push_store
         )
+        self.executor = ScriptedExecutor(self.holding)
         self.handler = DefaultRequestHandler(
-            agent_executor=ScriptedExecutor(self.holding),
+            agent_executor=self.executor,
             task_store=InMemoryTaskStore(),
             agent_card=agent_card,
             push_config_store=push_store,
@@ -482,4 +498,5 @@ class DemoAgent:
         self.card_requests = 0
         self.card_log.clear()
         self.calls.clear()
+        self.tenants.clear()
         self._push_sender.drops = 0

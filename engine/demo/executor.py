@@ -114,8 +114,10 @@ class ScriptedExecutor(AgentExecutor):
 
     def __init__(self, hold: Hold | None = None) -> None:
         self.hold = hold or Hold()
+        self.tenants: list[str] = []  # the tenant each execution was asked for ("": none)
 
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        self.tenants.append(context.tenant)
         task_id, context_id = context.task_id, context.context_id
         assert task_id is not None
         assert context_id is not None

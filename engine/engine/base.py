@@ -137,7 +137,7 @@ class EngineBase:
         self.discovery._calls = self._calls
         self._clock = clock
         self._sleep = sleep
-        self._transports: dict[tuple[str, str, str, int], A2ATransport] = {}
+        self._transports: dict[tuple[str, str, str, str, int], A2ATransport] = {}
         self._pushed: dict[str, asyncio.Event] = {}
         self._background: set[asyncio.Task[None]] = set()
         self._closing: dict[str, asyncio.Task[None]] = {}  # key -> its closing read
@@ -235,6 +235,7 @@ class EngineBase:
                 endpoint["url"],
                 endpoint["binding"],
                 guards.endpoint_version(endpoint),
+                endpoint.get("tenant") or "",
                 repr(state.get("authorization")),
             )
             try:
@@ -296,13 +297,13 @@ class EngineBase:
         ``keep`` False: a transport for one request, not kept), in the A2A version the endpoint
         was recorded with (1.0 for tasks recorded before it was kept)."""
         url, binding = str(endpoint["url"]), str(endpoint["binding"])
-        version = guards.endpoint_version(endpoint)
-        place = (url, binding, version, id(credentials.grant) if credentials else 0)
+        version, tenant = guards.endpoint_version(endpoint), str(endpoint.get("tenant") or "")
+        place = (url, binding, version, tenant, id(credentials.grant) if credentials else 0)
         transport = self._transports.get(place)
         if transport is None:
             cert = credentials.client_cert() if credentials is not None else None
             transport = A2ATransport(
-                self._client_for(cert), Interface(url, binding, version),
+                self._client_for(cert), Interface(url, binding, version, tenant=tenant),
                 timeout=self.config.request_timeout, credentials=credentials,
                 slots=self._request_slots,
             )  # fmt: skip
