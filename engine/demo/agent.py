@@ -186,23 +186,20 @@ def _rest_method(verb: str, path: str) -> str:
     return f"{verb} {path}"
 
 
-def _jsonrpc_method(body: bytes) -> str:
+def _jsonrpc_call(body: bytes) -> tuple[str, str]:
+    """A JSON-RPC request's method and the tenant its params name ("" when none)."""
     try:
         parsed = json.loads(body)
     except ValueError:
-        return "<invalid json>"
-    method = parsed.get("method") if isinstance(parsed, dict) else None
-    return method if isinstance(method, str) else "<no method>"
-
-
-def _jsonrpc_tenant(body: bytes) -> str:
-    try:
-        parsed = json.loads(body)
-    except ValueError:
-        return ""
-    params = parsed.get("params") if isinstance(parsed, dict) else None
+        return "<invalid json>", ""
+    if not isinstance(parsed, dict):
+        return "<no method>", ""
+    method, params = parsed.get("method"), parsed.get("params")
     tenant = params.get("tenant") if isinstance(params, dict) else None
-    return tenant if isinstance(tenant, str) else ""
+    return (
+        method if isinstance(method, str) else "<no method>",
+        tenant if isinstance(tenant, str) else "",
+    )
 
 
 async def _read_body(receive: Receive) -> tuple[bytes, list[ASGIMessage]]:
@@ -246,8 +243,9 @@ class _CallLog:
         if path == JSONRPC_PATH:
             body, extra = await _read_body(receive)
             receive = _replay(body, extra, receive)
-            self._agent.calls.append(("JSONRPC", _jsonrpc_method(body)))
-            self._agent.tenants.append(_jsonrpc_tenant(body))
+            method, tenant = _jsonrpc_call(body)
+            self._agent.calls.append(("JSONRPC", method))
+            self._agent.tenants.append(tenant)
             binding = "JSONRPC"
         elif rest_at >= 0:
             suffix = path[rest_at + len(REST_PREFIX) :]

@@ -25,6 +25,8 @@ from support import Peer
 from cardfence.engine import events as ev
 from cardfence.engine.demo import executor
 from cardfence.engine.engine import Engine
+from cardfence.engine.replay import State
+from cardfence.engine.views import TaskView
 
 WORDS = "alpha beta gamma delta epsilon zeta eta theta"
 
@@ -51,11 +53,14 @@ async def _subscribed(agent: Agent, before: int) -> None:
     raise AssertionError(f"no subscription reached the agent: {agent.calls[before:]}")
 
 
-async def test_an_artifact_streamed_in_chunks_is_recorded_chunk_by_chunk_and_held_whole(
-    agent: Agent, engine: Engine
-) -> None:
+async def _written_while_followed(
+    agent: Agent, engine: Engine, text: str
+) -> tuple[TaskView, int, State]:
+    """A ``write`` task whose agent holds after two words while the engine subscribes to the
+    task, then sends the rest: the task, the agent's calls before the subscription, and the
+    state the stream ended at."""
     agent.hold()
-    view = await engine.start_task(agent.base_url, skill="write", text=WORDS)
+    view = await engine.start_task(agent.base_url, skill="write", text=text)
     for _ in range(200):  # the first two words sent, the agent held
         if len(await _agent_holds(engine, view.task)) == 2:
             break
@@ -64,7 +69,13 @@ async def test_an_artifact_streamed_in_chunks_is_recorded_chunk_by_chunk_and_hel
     following = asyncio.create_task(engine.follow_stream(view.task))
     await _subscribed(agent, before)
     agent.release()
-    followed = await following
+    return view, before, await following
+
+
+async def test_an_artifact_streamed_in_chunks_is_recorded_chunk_by_chunk_and_held_whole(
+    agent: Agent, engine: Engine
+) -> None:
+    view, before, followed = await _written_while_followed(agent, engine, WORDS)
     await engine.settle()  # the closing read
     reads = [call for _, call in agent.calls[before:] if call in ("GetTask", "tasks/get")]
     done = engine.task(view.task)
@@ -100,17 +111,8 @@ async def test_a_burst_of_chunks_is_appended_in_fewer_events_and_every_chunk_is_
     count the agent sent, and the audit passes."""
     monkeypatch.setattr(executor, "_CHUNK_SECONDS", 0.0)
     words = [f"w{n}" for n in range(400)]
-    peer.hold()
-    view = await engine.start_task(peer.base_url, skill="write", text=" ".join(words))
-    for _ in range(200):  # the first two words sent, the agent held
-        if len(await _agent_holds(engine, view.task)) == 2:
-            break
-        await asyncio.sleep(0.02)
-    before = len(peer.calls)
-    following = asyncio.create_task(engine.follow_stream(view.task))
-    await _subscribed(peer, before)
-    peer.release()
-    assert (await following)["state"] == "completed"
+    view, _, followed = await _written_while_followed(peer, engine, " ".join(words))
+    assert followed["state"] == "completed"
 
     received = data_of(engine.store, view.task, ev.ARTIFACT_RECEIVED)
     streamed = [r for r in received if r["source"] == "stream" and r.get("append")]

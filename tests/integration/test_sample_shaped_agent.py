@@ -35,7 +35,7 @@ from support import ServerThread
 
 from cardfence.engine import events as ev
 from cardfence.engine.cli.main import run as cli
-from cardfence.engine.demo.agent import _jsonrpc_method, _read_body, _replay
+from cardfence.engine.demo.agent import _jsonrpc_call, _read_body, _replay
 
 PUBLIC_SKILL = "echo_bot"
 EXTENDED_SKILL = "echo_bot_super_mode"  # only the extended card lists it
@@ -112,7 +112,7 @@ class MethodLog:
             await self.app(scope, receive, send)
             return
         body, extra = await _read_body(receive)
-        self.methods.append(_jsonrpc_method(body))
+        self.methods.append(_jsonrpc_call(body)[0])
         await self.app(scope, _replay(body, extra, receive), send)
 
 
