@@ -192,7 +192,9 @@ def _artifact_received(d: Mapping[str, Any]) -> str:
         if isinstance(p, Mapping) and p.get("text")
     ]  # fmt: skip
     shown = f": {' | '.join(texts)}"[:80] if texts else ""
-    chunk = ", a chunk appended" if d.get("append") else ""
+    count = d.get("chunks")
+    chunks = f"{count} chunks" if isinstance(count, int) and count > 1 else "a chunk"
+    chunk = f", {chunks} appended" if d.get("append") else ""
     return f"{d.get('name') or d.get('artifact_id')} via {d.get('source')}{chunk}{shown}"
 
 

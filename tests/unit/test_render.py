@@ -215,6 +215,10 @@ def test_a_chunk_of_an_artifact_says_it_was_appended() -> None:
         "text via stream, a chunk appended: beta "
     )
     assert summary(recorded(ev.ARTIFACT_RECEIVED, whole)) == "text via stream: beta "
+    burst = {**chunk, "parts": [{"kind": "text", "text": "beta gamma "}], "chunks": 2}
+    assert summary(recorded(ev.ARTIFACT_RECEIVED, burst)) == (
+        "text via stream, 2 chunks appended: beta gamma "
+    )
 
 
 def test_an_event_carrying_counted_failures_says_how_many() -> None:
