@@ -155,7 +155,8 @@ class StreamUpdate:
     ``kind`` "task": everything from the task, which is also in ``task``. "status": state,
     timestamp, generation, message. "artifact": ``artifact`` (artifact updates carry no
     timestamp), and ``append``: its parts extend the artifact of that id sent before (a chunk).
-    "message": ``message``, ids from the message.
+    "message": ``message``, ids from the message. ``size``: the bytes of the stream event it
+    was read from (what reading ahead of it holds, :mod:`engine.readahead`).
     """
 
     kind: Literal["task", "status", "artifact", "message"]
@@ -168,6 +169,7 @@ class StreamUpdate:
     artifact: Artifact | None = None
     task: RemoteTask | None = None
     append: bool = False
+    size: int = 0  # the bytes of the event it came in (a stream's), 0 when not counted
 
 
 @dataclass(frozen=True, slots=True)

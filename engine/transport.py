@@ -28,6 +28,7 @@ from contextlib import (
     aclosing,
     asynccontextmanager,
 )
+from dataclasses import replace
 from typing import Any, Final
 from urllib.parse import quote
 
@@ -431,7 +432,9 @@ class A2ATransport(Exchange):
                         f"stream event over the limit of {self.max_bytes} bytes ({len(raw)}); "
                         "the stream was closed",
                     )
-                update = self._stream_update(url, raw, request_id, task, operation)
+                update = replace(
+                    self._stream_update(url, raw, request_id, task, operation), size=len(raw)
+                )
                 if event.event == "error":
                     raise InvalidAgentResponseError(url, "an error event that is not an A2A error")
                 if update.task_id is not None:

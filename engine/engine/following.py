@@ -15,6 +15,7 @@ from typing import TypeVar
 
 from cardfence.engine import events as ev
 from cardfence.engine import guards
+from cardfence.engine.answers import StreamUpdate
 from cardfence.engine.deadline import left as time_left
 from cardfence.engine.deadline import within as deadline_within
 from cardfence.engine.engine.base import (
@@ -90,6 +91,10 @@ def _unwound(failure: _E) -> _E:
             seen.__context__ = None  # never shown: `raise ... from` put another cause first
         seen = seen.__cause__ or seen.__context__
     return failure
+
+
+def _event_bytes(update: StreamUpdate) -> int:
+    return update.size
 
 
 def reached(state: str, until: str) -> bool:
@@ -253,7 +258,7 @@ class Following(Observing):
         try:
             async with (
                 transport.subscribe(state["remote_task_id"], idle_timeout=idle) as updates,
-                aclosing(ready_batches(updates)) as batches,
+                aclosing(ready_batches(updates, weigh=_event_bytes)) as batches,
             ):
                 # What came while the last was recorded is recorded together: a burst of an
                 # answer's chunks is one append (coalesced), not one a token.

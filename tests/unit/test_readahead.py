@@ -104,3 +104,32 @@ async def test_closing_stops_the_reader_so_the_source_can_be_closed() -> None:
             break
     assert closed.is_set()  # the reader was cancelled where it waited, and waited for
     await source.aclose()  # nobody is iterating it: no "already running"
+
+
+async def test_the_reader_holds_back_past_the_bytes_read_ahead() -> None:
+    read: list[int] = []
+
+    async def source() -> AsyncIterator[int]:
+        for n in range(6):
+            read.append(n)
+            yield n
+
+    batches: list[list[int]] = []
+    async with aclosing(ready_batches(source(), weigh=lambda _: 400, most_bytes=1000)) as reading:
+        async for batch in reading:
+            batches.append(batch)
+            await _settle()  # handling it: the reader goes on as far as it may
+            # Two queued (800 bytes: a third would pass 1000) and one read, in hand.
+            assert len(read) <= sum(map(len, batches)) + 3
+    assert [n for batch in batches for n in batch] == list(range(6))
+    assert max(map(len, batches)) == 2  # never more than 1000 bytes handed over at once
+
+
+async def test_an_item_heavier_than_the_bound_is_let_through_alone() -> None:
+    async def source() -> AsyncIterator[int]:
+        for n in range(3):
+            yield n
+
+    async with aclosing(ready_batches(source(), weigh=lambda _: 5000, most_bytes=1000)) as reading:
+        got = [n async for batch in reading for n in batch]
+    assert got == [0, 1, 2]

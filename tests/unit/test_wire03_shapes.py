@@ -635,6 +635,9 @@ async def test_a_rest_stream_reads_proto_json_events(fake: Make) -> None:
     assert got[1].message is not None
     assert got[1].message.text == "what?"
     assert agent.requests[0]["verb"] == "GET"
+    # Each update weighs the event it came in: what reading ahead of the stream holds.
+    sizes = [len(json.dumps(event, indent=2).encode()) for event in REST_STREAM]
+    assert [u.size for u in got] == sizes
 
 
 async def test_a_jsonrpc_resubscribe_refused_in_the_stream_is_the_agents_refusal(
