@@ -21,6 +21,7 @@ done.
     │   │   └── ProtocolUnsupportedError  no interface declares an A2A version we speak
     │   └── CardSignatureError          the card's signatures do not hold under its agent's policy
     ├── SkillUnavailableError           skill absent or media type not accepted
+    ├── ExtensionRequiredError          the card requires an extension not activated
     ├── ContractChangedError            the agent's contract differs from the pinned one
     ├── CredentialsMissingError         the contract requires credentials not configured
     ├── TaskOrphanedError               the card in force no longer carries the task's skill
@@ -43,6 +44,8 @@ cannot import ``engine``) and re-exported here.
 """
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from cardfence.store.errors import (
     CardfenceError,
@@ -69,6 +72,7 @@ __all__ = [
     "DeadlineExceeded",
     "DiscoveryError",
     "EndpointUnreachableError",
+    "ExtensionRequiredError",
     "InvalidAgentResponseError",
     "LeaseLostError",
     "OperationUnsupportedError",
@@ -176,6 +180,21 @@ class SkillUnavailableError(CardfenceError):
         self.agent = agent
         self.skill = skill
         super().__init__(f"{agent}: skill {skill!r} {detail} (nothing was sent)")
+
+
+class ExtensionRequiredError(CardfenceError):
+    """The fresh card requires an extension (``capabilities.extensions``, ``required: true``)
+    that the caller did not activate: a client must comply with it to interact with the agent,
+    so no task is created (nothing was sent)."""
+
+    def __init__(self, agent: str, uris: Sequence[str]) -> None:
+        self.agent = agent
+        self.uris = tuple(uris)
+        super().__init__(
+            f"{agent}: the card requires the extension {', '.join(self.uris)}, which the task "
+            "does not activate: activate it (--extension URI) if the caller complies with it "
+            "(nothing was sent)"
+        )
 
 
 class ContractChangedError(CardfenceError):

@@ -116,6 +116,7 @@ class Exchange:
         max_pages: int = 20,
         credentials: RequestCredentials | None = None,
         slots: RequestSlots | None = None,
+        extensions: tuple[str, ...] = (),
     ) -> None:
         if interface.binding not in (JSONRPC, HTTP_JSON):
             raise UsageError(f"{interface.url}: binding {interface.binding!r} is not spoken")
@@ -137,6 +138,9 @@ class Exchange:
         self._headers["Accept"] = "application/json, application/a2a+json"
         self._headers["Accept-Encoding"] = ACCEPT_ENCODING  # what engine.bodies decodes
         self._headers.setdefault("User-Agent", _USER_AGENT)
+        if extensions:  # the extensions the task activated, named on every request of it
+            name = "X-A2A-Extensions" if self.legacy else "A2A-Extensions"
+            self._headers[name] = ", ".join(extensions)
         self._ids = itertools.count(1)
         self.credentials = credentials
         self._slots = slots

@@ -8,9 +8,9 @@ decision or the events to record. The continuation guard — applying what the r
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from cardfence.engine import events as ev
 from cardfence.engine.cards.interfaces import V10, dialect_of, select_interface, spoken_version
@@ -32,8 +32,11 @@ class Decision:
 # -- R2: creation is gated by fresh discovery -----------------------------------------------------
 
 
-def creation_check(card: AgentCard, skill_id: str, media_type: str) -> Decision:
-    """May a task for ``skill_id`` with a ``media_type`` message be created on this fresh card?"""
+def creation_check(
+    card: AgentCard, skill_id: str, media_type: str, extensions: Sequence[str] = ()
+) -> Decision:
+    """May a task for ``skill_id`` with a ``media_type`` message be created on this fresh card,
+    by a caller that activates ``extensions`` (every extension the card requires among them)?"""
     skill = card.skill(skill_id)
     if skill is None:
         offered = ", ".join(s.id for s in card.skills) or "none"
@@ -43,7 +46,18 @@ def creation_check(card: AgentCard, skill_id: str, media_type: str) -> Decision:
         return Decision(
             False, "media_type_not_accepted", f"does not accept {media_type} (accepts: {modes})"
         )
+    missing = required_extensions(card, extensions)
+    if missing:
+        return Decision(False, EXTENSION_REQUIRED, ", ".join(missing))
     return Decision(True, "ok")
+
+
+EXTENSION_REQUIRED: Final = "extension_required"
+
+
+def required_extensions(card: AgentCard, activated: Sequence[str]) -> list[str]:
+    """The extensions ``card`` requires (``required: true``) that are not ``activated``."""
+    return [e.uri for e in card.capabilities.extensions if e.required and e.uri not in activated]
 
 
 def never_created(task: Mapping[str, Any]) -> bool:
@@ -70,7 +84,8 @@ def resend_check(
     one: a re-send is a creation under the contract the task was created with, never another."""
     offered = extended if extended is not None else card
     media_type = task.get("media_type") or "text/plain"
-    decision = creation_check(offered, str(task.get("skill")), media_type)
+    activated = tuple(task.get("extensions") or ())
+    decision = creation_check(offered, str(task.get("skill")), media_type, activated)
     if not decision.allowed:
         return decision
     # A task created under the authenticated extended card froze that card's contract; the

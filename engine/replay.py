@@ -232,6 +232,8 @@ def _apply_in_place(out: State, type_: str, data: Mapping[str, Any]) -> None:
         for name in ("extended", "public_revision", "public_contract_hash"):
             if name in data:  # R15: created under the authenticated extended card
                 out[name] = data[name]
+        if "extensions" in data:  # the extensions it activated (absent: none)
+            out["extensions"] = list(data["extensions"])
     elif type_ in (ev.STATE_CHANGED, ev.OBSERVATION_IGNORED):
         _apply_observation_event(out, type_, data)
     elif type_ == ev.WEBHOOK_REGISTERED:

@@ -62,6 +62,7 @@ _EXIT_CODES: tuple[tuple[type[errors.CardfenceError], int], ...] = (
     (errors.UsageError, EXIT_USAGE),
     (errors.DiscoveryError, EXIT_CREATION_REFUSED),
     (errors.SkillUnavailableError, EXIT_CREATION_REFUSED),
+    (errors.ExtensionRequiredError, EXIT_CREATION_REFUSED),
     (errors.ContractChangedError, EXIT_CREATION_REFUSED),
     (errors.CredentialsMissingError, EXIT_CREATION_REFUSED),
     (errors.TaskOrphanedError, EXIT_ORPHANED),

@@ -209,6 +209,15 @@ def run(
     accept_contract: Annotated[
         bool, typer.Option("--accept-contract", help="Accept a changed agent contract.")
     ] = False,
+    extension: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--extension",
+            metavar="URI",
+            help="Activate this A2A extension (repeatable): the caller complies with it. "
+            "A card requiring one not activated refuses the task.",
+        ),
+    ] = None,
     allow_insecure_http: InsecureOption = False,
     credentials: CredentialsOption = None,
     db: DbOption = None,
@@ -243,6 +252,7 @@ def run(
             media_type=media_type.strip(),
             accept_contract=accept_contract,
             key=key,
+            extensions=extension or (),
         )
         if webhook_url:
             await engine.register_webhook(view.task, webhook_url, token=webhook_token)

@@ -240,6 +240,9 @@ class _CallLog:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         path: str = scope.get("path", "") if scope["type"] == "http" else ""
         rest_at = path.find(REST_PREFIX + "/")  # a2a-sdk also mounts /{tenant}/a2a/rest/...
+        if path == JSONRPC_PATH or rest_at >= 0:
+            named = [v for k, v in scope.get("headers", ()) if k.lower() == b"a2a-extensions"]
+            self._agent.extension_headers.append(b", ".join(named).decode("latin-1"))
         if path == JSONRPC_PATH:
             body, extra = await _read_body(receive)
             receive = _replay(body, extra, receive)
@@ -281,6 +284,8 @@ class DemoAgent:
             method the A2A name (e.g. "SendMessage"); recorded even while the endpoint is gone.
         tenants: the tenant each of those requests named (JSON-RPC ``params.tenant``, "" when
             none; ``None`` for REST), in the same order.
+        extension_headers: the ``A2A-Extensions`` header of each of those requests ("" when
+            none), in the same order.
         card_requests: GETs on any card path (faulty and 304 ones too).
         card_log: one `CardHit` per such GET.
         gone_bindings: the bindings whose endpoint answers a bare 404 (`set_endpoint_gone`).
@@ -306,6 +311,7 @@ class DemoAgent:
         self.card_log: list[CardHit] = []
         self.calls: list[tuple[str, str]] = []
         self.tenants: list[str | None] = []
+        self.extension_headers: list[str] = []
         self.holding = Hold()
 
         self._server = ServerThread(port=port, extra_hosts=extra_hosts)
@@ -497,4 +503,5 @@ class DemoAgent:
         self.card_log.clear()
         self.calls.clear()
         self.tenants.clear()
+        self.extension_headers.clear()
         self._push_sender.drops = 0

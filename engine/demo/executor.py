@@ -115,9 +115,11 @@ class ScriptedExecutor(AgentExecutor):
     def __init__(self, hold: Hold | None = None) -> None:
         self.hold = hold or Hold()
         self.tenants: list[str] = []  # the tenant each execution was asked for ("": none)
+        self.extensions: list[set[str]] = []  # the extensions each one's request activated
 
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
         self.tenants.append(context.tenant)
+        self.extensions.append(set(context.requested_extensions))
         task_id, context_id = context.task_id, context.context_id
         assert task_id is not None
         assert context_id is not None

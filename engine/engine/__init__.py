@@ -28,6 +28,7 @@ from cardfence.engine.errors import (
     ContractChangedError,
     CredentialsMissingError,
     DiscoveryError,
+    ExtensionRequiredError,
     RemoteRefusedError,
     SkillUnavailableError,
     UsageError,
@@ -176,4 +177,6 @@ class Engine(Following, Creation):
                 read.agent, str(state["contract_hash"]), read.card.contract_hash,
                 f"task {key} was created under the first; a re-send is a creation under it",
             )  # fmt: skip
+        if decision.reason == guards.EXTENSION_REQUIRED:
+            raise ExtensionRequiredError(read.agent, decision.detail.split(", "))
         raise SkillUnavailableError(read.agent, skill, decision.detail)

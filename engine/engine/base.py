@@ -137,7 +137,7 @@ class EngineBase:
         self.discovery._calls = self._calls
         self._clock = clock
         self._sleep = sleep
-        self._transports: dict[tuple[str, str, str, str, int], A2ATransport] = {}
+        self._transports: dict[tuple[str, str, str, str, tuple[str, ...], int], A2ATransport] = {}
         self._pushed: dict[str, asyncio.Event] = {}
         self._background: set[asyncio.Task[None]] = set()
         self._closing: dict[str, asyncio.Task[None]] = {}  # key -> its closing read
@@ -292,20 +292,22 @@ class EngineBase:
         credentials: TaskCredentials | None = None,
         *,
         keep: bool = True,
+        extensions: tuple[str, ...] = (),
     ) -> A2ATransport:
         """The transport to ``endpoint``, carrying ``credentials`` (one per grant and place;
         ``keep`` False: a transport for one request, not kept), in the A2A version the endpoint
         was recorded with (1.0 for tasks recorded before it was kept)."""
         url, binding = str(endpoint["url"]), str(endpoint["binding"])
         version, tenant = guards.endpoint_version(endpoint), str(endpoint.get("tenant") or "")
-        place = (url, binding, version, tenant, id(credentials.grant) if credentials else 0)
+        grant = id(credentials.grant) if credentials else 0
+        place = (url, binding, version, tenant, extensions, grant)
         transport = self._transports.get(place)
         if transport is None:
             cert = credentials.client_cert() if credentials is not None else None
             transport = A2ATransport(
                 self._client_for(cert), Interface(url, binding, version, tenant=tenant),
                 timeout=self.config.request_timeout, credentials=credentials,
-                slots=self._request_slots,
+                slots=self._request_slots, extensions=extensions,
             )  # fmt: skip
             if keep:
                 self._transports[place] = transport
@@ -314,10 +316,12 @@ class EngineBase:
     async def _task_transport(self, state: State) -> A2ATransport:
         """The transport for a request of the task ``state`` describes: to its recorded
         endpoint, with the credentials its frozen contract grants -- none when that endpoint
-        is no longer at the origin the task was created at (R15: never leak)."""
+        is no longer at the origin the task was created at (R15: never leak); naming the
+        extensions the task activated at its creation (frozen: never a later card's)."""
+        extensions = tuple(state.get("extensions") or ())
         recorded = state.get("authorization")
         if not recorded or not recorded.get("schemes"):
-            return self._transport(state["endpoint"])
+            return self._transport(state["endpoint"], extensions=extensions)
         revision = str(state["card_revision"])
         marker = (revision, repr(sorted(recorded.items())))
         grant = self._grants.get(marker)
@@ -330,7 +334,7 @@ class EngineBase:
                 )  # fmt: skip
             grant = self._grants[marker] = Authorizer.regrant(card, recorded)
         credentials = self.authorizer.for_task(grant, str(state["endpoint"]["url"]))
-        return self._transport(state["endpoint"], credentials)
+        return self._transport(state["endpoint"], credentials, extensions=extensions)
 
     def _client_for(self, cert: tuple[str, str] | None) -> httpx.AsyncClient:
         """The engine's client, or for mutual TLS one that presents the client certificate."""

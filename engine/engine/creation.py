@@ -11,7 +11,7 @@ import contextlib
 import dataclasses
 import secrets
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +39,7 @@ from cardfence.engine.errors import (
     CredentialsMissingError,
     DiscoveryError,
     EndpointUnreachableError,
+    ExtensionRequiredError,
     InvalidAgentResponseError,
     RemoteRefusedError,
     SkillUnavailableError,
@@ -77,10 +78,17 @@ class Creation(Observing):
         media_type: str = "text/plain",
         accept_contract: bool = False,
         key: str | None = None,
+        extensions: Sequence[str] = (),
     ) -> TaskView:
-        """Create a task: fresh card read, skill and media-type check, contract check, freeze,
-        record, send. Nothing is sent on any refusal (``DiscoveryError``, ``CardInvalidError``,
-        ``SkillUnavailableError``, ``ContractChangedError``), and the refusal is recorded."""
+        """Create a task: fresh card read, skill, media-type and extension check, contract
+        check, freeze, record, send. Nothing is sent on any refusal (``DiscoveryError``,
+        ``CardInvalidError``, ``SkillUnavailableError``, ``ExtensionRequiredError``,
+        ``ContractChangedError``), and the refusal is recorded.
+
+        ``extensions``: the URIs of the A2A extensions the caller activates (it complies with
+        them): named on every request of the task (``A2A-Extensions``), frozen with it. A card
+        that requires an extension not among them refuses the creation."""
+        activated = _activated(extensions)
         try:
             read = await self.discovery.read(agent_url, fresh=True)
         except DiscoveryError as failure:
@@ -97,12 +105,14 @@ class Creation(Observing):
             await self._refuse(agent_url, "discovery_failed", str(refused), skill)
             raise
         card = read.card if extended is None else extended.card
-        decision = guards.creation_check(card, skill, media_type)
+        decision = guards.creation_check(card, skill, media_type, activated)
         if not decision.allowed:
             detail = decision.detail
             if unread:
                 detail += f"; the extended card could not be read ({unread})"
             await self._refuse(agent_url, decision.reason, detail, skill)
+            if decision.reason == guards.EXTENSION_REQUIRED:
+                raise ExtensionRequiredError(read.agent, decision.detail.split(", "))
             raise SkillUnavailableError(read.agent, skill, detail)
         try:
             check = await self.discovery.check_contract(read, accept=accept_contract)
@@ -135,8 +145,11 @@ class Creation(Observing):
         elif unread:
             submitted[1]["extended_unread"] = unread
         submitted[1]["authorization"] = self._grant_record(grant)
+        if activated:
+            submitted[1]["extensions"] = list(activated)
         await self._calls.run(self.log.create, key, [submitted])
-        transport = self._transport(endpoint, self.authorizer.for_task(grant, interface.url))
+        credentials = self.authorizer.for_task(grant, interface.url)
+        transport = self._transport(endpoint, credentials, extensions=activated)
         return TaskView.of(
             await self._send_creation(key, transport, text, message_id, context_id, skill,
                                       media_type)
@@ -344,6 +357,17 @@ class Creation(Observing):
         }
         await self._record(key, [(ev.WEBHOOK_REGISTERED, registered)])
         return WebhookOutcome(True, "registered", "", config_id, token, auth)
+
+
+def _activated(extensions: Sequence[str]) -> tuple[str, ...]:
+    """The extension URIs a caller activates, stripped, each once, in its order."""
+    activated = tuple(dict.fromkeys(uri.strip() for uri in extensions))
+    if any(not uri or "," in uri for uri in activated):
+        raise UsageError(
+            f"an extension is named by its URI, without commas ({', '.join(extensions)!r}): "
+            "nothing was sent"
+        )
+    return activated
 
 
 def _submitted(

@@ -230,6 +230,35 @@ def test_run_refused_before_sending_exits_3(
         assert TaskLog(store).all() == []
 
 
+def test_run_on_a_card_requiring_an_extension_exits_3_unless_extension_activates_it(
+    peer: Peer, db: str
+) -> None:
+    uri = "https://extensions.example/trace/v1"
+    peer.mutate_card(
+        lambda card: card["capabilities"].__setitem__(
+            "extensions", [{"uri": uri, "required": True}]
+        )
+    )
+
+    refused = cardfence(db, "run", peer.base_url, "--skill", "echo", "--text", "hi", "--json")
+
+    error = failed_with(refused, 3, "ExtensionRequiredError")["error"]
+    assert error["exit_code"] == 3
+    assert uri in error["message"]
+    assert last_line(refused).endswith("(nothing was sent)")
+    assert peer.calls == []
+
+    result = cardfence(
+        db, "run", peer.base_url, "--skill", "echo", "--text", "echo hi", "--extension", uri,
+        "--until", "terminal", "--json", *RUN_FAST,
+    )  # fmt: skip
+
+    assert result.returncode == 0, result.stderr
+    assert document(result)["state"] == "completed"
+    assert peer.extension_headers
+    assert set(peer.extension_headers) == {uri}
+
+
 def test_run_past_its_deadline_exits_6_and_the_task_is_not_failed(peer: Peer, db: str) -> None:
     result = cardfence(
         db, "run", peer.base_url, "--skill", "ask", "--text", "ask", "--until", "terminal",

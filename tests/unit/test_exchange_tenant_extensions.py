@@ -2,7 +2,9 @@
 with each request as the official SDK's client sends it (JSON-RPC: ``params.tenant``;
 HTTP+JSON: the path's first segment after the interface's URL, escaped), recorded with the
 endpoint only when there is one, and a tenant change on the card is an endpoint move (R9).
-The requests are read as they leave (httpx's MockTransport answers them)."""
+The extensions a task activates are named on each request, in the header of the version the
+interface speaks (1.0 ``A2A-Extensions``, 0.3 ``X-A2A-Extensions``). The requests are read as
+they leave (httpx's MockTransport answers them)."""
 
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from cardfence.engine import events as ev
 from cardfence.engine import guards
 from cardfence.engine.cards.interfaces import HTTP_JSON, JSONRPC
 from cardfence.engine.cards.model import Interface, parse_card
+from cardfence.engine.errors import EndpointUnreachableError
 from cardfence.engine.transport import A2ATransport
 
 TASK = {
@@ -128,3 +131,30 @@ def test_a_card_that_moves_the_task_to_another_tenant_moves_its_endpoint() -> No
     assert endpoint["tenant"] == "acme-eu"
     assert [type_ for type_, _ in moved] == [ev.ENDPOINT_MOVED]
     assert (same, unmoved) == (task["endpoint"], ())
+
+
+@pytest.mark.parametrize(("version", "header", "absent"), [
+    ("1.0", "A2A-Extensions", "X-A2A-Extensions"),
+    ("0.3.0", "X-A2A-Extensions", "A2A-Extensions"),
+])  # fmt: skip
+async def test_activated_extensions_are_named_in_the_header_of_the_version_spoken(
+    version: str, header: str, absent: str
+) -> None:
+    requests: list[httpx.Request] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        requests.append(request)
+        return httpx.Response(500)
+
+    async with httpx.AsyncClient(transport=httpx.MockTransport(handler)) as client:
+        interface = Interface("https://agent.test/rpc", JSONRPC, version)
+        uris = ("https://x.test/a", "https://x.test/b")
+        named = A2ATransport(client, interface, extensions=uris)
+        plain = A2ATransport(client, interface)
+        for transport in (named, plain):
+            with pytest.raises(EndpointUnreachableError):
+                await transport.get_task("t-1")
+
+    assert requests[0].headers[header] == "https://x.test/a, https://x.test/b"
+    assert absent not in requests[0].headers
+    assert header not in requests[1].headers
