@@ -95,6 +95,7 @@ def _task_submitted(d: Mapping[str, Any]) -> str:
     return (
         f"skill {d.get('skill')} on {d.get('agent')}  {card} {_short(d.get('card_revision'))} "
         f"v{d.get('card_version')}  contract {_short(d.get('contract_hash'))}"
+        + "".join(f"  extension {uri}" for uri in d.get("extensions") or ())
     )
 
 

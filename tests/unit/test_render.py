@@ -221,6 +221,17 @@ def test_a_chunk_of_an_artifact_says_it_was_appended() -> None:
     )
 
 
+def test_a_task_submitted_with_extensions_names_each_one() -> None:
+    plain = summary(recorded(ev.TASK_SUBMITTED, PAYLOADS[ev.TASK_SUBMITTED]))
+    uris = ["https://ext.example/trace/v1", "https://ext.example/geo/v2"]
+    extended = {**PAYLOADS[ev.TASK_SUBMITTED], "extensions": uris}
+
+    assert "extension" not in plain
+    assert summary(recorded(ev.TASK_SUBMITTED, extended)) == (
+        f"{plain}  extension {uris[0]}  extension {uris[1]}"
+    )
+
+
 def test_an_event_carrying_counted_failures_says_how_many() -> None:
     data = {"until": "terminal", "state": "working", "seconds": 5.0, ev.FAILURES_REPEATED: 7}
     said = summary(recorded(ev.DEADLINE_EXCEEDED, data))
