@@ -35,6 +35,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any, Final, TypeVar
 
+from cardfence.engine import fields
 from cardfence.engine.answers import (
     ACTIVE_STATES,
     INTERRUPTED_STATES,
@@ -88,19 +89,10 @@ _GENERATION: Final = re.compile(r"[0-9]{1,19}")
 _T = TypeVar("_T")
 
 
-class _Bad(Exception):
-    """A field is wrong; turned into InvalidAgentResponseError where the URL is known."""
-
-    def __init__(self, path: str, detail: str) -> None:
-        super().__init__(path, detail)
-        self.path = path
-        self.detail = detail
-
-
 def _read(build: Callable[[object, str], _T], obj: object, url: str) -> _T:
     try:
         return build(obj, "")
-    except _Bad as bad:
+    except fields.FieldError as bad:
         raise InvalidAgentResponseError(url, f"{bad.path or 'body'}: {bad.detail}") from None
 
 
@@ -138,26 +130,26 @@ def parse_timestamp(value: object, *, url: str = "") -> datetime:
 
 
 def _send_response(obj: object, path: str) -> RemoteTask | RemoteMessage:
-    doc = _obj(obj, path)
+    doc = fields.as_object(obj, path)
     if "task" not in doc and "message" not in doc and "kind" in doc:
         kind = _opt_str(doc, "kind", path)
         if kind in ("task", "message"):
             return _task(doc, path) if kind == "task" else _remote_message(doc, path)
     if _one_of(doc, ("task", "message"), path) == "task":
-        return _task(doc["task"], _join(path, "task"))
-    return _remote_message(doc["message"], _join(path, "message"))
+        return _task(doc["task"], fields.join(path, "task"))
+    return _remote_message(doc["message"], fields.join(path, "message"))
 
 
 def _task_page(obj: object, path: str) -> tuple[tuple[RemoteTask, ...], str | None]:
-    doc = _obj(obj, path)
-    tasks = tuple(_task(item, at) for item, at in _items(doc, "tasks", path))
+    doc = fields.as_object(obj, path)
+    tasks = tuple(_task(item, at) for item, at in fields.items(doc, "tasks", path))
     return tasks, _opt_str(doc, "nextPageToken", path)
 
 
 def _push_config(obj: object, path: str) -> PushConfig:
-    doc = _obj(obj, path)
-    auth = _opt_obj(doc, "authentication", path)
-    at = _join(path, "authentication")
+    doc = fields.as_object(obj, path)
+    auth = fields.optional_object(doc, "authentication", path)
+    at = fields.join(path, "authentication")
     return PushConfig(
         id=_req_id(doc, "id", path),
         url=_req_str(doc, "url", path),
@@ -168,10 +160,10 @@ def _push_config(obj: object, path: str) -> PushConfig:
 
 
 def _task(obj: object, path: str) -> RemoteTask:
-    doc = _obj(obj, path)
+    doc = fields.as_object(obj, path)
     task_id = _req_id(doc, "id", path)
-    status_at = _join(path, "status")
-    status = _obj(doc.get("status"), status_at, required=True)
+    status_at = fields.join(path, "status")
+    status = fields.as_object(doc.get("status"), status_at, required=True)
     state, timestamp, message = _status(status, status_at)
     return RemoteTask(
         id=task_id,
@@ -180,7 +172,7 @@ def _task(obj: object, path: str) -> RemoteTask:
         timestamp=timestamp,
         generation=_first_generation(doc, path, status, status_at),
         message=message,
-        artifacts=tuple(_artifact(item, at) for item, at in _items(doc, "artifacts", path)),
+        artifacts=tuple(_artifact(item, at) for item, at in fields.items(doc, "artifacts", path)),
     )
 
 
@@ -189,13 +181,15 @@ def _status(status: dict[str, Any], path: str) -> tuple[str, datetime | None, St
     state = status.get("state")
     if state is not None and (isinstance(state, bool) or not isinstance(state, str | int)):
         # An unknown *value* reads as "unknown"; a wrong *type* is a broken body.
-        raise _Bad(_join(path, "state"), f"must be a string, not {_kind(state)}")
+        raise fields.FieldError(
+            fields.join(path, "state"), f"must be a string, not {fields.kind(state)}"
+        )
     stamp = status.get("timestamp")
     message = status.get("message")
     return (
         normalise_state(state),
-        None if stamp in (None, "") else _timestamp(stamp, _join(path, "timestamp")),
-        None if message is None else _status_message(message, _join(path, "message")),
+        None if stamp in (None, "") else _timestamp(stamp, fields.join(path, "timestamp")),
+        None if message is None else _status_message(message, fields.join(path, "message")),
     )
 
 
@@ -216,7 +210,7 @@ def _generation(doc: dict[str, Any], path: str) -> int | None:
         return int(value)
     if isinstance(value, int) and not isinstance(value, bool) and value >= 0:
         return value
-    raise _Bad(_join(path, "generation"), "must be a non-negative integer")
+    raise fields.FieldError(fields.join(path, "generation"), "must be a non-negative integer")
 
 
 def _status_message(obj: object, path: str) -> StatusMessage:
@@ -225,7 +219,7 @@ def _status_message(obj: object, path: str) -> StatusMessage:
 
 
 def _remote_message(obj: object, path: str) -> RemoteMessage:
-    doc = _obj(obj, path)
+    doc = fields.as_object(obj, path)
     parts = _parts(doc, path)
     return RemoteMessage(
         message_id=_req_str(doc, "messageId", path),
@@ -242,7 +236,9 @@ def _role(doc: dict[str, Any], path: str) -> str:
     if isinstance(value, int) and not isinstance(value, bool):
         value = str(value)
     elif value is not None and not isinstance(value, str):
-        raise _Bad(_join(path, "role"), f"must be a string, not {_kind(value)}")
+        raise fields.FieldError(
+            fields.join(path, "role"), f"must be a string, not {fields.kind(value)}"
+        )
     name = (value or "").lower().removeprefix("role_")
     return _ROLES.get(name, "unknown")
 
@@ -252,7 +248,7 @@ def _text(parts: tuple[Part, ...]) -> str:
 
 
 def _artifact(obj: object, path: str) -> Artifact:
-    doc = _obj(obj, path)
+    doc = fields.as_object(obj, path)
     return Artifact(
         artifact_id=_req_str(doc, "artifactId", path),
         name=_opt_str(doc, "name", path),
@@ -262,18 +258,20 @@ def _artifact(obj: object, path: str) -> Artifact:
 
 
 def _parts(doc: dict[str, Any], path: str) -> tuple[Part, ...]:
-    return tuple(_part(item, at) for item, at in _items(doc, "parts", path))
+    return tuple(_part(item, at) for item, at in fields.items(doc, "parts", path))
 
 
 def _part(obj: object, path: str) -> Part:
-    doc = _obj(obj, path)
+    doc = fields.as_object(obj, path)
     if "file" in doc and not any(k in doc for k in _CONTENT_KEYS):
         return _file_part_v03(doc, path)
     # Proto JSON: "data" is a google.protobuf.Value, so "data": null is set; the others are not.
     present = [k for k in _CONTENT_KEYS if (k == "data" and k in doc) or doc.get(k) is not None]
     if len(present) != 1:
         got = ", ".join(present) or "none"
-        raise _Bad(path, f"exactly one of text, raw, url, data is required (got {got})")
+        raise fields.FieldError(
+            path, f"exactly one of text, raw, url, data is required (got {got})"
+        )
     # 1.0 "mediaType"; 0.3 had "metadata.mimeType" only on files, handled above.
     media_type = _opt_str(doc, "mediaType", path)
     filename = _opt_str(doc, "filename", path)
@@ -289,8 +287,8 @@ def _part(obj: object, path: str) -> Part:
 
 
 def _file_part_v03(doc: dict[str, Any], path: str) -> Part:
-    at = _join(path, "file")
-    file = _obj(doc["file"], at)
+    at = fields.join(path, "file")
+    file = fields.as_object(doc["file"], at)
     media_type = _opt_str(file, "mimeType", at)
     filename = _opt_str(file, "name", at)
     if file.get("uri") is not None:
@@ -299,14 +297,16 @@ def _file_part_v03(doc: dict[str, Any], path: str) -> Part:
 
 
 def _stream(obj: object, path: str) -> StreamUpdate:
-    doc = _obj(obj, path)
+    doc = fields.as_object(obj, path)
     if not any(k in doc for k in _STREAM_KEYS) and "kind" in doc:  # 0.3: the bare event, marked
         kind = _opt_str(doc, "kind", path) or ""
         if kind not in _V03_STREAM_KINDS:
-            raise _Bad(_join(path, "kind"), f"unknown 0.3 event kind {kind[:40]!r}")
+            raise fields.FieldError(
+                fields.join(path, "kind"), f"unknown 0.3 event kind {kind[:40]!r}"
+            )
         return _STREAM_READERS[_V03_STREAM_KINDS[kind]](doc, path)
     key = _one_of(doc, _STREAM_KEYS, path)
-    return _STREAM_READERS[key](doc[key], _join(path, key))
+    return _STREAM_READERS[key](doc[key], fields.join(path, key))
 
 
 def _task_update(obj: object, path: str) -> StreamUpdate:
@@ -330,10 +330,10 @@ def _message_update(obj: object, path: str) -> StreamUpdate:
 
 
 def _status_update(obj: object, path: str) -> StreamUpdate:
-    doc = _obj(obj, path)
+    doc = fields.as_object(obj, path)
     task_id = _req_id(doc, "taskId", path)
-    at = _join(path, "status")
-    status = _obj(doc.get("status"), at, required=True)
+    at = fields.join(path, "status")
+    status = fields.as_object(doc.get("status"), at, required=True)
     state, timestamp, message = _status(status, at)
     return StreamUpdate(
         kind="status",
@@ -347,14 +347,14 @@ def _status_update(obj: object, path: str) -> StreamUpdate:
 
 
 def _artifact_update(obj: object, path: str) -> StreamUpdate:
-    doc = _obj(obj, path)
-    at = _join(path, "artifact")
+    doc = fields.as_object(obj, path)
+    at = fields.join(path, "artifact")
     return StreamUpdate(
         kind="artifact",
         task_id=_req_id(doc, "taskId", path),
         context_id=_opt_id(doc, "contextId", path),
         generation=_generation(doc, path),
-        artifact=_artifact(_obj(doc.get("artifact"), at, required=True), at),
+        artifact=_artifact(fields.as_object(doc.get("artifact"), at, required=True), at),
         append=_opt_bool(doc, "append", path),
     )
 
@@ -375,12 +375,12 @@ _V03_STREAM_KINDS: Final = {
 
 def _timestamp(value: object, path: str) -> datetime:
     if not isinstance(value, str):
-        raise _Bad(path, f"must be an RFC 3339 string, not {_kind(value)}")
+        raise fields.FieldError(path, f"must be an RFC 3339 string, not {fields.kind(value)}")
     match = _RFC3339.fullmatch(value)
     if match is None:
-        raise _Bad(path, f"not an RFC 3339 timestamp: {value[:40]!r}")
-    *fields, fraction, zulu, sign, off_h, off_m = match.groups()
-    year, month, day, hour, minute, second = map(int, fields)
+        raise fields.FieldError(path, f"not an RFC 3339 timestamp: {value[:40]!r}")
+    *parts, fraction, zulu, sign, off_h, off_m = match.groups()
+    year, month, day, hour, minute, second = map(int, parts)
     micros = int((fraction or "0")[:6].ljust(6, "0"))
     if second == 60:  # RFC 3339 allows a leap second; datetime does not
         second, micros = 59, 999_999
@@ -389,32 +389,10 @@ def _timestamp(value: object, path: str) -> datetime:
         zone = timezone(-offset if sign == "-" else offset)
         return datetime(year, month, day, hour, minute, second, micros, zone).astimezone(UTC)
     except (ValueError, OverflowError):
-        raise _Bad(path, f"not a valid date and time: {value[:40]!r}") from None
+        raise fields.FieldError(path, f"not a valid date and time: {value[:40]!r}") from None
 
 
 # --- typed field access: every failure names its dotted path ------------------------------------
-
-
-def _kind(value: object) -> str:
-    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean"}
-    return "null" if value is None else names.get(type(value), "a number")
-
-
-def _join(path: str, key: str) -> str:
-    return f"{path}.{key}" if path else key
-
-
-def _obj(value: object, path: str, *, required: bool = False) -> dict[str, Any]:
-    if value is None and required:
-        raise _Bad(path, "required: an object")
-    if not isinstance(value, dict):
-        raise _Bad(path, f"must be an object, not {_kind(value)}")
-    return value
-
-
-def _opt_obj(doc: dict[str, Any], key: str, path: str) -> dict[str, Any]:
-    value = doc.get(key)
-    return {} if value is None else _obj(value, _join(path, key))
 
 
 def _opt_str(doc: dict[str, Any], key: str, path: str) -> str | None:
@@ -423,7 +401,9 @@ def _opt_str(doc: dict[str, Any], key: str, path: str) -> str | None:
     if value is None or value == "":
         return None
     if not isinstance(value, str):
-        raise _Bad(_join(path, key), f"must be a string, not {_kind(value)}")
+        raise fields.FieldError(
+            fields.join(path, key), f"must be a string, not {fields.kind(value)}"
+        )
     return value
 
 
@@ -433,7 +413,9 @@ def _opt_bool(doc: dict[str, Any], key: str, path: str) -> bool:
     if value is None:
         return False
     if not isinstance(value, bool):
-        raise _Bad(_join(path, key), f"must be a boolean, not {_kind(value)}")
+        raise fields.FieldError(
+            fields.join(path, key), f"must be a boolean, not {fields.kind(value)}"
+        )
     return value
 
 
@@ -443,7 +425,7 @@ MAX_ID_CHARS: Final = 256
 def _req_id(doc: dict[str, Any], key: str, path: str) -> str:
     found = _opt_id(doc, key, path)
     if found is None:
-        raise _Bad(_join(path, key), "required: a non-empty string")
+        raise fields.FieldError(fields.join(path, key), "required: a non-empty string")
     return found
 
 
@@ -454,9 +436,9 @@ def _opt_id(doc: dict[str, Any], key: str, path: str) -> str | None:
     if value is None:
         return None
     if len(value) > MAX_ID_CHARS:
-        raise _Bad(_join(path, key), f"longer than {MAX_ID_CHARS} characters")
+        raise fields.FieldError(fields.join(path, key), f"longer than {MAX_ID_CHARS} characters")
     if "\x00" in value or not value.isprintable() or not _is_utf8(value):
-        raise _Bad(_join(path, key), "must be printable text")
+        raise fields.FieldError(fields.join(path, key), "must be printable text")
     return value
 
 
@@ -491,24 +473,13 @@ def _req_str(doc: dict[str, Any], key: str, path: str, *, allow_empty: bool = Fa
         return ""
     found = _opt_str(doc, key, path)
     if found is None:
-        raise _Bad(_join(path, key), "required: a non-empty string")
+        raise fields.FieldError(fields.join(path, key), "required: a non-empty string")
     return found
-
-
-def _items(doc: dict[str, Any], key: str, path: str) -> list[tuple[object, str]]:
-    """The elements of a list field, each with its path (``artifacts[2]``); absent is empty."""
-    value = doc.get(key)
-    if value is None:
-        return []
-    where = _join(path, key)
-    if not isinstance(value, list):
-        raise _Bad(where, f"must be a list, not {_kind(value)}")
-    return [(item, f"{where}[{n}]") for n, item in enumerate(value)]
 
 
 def _one_of(doc: dict[str, Any], keys: tuple[str, ...], path: str) -> str:
     present = [k for k in keys if doc.get(k) is not None]
     if len(present) != 1:
         got = ", ".join(present) or "none"
-        raise _Bad(path, f"exactly one of {', '.join(keys)} is required (got {got})")
+        raise fields.FieldError(path, f"exactly one of {', '.join(keys)} is required (got {got})")
     return present[0]

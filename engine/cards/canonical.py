@@ -20,16 +20,9 @@ from typing import Any, Final
 
 import rfc8785
 
+from cardfence.engine.fields import FieldError, join
+
 SAFE_INTEGER: Final = 2**53 - 1  # beyond it an integer is written as the double nearest it
-
-
-class Invalid(Exception):
-    """Raised inside the parser; parse_card turns it into CardInvalidError with the URL."""
-
-    def __init__(self, path: str, problem: str) -> None:
-        super().__init__(path, problem)
-        self.field = path
-        self.problem = problem
 
 
 class DuplicateKeys(dict[str, Any]):
@@ -56,16 +49,16 @@ def decode(body: bytes, max_depth: int) -> object:
     try:
         text = bytes(body).decode("utf-8-sig")  # a leading BOM is tolerated (RFC 8259 §8.1)
     except UnicodeDecodeError as exc:
-        raise Invalid("", f"body is not UTF-8 (byte {exc.start})") from None
+        raise FieldError("", f"body is not UTF-8 (byte {exc.start})") from None
     try:
         # NaN/Infinity become floats here so the tree check can reject them with their path.
         doc = json.loads(text, object_pairs_hook=object_pairs, parse_constant=float)
     except json.JSONDecodeError as exc:
-        raise Invalid("", f"body is not JSON ({exc.msg} at line {exc.lineno})") from None
+        raise FieldError("", f"body is not JSON ({exc.msg} at line {exc.lineno})") from None
     except RecursionError:
-        raise Invalid("", f"nested deeper than {max_depth} levels") from None
+        raise FieldError("", f"nested deeper than {max_depth} levels") from None
     except ValueError as exc:  # e.g. an integer literal over Python's digit limit
-        raise Invalid("", f"body is not acceptable JSON ({exc})") from None
+        raise FieldError("", f"body is not acceptable JSON ({exc})") from None
     check_tree(doc, max_depth)
     return doc
 
@@ -78,24 +71,24 @@ def check_tree(doc: object, max_depth: int) -> None:
         value, at, depth = stack.pop()
         if isinstance(value, dict | list):
             if depth > max_depth:
-                raise Invalid(path_of(at), f"nested deeper than {max_depth} levels")
+                raise FieldError(path_of(at), f"nested deeper than {max_depth} levels")
             if isinstance(value, DuplicateKeys):
-                raise Invalid(path_of((at, value.duplicate)), "duplicate key")
+                raise FieldError(path_of((at, value.duplicate)), "duplicate key")
             items = value.items() if isinstance(value, dict) else enumerate(value)
             for key, child in items:
                 if isinstance(key, str) and not is_utf8(key):
-                    raise Invalid(path_of((at, key)), "key is not valid Unicode")
+                    raise FieldError(path_of((at, key)), "key is not valid Unicode")
                 stack.append((child, (at, key), depth + 1))
         elif isinstance(value, bool):
             continue
         elif isinstance(value, float) and not math.isfinite(value):
-            raise Invalid(path_of(at), "NaN and Infinity are not JSON numbers")
+            raise FieldError(path_of(at), "NaN and Infinity are not JSON numbers")
         elif isinstance(value, int) and abs(value) > SAFE_INTEGER and not is_double(value):
-            raise Invalid(
+            raise FieldError(
                 path_of(at), "number beyond the largest double (±1.7976931348623157e+308)"
             )
         elif isinstance(value, str) and not is_utf8(value):
-            raise Invalid(path_of(at), "string is not valid Unicode (lone surrogate)")
+            raise FieldError(path_of(at), "string is not valid Unicode (lone surrogate)")
 
 
 def is_double(number: int) -> bool:
@@ -127,10 +120,6 @@ def path_of(at: Any) -> str:
     return text
 
 
-def join(path: str, key: str) -> str:
-    return f"{path}.{key}" if path else key
-
-
 def canonical(value: Any, path: str) -> bytes:
     """RFC 8785 bytes of ``value``; see the module docstring for numbers."""
     try:
@@ -145,7 +134,7 @@ def canonical(value: Any, path: str) -> bytes:
         TypeError,
         OverflowError,  # an integer past the largest double
     ) as exc:
-        raise Invalid(path, f"cannot be canonicalised (RFC 8785): {exc}") from None
+        raise FieldError(path, f"cannot be canonicalised (RFC 8785): {exc}") from None
 
 
 def as_doubles(value: Any) -> Any:

@@ -22,8 +22,9 @@ from typing import Any, Final
 from joserfc.errors import JoseError
 from joserfc.jwk import ECKey, JWKRegistry, Key, OKPKey, RSAKey
 
-from cardfence.engine.cards.canonical import Invalid, canonical, decode
+from cardfence.engine.cards.canonical import canonical, decode
 from cardfence.engine.errors import CardSignatureError
+from cardfence.engine.fields import FieldError
 
 __all__ = ["CardKeys", "parse_keys", "read_key_file"]
 
@@ -71,8 +72,8 @@ def parse_keys(
         raise CardSignatureError(card_url, f"{where}: {len(body)} bytes, over {max_bytes}")
     try:
         document = decode(body, 16)
-    except Invalid as error:
-        raise CardSignatureError(card_url, f"{where}: not JSON ({error.problem})") from None
+    except FieldError as error:
+        raise CardSignatureError(card_url, f"{where}: not JSON ({error.detail})") from None
     listed = document.get("keys") if isinstance(document, dict) else None
     if isinstance(document, dict) and "kty" in document:
         listed = [document]

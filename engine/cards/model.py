@@ -24,10 +24,9 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from cardfence.engine.cards.canonical import Invalid as _Invalid
+from cardfence.engine import fields
 from cardfence.engine.cards.canonical import canonical as _canonical
 from cardfence.engine.cards.canonical import decode as _decode
-from cardfence.engine.cards.canonical import join as _join
 from cardfence.engine.cards.canonical import sha256 as _sha256
 from cardfence.engine.cards.diff import CardDiff, diff
 from cardfence.engine.cards.interfaces import (
@@ -227,7 +226,7 @@ class AgentCard:
         if not isinstance(declared, dict):
             return {}
         return {
-            name: copy.deepcopy(_scheme_v10_shape(scheme, _join("securitySchemes", name)))
+            name: copy.deepcopy(_scheme_v10_shape(scheme, fields.join("securitySchemes", name)))
             for name, scheme in declared.items()
         }
 
@@ -258,10 +257,10 @@ def parse_card(
     try:
         doc = _decode(body, max_depth)
         return _build(doc, url)
-    except _Invalid as exc:
-        where = f"{exc.field}: " if exc.field else ""
-        detail = f"invalid Agent Card: {where}{exc.problem}"
-        raise CardInvalidError(url, detail, field=exc.field) from None
+    except fields.FieldError as exc:
+        where = f"{exc.path}: " if exc.path else ""
+        detail = f"invalid Agent Card: {where}{exc.detail}"
+        raise CardInvalidError(url, detail, field=exc.path) from None
 
 
 # --- building: JSON value -> AgentCard ------------------------------------------------------------
@@ -269,10 +268,10 @@ def parse_card(
 
 def _build(doc: object, url: str) -> AgentCard:
     if not isinstance(doc, dict):
-        raise _Invalid("", f"card must be a JSON object, not {_kind(doc)}")
+        raise fields.FieldError("", f"card must be a JSON object, not {fields.kind(doc)}")
     name = _str(doc, "name", "")
     if not name:
-        raise _Invalid("name", "required: a non-empty string")
+        raise fields.FieldError("name", "required: a non-empty string")
     interfaces = _interfaces(doc)
     default_in = _strs(doc, "defaultInputModes", "")
     default_out = _strs(doc, "defaultOutputModes", "")
@@ -305,7 +304,7 @@ def _interfaces(doc: dict[str, Any]) -> tuple[Interface, ...]:
             protocol_version=_str(item, "protocolVersion", at),
             tenant=_str(item, "tenant", at),
         )
-        for item, at in _objects(doc, "supportedInterfaces", "")
+        for item, at in fields.objects(doc, "supportedInterfaces", "")
     ]
     if not found and doc.get("url") is not None:
         # 0.3: the top-level url (preferredTransport defaults to JSONRPC) plus additional ones,
@@ -326,10 +325,10 @@ def _interfaces(doc: dict[str, Any]) -> tuple[Interface, ...]:
                 version,
                 legacy_card=True,
             )
-            for item, at in _objects(doc, "additionalInterfaces", "")
+            for item, at in fields.objects(doc, "additionalInterfaces", "")
         )
     if not found:
-        raise _Invalid(
+        raise fields.FieldError(
             "supportedInterfaces", "required: at least one interface (or a 0.3 top-level url)"
         )
     unique: dict[tuple[str, str, str], Interface] = {}
@@ -343,7 +342,7 @@ def _binding(name: str) -> str:
 
 
 def _capabilities(doc: dict[str, Any]) -> Capabilities:
-    caps = _object(doc, "capabilities", "")
+    caps = fields.optional_object(doc, "capabilities", "")
     extended = _bool(caps, "extendedAgentCard", "capabilities")
     if extended is None:  # 0.3 kept it at the top level
         extended = _bool(doc, "supportsAuthenticatedExtendedCard", "")
@@ -353,7 +352,7 @@ def _capabilities(doc: dict[str, Any]) -> Capabilities:
         extended_agent_card=bool(extended),
         extensions=tuple(
             Extension(_required_str(item, "uri", at), bool(_bool(item, "required", at)))
-            for item, at in _objects(caps, "extensions", "capabilities")
+            for item, at in fields.objects(caps, "extensions", "capabilities")
         ),
     )
 
@@ -362,10 +361,10 @@ def _skills(
     doc: dict[str, Any], default_in: tuple[str, ...], default_out: tuple[str, ...]
 ) -> tuple[Skill, ...]:
     skills: dict[str, Skill] = {}
-    for item, at in _objects(doc, "skills", ""):
+    for item, at in fields.objects(doc, "skills", ""):
         skill_id = _required_str(item, "id", at)
         if skill_id in skills:
-            raise _Invalid(f"{at}.id", f"duplicate skill id {skill_id!r}")
+            raise fields.FieldError(f"{at}.id", f"duplicate skill id {skill_id!r}")
         # Proto JSON omits empty lists, so [] and absent both mean "the card's defaults".
         input_modes = _strs(item, "inputModes", at) or default_in
         output_modes = _strs(item, "outputModes", at) or default_out
@@ -400,17 +399,17 @@ def _requirements(obj: dict[str, Any], path: str) -> tuple[SecurityRequirement, 
     """
     found: list[SecurityRequirement] = []
     if obj.get("securityRequirements") is not None:
-        for item, at in _objects(obj, "securityRequirements", path):
-            schemes = _object(item, "schemes", at)
+        for item, at in fields.objects(obj, "securityRequirements", path):
+            schemes = fields.optional_object(item, "schemes", at)
             pairs = []
             for name, scopes in schemes.items():
                 where = f"{at}.schemes.{name}"
                 if not isinstance(scopes, dict):
-                    raise _Invalid(where, f"must be an object, not {_kind(scopes)}")
+                    raise fields.FieldError(where, f"must be an object, not {fields.kind(scopes)}")
                 pairs.append((name, tuple(sorted(set(_strs(scopes, "list", where))))))
             found.append(SecurityRequirement(tuple(sorted(pairs))))
     else:
-        for item, at in _objects(obj, "security", path):
+        for item, at in fields.objects(obj, "security", path):
             pairs = [(name, tuple(sorted(set(_strs(item, name, at))))) for name in item]
             found.append(SecurityRequirement(tuple(sorted(pairs))))
     return tuple(sorted(found))
@@ -424,8 +423,8 @@ def _contract(
 ) -> Contract:
     versions = tuple(sorted({i.protocol_version for i in interfaces if i.protocol_version}))
     schemes = {
-        name: _scheme_v10_shape(scheme, _join("securitySchemes", name))
-        for name, scheme in _object(doc, "securitySchemes", "").items()
+        name: _scheme_v10_shape(scheme, fields.join("securitySchemes", name))
+        for name, scheme in fields.optional_object(doc, "securitySchemes", "").items()
     }
     all_requirements = {
         "card": [r.to_json() for r in requirements],
@@ -450,7 +449,7 @@ def _scheme_v10_shape(scheme: object, path: str) -> dict[str, Any]:
     a2a-sdk's dual cards merge the 0.3 keys into the 1.0 object; the 1.0 oneof key wins.
     """
     if not isinstance(scheme, dict):
-        raise _Invalid(path, f"must be an object, not {_kind(scheme)}")
+        raise fields.FieldError(path, f"must be an object, not {fields.kind(scheme)}")
     for key in _SCHEME_KEYS_BY_V03_TYPE.values():
         if key in scheme:
             return {key: scheme[key]}
@@ -467,31 +466,30 @@ def _scheme_v10_shape(scheme: object, path: str) -> dict[str, Any]:
 # --- typed field access: every failure names its dotted path ------------------------------------
 
 
-def _kind(value: object) -> str:
-    names = {dict: "an object", list: "a list", str: "a string", bool: "a boolean"}
-    return "null" if value is None else names.get(type(value), "a number")
-
-
 def _str(obj: dict[str, Any], key: str, path: str) -> str:
     value = obj.get(key)
     if value is None:
         return ""
     if not isinstance(value, str):
-        raise _Invalid(_join(path, key), f"must be a string, not {_kind(value)}")
+        raise fields.FieldError(
+            fields.join(path, key), f"must be a string, not {fields.kind(value)}"
+        )
     return value
 
 
 def _required_str(obj: dict[str, Any], key: str, path: str) -> str:
     value = _str(obj, key, path)
     if not value:
-        raise _Invalid(_join(path, key), "required: a non-empty string")
+        raise fields.FieldError(fields.join(path, key), "required: a non-empty string")
     return value
 
 
 def _bool(obj: dict[str, Any], key: str, path: str) -> bool | None:
     value = obj.get(key)
     if value is not None and not isinstance(value, bool):
-        raise _Invalid(_join(path, key), f"must be a boolean, not {_kind(value)}")
+        raise fields.FieldError(
+            fields.join(path, key), f"must be a boolean, not {fields.kind(value)}"
+        )
     return value
 
 
@@ -500,31 +498,12 @@ def _strs(obj: dict[str, Any], key: str, path: str) -> tuple[str, ...]:
     if value is None:
         return ()
     if not isinstance(value, list):
-        raise _Invalid(_join(path, key), f"must be a list of strings, not {_kind(value)}")
+        raise fields.FieldError(
+            fields.join(path, key), f"must be a list of strings, not {fields.kind(value)}"
+        )
     for n, item in enumerate(value):
         if not isinstance(item, str):
-            raise _Invalid(f"{_join(path, key)}[{n}]", f"must be a string, not {_kind(item)}")
+            raise fields.FieldError(
+                f"{fields.join(path, key)}[{n}]", f"must be a string, not {fields.kind(item)}"
+            )
     return tuple(value)
-
-
-def _object(obj: dict[str, Any], key: str, path: str) -> dict[str, Any]:
-    value = obj.get(key)
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise _Invalid(_join(path, key), f"must be an object, not {_kind(value)}")
-    return value
-
-
-def _objects(obj: dict[str, Any], key: str, path: str) -> list[tuple[dict[str, Any], str]]:
-    """The objects of a list field, each with its path (``skills[2]``)."""
-    value = obj.get(key)
-    if value is None:
-        return []
-    where = _join(path, key)
-    if not isinstance(value, list):
-        raise _Invalid(where, f"must be a list, not {_kind(value)}")
-    for n, item in enumerate(value):
-        if not isinstance(item, dict):
-            raise _Invalid(f"{where}[{n}]", f"must be an object, not {_kind(item)}")
-    return [(item, f"{where}[{n}]") for n, item in enumerate(value)]

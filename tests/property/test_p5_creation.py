@@ -209,7 +209,9 @@ def catches() -> tuple[Attempt, ...]:
 def test_property_catches_a_creation_guard_that_ignores_the_skill(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    def allow_all(card: object, skill_id: str, media_type: str) -> Decision:
+    def allow_all(
+        card: object, skill_id: str, media_type: str, extensions: object = ()
+    ) -> Decision:
         return Decision(True, "ok")  # the planted bug: no skill or media-type check
 
     monkeypatch.setattr(guards_module, "creation_check", allow_all)

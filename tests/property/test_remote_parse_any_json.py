@@ -17,6 +17,7 @@ import pytest
 from hypothesis import find, given, settings
 from hypothesis import strategies as st
 
+from cardfence.engine import fields as fields_module
 from cardfence.engine import remote as remote_module
 from cardfence.engine import wire03
 from cardfence.engine.answers import PushConfig, RemoteMessage, RemoteTask, StreamUpdate
@@ -231,7 +232,7 @@ def test_property_catches_a_type_check_left_out(monkeypatch: pytest.MonkeyPatch)
     def trusting_obj(value: object, path: str, *, required: bool = False) -> Any:
         return value  # the planted bug: no isinstance(value, dict)
 
-    monkeypatch.setattr(remote_module, "_obj", trusting_obj)
+    monkeypatch.setattr(fields_module, "as_object", trusting_obj)
     doc = catches(parse_stream_response)
     assert "escaped" in (escapes(parse_stream_response, doc) or "")
 

@@ -13,7 +13,6 @@ import pytest
 
 from cardfence.engine.cards.canonical import (
     SAFE_INTEGER,
-    Invalid,
     canonical,
     check_tree,
     decode,
@@ -21,12 +20,13 @@ from cardfence.engine.cards.canonical import (
     path_of,
     sha256,
 )
+from cardfence.engine.fields import FieldError
 
 
 def refusal(body: bytes, max_depth: int = 8) -> tuple[str, str]:
-    with pytest.raises(Invalid) as caught:
+    with pytest.raises(FieldError) as caught:
         decode(body, max_depth)
-    return caught.value.field, caught.value.problem
+    return caught.value.path, caught.value.detail
 
 
 def test_a_body_decodes_to_its_json_value_a_leading_bom_tolerated() -> None:
@@ -133,7 +133,7 @@ def test_an_integer_past_2_53_is_canonicalised_as_the_double_it_denotes() -> Non
 )
 def test_a_value_rfc_8785_cannot_write_is_refused_at_the_given_path(value: object) -> None:
     for call in (canonical, sha256):
-        with pytest.raises(Invalid) as caught:
+        with pytest.raises(FieldError) as caught:
             call(value, "skills[0]")
-        assert caught.value.field == "skills[0]"
-        assert caught.value.problem.startswith("cannot be canonicalised (RFC 8785): ")
+        assert caught.value.path == "skills[0]"
+        assert caught.value.detail.startswith("cannot be canonicalised (RFC 8785): ")

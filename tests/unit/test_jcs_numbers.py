@@ -18,9 +18,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from cardfence.engine.cards.canonical import SAFE_INTEGER, Invalid, canonical, decode
+from cardfence.engine.cards.canonical import SAFE_INTEGER, canonical, decode
 from cardfence.engine.cards.model import parse_card
 from cardfence.engine.errors import CardInvalidError
+from cardfence.engine.fields import FieldError
 
 LARGEST_DOUBLE_INTEGER = 2**1024 - 2**970 - 1  # the last integer float() rounds below 2**1024
 
@@ -180,16 +181,16 @@ def test_an_integer_past_the_largest_double_is_refused_at_its_path() -> None:
     largest = str(LARGEST_DOUBLE_INTEGER).encode()
     assert canonical(decode(b'{"n": ' + largest + b"}", 1), "") == b'{"n":1.7976931348623157e+308}'
     past = str(LARGEST_DOUBLE_INTEGER + 1).encode()
-    with pytest.raises(Invalid) as caught:
+    with pytest.raises(FieldError) as caught:
         decode(b'{"a": {"n": [1, -' + past + b"]}}", 3)
-    assert (caught.value.field, caught.value.problem) == (
+    assert (caught.value.path, caught.value.detail) == (
         "a.n[1]",
         "number beyond the largest double (±1.7976931348623157e+308)",
     )
-    with pytest.raises(Invalid) as caught:
+    with pytest.raises(FieldError) as caught:
         canonical({"n": LARGEST_DOUBLE_INTEGER + 1}, "params")
-    assert caught.value.field == "params"
-    assert caught.value.problem.startswith("cannot be canonicalised (RFC 8785): ")
+    assert caught.value.path == "params"
+    assert caught.value.detail.startswith("cannot be canonicalised (RFC 8785): ")
 
 
 # --- a card --------------------------------------------------------------------------------------
