@@ -46,6 +46,8 @@ from cardfence.store import (
 _log = logging.getLogger("cardfence.tasks")
 
 _RETRIES = 50
+# Repeat counts held for tasks whose next event has not come yet (R12), at most.
+_COUNTS_KEPT = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,6 +196,10 @@ class TaskLog:
         stays the truth (R13) and grows by no event for a repeat.
         """
         self._uncounted[key] = self._uncounted.get(key, 0) + 1
+        if len(self._uncounted) > _COUNTS_KEPT:
+            # An ended task's count waits for an event that seldom comes (its closing read
+            # repeats its end): the count held longest goes, as if its process had restarted.
+            del self._uncounted[next(iter(self._uncounted))]
 
     def failures_held(self, key: str) -> int:
         """How many failed polls or card reads of the task this log has counted and not yet

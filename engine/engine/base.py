@@ -18,6 +18,7 @@ import logging
 import ssl
 import threading
 import time
+from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -57,6 +58,9 @@ _CARDS_KEPT = 64  # parsed card revisions kept in memory
 # Closing GetTasks in flight at once, the others waiting their turn: many at once grew httpx's
 # pool past its 20 kept-alive connections, and its bookkeeping scans every one per request.
 _CLOSING_READS = 8
+# Background failures kept for settle() (every one is logged): the first this many, so an outage
+# that fails every re-check does not hold each failure, traceback and all, in memory.
+_ERRORS_KEPT = 100
 # Streams drive() follows at once, the other tasks polled only until a slot frees: each stream
 # holds a pooled connection of its own, and 200 at once left polls queued behind them.
 _STREAMS = 32
@@ -138,7 +142,9 @@ class EngineBase:
         self._clock = clock
         self._sleep = sleep
         self._transports: dict[tuple[str, str, str, str, tuple[str, ...], int], A2ATransport] = {}
+        # A drive's wake-up on a push or stream event, for as long as a drive follows the task.
         self._pushed: dict[str, asyncio.Event] = {}
+        self._driving: Counter[str] = Counter()  # key -> drives following it now
         self._background: set[asyncio.Task[None]] = set()
         self._closing: dict[str, asyncio.Task[None]] = {}  # key -> its closing read
         self._closing_slots = asyncio.Semaphore(_CLOSING_READS)
@@ -396,7 +402,8 @@ class EngineBase:
             )
         except Exception as error:
             _log.exception("background card check failed")
-            self.background_errors.append(error)
+            if len(self.background_errors) < _ERRORS_KEPT:  # each logged; the first kept
+                self.background_errors.append(error)
 
     async def settle(self) -> None:
         """Wait for background re-checks, re-validations and closing reads; raise the first error

@@ -146,11 +146,21 @@ class Following(Observing):
         # The task's stream, when its card offers one, is followed beside the polls (R12: one
         # observation path); the polls never wait on it.
         streamer = asyncio.ensure_future(self._stream_later(key))
+        self._driving[key] += 1
         try:
             return await self._follow_until(key, until, timeout)
         finally:
+            self._let_go(key)
             streamer.cancel()
             await asyncio.gather(streamer, return_exceptions=True)
+
+    def _let_go(self, key: str) -> None:
+        """A drive of ``key`` ended: the last one lets go of its wake-up, so an engine that has
+        driven a million tasks holds nothing for those no drive follows now."""
+        self._driving[key] -= 1
+        if self._driving[key] <= 0:
+            del self._driving[key]
+            self._pushed.pop(key, None)
 
     async def _follow_until(self, key: str, until: str, timeout: float) -> TaskView:
         started = self._clock()

@@ -1,0 +1,59 @@
+"""What a long-running engine keeps in memory is bounded, whatever happens to the tasks it has
+seen: repeat counts waiting for a task's next event (R12), and the background failures kept for
+``Engine.settle`` during an outage."""
+
+from __future__ import annotations
+
+import httpx
+import pytest
+
+from cardfence.engine import events as ev
+from cardfence.engine import tasklog as tasklog_module
+from cardfence.engine.engine import Engine
+from cardfence.engine.engine import base as base_module
+from cardfence.engine.tasklog import TaskLog, task_stream_id
+from cardfence.store import EventStore
+
+
+def _task(log: TaskLog, key: str) -> None:
+    log.create(key, [(ev.TASK_SUBMITTED, {"task": key, "agent": "http://agent.example"})])
+
+
+def _carried(store: EventStore, key: str) -> object:
+    return store.read_stream(task_stream_id(key))[-1].data.get(ev.REPEATS_IGNORED)
+
+
+def test_repeat_counts_are_held_for_so_many_tasks_the_longest_held_dropped(
+    store: EventStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tasklog_module, "_COUNTS_KEPT", 3)
+    log = TaskLog(store)
+    for key in ("oldest", "kept"):
+        _task(log, key)
+    log.count_repeat("oldest")
+    log.count_repeat("kept")
+    log.count_repeat("kept")
+    for n in range(2):  # two more tasks counted: four in all, one over
+        log.count_repeat(f"ended-{n}")
+
+    note = (ev.DEADLINE_EXCEEDED, {"until": "terminal"})
+    log.record("oldest", lambda _state: [note])
+    log.record("kept", lambda _state: [note])
+    assert _carried(store, "oldest") is None  # dropped, as if its process had restarted
+    assert _carried(store, "kept") == 2
+
+
+async def test_background_failures_kept_for_settle_are_the_first_hundred_each_logged(
+    store: EventStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def failing(n: int) -> None:
+        raise RuntimeError(f"store down ({n})")
+
+    async with httpx.AsyncClient() as client, Engine(store, client) as engine:
+        for n in range(base_module._ERRORS_KEPT + 50):
+            await engine._contained(failing(n))
+
+        assert len(engine.background_errors) == base_module._ERRORS_KEPT
+        assert len([r for r in caplog.records if r.exc_info]) == base_module._ERRORS_KEPT + 50
+        with pytest.raises(RuntimeError, match=r"store down \(0\)"):
+            await engine.settle()
