@@ -16,7 +16,7 @@ class FieldError(Exception):
     wrong with it."""
 
     def __init__(self, path: str, detail: str) -> None:
-        super().__init__(path, detail)
+        super().__init__(f"{path}: {detail}" if path else detail)
         self.path = path
         self.detail = detail
 
