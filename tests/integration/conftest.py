@@ -4,13 +4,14 @@ same agent behind real authentication middleware (``tests/support/auth_peer.py``
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-from engine_fixtures import restored
+from engine_fixtures import audited_engine, restored
 from support import AuthPeer, Peer, Peer03, Venv03Unavailable
 
+from cardfence.engine.engine import Engine
 from cardfence.store import EventStore
 
 
@@ -106,3 +107,11 @@ def auth_peer(shared_auth_peer: AuthPeer) -> Iterator[AuthPeer]:
 def sqlite_store(tmp_path: Path) -> Iterator[EventStore]:
     with EventStore.open(f"sqlite:///{tmp_path / 'cardfence.db'}") as store:
         yield store
+
+
+@pytest.fixture
+async def engine(tmp_path: Path) -> AsyncIterator[Engine]:
+    """An engine on a fresh SQLite store, audited clean once the test's background work settles
+    (a module may define its own)."""
+    async with audited_engine(f"sqlite:///{tmp_path / 'engine.db'}") as running:
+        yield running

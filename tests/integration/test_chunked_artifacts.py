@@ -15,11 +15,9 @@ docs/wire.md. The engine keeps what it holds.)
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
-from engine_fixtures import Agent, audited_engine, data_of
+from engine_fixtures import Agent, data_of
 from support import Peer
 
 from cardfence.engine import events as ev
@@ -29,12 +27,6 @@ from cardfence.engine.replay import State
 from cardfence.engine.views import TaskView
 
 WORDS = "alpha beta gamma delta epsilon zeta eta theta"
-
-
-@pytest.fixture
-async def engine(tmp_path: Path) -> AsyncIterator[Engine]:
-    async with audited_engine(f"sqlite:///{tmp_path / 'chunks.db'}") as running:
-        yield running
 
 
 async def _agent_holds(engine: Engine, key: str) -> list[str]:

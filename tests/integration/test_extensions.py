@@ -8,12 +8,11 @@ continuation: a card that comes to require an extension mid-task changes nothing
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from engine_fixtures import FAST, Agent, agent_events, audited_engine, data_of
+from engine_fixtures import FAST, Agent, agent_events, data_of
 from support import Peer
 
 from cardfence.engine import events as ev
@@ -22,12 +21,6 @@ from cardfence.engine.errors import ExtensionRequiredError, UsageError
 
 URI = "https://extensions.example/trace/v1"
 SENDS = ("SendMessage", "message/send")
-
-
-@pytest.fixture
-async def engine(tmp_path: Path) -> AsyncIterator[Engine]:
-    async with audited_engine(f"sqlite:///{tmp_path / 'extensions.db'}") as running:
-        yield running
 
 
 def _requiring(uri: str) -> Any:

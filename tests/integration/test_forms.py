@@ -5,21 +5,12 @@ whole message, the form included, and an answer sent as JSON completes it."""
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
-from pathlib import Path
 
-import pytest
-from engine_fixtures import Agent, audited_engine, data_of
+from engine_fixtures import Agent, data_of
 
 from cardfence.engine import events as ev
 from cardfence.engine.demo.executor import FORM
 from cardfence.engine.engine import Engine
-
-
-@pytest.fixture
-async def engine(tmp_path: Path) -> AsyncIterator[Engine]:
-    async with audited_engine(f"sqlite:///{tmp_path / 'forms.db'}") as running:
-        yield running
 
 
 async def test_a_question_carrying_a_form_is_kept_whole_and_a_json_answer_completes_it(

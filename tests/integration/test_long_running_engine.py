@@ -5,21 +5,12 @@ the last drive of its task (the official a2a-sdk 1.3 agent runs the tasks)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
-from engine_fixtures import audited_engine
 from support import Peer
 
 from cardfence.engine.engine import Engine
 from cardfence.engine.errors import DeadlineExceeded
-
-
-@pytest.fixture
-async def engine(tmp_path: Path) -> AsyncIterator[Engine]:
-    async with audited_engine(f"sqlite:///{tmp_path / 'long-running.db'}") as running:
-        yield running
 
 
 async def test_driving_tasks_to_their_end_leaves_no_wake_up_behind(

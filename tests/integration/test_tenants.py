@@ -12,22 +12,13 @@ interface's URL as its client does, so the HTTP+JSON shape is proved on the requ
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from pathlib import Path
 from typing import Any
 
-import pytest
-from engine_fixtures import audited_engine, data_of
+from engine_fixtures import data_of
 from support import Peer
 
 from cardfence.engine import events as ev
 from cardfence.engine.engine import Engine
-
-
-@pytest.fixture
-async def engine(tmp_path: Path) -> AsyncIterator[Engine]:
-    async with audited_engine(f"sqlite:///{tmp_path / 'tenants.db'}") as running:
-        yield running
 
 
 def _for_tenant(tenant: str) -> Any:
