@@ -360,13 +360,16 @@ class Creation(Observing):
 
 
 def _activated(extensions: Sequence[str]) -> tuple[str, ...]:
-    """The extension URIs a caller activates, stripped, each once, in its order."""
+    """The extension URIs a caller activates, stripped, each once, in its order. Each goes in
+    a request header, so it must be what a URI is: printable ASCII without spaces (a comma would
+    split it in two)."""
     activated = tuple(dict.fromkeys(uri.strip() for uri in extensions))
-    if any(not uri or "," in uri for uri in activated):
-        raise UsageError(
-            f"an extension is named by its URI, without commas ({', '.join(extensions)!r}): "
-            "nothing was sent"
-        )
+    for uri in activated:
+        if not uri or not all("!" <= c <= "~" and c != "," for c in uri):
+            raise UsageError(
+                f"extension {uri!r} is not a URI (printable ASCII, no spaces or commas): "
+                "nothing was sent"
+            )
     return activated
 
 

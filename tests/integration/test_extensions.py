@@ -81,14 +81,18 @@ async def test_a_card_that_comes_to_require_an_extension_mid_task_never_stops_it
     assert not data_of(engine.store, view.task, ev.TASK_ORPHANED)
 
 
-async def test_an_extension_named_with_a_comma_is_a_usage_error_before_anything_is_read(
-    peer: Peer, tmp_path: Path
+@pytest.mark.parametrize(
+    "named",
+    ["a, b", "", "https://x.example/a b", "https://x.example/\r\nX: y", "https://x.example/é"],
+)
+async def test_an_extension_not_named_by_a_uri_is_a_usage_error_before_anything_is_read(
+    peer: Peer, tmp_path: Path, named: str
 ) -> None:
     before = (len(peer.calls), peer.card_requests)
 
     async with Engine.open(f"sqlite:///{tmp_path / 'none.db'}", config=FAST) as engine:
-        with pytest.raises(UsageError, match="nothing was sent"):
-            await engine.start_task(peer.base_url, skill="echo", text="hi", extensions=["a, b"])
+        with pytest.raises(UsageError, match=r"is not a URI .*: nothing was sent"):
+            await engine.start_task(peer.base_url, skill="echo", text="hi", extensions=[named])
         assert engine.log.all() == []
 
     assert (len(peer.calls), peer.card_requests) == before
