@@ -6,23 +6,21 @@ engine's store. :func:`serve` runs it until SIGTERM or SIGINT: the listening soc
 deliveries and polls in flight finish (each append commits or rolls back whole), the engine
 closes, and the call returns -- the command exits 0.
 
-Every decision is one log line (:class:`JsonLines`): the task, the event recorded and its reason.
+Every decision is one log line (:class:`~cardfence.engine.logs.JsonLines`): the task, the event
+recorded and its reason, written by a thread of its own (:mod:`cardfence.engine.logs`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import math
 import signal
 import socket
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
-from datetime import UTC, datetime
 from types import FrameType
-from typing import Any
 
 import uvicorn
 from starlette.applications import Starlette
@@ -32,30 +30,11 @@ from uvicorn.protocols.http.h11_impl import H11Protocol
 from cardfence.engine.driver import Driver
 from cardfence.engine.engine import Engine
 from cardfence.engine.ingress import IngressLimits, webhook_app
+from cardfence.engine.logs import JsonLines
 
 __all__ = ["JsonLines", "head_bounded_h11", "listen", "serve", "serve_app"]
 
 _log = logging.getLogger("cardfence.serve")
-_FIELDS = ("task", "event", "reason", "status", "outcome", "tasks", "source")
-
-
-class JsonLines(logging.Formatter):
-    """One JSON object per log line: time, level, logger, message, and the decision's fields."""
-
-    def format(self, record: logging.LogRecord) -> str:
-        line: dict[str, Any] = {
-            "time": datetime.fromtimestamp(record.created, UTC).isoformat(),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "message": record.getMessage(),
-        }
-        for name in _FIELDS:
-            value = getattr(record, name, None)
-            if value is not None:
-                line[name] = value
-        if record.exc_info:
-            line["error"] = self.formatException(record.exc_info).splitlines()[-1]
-        return json.dumps(line, default=str)
 
 
 def serve_app(

@@ -111,11 +111,11 @@ from cardfence.engine import events as ev
 from cardfence.engine.demo.server import ServerThread
 from cardfence.engine.engine import Engine, EngineConfig, reached
 from cardfence.engine.ingress import webhook_app
+from cardfence.engine.logs import DecisionLog
 from cardfence.engine.observations import Event, Observation, apply_observation
 from cardfence.engine.offload import StoreCalls
 from cardfence.engine.pool import engine_client
 from cardfence.engine.replay import fold_task
-from cardfence.engine.serve import JsonLines
 from cardfence.engine.tasklog import TaskLog, task_stream_id
 from cardfence.store import EventStore, NewEvent
 
@@ -556,19 +556,21 @@ async def drained(engine: Engine) -> None:
 
 @contextlib.contextmanager
 def decisions_logged() -> Iterator[None]:
-    """Log every decision as ``cardfence serve`` does (JSON lines at INFO), to /dev/null."""
+    """Log every decision as ``cardfence serve`` does (JSON lines at INFO, written by a thread
+    of their own), to /dev/null."""
     root = logging.getLogger("cardfence")
     saved = (root.handlers[:], root.level, root.propagate)
     with open(os.devnull, "w") as sink:
-        handler = logging.StreamHandler(sink)
-        handler.setFormatter(JsonLines())
-        root.handlers[:] = [handler]
+        decisions = DecisionLog(sink)
+        root.handlers[:] = [decisions.handler]
         root.setLevel(logging.INFO)
         root.propagate = False
+        decisions.start()
         try:
             yield
         finally:
             root.handlers[:], root.level, root.propagate = saved
+            decisions.stop()
 
 
 @dataclass(slots=True)

@@ -29,6 +29,7 @@ from cardfence.engine.cli.app import (
 )
 from cardfence.engine.cli.tasks import CardAgeOption, PollOption
 from cardfence.engine.engine import Engine, EngineConfig
+from cardfence.engine.logs import DecisionLog
 from cardfence.engine.pool import engine_client, tls_context
 from cardfence.engine.webhook import (
     BODY_SECONDS,
@@ -144,12 +145,12 @@ def serve_command(
         requests_in_flight=workers,
     )
     config = configured(options, config)
-    _log_decisions(debug)
     try:
         sock = listen(host, port)
     except OSError as refused:
         raise errors.UsageError(f"cannot listen on {host}:{port}: {refused.strerror}") from None
     store = open_store(options)
+    decisions = _log_decisions(debug)
 
     async def main() -> None:
         async with engine_client(tls_context(config.ca_file)) as client:
@@ -169,6 +170,7 @@ def serve_command(
         asyncio.run(main())
     finally:
         sock.close()
+        decisions.stop()
 
 
 def _server_tls(cert: str | None, key: str | None) -> tuple[str, str] | None:
@@ -191,13 +193,12 @@ def _started(url: str) -> None:
     sys.stderr.flush()
 
 
-def _log_decisions(debug: bool) -> None:
-    """Decisions (one JSON line each) to stderr."""
-    from cardfence.engine.serve import JsonLines
-
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonLines())
+def _log_decisions(debug: bool) -> DecisionLog:
+    """Decisions (one JSON line each) to stderr, written by a thread of their own."""
+    log = DecisionLog(sys.stderr)
     root = logging.getLogger("cardfence")
-    root.handlers[:] = [handler]
+    root.handlers[:] = [log.handler]
     root.setLevel(logging.DEBUG if debug else logging.INFO)
     root.propagate = False
+    log.start()
+    return log

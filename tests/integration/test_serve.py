@@ -594,3 +594,35 @@ def test_serve_refuses_agent_requests_below_one_with_a_usage_error(tmp_path: Pat
     )  # fmt: skip
     assert result.returncode == 2, result.stderr
     assert "--agent-requests" in result.stderr
+
+
+async def test_serve_whose_log_nobody_reads_answers_every_delivery_and_logs_each_once_read(
+    tmp_path: Path,
+) -> None:
+    # stderr is a pipe read only once serve has stopped: its buffer (64 KiB) fills after a few
+    # hundred lines, and a process writing its log on the event loop would stop with it. The
+    # lines wait for the reader (up to 10,000 of them; tests/unit/test_decision_log.py drops
+    # what finds no room past that).
+    db = f"sqlite:///{tmp_path / 'c.db'}"
+    process = _serve_command(db, "--max-refusals", "0")
+    sent = 800  # each refused (no such task) and logged: about 300 KB of lines
+    try:
+        url = webhook_url(process)
+        headers = {"content-type": "application/json", "x-a2a-notification-token": "token-1"}
+        status = b'"status": {"state": "TASK_STATE_WORKING"}'
+        body = b'{"statusUpdate": {"taskId": "r-1", "contextId": "c-1", ' + status + b"}}"
+        async with httpx.AsyncClient(timeout=10) as client:
+            answers = [await client.post(url, content=body, headers=headers) for _ in range(sent)]
+        assert {answer.status_code for answer in answers} == {404}
+
+        stderr = await _stopped(process)
+        logged = [json.loads(line) for line in stderr.splitlines() if line.startswith("{")]
+        assert len([line for line in logged if line.get("status") == 404]) == sent
+        assert len(stderr.encode()) > 1 << 16  # more than the pipe holds: serve outran it
+        assert not [line for line in logged if "log lines dropped" in line["message"]]
+        with EventStore.open(db) as store:
+            assert store.last_position() == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
