@@ -50,6 +50,18 @@ async def test_a_card_requiring_an_extension_not_activated_refuses_the_task_send
     assert (refusals[-1]["reason"], refusals[-1]["detail"]) == ("extension_required", URI)
 
 
+async def test_the_error_names_each_required_extension_whole_whatever_its_uri_holds(
+    peer: Peer, engine: Engine
+) -> None:
+    odd = "https://extensions.example/a, b"  # a card may say anything; the error keeps it whole
+    peer.mutate_card(_requiring(odd))
+
+    with pytest.raises(ExtensionRequiredError) as refused:
+        await engine.start_task(peer.base_url, skill="echo", text="echo hi")
+
+    assert refused.value.uris == (odd,)
+
+
 async def test_an_activated_extension_is_named_on_every_request_of_the_task(
     peer: Peer, engine: Engine
 ) -> None:
