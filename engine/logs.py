@@ -62,6 +62,8 @@ class DecisionLog:
     def stop(self, timeout: float = 5.0) -> bool:
         """Write what is waiting, then end the writer; ``False`` when ``stream`` took no more
         within ``timeout`` seconds (what still waits is lost with the process)."""
+        if not self._thread.is_alive():
+            return self._thread.ident is not None  # ended already, or never started
         try:
             self._queue.put(None, timeout=timeout)
         except queue.Full:
