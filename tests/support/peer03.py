@@ -256,6 +256,16 @@ class Peer03:
     def wire_calls(self) -> list[tuple[str, str]]:
         return [(c["binding"], c["wire"]) for c in self._control("GET", "/calls")]
 
+    @property
+    def extension_headers(self) -> list[str]:
+        """The ``X-A2A-Extensions`` header of each A2A request ("" when it had none)."""
+        return [c["extensions"] for c in self._control("GET", "/calls")]
+
+    @property
+    def executed_extensions(self) -> list[list[str]]:
+        """The extensions the SDK read as activated, per execution of the executor (sorted)."""
+        return [list(named) for named in self._state()["executed_extensions"]]
+
     # card
 
     @property

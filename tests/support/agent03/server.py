@@ -33,7 +33,8 @@ change what the agent accepts (incident 001).
 
 Test control, under ``/_test/`` (never logged as A2A calls):
 
-- ``GET /_test/calls``: ``[{"binding": "JSONRPC"|"REST", "method": v1.0 name, "wire": ...}]``
+- ``GET /_test/calls``: ``[{"binding": "JSONRPC"|"REST", "method": v1.0 name, "wire": ...,
+  "extensions": its X-A2A-Extensions header or ""}]``
   per A2A request, ``method`` named as cardfence's 1.3 demo agent names it ("SendMessage" ...),
   ``wire`` the 0.3 JSON-RPC method or ``"VERB /v1/..."`` (a JSON-RPC method 0.3 does not have is
   logged as ``"unknown:NAME"``, so a v1.0 ``SendMessage`` is told from a 0.3 ``message/send``;
@@ -174,8 +175,10 @@ class ScriptedExecutor(AgentExecutor):
 
     def __init__(self, hold: Hold) -> None:
         self.hold = hold
+        self.extensions: list[list[str]] = []  # what each execution's request activated
 
     async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        self.extensions.append(sorted(context.requested_extensions))
         task_id, context_id = context.task_id, context.context_id
         assert task_id is not None
         assert context_id is not None
@@ -458,7 +461,10 @@ class CallLog:
         else:
             await self._app(scope, receive, send)
             return
-        self._agent.calls.append({"binding": logged, "method": method, "wire": wire})
+        named = dict(scope["headers"]).get(b"x-a2a-extensions", b"").decode("latin-1")
+        self._agent.calls.append(
+            {"binding": logged, "method": method, "wire": wire, "extensions": named}
+        )
         if binding in self._agent.gone_bindings:
             await PlainTextResponse("Not Found", status_code=404)(scope, receive, send)
             return
@@ -500,8 +506,9 @@ class Agent03:
         self.push_sender = SwitchablePushSender(
             BasePushNotificationSender(self.push_client, push_store), push_store
         )
+        self.executor = ScriptedExecutor(self.holding)
         self.handler = Handler03(
-            agent_executor=ScriptedExecutor(self.holding),
+            agent_executor=self.executor,
             task_store=InMemoryTaskStore(),
             push_config_store=push_store,
             push_sender=self.push_sender,
@@ -583,6 +590,7 @@ class Agent03:
             "push_dropped": self.push_sender.dropped,
             "pushes_dropped": self.push_sender.drops,
             "held": self.holding.held,
+            "executed_extensions": self.executor.extensions,
         }
 
     async def _get_calls(self, request: Request) -> Response:
@@ -640,6 +648,7 @@ class Agent03:
         self.holding.release()
         self.calls.clear()
         self.card_log.clear()
+        self.executor.extensions.clear()
         return JSONResponse(self.state())
 
 
