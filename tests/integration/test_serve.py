@@ -13,7 +13,7 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import httpx
@@ -311,6 +311,18 @@ def _serve_command(db: str, *extra: str) -> subprocess.Popen[str]:
     )
 
 
+@contextlib.contextmanager
+def _serve_running(db: str, *extra: str) -> Iterator[subprocess.Popen[str]]:
+    """``cardfence serve`` on ``db``, killed afterwards if the test has not stopped it."""
+    process = _serve_command(db, *extra)
+    try:
+        yield process
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+
+
 async def _stopped(process: subprocess.Popen[str]) -> str:
     """SIGTERM to a ``serve`` process; asserts it exits 0 within 30 s and returns its log."""
     process.send_signal(signal.SIGTERM)
@@ -326,8 +338,7 @@ async def test_serve_stops_on_a_signal_mid_load_exits_0_and_resume_finishes_ever
     with EventStore.open(db_url):
         pass  # migrated before two processes open it
     # Two requests at most to the agent at once: the others wait their turn, and all finish.
-    process = _serve_command(db_url, "--max-poll-interval", "0.5", "--agent-requests", "2")
-    try:
+    with _serve_running(db_url, "--max-poll-interval", "0.5", "--agent-requests", "2") as process:
         hook = webhook_url(process)
         async with Engine.open(db_url, config=FAST) as run:
             views = []
@@ -359,10 +370,6 @@ async def test_serve_stops_on_a_signal_mid_load_exits_0_and_resume_finishes_ever
                 assert transitions(run.store, view.task) in (SLOW, [("submitted", "completed")])
             await run.settle()
             assert_audit_ok(run.store)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
 
 
 async def test_serve_over_https_receives_the_agents_real_pushes(tmp_path: Path) -> None:
@@ -446,8 +453,7 @@ async def test_serve_answers_503_past_max_deliveries_and_408_past_the_body_timeo
     tmp_path: Path,
 ) -> None:
     db = f"sqlite:///{tmp_path / 'c.db'}"
-    process = _serve_command(db, "--max-deliveries", "1", "--body-timeout", "1")
-    try:
+    with _serve_running(db, "--max-deliveries", "1", "--body-timeout", "1") as process:
         url = webhook_url(process)
         headers = {"content-type": "application/json", "x-a2a-notification-token": "t"}
         body = b'{"statusUpdate": {"taskId": "r-1", "contextId": "c-1"}}'
@@ -464,10 +470,14 @@ async def test_serve_answers_503_past_max_deliveries_and_408_past_the_body_timeo
         assert sorted(line["status"] for line in logged if "status" in line) == [408, 503]
         with EventStore.open(db) as store:
             assert store.last_position() == marks  # nothing written for either
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
+
+
+async def _post_for_no_task(client: httpx.AsyncClient, url: str) -> httpx.Response:
+    """A well-formed delivery for a remote task no webhook is registered for (refused 404)."""
+    status = b'"status": {"state": "TASK_STATE_WORKING"}'
+    body = b'{"statusUpdate": {"taskId": "r-1", "contextId": "c-1", ' + status + b"}}"
+    headers = {"content-type": "application/json", "x-a2a-notification-token": "token-1"}
+    return await client.post(url, content=body, headers=headers)
 
 
 @pytest.mark.parametrize(("limit", "statuses"), [("2", [404, 404, 429, 429]), ("0", [404] * 4)])
@@ -475,14 +485,10 @@ async def test_serve_sheds_a_source_past_max_refusals_and_counts_it_and_0_never_
     tmp_path: Path, limit: str, statuses: list[int]
 ) -> None:
     db = f"sqlite:///{tmp_path / 'c.db'}"
-    process = _serve_command(db, "--max-refusals", limit, "--metrics")
-    try:
+    with _serve_running(db, "--max-refusals", limit, "--metrics") as process:
         url = webhook_url(process)
-        headers = {"content-type": "application/json", "x-a2a-notification-token": "t"}
-        status = b'"status": {"state": "TASK_STATE_WORKING"}'
-        body = b'{"statusUpdate": {"taskId": "r-1", "contextId": "c-1", ' + status + b"}}"
         async with httpx.AsyncClient(timeout=10) as client:
-            answers = [await client.post(url, content=body, headers=headers) for _ in range(4)]
+            answers = [await _post_for_no_task(client, url) for _ in range(4)]
             metrics = (await client.get(url.replace("/webhook", "/metrics"))).text
         assert [answer.status_code for answer in answers] == statuses
         shed = 1 if limit == "2" else 0
@@ -503,17 +509,12 @@ async def test_serve_sheds_a_source_past_max_refusals_and_counts_it_and_0_never_
         )
         with EventStore.open(db) as store:
             assert store.last_position() == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
 
 
 async def test_serve_closes_connections_whose_request_head_does_not_arrive_in_time(
     tmp_path: Path,
 ) -> None:
-    process = _serve_command(f"sqlite:///{tmp_path / 'c.db'}", "--body-timeout", "1")
-    try:
+    with _serve_running(f"sqlite:///{tmp_path / 'c.db'}", "--body-timeout", "1") as process:
         url = httpx.URL(webhook_url(process))
 
         async def closed_by_serve(first: bytes, then: bytes) -> bytes:
@@ -538,10 +539,6 @@ async def test_serve_closes_connections_whose_request_head_does_not_arrive_in_ti
         assert kept_alive.startswith(b"HTTP/1.1 200")
         assert kept_alive.endswith(b'"ok"}')
         await _stopped(process)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
 
 
 async def test_serve_keeps_an_idle_connection_longer_than_an_agents_httpx_client_does(
@@ -550,8 +547,7 @@ async def test_serve_keeps_an_idle_connection_longer_than_an_agents_httpx_client
     """a2a-sdk agents push through httpx, whose pool reuses an idle connection for up to 5 s:
     were serve to close it at that same moment, a push would meet the close and be lost."""
     expiry = httpx.Limits(max_connections=None).keepalive_expiry or 5.0  # httpx's default: 5 s
-    process = _serve_command(f"sqlite:///{tmp_path / 'c.db'}")
-    try:
+    with _serve_running(f"sqlite:///{tmp_path / 'c.db'}") as process:
         url = httpx.URL(webhook_url(process))
         health = f"GET /healthz HTTP/1.1\r\nhost: {url.netloc.decode()}\r\n\r\n".encode()
         reader, writer = await asyncio.open_connection(url.host, url.port)
@@ -564,10 +560,6 @@ async def test_serve_keeps_an_idle_connection_longer_than_an_agents_httpx_client
         finally:
             writer.close()
         await _stopped(process)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
 
 
 @pytest.mark.parametrize(
@@ -604,15 +596,11 @@ async def test_serve_whose_log_nobody_reads_answers_every_delivery_and_logs_each
     # lines wait for the reader (up to 10,000 of them; tests/unit/test_decision_log.py drops
     # what finds no room past that).
     db = f"sqlite:///{tmp_path / 'c.db'}"
-    process = _serve_command(db, "--max-refusals", "0")
     sent = 800  # each refused (no such task) and logged: about 300 KB of lines
-    try:
+    with _serve_running(db, "--max-refusals", "0") as process:
         url = webhook_url(process)
-        headers = {"content-type": "application/json", "x-a2a-notification-token": "token-1"}
-        status = b'"status": {"state": "TASK_STATE_WORKING"}'
-        body = b'{"statusUpdate": {"taskId": "r-1", "contextId": "c-1", ' + status + b"}}"
         async with httpx.AsyncClient(timeout=10) as client:
-            answers = [await client.post(url, content=body, headers=headers) for _ in range(sent)]
+            answers = [await _post_for_no_task(client, url) for _ in range(sent)]
         assert {answer.status_code for answer in answers} == {404}
 
         stderr = await _stopped(process)
@@ -622,7 +610,3 @@ async def test_serve_whose_log_nobody_reads_answers_every_delivery_and_logs_each
         assert not [line for line in logged if "log lines dropped" in line["message"]]
         with EventStore.open(db) as store:
             assert store.last_position() == 0
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.communicate()
