@@ -27,6 +27,7 @@ class Decision:
     allowed: bool
     reason: str
     detail: str = ""
+    extensions: tuple[str, ...] = ()  # EXTENSION_REQUIRED: the URIs required, not activated
 
 
 # -- R2: creation is gated by fresh discovery -----------------------------------------------------
@@ -48,7 +49,7 @@ def creation_check(
         )
     missing = required_extensions(card, extensions)
     if missing:
-        return Decision(False, EXTENSION_REQUIRED, ", ".join(missing))
+        return Decision(False, EXTENSION_REQUIRED, ", ".join(missing), tuple(missing))
     return Decision(True, "ok")
 
 

@@ -178,5 +178,5 @@ class Engine(Following, Creation):
                 f"task {key} was created under the first; a re-send is a creation under it",
             )  # fmt: skip
         if decision.reason == guards.EXTENSION_REQUIRED:
-            raise ExtensionRequiredError(read.agent, decision.detail.split(", "))
+            raise ExtensionRequiredError(read.agent, decision.extensions)
         raise SkillUnavailableError(read.agent, skill, decision.detail)

@@ -112,8 +112,7 @@ class Creation(Observing):
                 detail += f"; the extended card could not be read ({unread})"
             await self._refuse(agent_url, decision.reason, detail, skill)
             if decision.reason == guards.EXTENSION_REQUIRED:
-                missing = guards.required_extensions(card, activated)
-                raise ExtensionRequiredError(read.agent, missing)
+                raise ExtensionRequiredError(read.agent, decision.extensions)
             raise SkillUnavailableError(read.agent, skill, detail)
         try:
             check = await self.discovery.check_contract(read, accept=accept_contract)
