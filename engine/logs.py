@@ -6,7 +6,8 @@ pipe to a collector (journald, a container runtime, a shell), and once the pipe'
 on Linux) is full, every write waits -- every delivery, poll and append with it. So the
 threads that decide (the event loop, the store workers) only hand each record over
 (:class:`DecisionLog`), never waiting: at most ``capacity`` records wait their turn, a record that
-finds no room is counted and dropped, and once there is room again a line says how many were.
+finds no room is counted and dropped, and once there is room again (at the latest when the log
+stops) a line says how many were.
 The writer thread formats and writes them in order.
 """
 
@@ -65,11 +66,24 @@ class DecisionLog:
         if not self._thread.is_alive():
             return self._thread.ident is not None  # ended already, or never started
         try:
+            self._say_dropped(timeout)  # no record may come after them to say them
             self._queue.put(None, timeout=timeout)
         except queue.Full:
             return False
         self._thread.join(timeout)
         return not self._thread.is_alive()
+
+    def _say_dropped(self, timeout: float) -> None:
+        with self.handler.lock:  # type: ignore[union-attr]  # made by Handler.__init__
+            count, self.handler.dropped = self.handler.dropped, 0
+        if not count:
+            return
+        try:
+            self._queue.put(_dropped(count), timeout=timeout)
+        except queue.Full:
+            with self.handler.lock:  # type: ignore[union-attr]
+                self.handler.dropped += count  # still to be said
+            raise
 
     def _write(self) -> None:
         while (record := self._queue.get()) is not None:
