@@ -55,7 +55,7 @@ from cardfence.engine.cards.model import AgentCard, parse_card
 from cardfence.engine.cards.signatures import SignatureCheck
 from cardfence.engine.cards.signed_reads import SignedReads
 from cardfence.engine.errors import CardSignatureError, ContractChangedError, DiscoveryError
-from cardfence.engine.offload import StoreCalls
+from cardfence.engine.offload import StoreCalls, sized_work
 from cardfence.engine.pool import RequestSlots
 from cardfence.engine.replay import State, initial_agent_state
 from cardfence.store import CardSnapshot, EventStore, NewEvent
@@ -213,7 +213,7 @@ class Discovery(SignedReads):
                     response = await fetch_card(
                         self.client, urls, limits=self.limits, slots=self.slots
                     )
-                card = stored or self._parse(response.body, response.url)
+                card = stored or await self._parse(response.body, response.url)
                 signed = await self._check_signatures(origin, policy, card, response.url)
         except DiscoveryError as failure:
             await self._record_failure(origin, failure)
@@ -240,13 +240,15 @@ class Discovery(SignedReads):
         memo = self._memo.get(origin)
         return memo is not None and revision is not None and memo[0].card.revision == revision
 
-    def _parse(self, body: bytes, url: str) -> AgentCard:
+    async def _parse(self, body: bytes, url: str) -> AgentCard:
         """Parse a card body; the same bytes from the same URL parse to the same card, so the
         last few are kept (an agent without validators sends the whole card every time)."""
         key = (url, body)
         card = self._parsed.get(key)
         if card is None:
-            card = parse_card(body, url=url, max_bytes=self.limits.max_bytes)
+            card = await sized_work(
+                len(body), parse_card, body, url=url, max_bytes=self.limits.max_bytes
+            )
             self._parsed[key] = card
             if len(self._parsed) > 16:
                 self._parsed.popitem(last=False)
@@ -264,7 +266,10 @@ class Discovery(SignedReads):
         snapshot = await self._calls.run(self.store.get_snapshot, revision)
         if snapshot is None:
             return None
-        return parse_card(snapshot.body.encode(), url=snapshot.source_url, max_bytes=1 << 30)
+        body = snapshot.body.encode()
+        return await sized_work(
+            len(body), parse_card, body, url=snapshot.source_url, max_bytes=1 << 30
+        )
 
     # -- the authenticated extended card (R15) --------------------------------------------------
 
@@ -306,7 +311,7 @@ class Discovery(SignedReads):
                 return dataclasses.replace(kept[0], status=0)
         url = extended_card_url(transport.interface)
         body = await transport.get_extended_card()
-        card = self._parse(body, url)
+        card = await self._parse(body, url)
         read = CardRead(origin, card, url, 200, None, None, _now())
         try:
             # Its signatures under the agent's policy, before anything uses or stores it.

@@ -31,6 +31,7 @@ from cardfence.engine.cards.model import AgentCard
 from cardfence.engine.cards.signature_policy import IGNORED, SignaturePolicy
 from cardfence.engine.cards.signatures import SignatureCheck, apply_policy, entries
 from cardfence.engine.errors import CardSignatureError, DiscoveryError
+from cardfence.engine.offload import sized_work
 from cardfence.engine.pool import RequestSlots
 from cardfence.store import EventStore
 
@@ -70,7 +71,8 @@ class SignedReads:
             if found
             else None
         )
-        return apply_policy(card, policy, keys, url)
+        size = len(card.canonical_bytes())  # what is hashed, decoded and verified
+        return await sized_work(size, apply_policy, card, policy, keys, url)
 
     async def _keys(
         self, origin: str, policy: SignaturePolicy, named: set[str], card_url: str

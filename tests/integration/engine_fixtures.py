@@ -21,6 +21,8 @@ Plain functions and classes, no pytest fixtures: the test modules define their f
 - :class:`MovableEndpoint` — a JSON-RPC endpoint of its own that relays to the agent's until it is
   retired (then a plain 404, incident 002): the old endpoint of an agent that moved.
 - Crafted push bodies: :func:`status_update_body`, :data:`JSON`, :func:`push_headers`.
+- :class:`LoopWatch` — functions patched to wait, at each call, for the event loop to run
+  meanwhile: proof that work on a large input does not stall the loop.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import contextlib
 import copy
 import json
 import subprocess
+import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from datetime import datetime
@@ -511,3 +514,45 @@ def webhook_url(process: subprocess.Popen[str], timeout: float = 30.0) -> str:
             return line.rsplit("webhook at ", 1)[1].strip()
     process.kill()
     raise AssertionError(f"serve did not start: {process.communicate()}")
+
+
+class LoopWatch:
+    """Functions patched (:meth:`patch`) so that each call waits until the event loop has run
+    something else meanwhile (:meth:`watching`, a task on the loop, says so). A call made on the
+    loop's own thread waits in vain -- the loop cannot run while it waits -- and is recorded as
+    such after ``patience`` seconds: :attr:`calls` holds ``(name, loop ran meanwhile)``."""
+
+    def __init__(self, patience: float = 5.0) -> None:
+        self.calls: list[tuple[str, bool]] = []
+        self._patience = patience
+        self._started = threading.Event()
+        self._ran = threading.Event()
+
+    def patch(self, monkeypatch: Any, module: Any, name: str) -> None:
+        original = getattr(module, name)
+
+        def waiting(*args: Any, **kwargs: Any) -> Any:
+            self._ran.clear()
+            self._started.set()
+            self.calls.append((name, self._ran.wait(self._patience)))
+            return original(*args, **kwargs)
+
+        monkeypatch.setattr(module, name, waiting)
+
+    async def watching(self) -> None:
+        """Run until cancelled, saying that the loop ran whenever a patched call waits for it."""
+        while True:
+            if self._started.is_set():
+                self._started.clear()
+                self._ran.set()
+            await asyncio.sleep(0.005)
+
+    @contextlib.asynccontextmanager
+    async def watched(self) -> AsyncIterator[None]:
+        watcher = asyncio.create_task(self.watching())
+        try:
+            yield
+        finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher

@@ -9,9 +9,11 @@ from typing import Any
 
 import httpx
 import pytest
+from engine_fixtures import LoopWatch
 from support import Peer
 
 from cardfence.engine import events as ev
+from cardfence.engine.cards import discovery as discovery_module
 from cardfence.engine.cards.discovery import Discovery
 from cardfence.engine.cards.fetch import CardLimits, card_urls
 from cardfence.engine.errors import CardInvalidError, ContractChangedError, DiscoveryError
@@ -322,6 +324,23 @@ async def test_many_reads_of_one_agent_at_once_never_conflict_with_each_other(
         fetched = [t for t, _ in _agent_events(store, peer) if t == ev.CARD_FETCHED]
     assert conflicts == []
     assert len(fetched) == 41  # every read recorded
+
+
+async def test_a_large_card_is_parsed_while_the_event_loop_goes_on(
+    peer: Peer, sqlite_store: EventStore, client: httpx.AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Parsing a card is pure Python (~0.13 s for 700 KB): a large one is parsed on a worker
+    thread, so a process driving tasks and answering deliveries on the loop never stalls on an
+    agent serving one (changed at every read, it would be parsed at every read)."""
+    peer.mutate_card(lambda c: c.update(description="A large card. " * 20_000))  # 280 KB
+    watch = LoopWatch()
+    watch.patch(monkeypatch, discovery_module, "parse_card")
+    async with watch.watched():
+        read = await Discovery(sqlite_store, client).read(peer.base_url)
+
+    assert watch.calls == [("parse_card", True)]
+    assert len(read.card.canonical_bytes()) > 280_000
+    assert sqlite_store.snapshot_revisions() == [read.revision]
 
 
 async def test_two_first_uses_racing_pin_the_contract_once(

@@ -17,7 +17,7 @@ from typing import Any
 
 import httpx
 import pytest
-from engine_fixtures import FAST, agent_events, calls, data_of, restored, types
+from engine_fixtures import FAST, LoopWatch, agent_events, calls, data_of, restored, types
 from joserfc.jwk import ECKey, Key
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -26,6 +26,8 @@ from support.extended_peer import EXTENDED_ONLY, ExtendedPeer
 
 from cardfence.engine import events as ev
 from cardfence.engine.audit import audit
+from cardfence.engine.cards import discovery as discovery_module
+from cardfence.engine.cards import signed_reads
 from cardfence.engine.cards.discovery import CardRead, Discovery
 from cardfence.engine.cards.fetch import CardLimits
 from cardfence.engine.cards.signature_policy import CardSignatures, SignaturePolicy
@@ -167,6 +169,25 @@ async def test_a_card_signed_by_a2a_sdk_verifies_and_is_recorded_with_its_signat
     report = audit(sqlite_store, verify_signatures=True)
     assert report.ok, report.violations
     assert report.signatures_checked == 1
+
+
+async def test_a_large_signed_card_is_parsed_and_verified_while_the_event_loop_goes_on(
+    peer: KeyedPeer, sqlite_store: EventStore, client: httpx.AsyncClient, key: ECKey,
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    """A signature check canonicalises and decodes the card again (pure Python, like parsing
+    it): on a large card, both happen on a worker thread, never stalling the loop."""
+    peer.card = sign_card({**peer.card, "description": "A large card. " * 20_000}, key)
+    watch = LoopWatch()
+    watch.patch(monkeypatch, discovery_module, "parse_card")
+    watch.patch(monkeypatch, signed_reads, "apply_policy")
+    lim = limits(peer, "require", key_file(tmp_path, key))
+    async with watch.watched():
+        read = await Discovery(sqlite_store, client, limits=lim).read(peer.base_url)
+
+    assert watch.calls == [("parse_card", True), ("apply_policy", True)]
+    assert signature_of(sqlite_store, peer)["status"] == "verified"
+    assert read.revision in sqlite_store.snapshot_revisions()
 
 
 async def test_a_card_signed_here_verifies_in_a2a_sdks_verifier_and_an_altered_one_does_not(

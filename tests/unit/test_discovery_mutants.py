@@ -752,18 +752,18 @@ async def test_the_same_bytes_from_the_same_url_parse_once_of_the_last_sixteen(
 ) -> None:
     discovery = Discovery(store, client)
     url = "http://a.test" + CARD
-    first = discovery._parse(body(), url)
-    assert discovery._parse(body(), url) is first
-    other_url = discovery._parse(body(), url + "?")
+    first = await discovery._parse(body(), url)
+    assert await discovery._parse(body(), url) is first
+    other_url = await discovery._parse(body(), url + "?")
     assert other_url is not first  # another URL: parsed again
-    versions = [discovery._parse(body(version=str(n)), url) for n in range(1, 15)]
+    versions = [await discovery._parse(body(version=str(n)), url) for n in range(1, 15)]
     # 16 held. Used again, `first` becomes the most recent; a 17th card pushes out the least
     # recent, `other_url`, and nothing else.
-    assert discovery._parse(body(), url) is first
-    discovery._parse(body(version="15"), url)
-    assert discovery._parse(body(), url) is first
-    assert discovery._parse(body(version="1"), url) is versions[0]
-    assert discovery._parse(body(), url + "?") is not other_url
+    assert await discovery._parse(body(), url) is first
+    await discovery._parse(body(version="15"), url)
+    assert await discovery._parse(body(), url) is first
+    assert await discovery._parse(body(version="1"), url) is versions[0]
+    assert await discovery._parse(body(), url + "?") is not other_url
 
 
 async def test_the_size_limit_given_applies_to_every_read_of_one_discovery(
