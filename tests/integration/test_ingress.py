@@ -737,3 +737,38 @@ async def test_each_delivery_decision_is_logged_once_without_secrets(
         assert "hook-secret" not in line
         assert "guessed-secret" not in line
         assert "reason=" in line
+
+
+async def test_a_presented_secret_echoed_by_a_refusal_is_redacted_a_short_one_where_it_stands_alone(
+    peer: Peer, engine: Engine, ingress: str, client: httpx.AsyncClient,
+    caplog: pytest.LogCaptureFixture,
+) -> None:  # fmt: skip
+    """A refusal may quote the body (here, an unknown task id): credentials the sender put
+    there too are redacted from the answer and the log. One of eight characters or more is
+    redacted wherever it appears; a shorter one only where it stands alone, or a token ``t``
+    would blank every ``t`` of the sender's own answer."""
+    url = ingress + "/webhook"
+    await registered_task(engine, peer, url)  # a task of another id, with its webhook
+    long_secret = "s3cret-token-value"
+    cases = [  # token, Authorization credentials, remote task id -> the id as the answer quotes it
+        (long_secret, "other", f"id-{long_secret}-2", "'id-[redacted]-2'"),
+        ("tok", long_secret, long_secret, "'[redacted]'"),
+        (long_secret[:9], long_secret, f"{long_secret}!", "'[redacted]!'"),  # not '[redacted]oken…'
+        ("t", "b", "t", "'[redacted]'"),
+        ("t", "b", "tt-b", "'tt-b'"),
+        ("t", "b", "b t", "'[redacted] [redacted]'"),
+    ]
+    with caplog.at_level(logging.INFO, logger="cardfence.ingress"):
+        for token, credentials, task_id, quoted in cases:
+            body = status_update_body(task_id, None, "working", datetime.now(UTC))
+            headers = push_headers(token, authorization=f"Bearer {credentials}")
+            answer = await client.post(url, content=body, headers=headers)
+            assert (answer.status_code, answer.json()["outcome"]) == (404, "refused")
+            assert answer.json()["detail"] == f"no task with remote id {quoted}"
+
+    lines = [r.getMessage() for r in caplog.records if r.name == "cardfence.ingress"]
+    assert len(lines) == len(cases)
+    for line, (_, _, _, quoted) in zip(lines, cases, strict=True):
+        assert f"no task with remote id {quoted}" in line
+        assert long_secret not in line
+    assert "task" in lines[-1]  # the words of the line are whole
