@@ -225,8 +225,19 @@ def test_card_mutation_and_card_faults(peer03: Peer03, http: httpx.Client) -> No
     assert unavailable.headers["retry-after"] == "1"
     peer03.set_card_fault("404")
     assert http.get(peer03.card_url).status_code == 404
+    peer03.set_card_fault("invalid_json")
+    assert http.get(peer03.card_url).content.startswith(b'{"name": "cardfence-peer03", "skills": [')
+    with pytest.raises(json.JSONDecodeError):
+        http.get(peer03.card_url).json()
+    peer03.set_card_fault("huge")
+    with http.stream("GET", peer03.card_url) as huge:
+        assert "content-length" not in huge.headers  # chunked: the reader must cut it off
+        assert sum(len(chunk) for chunk in huge.iter_bytes()) == 5 * 1024 * 1024
+    peer03.set_card_fault("hang")
+    with pytest.raises(httpx.ReadTimeout):
+        http.get(peer03.card_url, timeout=0.3)
     with pytest.raises(ValueError, match="unknown card fault"):
-        peer03.set_card_fault("hang")
+        peer03.set_card_fault("teapot")
     peer03.reset()
     assert http.get(peer03.card_url).status_code == 200
 

@@ -43,7 +43,7 @@ VENV_VAR = "CARDFENCE_A2A03_VENV"
 STAMP = ".cardfence-installed"
 A2A03_SDK_VERSION = "0.3.26"
 BINDINGS03 = ("JSONRPC", "HTTP+JSON")
-CARD_FAULTS03 = frozenset({"503", "404"})
+CARD_FAULTS03 = frozenset({"503", "404", "hang", "invalid_json", "huge"})
 LEGACY_CARD_PATH03 = "/.well-known/agent.json"  # a2a-sdk 0.3 serves the card here too
 STARTUP_SECONDS = 20.0
 STOP_SECONDS = 5.0
@@ -305,7 +305,8 @@ class Peer03:
         return None if fault is None else str(fault)
 
     def set_card_fault(self, kind: str | None) -> None:
-        """Make card GETs answer "503" (Retry-After: 1) or "404"; ``None`` restores them."""
+        """Make card GETs answer "503" (Retry-After: 1), "404", not at all ("hang"), a truncated
+        JSON body ("invalid_json") or a 5 MiB one ("huge"); ``None`` restores them."""
         if kind is not None and kind not in self.card_faults:
             expected = sorted(self.card_faults)
             raise ValueError(f"unknown card fault {kind!r}; expected one of {expected}")

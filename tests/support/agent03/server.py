@@ -41,7 +41,9 @@ Test control, under ``/_test/`` (never logged as A2A calls):
   a REST path it does not have as ``"VERB /path"``); recorded even while the endpoint is gone;
 - ``GET /_test/state``: card reads, card fault, gone bindings, push switch and drops, hold;
 - ``GET /_test/card``, ``POST /_test/card`` (body: the new card JSON, served from then on);
-- ``POST /_test/card_fault`` ``{"fault": null | "503" | "404"}``;
+- ``POST /_test/card_fault`` ``{"fault": null | "503" | "404" | "hang" | "invalid_json" |
+  "huge"}``: a 503 (``Retry-After: 1``), a 404, no answer (until the client goes away), a
+  truncated JSON body, a 5 MiB body (chunked, paced);
 - ``POST /_test/endpoint_gone`` ``{"gone": bool, "binding": null | "JSONRPC" | "HTTP+JSON"}``:
   the endpoint answers a bare HTTP 404 (incident 002);
 - ``POST /_test/push_dropped`` ``{"dropped": bool}``: deliveries silently dropped while
@@ -61,7 +63,7 @@ import os
 import re
 import socket
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -92,7 +94,7 @@ from a2a.types import (
     TextPart,
 )
 from starlette.requests import Request
-from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Receive, Scope, Send
 from starlette.types import Message as ASGIMessage
@@ -103,7 +105,12 @@ JSONRPC_PATH = "/a2a/jsonrpc"
 REST_PREFIX = "/a2a/rest"
 TEST_PREFIX = "/_test"
 BINDINGS = ("JSONRPC", "HTTP+JSON")
-CARD_FAULTS = ("503", "404")
+CARD_FAULTS = ("503", "404", "hang", "invalid_json", "huge")
+HANG_SECONDS = 3600.0  # "hang": no answer for this long, or until the client goes away
+INVALID_CARD_BODY = b'{"name": "cardfence-peer03", "skills": ['  # truncated JSON
+HUGE_CARD_BYTES = 5 * 1024 * 1024  # "huge": chunked, no Content-Length, paced
+HUGE_CHUNK_BYTES = 64 * 1024
+HUGE_CHUNK_PAUSE = 0.01
 SCRIPTS = ("echo", "ask", "authorize", "slow", "fail", "fail-diag", "reject", "write")
 SKILL_METADATA_KEY = "skillId"
 FORM = {  # what `ask form` asks to be filled, as the demo agent asks it
@@ -558,6 +565,17 @@ class Agent03:
             )
         if self.card_fault == "404":
             return PlainTextResponse("Not Found", status_code=404)
+        if self.card_fault == "hang":
+            deadline = asyncio.get_running_loop().time() + HANG_SECONDS
+            while asyncio.get_running_loop().time() < deadline:
+                if await request.is_disconnected():
+                    break
+                await asyncio.sleep(0.05)
+            return PlainTextResponse("Service Unavailable", status_code=503)
+        if self.card_fault == "invalid_json":
+            return Response(INVALID_CARD_BODY, media_type="application/json")
+        if self.card_fault == "huge":
+            return StreamingResponse(_huge_card(self.card), media_type="application/json")
         return JSONResponse(copy.deepcopy(self.card))
 
     # -- test control -----------------------------------------------------------------------
@@ -691,6 +709,21 @@ async def serve(args: argparse.Namespace) -> None:
         agent.holding.release()
         with contextlib.suppress(Exception):
             await agent.aclose()
+
+
+async def _huge_card(card: dict[str, Any]) -> AsyncIterator[bytes]:
+    """The card as JSON padded with spaces to ``HUGE_CARD_BYTES``, in paced chunks (a client
+    that stops reading is noticed early)."""
+    head = json.dumps(card).encode()[:-1] + b', "padding": "'
+    tail = b'"}'
+    remaining = max(0, HUGE_CARD_BYTES - len(head) - len(tail))
+    yield head
+    while remaining:
+        size = min(HUGE_CHUNK_BYTES, remaining)
+        remaining -= size
+        yield b" " * size
+        await asyncio.sleep(HUGE_CHUNK_PAUSE)
+    yield tail
 
 
 def main(argv: list[str] | None = None) -> None:
