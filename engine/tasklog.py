@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from cardfence.engine import events as ev
 from cardfence.engine.errors import UsageError
@@ -44,9 +44,11 @@ from cardfence.store import (
 )
 
 _log = logging.getLogger("cardfence.tasks")
+_V = TypeVar("_V")
 
 _RETRIES = 50
-# Repeat counts held for tasks whose next event has not come yet (R12), at most.
+# Repeat counts, and failures being counted, held for tasks whose next event has not come yet
+# (R12), at most.
 _COUNTS_KEPT = 10_000
 
 
@@ -195,11 +197,9 @@ class TaskLog:
         task's stream, and the fold adds it to the projection's ``repeats_ignored``: the log
         stays the truth (R13) and grows by no event for a repeat.
         """
-        self._uncounted[key] = self._uncounted.get(key, 0) + 1
-        if len(self._uncounted) > _COUNTS_KEPT:
-            # An ended task's count waits for an event that seldom comes (its closing read
-            # repeats its end): the count held longest goes, as if its process had restarted.
-            del self._uncounted[next(iter(self._uncounted))]
+        # An ended task's count waits for an event that seldom comes (its closing read repeats
+        # its end).
+        _hold(self._uncounted, key, self._uncounted.get(key, 0) + 1)
 
     def failures_held(self, key: str) -> int:
         """How many failed polls or card reads of the task this log has counted and not yet
@@ -291,7 +291,8 @@ class TaskLog:
                 self._failing.pop(key, None)
             else:
                 since = failing if version == head.version else frozenset()
-                self._failing[key] = (since | {failure}, head.version + len(events), 0)
+                # A task driven elsewhere since (its lease taken over) never carries them here.
+                _hold(self._failing, key, (since | {failure}, head.version + len(events), 0))
             _decided(key, events)
             return before, after
         raise ConcurrencyError(stream_id, -1, None)
@@ -397,6 +398,14 @@ _REPEATABLE: Final = frozenset(
         (ev.AUTHORIZATION_FAILED, "subscribe"),
     }
 )
+
+
+def _hold(held: dict[str, _V], key: str, value: _V) -> None:
+    """``held[key] = value``; past :data:`_COUNTS_KEPT` tasks, the one held longest is dropped,
+    as if its process had restarted (its next repeat or failure is recorded anew)."""
+    held[key] = value
+    if len(held) > _COUNTS_KEPT:
+        del held[next(iter(held))]
 
 
 def _repeatable_failure(events: Sequence[Event]) -> str | None:

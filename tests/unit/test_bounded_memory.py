@@ -1,6 +1,6 @@
 """What a long-running engine keeps in memory is bounded, whatever happens to the tasks it has
-seen: repeat counts waiting for a task's next event (R12), and the background failures kept for
-``Engine.settle`` during an outage."""
+seen: repeat counts and failures being counted, waiting for a task's next event (R12), and the
+background failures kept for ``Engine.settle`` during an outage."""
 
 from __future__ import annotations
 
@@ -41,6 +41,31 @@ def test_repeat_counts_are_held_for_so_many_tasks_the_longest_held_dropped(
     log.record("kept", lambda _state: [note])
     assert _carried(store, "oldest") is None  # dropped, as if its process had restarted
     assert _carried(store, "kept") == 2
+
+
+def test_failures_being_counted_are_held_for_so_many_tasks_the_longest_held_dropped(
+    store: EventStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A task failing as before is counted, not appended, while its failure is held; a process
+    whose tasks move on to others (leases taken over) holds at most so many of them."""
+    monkeypatch.setattr(tasklog_module, "_COUNTS_KEPT", 3)
+    log = TaskLog(store)
+    unreachable = (ev.ENDPOINT_UNREACHABLE, {"url": "http://agent.example", "during": "poll",
+                                             "detail": "ConnectError: refused"})  # fmt: skip
+    keys = ["oldest", "kept", "moved-0", "moved-1"]  # four held, one over
+    for key in keys:
+        _task(log, key)
+        log.record(key, lambda _state: [unreachable])
+
+    def failures(key: str) -> int:
+        return [e.type for e in store.read_stream(task_stream_id(key))].count(
+            ev.ENDPOINT_UNREACHABLE
+        )
+
+    log.record("kept", lambda _state: [unreachable])  # the same failure again: held, counted
+    assert (failures("kept"), log.failures_held("kept")) == (1, 1)
+    log.record("oldest", lambda _state: [unreachable])  # dropped: recorded anew, as on restart
+    assert (failures("oldest"), log.failures_held("oldest")) == (2, 0)
 
 
 async def test_background_failures_kept_for_settle_are_the_first_hundred_each_logged(
