@@ -18,6 +18,7 @@ import json
 import logging
 import queue
 import threading
+import time
 from datetime import UTC, datetime
 from typing import IO, Any
 
@@ -65,12 +66,13 @@ class DecisionLog:
         within ``timeout`` seconds (what still waits is lost with the process)."""
         if not self._thread.is_alive():
             return self._thread.ident is not None  # ended already, or never started
+        deadline = time.monotonic() + timeout  # one budget for the whole stop
         try:
             self._say_dropped(timeout)  # no record may come after them to say them
-            self._queue.put(None, timeout=timeout)
+            self._queue.put(None, timeout=max(0.0, deadline - time.monotonic()))
         except queue.Full:
             return False
-        self._thread.join(timeout)
+        self._thread.join(max(0.0, deadline - time.monotonic()))
         return not self._thread.is_alive()
 
     def _say_dropped(self, timeout: float) -> None:
