@@ -50,6 +50,9 @@ _RETRIES = 50
 # Repeat counts, and failures being counted, held for tasks whose next event has not come yet
 # (R12), at most.
 _COUNTS_KEPT = 10_000
+# Task heads kept (the ones written or read last): past it, the one used longest ago is dropped,
+# and its next append reads its head from the store once.
+_HEADS_KEPT = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -233,9 +236,12 @@ class TaskLog:
         return None if head is None else head.state
 
     def _keep(self, head: TaskHead) -> TaskHead:
-        if len(self._heads) > 10_000:
-            self._heads.clear()
+        # Least recently kept first: a task written again moves to the end, so the tasks being
+        # driven stay kept however many others were read meanwhile.
+        self._heads.pop(head.key, None)
         self._heads[head.key] = head
+        if len(self._heads) > _HEADS_KEPT:
+            del self._heads[next(iter(self._heads))]
         return head
 
     def record(self, key: str, decide: Callable[[State], Sequence[Event]]) -> tuple[State, State]:

@@ -1,6 +1,7 @@
 """What a long-running engine keeps in memory is bounded, whatever happens to the tasks it has
-seen: repeat counts and failures being counted, waiting for a task's next event (R12), and the
-background failures kept for ``Engine.settle`` during an outage."""
+seen: the task heads it last wrote or read, repeat counts and failures being counted, waiting
+for a task's next event (R12), and the background failures kept for ``Engine.settle`` during an
+outage."""
 
 from __future__ import annotations
 
@@ -21,6 +22,28 @@ def _task(log: TaskLog, key: str) -> None:
 
 def _carried(store: EventStore, key: str) -> object:
     return store.read_stream(task_stream_id(key))[-1].data.get(ev.REPEATS_IGNORED)
+
+
+def test_heads_are_kept_for_so_many_tasks_the_one_used_longest_ago_dropped(
+    store: EventStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(tasklog_module, "_HEADS_KEPT", 3)
+    log = TaskLog(store)
+    for key in ("first", "second", "third"):
+        _task(log, key)
+    log.record("first", lambda _state: [(ev.DEADLINE_EXCEEDED, {"until": "terminal"})])
+    _task(log, "fourth")  # one over: "second" is the one used longest ago
+
+    assert [key for key in ("first", "second", "third", "fourth") if log.kept(key)] == [
+        "first",
+        "third",
+        "fourth",
+    ]
+    # A dropped head is read from the store once, and the task goes on from it.
+    log.record("second", lambda _state: [(ev.DEADLINE_EXCEEDED, {"until": "terminal"})])
+    assert log.head("second").version == 2
+    assert log.kept("second") is not None
+    assert log.kept("third") is None
 
 
 def test_repeat_counts_are_held_for_so_many_tasks_the_longest_held_dropped(
