@@ -22,6 +22,7 @@ from typing import Any
 import httpx
 import pytest
 from support.hostile import Reply, Request, RoutedServer, SilentListener
+from support.slots import RecordedSlots
 
 from cardfence.engine import deadline
 from cardfence.engine import events as ev
@@ -624,6 +625,29 @@ async def test_a_304_for_a_revision_no_longer_held_is_read_again_whole(
     assert [r.headers.get("if-none-match") for r in server.requests] == ['"e1"', None]
     assert (read.status, read.etag, read.card.name) == (200, '"e2"', "cards")
     assert store.snapshot_revisions() == [read.revision]
+
+
+async def test_a_read_and_the_whole_read_after_its_304_each_wait_for_a_request_slot(
+    server: RoutedServer, store: EventStore, client: httpx.AsyncClient
+) -> None:
+    server.routes[CARD] = conditional(etag='"e2"')
+    append_agent_events(
+        store,
+        server.url,
+        lambda _: [
+            NewEvent(
+                ev.CARD_FETCHED,
+                {"url": server.url + CARD, "revision": "f" * 64, "etag": '"e1"', "status": 200},
+            )
+        ],
+    )
+    slots = RecordedSlots()
+
+    read = await Discovery(store, client, limits=FAST, slots=slots).read(server.url)
+
+    assert read.status == 200
+    assert len(server.requests) == 2
+    assert slots.urls == [server.url + CARD, server.url + CARD]
 
 
 async def test_a_304_to_a_read_without_validators_is_read_again_and_then_refused(

@@ -14,9 +14,8 @@ by hand where that is the clearer way to reach a branch. Every test runs in well
 
 from __future__ import annotations
 
-import contextlib
 import json
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -25,8 +24,10 @@ import httpx
 import pytest
 from joserfc.jwk import ECKey, Key
 from support.hostile import Reply, RoutedServer
+from support.slots import RecordedSlots
 
 from cardfence.engine import events as ev
+from cardfence.engine.cards.agent_stream import append_agent_events
 from cardfence.engine.cards.discovery import CardRead, Discovery
 from cardfence.engine.cards.fetch import CardLimits
 from cardfence.engine.cards.keys import CardKeys, parse_keys
@@ -34,7 +35,6 @@ from cardfence.engine.cards.model import parse_card
 from cardfence.engine.cards.signature_policy import CardSignatures, SignaturePolicy
 from cardfence.engine.cards.signatures import FORM_RFC8785, SignatureCheck, Verified, sign_card
 from cardfence.engine.errors import CardSignatureError
-from cardfence.engine.pool import RequestSlots
 from cardfence.store import EventStore, NewEvent, RecordedEvent
 
 CARD = "/.well-known/agent-card.json"
@@ -52,20 +52,6 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
-
-
-class RecordedSlots(RequestSlots):
-    """Request slots that remember the URL of every slot taken."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.urls: list[str] = []
-
-    @contextlib.asynccontextmanager
-    async def held(self, url: str) -> AsyncIterator[None]:
-        self.urls.append(url)
-        async with super().held(url):
-            yield
 
 
 class ReadsSeen:
@@ -844,6 +830,30 @@ async def test_an_unsigned_card_after_a_pin_is_refused_as_a_downgrade_naming_the
         "the card is unsigned, and key set 0123456789ab is pinned for https://agent.example: "
         "refused as a downgrade (accept_key_change accepts it)",
     )
+
+
+async def test_a_read_refused_against_the_pinned_key_set_is_recorded_as_a_failure_of_its_agent(
+    store: EventStore, client: httpx.AsyncClient, server: RoutedServer
+) -> None:
+    server.routes[CARD] = Reply(body=json.dumps(document()).encode(), headers=dict(JSON))
+    kind, pinned = pinning("0123456789abcdef0123")
+    pin = NewEvent(kind, {**pinned, "url": server.url + CARD, "revision": "f" * 64})
+    append_agent_events(store, server.url, lambda _: [pin])  # with the projection it folds to
+    reads = discovery(store, client, server.url, SignaturePolicy("prefer"))
+
+    with pytest.raises(CardSignatureError) as refused:
+        await reads.read(server.url)
+
+    *_, (kind, data) = events_of(store, server.url)
+    assert kind == ev.DISCOVERY_FAILED
+    assert (data["url"], data["kind"], data["detail"]) == (
+        server.url + CARD,
+        "signature",
+        refused.value.detail,
+    )
+    assert "refused as a downgrade" in data["detail"]
+    assert len(events_of(store, server.url)) == 2  # the pin, then the failure: no card recorded
+    assert store.snapshot_revisions() == []
 
 
 async def test_a_changed_key_set_is_refused_naming_both_key_sets_and_its_kids(
