@@ -908,6 +908,24 @@ async def test_reads_are_their_own_unless_asked_to_share_even_with_one_in_flight
     assert server.paths() == [CARD, CARD]
 
 
+async def test_a_card_in_memory_never_answers_a_fresh_read_shared_or_not(
+    server: RoutedServer, store: EventStore, client: httpx.AsyncClient
+) -> None:
+    server.routes[CARD] = card_reply()
+    discovery = Discovery(store, client, limits=FAST)
+    await discovery.read(server.url)  # the card is in memory, fresh for two minutes
+
+    shared = await asyncio.gather(
+        discovery.read(server.url, share=True), discovery.read(server.url, share=True)
+    )
+    assert shared[0] is shared[1]
+    assert server.paths() == [CARD] * 2  # one wire read for both, none from memory
+
+    own = await asyncio.gather(discovery.read(server.url), discovery.read(server.url))
+    assert [read.status for read in own] == [200, 200]  # 0: served from memory
+    assert server.paths() == [CARD] * 4
+
+
 async def test_shared_reads_of_two_agents_at_once_are_not_shared(
     server: RoutedServer, store: EventStore, client: httpx.AsyncClient
 ) -> None:
