@@ -5,26 +5,31 @@ A process that writes its log on the event loop stops when the log's reader does
 pipe to a collector (journald, a container runtime, a shell), and once the pipe's buffer (64 KiB
 on Linux) is full, every write waits -- every delivery, poll and append with it. So the
 threads that decide (the event loop, the store workers) only hand each record over
-(:class:`DecisionLog`), never waiting: at most ``capacity`` records wait their turn, a record that
+(:class:`DecisionLog`), never waiting: at most ``capacity`` lines wait their turn, a line that
 finds no room is counted and dropped, and once there is room again (at the latest when the log
 stops) a line says how many were.
-The writer thread formats and writes them in order.
+Each record is made its line where it is logged; the writer thread writes the lines in order,
+those waiting together (one write and one flush for many lines).
 """
 
 from __future__ import annotations
 
-import copy
+import contextlib
 import json
 import logging
 import queue
+import sys
 import threading
 import time
+import traceback
 from datetime import UTC, datetime
 from typing import IO, Any
 
 __all__ = ["DecisionLog", "JsonLines"]
 
 _FIELDS = ("task", "event", "reason", "status", "outcome", "tasks", "source", "error")
+_BATCH = 1_000  # lines written at once, at most
+_LINGER = 0.005  # seconds the writer waits after a write for the next lines to gather
 
 
 class JsonLines(logging.Formatter):
@@ -48,13 +53,19 @@ class JsonLines(logging.Formatter):
 
 class DecisionLog:
     """Records handed to a writer thread that writes them to ``stream`` as :class:`JsonLines`;
-    :attr:`handler` is the handler to log through. :meth:`start` it, :meth:`stop` it."""
+    :attr:`handler` is the handler to log through. :meth:`start` it, :meth:`stop` it.
+
+    A record is made its line where it is logged (formatting is CPU either thread pays for, and
+    a line holds no reference to the frames of an exception); the writer writes the lines that
+    are waiting together, one write and one flush for all of them, then lingers a moment so
+    that the next ones gather: one wake-up for many lines, not one a line.
+    """
 
     def __init__(self, stream: IO[str], *, capacity: int = 10_000) -> None:
-        self._queue: queue.Queue[logging.LogRecord | None] = queue.Queue(capacity)
+        self._queue: queue.Queue[str | None] = queue.Queue(capacity)
         self.handler = _Handover(self._queue)
-        self._writer = logging.StreamHandler(stream)
-        self._writer.setFormatter(JsonLines())
+        self.handler.setFormatter(JsonLines())
+        self._stream = stream
         # A daemon: a writer stuck on a stream nobody reads never keeps the process alive.
         self._thread = threading.Thread(target=self._write, name="cardfence-log", daemon=True)
 
@@ -81,51 +92,61 @@ class DecisionLog:
         if not count:
             return
         try:
-            self._queue.put(_dropped(count), timeout=timeout)
+            self._queue.put(self.handler.format(_dropped(count)), timeout=timeout)
         except queue.Full:
             with self.handler.lock:  # type: ignore[union-attr]
                 self.handler.dropped += count  # still to be said
             raise
 
     def _write(self) -> None:
-        while (record := self._queue.get()) is not None:
-            self._writer.handle(record)
+        while True:
+            lines = [self._queue.get()]
+            with contextlib.suppress(queue.Empty):
+                while len(lines) < _BATCH:
+                    lines.append(self._queue.get_nowait())
+            ended = None in lines
+            if ended:
+                lines = lines[: lines.index(None)]
+            if lines:
+                self._put("".join(f"{line}\n" for line in lines))
+            if ended:
+                return
+            time.sleep(_LINGER)
+
+    def _put(self, text: str) -> None:
+        try:
+            self._stream.write(text)
+            self._stream.flush()
+        except Exception:  # a stream that broke: reported as logging reports its own failures
+            if logging.raiseExceptions:
+                with contextlib.suppress(Exception):
+                    traceback.print_exc(file=sys.stderr)
 
 
 class _Handover(logging.Handler):
-    """Hands each record to the writer without waiting; counts those that found no room."""
+    """Makes each record its line and hands it to the writer without waiting; counts those that
+    found no room."""
 
-    def __init__(self, waiting: queue.Queue[logging.LogRecord | None]) -> None:
+    def __init__(self, waiting: queue.Queue[str | None]) -> None:
         super().__init__()
         self._queue = waiting
         self.dropped = 0  # changed under the handler's lock (Handler.handle holds it)
 
     def emit(self, record: logging.LogRecord) -> None:
         try:
-            if self.dropped and self._offer(_dropped(self.dropped)):
+            if self.dropped and self._offer(self.format(_dropped(self.dropped))):
                 self.dropped = 0
-            if not self._offer(_ready(record)):
+            if not self._offer(self.format(record)):
                 self.dropped += 1
         except Exception:  # a message whose arguments do not format, as logging reports it
             self.handleError(record)
 
-    def _offer(self, record: logging.LogRecord) -> bool:
+    def _offer(self, line: str) -> bool:
         try:
-            self._queue.put_nowait(record)
+            self._queue.put_nowait(line)
         except queue.Full:
             return False
         return True
-
-
-def _ready(record: logging.LogRecord) -> logging.LogRecord:
-    """``record`` as the writer needs it, made here: its message with its arguments, and the
-    last line of its exception (the traceback, and the frames it holds, are let go)."""
-    ready = copy.copy(record)
-    ready.msg, ready.args = record.getMessage(), None
-    if record.exc_info:
-        ready.error = logging.Formatter().formatException(record.exc_info).splitlines()[-1]
-        ready.exc_info = ready.exc_text = None
-    return ready
 
 
 def _dropped(count: int) -> logging.LogRecord:

@@ -68,6 +68,34 @@ def test_each_decision_is_one_json_line_with_its_fields_in_order(logger: logging
     assert written[3]["status"] == 400
 
 
+class Writes(io.StringIO):
+    """A stream that counts the writes and flushes made to it."""
+
+    writes = flushes = 0
+
+    def write(self, text: str) -> int:
+        self.writes += 1
+        return super().write(text)
+
+    def flush(self) -> None:
+        self.flushes += 1
+
+
+def test_the_lines_waiting_are_written_together_in_one_write_and_one_flush(
+    logger: logging.Logger,
+) -> None:
+    stream = Writes()
+    decisions = DecisionLog(stream)
+    logger.handlers[:] = [decisions.handler]
+    for n in range(100):  # the writer not started yet: all of them wait
+        logger.info("applied", extra={"task": f"t-{n:03d}"})
+    decisions.start()
+    assert decisions.stop()
+
+    assert [w["task"] for w in lines(stream.getvalue())] == [f"t-{n:03d}" for n in range(100)]
+    assert (stream.writes, stream.flushes) == (1, 1)
+
+
 def test_a_log_nobody_reads_never_holds_up_the_thread_that_decided(
     logger: logging.Logger,
 ) -> None:

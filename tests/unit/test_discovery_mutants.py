@@ -32,7 +32,7 @@ from cardfence.engine.cards.fetch import USER_AGENT, CardLimits, card_urls, fetc
 from cardfence.engine.cards.model import parse_card
 from cardfence.engine.errors import CardInvalidError, ContractChangedError, DiscoveryError
 from cardfence.engine.replay import initial_agent_state
-from cardfence.store import ConcurrencyError, EventStore, NewEvent
+from cardfence.store import ConcurrencyError, EventStore, NewEvent, StreamRecord
 
 CARD = "/.well-known/agent-card.json"
 LEGACY = "/.well-known/agent.json"
@@ -1047,6 +1047,39 @@ async def test_a_refused_creation_is_recorded_in_the_agent_stream(
 
 
 # -- appending under concurrency -------------------------------------------------------------------
+
+
+class HeadsRead:
+    """The store, counting the reads of a stream's head (``stream``)."""
+
+    def __init__(self, store: EventStore) -> None:
+        self.store = store
+        self.heads = 0
+
+    def stream(self, stream_id: str) -> StreamRecord | None:
+        self.heads += 1
+        return self.store.stream(stream_id)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+
+async def test_each_read_reads_its_agents_head_once_and_appends_on_that_head(
+    server: RoutedServer, store: EventStore, client: httpx.AsyncClient
+) -> None:
+    counted = HeadsRead(store)
+    discovery = Discovery(store, client, limits=FAST)
+    discovery.store = counted  # type: ignore[assignment]
+
+    server.routes[CARD] = card_reply(etag='"v1"')
+    await discovery.read(server.url)  # an agent never read
+    server.routes[CARD] = card_reply(body(version="2.0.0"), etag='"v2"')
+    await discovery.read(server.url)  # a changed card
+    server.routes[CARD] = conditional(etag='"v2"')
+    await discovery.read(server.url)  # confirmed by a 304
+
+    assert [e[1]["status"] for e in events_of(store, server.url)] == [200, 200, 304]
+    assert counted.heads == 3  # none read again for the append: the head just read is used
 
 
 def test_an_append_that_loses_a_race_decides_again_on_the_state_that_won(
