@@ -107,6 +107,12 @@ def events_of(store: EventStore, origin: str) -> list[tuple[str, dict[str, Any]]
     return [(e.type, e.data) for e in store.read_stream(ev.agent_stream_id(origin))]
 
 
+def unheld_revision_read(store: EventStore, origin: str, url: str) -> None:
+    """Record a read of ``url`` (ETag ``"e1"``) whose revision this database does not hold."""
+    fetched = {"url": url, "revision": "f" * 64, "etag": '"e1"', "status": 200}
+    append_agent_events(store, origin, lambda _: [NewEvent(ev.CARD_FETCHED, fetched)])
+
+
 def closed_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -609,16 +615,7 @@ async def test_a_304_for_a_revision_no_longer_held_is_read_again_whole(
     server.routes[CARD] = conditional(etag='"e2"')
     origin = server.url
     # An earlier read recorded a revision whose snapshot this database does not hold.
-    append_agent_events(
-        store,
-        origin,
-        lambda _: [
-            NewEvent(
-                ev.CARD_FETCHED,
-                {"url": server.url + CARD, "revision": "f" * 64, "etag": '"e1"', "status": 200},
-            )
-        ],
-    )
+    unheld_revision_read(store, origin, server.url + CARD)
 
     read = await Discovery(store, client, limits=FAST).read(server.url)
 
@@ -631,16 +628,7 @@ async def test_a_read_and_the_whole_read_after_its_304_each_wait_for_a_request_s
     server: RoutedServer, store: EventStore, client: httpx.AsyncClient
 ) -> None:
     server.routes[CARD] = conditional(etag='"e2"')
-    append_agent_events(
-        store,
-        server.url,
-        lambda _: [
-            NewEvent(
-                ev.CARD_FETCHED,
-                {"url": server.url + CARD, "revision": "f" * 64, "etag": '"e1"', "status": 200},
-            )
-        ],
-    )
+    unheld_revision_read(store, server.url, server.url + CARD)
     slots = RecordedSlots()
 
     read = await Discovery(store, client, limits=FAST, slots=slots).read(server.url)
@@ -804,16 +792,7 @@ async def test_the_size_limit_given_applies_to_every_read_of_one_discovery(
 
     # The whole read that follows a 304 for a revision not held: the same limit.
     server.routes[CARD] = conditional(data)
-    append_agent_events(
-        store,
-        server.url,
-        lambda _: [
-            NewEvent(
-                ev.CARD_FETCHED,
-                {"url": server.url + CARD, "revision": "f" * 64, "etag": '"e1"', "status": 200},
-            )
-        ],
-    )
+    unheld_revision_read(store, server.url, server.url + CARD)
     with pytest.raises(CardInvalidError) as refused:
         await Discovery(store, client, limits=limits).read(server.url)
     assert (refused.value.kind, refused.value.detail) == ("too_large", refusal)
@@ -851,16 +830,7 @@ async def test_one_read_and_the_whole_read_after_its_304_share_one_timeout(
         return Reply(body=body(), drip=0.01, chunk=64)
 
     server.routes[CARD] = slow_304_then_a_card_that_never_ends
-    append_agent_events(
-        store,
-        server.url,
-        lambda _: [
-            NewEvent(
-                ev.CARD_FETCHED,
-                {"url": server.url + CARD, "revision": "f" * 64, "etag": '"e1"', "status": 200},
-            )
-        ],
-    )
+    unheld_revision_read(store, server.url, server.url + CARD)
     async with asyncio.timeout(3.0):  # the test's own bound, should the read have none
         with pytest.raises(DiscoveryError) as failed:
             await Discovery(store, client, limits=CardLimits(timeout=0.6)).read(server.url)
