@@ -202,7 +202,7 @@ class TaskLog:
         """
         # An ended task's count waits for an event that seldom comes (its closing read repeats
         # its end).
-        _hold(self._uncounted, key, self._uncounted.get(key, 0) + 1)
+        _hold(self._uncounted, key, self._uncounted.get(key, 0) + 1, _COUNTS_KEPT)
 
     def failures_held(self, key: str) -> int:
         """How many failed polls or card reads of the task this log has counted and not yet
@@ -239,9 +239,7 @@ class TaskLog:
         # Least recently kept first: a task written again moves to the end, so the tasks being
         # driven stay kept however many others were read meanwhile.
         self._heads.pop(head.key, None)
-        self._heads[head.key] = head
-        if len(self._heads) > _HEADS_KEPT:
-            del self._heads[next(iter(self._heads))]
+        _hold(self._heads, head.key, head, _HEADS_KEPT)
         return head
 
     def record(self, key: str, decide: Callable[[State], Sequence[Event]]) -> tuple[State, State]:
@@ -298,7 +296,12 @@ class TaskLog:
             else:
                 since = failing if version == head.version else frozenset()
                 # A task driven elsewhere since (its lease taken over) never carries them here.
-                _hold(self._failing, key, (since | {failure}, head.version + len(events), 0))
+                _hold(
+                    self._failing,
+                    key,
+                    (since | {failure}, head.version + len(events), 0),
+                    _COUNTS_KEPT,
+                )
             _decided(key, events)
             return before, after
         raise ConcurrencyError(stream_id, -1, None)
@@ -406,11 +409,11 @@ _REPEATABLE: Final = frozenset(
 )
 
 
-def _hold(held: dict[str, _V], key: str, value: _V) -> None:
-    """``held[key] = value``; past :data:`_COUNTS_KEPT` tasks, the one held longest is dropped,
-    as if its process had restarted (its next repeat or failure is recorded anew)."""
+def _hold(held: dict[str, _V], key: str, value: _V, kept: int) -> None:
+    """``held[key] = value``; past ``kept`` tasks, the one held longest is dropped (a count: as
+    if its process had restarted, its next repeat or failure is recorded anew)."""
     held[key] = value
-    if len(held) > _COUNTS_KEPT:
+    if len(held) > kept:
         del held[next(iter(held))]
 
 
