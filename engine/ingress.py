@@ -183,7 +183,7 @@ class _Ingress:
                 extra={"task": None, "outcome": "error", "status": 503, "reason": str(down)},
             )
             delivery = Delivery(503, "error", _STORE_DOWN)
-            detail = _STORE_DOWN
+            detail = delivery.detail
         except Exception:
             _log.exception(
                 "delivery failed task=- outcome=error status=500",
@@ -359,10 +359,13 @@ def _scrub(text: str, headers: Mapping[str, str]) -> str:
     redacted inside a longer one would leave the rest of the longer one to be read."""
     secrets = set()
     for name in _SECRET_HEADERS:
-        value = (headers.get(name) or "").strip()
+        presented = headers.get(name)
+        if presented is None:
+            continue
+        value = presented.strip()
         secrets.add(value)
         if name == "authorization" and " " in value:
-            secrets.add(value.split(" ", 1)[1].strip())  # the credentials without the scheme
+            secrets.add(value.partition(" ")[2].strip())  # the credentials without the scheme
     for secret in sorted(secrets, key=len, reverse=True):
         if len(secret) >= _REDACTED_ANYWHERE:
             text = text.replace(secret, _REDACTED)
