@@ -7,6 +7,7 @@ real HTTP, with a real engine, agent and store, are in ``tests/integration/test_
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable
@@ -21,6 +22,7 @@ from cardfence.engine import ingress
 from cardfence.engine.engine import Engine
 from cardfence.engine.ingress import HEALTH_PATH, METRICS_PATH, READY_PATH, webhook_app
 from cardfence.engine.metrics import CONTENT_TYPE, Family
+from cardfence.engine.shedding import RefusalBudget
 from cardfence.engine.webhook import MAX_DELIVERY_BYTES, TOKEN_HEADER, Delivery, IngressLimits
 from cardfence.store import StoreUnavailableError
 
@@ -395,12 +397,16 @@ async def test_a_presented_secret_is_redacted_from_the_answer_and_the_log(
 
 
 async def test_a_source_past_its_refusals_is_shed_even_when_room_comes_within_a_second(
-    engine: StandIn, caplog: pytest.LogCaptureFixture
+    engine: StandIn, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """100 refusals a minute give one back every 0.6 s: the 101st delivery, sent at once, waits
         less than a second and is still shed, told to retry after 1 s (never 0), as is the next; the
     source is reported shed once."""
     engine.answer = UNKNOWN
+    # The budget's clock stands still, so however slow the machine, nothing is given back.
+    monkeypatch.setattr(
+        ingress, "RefusalBudget", functools.partial(RefusalBudget, clock=lambda: 0.0)
+    )
     app = app_for(engine, limits=IngressLimits(refusals=100), metrics=())
     with caplog.at_level(logging.INFO, logger="cardfence.ingress"):
         async with client_of(app) as http:
