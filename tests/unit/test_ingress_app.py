@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any, cast
@@ -17,6 +16,7 @@ import httpx
 import pytest
 from starlette.applications import Starlette
 from starlette.types import Message
+from support.asgi import CLIENT, post_webhook
 
 from cardfence.engine import ingress
 from cardfence.engine.engine import Engine
@@ -94,7 +94,7 @@ async def client(engine: StandIn) -> AsyncIterator[httpx.AsyncClient]:
 
 
 def client_of(app: Starlette) -> httpx.AsyncClient:
-    transport = httpx.ASGITransport(app=app, client=("127.0.0.1", 40000))
+    transport = httpx.ASGITransport(app=app, client=CLIENT)
     return httpx.AsyncClient(transport=transport, base_url=BASE)
 
 
@@ -103,38 +103,16 @@ async def call(
     headers: Iterable[tuple[str, str]],
     messages: Iterable[Message],
     *,
-    client: tuple[str, int] | None = ("127.0.0.1", 40000),
+    client: tuple[str, int] | None = CLIENT,
 ) -> tuple[int, dict[str, str], dict[str, Any]]:
-    """One POST /webhook straight through the ASGI interface, whatever its head says (no HTTP
-    client would send a repeated Content-Type or a Content-Length that is not a number):
-    the status, headers and JSON the app answers."""
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": "/webhook",
-        "raw_path": b"/webhook",
-        "root_path": "",
-        "query_string": b"",
-        "headers": [(name.encode(), value.encode()) for name, value in headers],
-        "client": client,
-        "server": ("127.0.0.1", 8080),
-    }
+    """One POST /webhook with these headers and body messages (:func:`post_webhook`)."""
     incoming = iter(messages)
-    sent: list[Message] = []
 
     async def receive() -> Message:
         return next(incoming)
 
-    async def send(message: Message) -> None:
-        sent.append(message)
-
-    await app(scope, receive, send)
-    head = {name.decode(): value.decode() for name, value in sent[0]["headers"]}
-    body = b"".join(message.get("body", b"") for message in sent[1:])
-    return sent[0]["status"], head, json.loads(body)
+    encoded = [(name.encode(), value.encode()) for name, value in headers]
+    return await post_webhook(app, encoded, receive, client=client)
 
 
 def body_of(data: bytes, *, chunk: int = 64 * 1024) -> list[Message]:

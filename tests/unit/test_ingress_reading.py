@@ -5,11 +5,11 @@ engine is a stand-in that fails the test if a delivery ever reaches it."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncGenerator
 from typing import Any, cast
 
 from starlette.types import Message
+from support.asgi import post_webhook
 
 from cardfence.engine.engine import Engine
 from cardfence.engine.ingress import read_bounded, webhook_app
@@ -43,29 +43,8 @@ class Drip:
 
 async def call_app(headers: list[tuple[bytes, bytes]], drip: Drip) -> tuple[int, dict[str, Any]]:
     app = webhook_app(cast(Engine, NoEngine()))
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": "/webhook",
-        "raw_path": b"/webhook",
-        "root_path": "",
-        "query_string": b"",
-        "headers": headers,
-        "client": ("127.0.0.1", 1),
-        "server": ("127.0.0.1", 2),
-    }
-    sent: list[Message] = []
-
-    async def send(message: Message) -> None:
-        sent.append(message)
-
-    await app(scope, drip.receive, send)
-    status = next(m["status"] for m in sent if m["type"] == "http.response.start")
-    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
-    return status, json.loads(body)
+    status, _, answer = await post_webhook(app, headers, drip.receive)
+    return status, answer
 
 
 async def test_read_bounded_stops_reading_ten_megabytes_just_past_the_limit() -> None:
