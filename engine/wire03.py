@@ -199,7 +199,7 @@ def push_body(doc: object) -> object:
     if not isinstance(doc, dict) or any(key in doc for key in _STREAM_KEYS):
         return doc
     kind = doc.get("kind")
-    if kind == "task" or (kind is None and "id" in doc and "status" in doc):
+    if kind is None and "id" in doc and "status" in doc:  # a task without its tag
         return {"task": _task(doc, False)}
     known = isinstance(kind, str) and kind in _KINDS
     return _inner(_wrapped(doc), _STREAM_KEYS, False) if known else doc
