@@ -7,7 +7,9 @@ broken chain or a wrong projection (they are checked by the next audit); events 
 that has not moved were written without it, and are reported.
 
 Unknown event types (from a newer cardfence) are reported, not crashed on: the replay leaves the
-state unchanged for them, so a projection a newer version wrote may then differ, and says so.
+state unchanged for them, so a projection a newer version wrote may then differ, and says so. A
+known event whose payload cannot be folded (a field its type holds is missing or of another type)
+is reported at its position as ``replay_failed``, and the audit goes on with the next stream.
 
 With ``verify_signatures`` (``cardfence audit --verify-signatures``), every card read recorded as
 verified (a ``CardFetched`` whose ``signature`` says ``verified``) is verified again: its stored
@@ -177,8 +179,27 @@ def _signature_check(
 def _projection_check(
     stream_id: str, logged: list[RecordedEvent], stored: Mapping[str, Any] | None
 ) -> list[Violation]:
-    replayed = replay(stream_id, logged)
+    folded = 0  # the position of the event being folded
     position = logged[-1].position if logged else 0
+
+    def folding() -> Iterator[RecordedEvent]:
+        nonlocal folded
+        for event in logged:
+            folded = event.position
+            yield event
+
+    try:
+        replayed = replay(stream_id, folding())
+    except (KeyError, TypeError, ValueError, AttributeError) as error:
+        # A known event whose payload lacks what it must hold: altered, or written by a
+        # cardfence that recorded it otherwise. Reported where the fold stopped, never raised.
+        return [
+            Violation(
+                stream_id, folded, "replay_failed",
+                f"the fold stopped here ({type(error).__name__}: {str(error)[:200]}): the "
+                "payload lacks what its type holds",
+            )
+        ]  # fmt: skip
     if replayed is None:
         return [Violation(stream_id, position, "unknown_stream", "not an agent or task stream")]
     if stored is None:

@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 
 from cardfence.engine import events as ev
-from cardfence.engine.audit import audit, replay
+from cardfence.engine.audit import (
+    _REVISION_FIELDS,
+    Violation,
+    _as_of_heads,
+    _verified_keys,
+    audit,
+    replay,
+)
 from cardfence.engine.tasklog import TaskLog, task_stream_id
 from cardfence.store import CardSnapshot, EventStore, NewEvent, Projection, RecordedEvent
-from cardfence.store.chain import content_hash
-from cardfence.store.schema import card_snapshots, streams
+from cardfence.store.chain import content_hash, verify_chain
+from cardfence.store.schema import card_snapshots, events, streams
 
 BODY = '{"name":"agent"}'
 REVISION = content_hash(BODY)
@@ -105,3 +114,231 @@ def test_an_event_written_without_moving_its_head_is_reported(store: EventStore)
         conn.execute(streams.update().values(version=1))  # the head left behind its second event
     report = audit(store)
     assert [v.kind for v in report.violations][:1] == ["head_mismatch"]
+
+
+# -- what each finding names -----------------------------------------------------------------------
+
+T1 = task_stream_id("t1")
+
+
+def _positions(store: EventStore, stream_id: str) -> list[int]:
+    return [e.position for e in store.read_stream(stream_id)]
+
+
+def test_every_stream_and_every_event_is_counted(store: EventStore) -> None:
+    _task(store)
+    TaskLog(store).create("t2", [(ev.TASK_SUBMITTED, {"skill": "echo", "card_revision": REVISION})])
+    report = audit(store)
+    assert report.ok, report.violations
+    assert (report.streams_checked, report.events_checked) == (2, 3)
+
+
+def test_a_broken_chain_is_reported_at_its_stream_and_position(store: EventStore) -> None:
+    _task(store)
+    second = _positions(store, T1)[1]
+    with store.engine.begin() as conn:
+        conn.execute(events.update().where(events.c.position == second).values(prev_hash="0" * 64))
+    head = store.stream(T1)
+    assert head is not None
+    broken = verify_chain(T1, store.read_stream(T1), head.version)
+    assert broken is not None
+    assert audit(store).violations == (Violation(T1, second, broken.kind, broken.detail),)
+
+
+def test_events_without_a_head_are_checked_and_their_projection_reported_missing(
+    store: EventStore,
+) -> None:
+    _task(store)
+    with store.engine.begin() as conn:
+        conn.execute(streams.delete())
+    report = audit(store)
+    assert report.events_checked == 2
+    assert report.violations == (
+        Violation(T1, _positions(store, T1)[-1], "projection_missing", "no stored projection"),
+    )
+
+
+def test_a_head_whose_events_are_gone_is_reported_at_position_0(store: EventStore) -> None:
+    _task(store)
+    with store.engine.begin() as conn:
+        conn.execute(events.delete())
+    mismatch = [v for v in audit(store).violations if v.kind == "projection_mismatch"]
+    assert [(v.stream, v.position) for v in mismatch] == [(T1, 0)]
+
+
+def test_a_stream_of_no_known_kind_is_reported_by_name(store: EventStore) -> None:
+    store.append("other-x", 0, [NewEvent(ev.STATE_CHANGED, {"x": 1})], projection=Projection({}))
+    (position,) = _positions(store, "other-x")
+    assert audit(store).violations == (
+        Violation("other-x", position, "unknown_stream", "not an agent or task stream"),
+    )
+
+
+def test_an_unknown_event_type_is_reported_at_its_place_saying_what_it_may_be(
+    store: EventStore,
+) -> None:
+    _task(store)
+    head = store.stream(T1)
+    assert head is not None
+    store.append(
+        T1,
+        head.version,
+        [NewEvent("FromTheFuture", {"x": 1}, schema_version=3)],
+        projection=Projection(head.state, category="task", status=head.status),
+    )
+    assert audit(store).violations == (
+        Violation(
+            T1,
+            _positions(store, T1)[-1],
+            "unknown_event_type",
+            "FromTheFuture (schema 3) is not in this cardfence's catalogue: written by a newer "
+            "version?",
+        ),
+    )
+
+
+def test_a_revision_field_that_is_not_text_references_nothing(store: EventStore) -> None:
+    store.put_snapshot(CardSnapshot(REVISION, BODY, "http://a/card", None, 200, datetime.now(UTC)))
+    TaskLog(store).create("t1", [(ev.TASK_SUBMITTED, {"skill": "echo", "card_revision": 7})])
+    assert [v.kind for v in audit(store).violations] == []
+
+
+def test_streams_are_read_in_batches_each_stream_once(store: EventStore) -> None:
+    for name in ("t1", "t2", "t3"):
+        TaskLog(store).create(name, [(ev.TASK_SUBMITTED, {"skill": "echo"})])
+    read = [stream_id for stream_id, _ in _as_of_heads(store, batch=2)]
+    assert read == [task_stream_id(n) for n in ("t1", "t2", "t3")]
+
+
+@pytest.mark.parametrize(
+    ("type_", "data", "keys"),
+    [
+        (ev.CARD_FETCHED, {"signature": {"status": "verified", "keys": {"revision": "k"}}}, "k"),
+        (ev.CARD_FETCHED, {"signature": {"status": "unsigned"}}, None),
+        (ev.CARD_FETCHED, {"signature": "verified"}, None),
+        (ev.CARD_FETCHED, {}, None),
+        (
+            ev.CONTRACT_PINNED,
+            {"signature": {"status": "verified", "keys": {"revision": "k"}}},
+            None,
+        ),
+        (ev.CARD_FETCHED, {"signature": {"status": "verified", "keys": "k"}}, ""),
+        (ev.CARD_FETCHED, {"signature": {"status": "verified", "keys": {"revision": 7}}}, ""),
+        (ev.CARD_FETCHED, {"signature": {"status": "verified", "keys": {"revision": ""}}}, ""),
+        (ev.CARD_FETCHED, {"signature": {"status": "verified", "keys": {}}}, ""),
+    ],
+)
+def test_only_a_card_read_recorded_verified_names_a_key_set(
+    type_: str, data: dict[str, Any], keys: str | None
+) -> None:
+    """``None``: not a verified read; ``""``: a verified read that names no key set (the audit's
+    second look reports it as not stored)."""
+    assert _verified_keys(type_, data) == keys
+
+
+@pytest.mark.parametrize(
+    ("type_", "field"),
+    [(type_, field) for type_, fields in _REVISION_FIELDS.items() for field in fields],
+)
+def test_each_field_naming_a_card_revision_is_checked_for_its_snapshot(
+    store: EventStore, type_: str, field: str
+) -> None:
+    revision = "f" * 64
+    store.append("task-x", 0, [NewEvent(type_, {field: revision})], projection=Projection({}))
+    missing = [v for v in audit(store).violations if v.kind.startswith("snapshot")]
+    assert missing == [
+        Violation(
+            "task-x",
+            1,
+            "snapshot_missing",
+            f"card revision {revision} is referenced but not stored",
+        )
+    ]
+
+
+def test_a_snapshot_finding_names_the_first_event_that_references_it(store: EventStore) -> None:
+    _task(store)
+    TaskLog(store).create("t2", [(ev.TASK_SUBMITTED, {"skill": "echo", "card_revision": REVISION})])
+    first = _positions(store, T1)[0]
+    with store.engine.begin() as conn:
+        conn.execute(card_snapshots.update().values(body='{"name":"forged"}'))
+    assert audit(store).violations == (
+        Violation(
+            T1, first, "snapshot_mismatch", f"card snapshot {REVISION} does not hash to its key"
+        ),
+    )
+    with store.engine.begin() as conn:
+        conn.execute(card_snapshots.delete())
+    assert audit(store).violations == (
+        Violation(
+            T1, first, "snapshot_missing", f"card revision {REVISION} is referenced but not stored"
+        ),
+    )
+
+
+def test_a_snapshot_no_event_references_is_still_checked(store: EventStore) -> None:
+    store.put_snapshot(CardSnapshot(REVISION, BODY, "http://a/card", None, 200, datetime.now(UTC)))
+    with store.engine.begin() as conn:
+        conn.execute(card_snapshots.update().values(body='{"name":"forged"}'))
+    assert audit(store).violations == (
+        Violation(
+            "card_snapshots",
+            0,
+            "snapshot_mismatch",
+            f"card snapshot {REVISION} does not hash to its key",
+        ),
+    )
+
+
+def test_an_event_that_does_not_fold_is_reported_where_the_fold_stopped_and_the_audit_goes_on(
+    store: EventStore,
+) -> None:
+    """A ``CardFetched`` without its ``url`` (altered, or written otherwise): the replay cannot
+    fold it. The audit says so at that event and checks the other streams."""
+    _task(store)
+    agent = ev.agent_stream_id("https://a.example")
+    fetched = NewEvent(ev.CARD_FETCHED, {"revision": REVISION})
+    store.append(agent, 0, [fetched], projection=Projection({}))
+    report = audit(store)
+    assert report.streams_checked == 2
+    assert report.violations == (
+        Violation(
+            agent,
+            _positions(store, agent)[0],
+            "replay_failed",
+            "the fold stopped here (KeyError: 'url'): the payload lacks what its type holds",
+        ),
+    )
+
+
+def test_a_projection_mismatch_names_each_key_that_differs_or_is_extra(store: EventStore) -> None:
+    _task(store)
+    head = store.stream(T1)
+    assert head is not None
+    tampered = {**head.state, "state": "completed", "extra": 1}
+    with store.engine.begin() as conn:
+        conn.execute(streams.update().values(state=json.dumps(tampered)))
+    assert audit(store).violations == (
+        Violation(
+            T1,
+            _positions(store, T1)[-1],
+            "projection_mismatch",
+            "replay differs from the stored projection in: extra, state",
+        ),
+    )
+
+
+def test_why_an_event_did_not_fold_is_cut_to_200_characters(store: EventStore) -> None:
+    _task(store)
+    head = store.stream(T1)
+    assert head is not None
+    chunked = NewEvent(ev.ARTIFACT_RECEIVED, {"artifact_id": "a", "chunks": "x" * 300})
+    store.append(T1, head.version, [chunked], projection=Projection(head.state))
+    (violation,) = audit(store).violations
+    assert violation.kind == "replay_failed"
+    reason = violation.detail.removeprefix("the fold stopped here (ValueError: ")
+    assert (
+        reason
+        == ("invalid literal for int() with base 10: '" + "x" * 300 + "'")[:200]
+        + "): the payload lacks what its type holds"
+    )

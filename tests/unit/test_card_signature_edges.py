@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 from joserfc.jwk import ECKey, Key, OKPKey, RSAKey
+from support.cards import card_document
 
 from cardfence.engine.cards import signatures
 from cardfence.engine.cards.keys import CardKeys, parse_keys, read_key_file
@@ -41,18 +42,7 @@ from cardfence.engine.errors import CardSignatureError, UsageError
 
 URL = "https://agent.example/.well-known/agent-card.json"
 KEYS_URL = "https://agent.example/keys.json"
-CARD: dict[str, Any] = {
-    "name": "agent",
-    "description": "An agent.",
-    "version": "1.0.0",
-    "supportedInterfaces": [
-        {"url": "https://agent.example/a2a", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}
-    ],
-    "capabilities": {"streaming": True},
-    "defaultInputModes": ["text/plain"],
-    "defaultOutputModes": ["text/plain"],
-    "skills": [{"id": "echo", "name": "Echo", "description": "Echoes.", "tags": ["t"]}],
-}
+CARD = card_document()
 ALGS = "ES256, ES384, ES512, Ed25519, EdDSA, PS256, PS384, PS512, RS256, RS384, RS512"
 
 

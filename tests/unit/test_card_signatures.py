@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from joserfc.jwk import ECKey, Key, OctKey, OKPKey, RSAKey
+from support.cards import card_document
 
 from cardfence.engine.cards.keys import CardKeys, parse_keys
 from cardfence.engine.cards.model import parse_card
@@ -37,18 +38,7 @@ from cardfence.engine.errors import CardSignatureError, DiscoveryError, UsageErr
 
 URL = "https://agent.example/.well-known/agent-card.json"
 
-CARD: dict[str, Any] = {
-    "name": "agent",
-    "description": "An agent.",
-    "version": "1.0.0",
-    "supportedInterfaces": [
-        {"url": "https://agent.example/a2a", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}
-    ],
-    "capabilities": {"streaming": True},
-    "defaultInputModes": ["text/plain"],
-    "defaultOutputModes": ["text/plain"],
-    "skills": [{"id": "echo", "name": "Echo", "description": "Echoes.", "tags": ["t"]}],
-}
+CARD = card_document()
 
 
 def ec_key(kid: str = "k1") -> ECKey:

@@ -10,6 +10,8 @@ import copy
 import json
 from typing import Any
 
+from support import cards
+
 from cardfence.engine import events as ev
 from cardfence.engine.cards.model import AgentCard, parse_card
 from cardfence.engine.cli.render import describe
@@ -237,18 +239,7 @@ def test_a_resend_compares_the_public_card_with_the_public_contract_not_the_exte
 
 
 def fetched(card: AgentCard, **extra: Any) -> dict[str, Any]:
-    return {
-        "url": CARD_URL,
-        "status": 200,
-        "revision": card.revision,
-        "version": card.version,
-        "etag": None,
-        "last_modified": None,
-        "contract_hash": card.contract_hash,
-        "push_notifications": card.push_notifications,
-        "fetched_at": "2026-12-01T00:00:00+00:00",
-        **extra,
-    }
+    return cards.fetched(card, CARD_URL, **extra)
 
 
 def test_an_extended_read_leaves_the_public_projection_and_adds_its_own_keys() -> None:
