@@ -10,6 +10,8 @@ Unknown event types (from a newer cardfence) are reported, not crashed on: the r
 state unchanged for them, so a projection a newer version wrote may then differ, and says so. A
 known event whose payload cannot be folded (a field its type holds is missing or of another type)
 is reported at its position as ``replay_failed``, and the audit goes on with the next stream.
+A payload that is not a JSON object at all (altered in the store) is ``payload_invalid``, and
+its stream is not replayed.
 
 With ``verify_signatures`` (``cardfence audit --verify-signatures``), every card read recorded as
 verified (a ``CardFetched`` whose ``signature`` says ``verified``) is verified again: its stored
@@ -19,6 +21,7 @@ the event names. A failure is a ``signature_invalid`` violation.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -105,6 +108,7 @@ def audit(store: EventStore, *, verify_signatures: bool = False) -> AuditReport:
         broken = verify_chain(stream_id, logged, None if head is None else head.version)
         if broken is not None:
             violations.append(Violation(stream_id, broken.position, broken.kind, broken.detail))
+        readable = True  # every payload a JSON object, so the stream can be replayed
         for event in logged:
             if event.type not in ev.KNOWN_EVENTS:
                 violations.append(
@@ -114,7 +118,14 @@ def audit(store: EventStore, *, verify_signatures: bool = False) -> AuditReport:
                         "cardfence's catalogue: written by a newer version?",
                     )
                 )  # fmt: skip
-            data = event.data
+            data = _payload(event)
+            if data is None:
+                readable = False
+                violations.append(
+                    Violation(stream_id, event.position, "payload_invalid",
+                              "the payload is not a JSON object: nothing in it was read")
+                )  # fmt: skip
+                continue
             for name in _REVISION_FIELDS.get(event.type, ()):
                 revision = data.get(name)
                 if isinstance(revision, str) and revision:
@@ -124,7 +135,8 @@ def audit(store: EventStore, *, verify_signatures: bool = False) -> AuditReport:
                 if keys:
                     referenced.setdefault(keys, (stream_id, event.position))
                 signed.append((stream_id, event.position, data))
-        violations.extend(_projection_check(stream_id, logged, head.state if head else None))
+        if readable:  # else there is nothing to replay it from: its payloads were reported
+            violations.extend(_projection_check(stream_id, logged, head.state if head else None))
     violations.extend(_snapshot_check(store, referenced))
     if not verify_signatures:
         return AuditReport(streams, events_checked, tuple(violations))
@@ -141,6 +153,15 @@ def _as_of_heads(
     for start in range(0, len(ids), batch):
         read = store.read_as_of_heads(ids[start : start + batch])
         yield from read.items()
+
+
+def _payload(event: RecordedEvent) -> dict[str, Any] | None:
+    """The event's payload, or None when it is not a JSON object (altered in the store)."""
+    try:
+        value = json.loads(event.payload)
+    except ValueError:  # JSONDecodeError, and an integer past Python's digit limit
+        return None
+    return value if isinstance(value, dict) else None
 
 
 def _verified_keys(type_: str, data: Mapping[str, Any]) -> str | None:

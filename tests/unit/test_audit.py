@@ -342,3 +342,42 @@ def test_why_an_event_did_not_fold_is_cut_to_200_characters(store: EventStore) -
         == ("invalid literal for int() with base 10: '" + "x" * 300 + "'")[:200]
         + "): the payload lacks what its type holds"
     )
+
+
+@pytest.mark.parametrize("payload", ["[1]", "not json", '{"skill": 5', "1" * 5000])
+def test_a_payload_altered_into_no_json_object_is_reported_not_crashed_on(
+    store: EventStore, payload: str
+) -> None:
+    _task(store)
+    TaskLog(store).create("t2", [(ev.TASK_SUBMITTED, {"skill": "echo", "card_revision": REVISION})])
+    first = _positions(store, T1)[0]
+    with store.engine.begin() as conn:
+        conn.execute(events.update().where(events.c.position == first).values(payload=payload))
+    report = audit(store)
+    assert report.streams_checked == 2
+    assert [(v.stream, v.position, v.kind) for v in report.violations] == [
+        (T1, first, "hash_mismatch"),
+        (T1, first, "payload_invalid"),
+    ]
+    assert report.violations[1].detail == "the payload is not a JSON object: nothing in it was read"
+
+
+def test_the_events_after_an_unreadable_payload_are_still_checked(store: EventStore) -> None:
+    _task(store)
+    head = store.stream(T1)
+    assert head is not None
+    store.append(
+        T1,
+        head.version,
+        [NewEvent("FromTheFuture", {"x": 1}, schema_version=3)],
+        projection=Projection(head.state),
+    )
+    first, *_, last = _positions(store, T1)
+    with store.engine.begin() as conn:
+        conn.execute(events.update().where(events.c.position == first).values(payload="[1]"))
+    kinds = [(v.position, v.kind) for v in audit(store).violations]
+    assert kinds == [
+        (first, "hash_mismatch"),
+        (first, "payload_invalid"),
+        (last, "unknown_event_type"),
+    ]
