@@ -19,7 +19,14 @@ from cardfence.engine.audit import (
     replay,
 )
 from cardfence.engine.tasklog import TaskLog, task_stream_id
-from cardfence.store import CardSnapshot, EventStore, NewEvent, Projection, RecordedEvent
+from cardfence.store import (
+    CardSnapshot,
+    EventStore,
+    NewEvent,
+    Projection,
+    RecordedEvent,
+    StreamRecord,
+)
 from cardfence.store.chain import content_hash, verify_chain
 from cardfence.store.schema import card_snapshots, events, streams
 
@@ -39,6 +46,14 @@ def _task(store: EventStore) -> None:
     log.create("t1", [(ev.TASK_SUBMITTED, {"skill": "echo", "card_revision": REVISION})])
     change = {"from": "submitted", "to": "working", "source": "poll", "remote_timestamp": None}
     log.record("t1", lambda s: [(ev.STATE_CHANGED, change)])
+
+
+def _task_head(store: EventStore) -> StreamRecord:
+    """A task written by the engine (``_task``), and its head."""
+    _task(store)
+    head = store.stream(task_stream_id("t1"))
+    assert head is not None
+    return head
 
 
 def test_a_store_written_by_the_engine_audits_clean(store: EventStore) -> None:
@@ -177,9 +192,7 @@ def test_a_stream_of_no_known_kind_is_reported_by_name(store: EventStore) -> Non
 def test_an_unknown_event_type_is_reported_at_its_place_saying_what_it_may_be(
     store: EventStore,
 ) -> None:
-    _task(store)
-    head = store.stream(T1)
-    assert head is not None
+    head = _task_head(store)
     store.append(
         T1,
         head.version,
@@ -312,9 +325,7 @@ def test_an_event_that_does_not_fold_is_reported_where_the_fold_stopped_and_the_
 
 
 def test_a_projection_mismatch_names_each_key_that_differs_or_is_extra(store: EventStore) -> None:
-    _task(store)
-    head = store.stream(T1)
-    assert head is not None
+    head = _task_head(store)
     tampered = {**head.state, "state": "completed", "extra": 1}
     with store.engine.begin() as conn:
         conn.execute(streams.update().values(state=json.dumps(tampered)))
@@ -329,9 +340,7 @@ def test_a_projection_mismatch_names_each_key_that_differs_or_is_extra(store: Ev
 
 
 def test_why_an_event_did_not_fold_is_cut_to_200_characters(store: EventStore) -> None:
-    _task(store)
-    head = store.stream(T1)
-    assert head is not None
+    head = _task_head(store)
     chunked = NewEvent(ev.ARTIFACT_RECEIVED, {"artifact_id": "a", "chunks": "x" * 300})
     store.append(T1, head.version, [chunked], projection=Projection(head.state))
     (violation,) = audit(store).violations
@@ -363,9 +372,7 @@ def test_a_payload_altered_into_no_json_object_is_reported_not_crashed_on(
 
 
 def test_the_events_after_an_unreadable_payload_are_still_checked(store: EventStore) -> None:
-    _task(store)
-    head = store.stream(T1)
-    assert head is not None
+    head = _task_head(store)
     store.append(
         T1,
         head.version,
