@@ -87,7 +87,10 @@ class AuditReport:
 
 def replay(stream_id: str, events: Iterable[RecordedEvent]) -> State | None:
     """Fold a stream's events into its projection; ``None`` for a stream kind we do not know."""
-    pairs = ((e.type, e.data) for e in events)
+    return _fold(stream_id, ((e.type, e.data) for e in events))
+
+
+def _fold(stream_id: str, pairs: Iterable[tuple[str, Mapping[str, Any]]]) -> State | None:
     if stream_id.startswith(ev.AGENT_STREAM_PREFIX):
         return fold_agent(stream_id.removeprefix(ev.AGENT_STREAM_PREFIX), pairs)
     if stream_id.startswith(ev.TASK_STREAM_PREFIX):
@@ -108,7 +111,7 @@ def audit(store: EventStore, *, verify_signatures: bool = False) -> AuditReport:
         broken = verify_chain(stream_id, logged, None if head is None else head.version)
         if broken is not None:
             violations.append(Violation(stream_id, broken.position, broken.kind, broken.detail))
-        readable = True  # every payload a JSON object, so the stream can be replayed
+        decoded: list[tuple[int, str, dict[str, Any]]] = []  # (position, type, payload)
         for event in logged:
             if event.type not in ev.KNOWN_EVENTS:
                 violations.append(
@@ -120,12 +123,12 @@ def audit(store: EventStore, *, verify_signatures: bool = False) -> AuditReport:
                 )  # fmt: skip
             data = _payload(event)
             if data is None:
-                readable = False
                 violations.append(
                     Violation(stream_id, event.position, "payload_invalid",
                               "the payload is not a JSON object: nothing in it was read")
                 )  # fmt: skip
                 continue
+            decoded.append((event.position, event.type, data))
             for name in _REVISION_FIELDS.get(event.type, ()):
                 revision = data.get(name)
                 if isinstance(revision, str) and revision:
@@ -135,8 +138,8 @@ def audit(store: EventStore, *, verify_signatures: bool = False) -> AuditReport:
                 if keys:
                     referenced.setdefault(keys, (stream_id, event.position))
                 signed.append((stream_id, event.position, data))
-        if readable:  # else there is nothing to replay it from: its payloads were reported
-            violations.extend(_projection_check(stream_id, logged, head.state if head else None))
+        if len(decoded) == len(logged):  # else there is nothing to replay it from (reported)
+            violations.extend(_projection_check(stream_id, decoded, head.state if head else None))
     violations.extend(_snapshot_check(store, referenced))
     if not verify_signatures:
         return AuditReport(streams, events_checked, tuple(violations))
@@ -198,19 +201,23 @@ def _signature_check(
 
 
 def _projection_check(
-    stream_id: str, logged: list[RecordedEvent], stored: Mapping[str, Any] | None
+    stream_id: str,
+    decoded: list[tuple[int, str, dict[str, Any]]],
+    stored: Mapping[str, Any] | None,
 ) -> list[Violation]:
+    """The stream's events (``(position, type, payload)``, each payload decoded once, by the
+    audit's walk) folded and compared with its stored projection."""
     folded = 0  # the position of the event being folded
-    position = logged[-1].position if logged else 0
+    position = decoded[-1][0] if decoded else 0
 
-    def folding() -> Iterator[RecordedEvent]:
+    def folding() -> Iterator[tuple[str, Mapping[str, Any]]]:
         nonlocal folded
-        for event in logged:
-            folded = event.position
-            yield event
+        for at, type_, data in decoded:
+            folded = at
+            yield type_, data
 
     try:
-        replayed = replay(stream_id, folding())
+        replayed = _fold(stream_id, folding())
     except (KeyError, TypeError, ValueError, AttributeError) as error:
         # A known event whose payload lacks what it must hold: altered, or written by a
         # cardfence that recorded it otherwise. Reported where the fold stopped, never raised.
