@@ -21,7 +21,6 @@ the event names. A failure is a ``signature_invalid`` violation.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,6 +30,7 @@ from cardfence.engine.cards.signatures import reverify
 from cardfence.engine.replay import State, fold_agent, fold_task
 from cardfence.store import EventStore, RecordedEvent, StreamRecord
 from cardfence.store.chain import content_hash, verify_chain
+from cardfence.store.records import json_object
 
 # Payload fields that name a card revision, by event type (R14: events refer to revisions).
 _REVISION_FIELDS: Mapping[str, tuple[str, ...]] = {
@@ -121,11 +121,11 @@ def audit(store: EventStore, *, verify_signatures: bool = False) -> AuditReport:
                         "cardfence's catalogue: written by a newer version?",
                     )
                 )  # fmt: skip
-            data = _payload(event)
-            if data is None:
+            data = json_object(event.payload)
+            if isinstance(data, str):
                 violations.append(
                     Violation(stream_id, event.position, "payload_invalid",
-                              "the payload is not a JSON object: nothing in it was read")
+                              f"the payload {data}: nothing in it was read")
                 )  # fmt: skip
                 continue
             decoded.append((event.position, event.type, data))
@@ -138,7 +138,12 @@ def audit(store: EventStore, *, verify_signatures: bool = False) -> AuditReport:
                 if keys:
                     referenced.setdefault(keys, (stream_id, event.position))
                 signed.append((stream_id, event.position, data))
-        if len(decoded) == len(logged):  # else there is nothing to replay it from (reported)
+        if head is not None and head.unreadable is not None:
+            violations.append(
+                Violation(stream_id, logged[-1].position if logged else 0, "projection_invalid",
+                          f"the stored projection {head.unreadable}: it was not compared")
+            )  # fmt: skip
+        elif len(decoded) == len(logged):  # else there is nothing to replay it from (reported)
             violations.extend(_projection_check(stream_id, decoded, head.state if head else None))
     violations.extend(_snapshot_check(store, referenced))
     if not verify_signatures:
@@ -156,15 +161,6 @@ def _as_of_heads(
     for start in range(0, len(ids), batch):
         read = store.read_as_of_heads(ids[start : start + batch])
         yield from read.items()
-
-
-def _payload(event: RecordedEvent) -> dict[str, Any] | None:
-    """The event's payload, or None when it is not a JSON object (altered in the store)."""
-    try:
-        value = json.loads(event.payload)
-    except ValueError:  # JSONDecodeError, and an integer past Python's digit limit
-        return None
-    return value if isinstance(value, dict) else None
 
 
 def _verified_keys(type_: str, data: Mapping[str, Any]) -> str | None:

@@ -49,11 +49,21 @@ from cardfence.engine.lifecycle import ACTIVE
 from cardfence.engine.metrics import Family
 from cardfence.engine.replay import State
 from cardfence.engine.tasklog import driving, key_of, task_stream_id
-from cardfence.store import EventStore, Lease, LeaseLostError, StoreError
+from cardfence.store import CorruptRecordError, EventStore, Lease, LeaseLostError, StoreError
 
 __all__ = ["Driver", "fair_share", "is_live"]
 
 _log = logging.getLogger("cardfence.driver")
+
+
+def _log_unreadable(corrupt: CorruptRecordError) -> None:
+    """A task whose record was altered in the store is not driven; the others go on."""
+    _log.error(
+        "task not driven: its record cannot be read",
+        extra={"task": key_of(corrupt.stream_id), "event": "RecordUnreadable",
+               "reason": str(corrupt)},
+    )  # fmt: skip
+
 
 # Events from other processes after which a followed task is polled again at once.
 _PROMPT = frozenset({ev.TASK_SUBMITTED, ev.REPLY_SENT, ev.WEBHOOK_REGISTERED})
@@ -232,12 +242,12 @@ class Driver:
         table existed); appends keep the rows in step from then on. Only the heads of tasks in
         a state the remote has not ended are read (the status index), not every task ever."""
         listed = {row.stream_id for row in self.store.due.rows()}
-        live = (
-            task_stream_id(head.key)
-            for status in sorted(ACTIVE)
-            for head in self.engine.log.all(status=status)
-            if is_live(head.state)
-        )
+        live: list[str] = []
+        for status in sorted(ACTIVE):
+            heads, unreadable = self.engine.log.all_readable(status=status)
+            live.extend(task_stream_id(head.key) for head in heads if is_live(head.state))
+            for corrupt in unreadable:  # not driven, and no other task held up by it
+                _log_unreadable(corrupt)
         self.store.due.ensure(sid for sid in live if sid not in listed)
 
     async def _claim(self) -> int:
@@ -455,6 +465,8 @@ class Driver:
             except LeaseLostError as lost:
                 let_go = self._lose(key, str(lost), lost.epoch)
                 wait = None if let_go else self.engine.config.first_poll_interval
+            except CorruptRecordError as corrupt:  # looked at again after max_poll_interval
+                _log_unreadable(corrupt)
             except Exception:  # a bug must not stop every other task from moving
                 _log.exception("step failed", extra={"task": key, "event": "StepFailed"})
             finally:

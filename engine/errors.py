@@ -10,6 +10,7 @@ done.
     ├── StoreError                      the event store refused or failed; nothing was written
     │   ├── ConcurrencyError            another writer appended to the stream first
     │   ├── LeaseLostError              another process claimed the task this one was driving
+    │   ├── CorruptRecordError          a stored event or projection altered: not as written
     │   ├── PayloadError                payload not JSON, out of range or too large
     │   ├── SnapshotMismatchError       card body does not hash to its revision key
     │   ├── SchemaTooNewError           database migrated by a newer cardfence
@@ -50,6 +51,7 @@ from collections.abc import Sequence
 from cardfence.store.errors import (
     CardfenceError,
     ConcurrencyError,
+    CorruptRecordError,
     LeaseLostError,
     PayloadError,
     SchemaTooNewError,
@@ -66,6 +68,7 @@ __all__ = [
     "CardfenceError",
     "ConcurrencyError",
     "ContractChangedError",
+    "CorruptRecordError",
     "CreationRefusedError",
     "CredentialsConfigError",
     "CredentialsMissingError",

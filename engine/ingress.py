@@ -65,7 +65,7 @@ from cardfence.engine.engine import Engine
 from cardfence.engine.metrics import CONTENT_TYPE, Family, render
 from cardfence.engine.shedding import RefusalBudget
 from cardfence.engine.webhook import MAX_DELIVERY_BYTES, TOKEN_HEADER, Delivery, IngressLimits
-from cardfence.store import StoreUnavailableError
+from cardfence.store import CorruptRecordError, StoreUnavailableError
 
 __all__ = [
     "HEALTH_PATH",
@@ -183,6 +183,16 @@ class _Ingress:
                 extra={"task": None, "outcome": "error", "status": 503, "reason": str(down)},
             )
             delivery = Delivery(503, "error", _STORE_DOWN)
+            detail = delivery.detail
+        except CorruptRecordError as corrupt:
+            # The task's record was altered in the store: nothing is applied to it (its cause
+            # in the log, no traceback; the answer as for any error of ours).
+            _log.error(
+                "delivery not applied: the task's record cannot be read task=- outcome=error "
+                "status=500",
+                extra={"task": None, "outcome": "error", "status": 500, "reason": str(corrupt)},
+            )
+            delivery = Delivery(500, "error", "internal error")
             detail = delivery.detail
         except Exception:
             _log.exception(

@@ -34,6 +34,7 @@ from cardfence.engine.replay import (
 )
 from cardfence.store import (
     ConcurrencyError,
+    CorruptRecordError,
     EventStore,
     Lease,
     NewEvent,
@@ -336,9 +337,26 @@ class TaskLog:
         return [self._keep(_head(record)) for record in found]
 
     def all(self, status: str | None = None) -> list[TaskHead]:
+        """Every task (in ``status`` if given), ordered by stream id; a record altered in the
+        store raises :class:`CorruptRecordError`."""
         return [
             _head(record) for record in self.store.streams(category=ev.TASK_CATEGORY, status=status)
         ]
+
+    def all_readable(
+        self, status: str | None = None
+    ) -> tuple[list[TaskHead], list[CorruptRecordError]]:
+        """:meth:`all`, with the tasks whose record was altered in the store set apart, each as
+        the error it raises: one such task keeps no other from being listed or driven."""
+        heads: list[TaskHead] = []
+        unreadable: list[CorruptRecordError] = []
+        found = self.store.streams(category=ev.TASK_CATEGORY, status=status, lenient=True)
+        for record in found:
+            try:
+                heads.append(_head(record))
+            except CorruptRecordError as corrupt:
+                unreadable.append(corrupt)
+        return heads, unreadable
 
     def as_of(self, key: str, point: AsOf) -> tuple[TaskHead, list[RecordedEvent]]:
         """The task as it stood at ``point`` and the events that made it so (versions 1..k).
@@ -356,7 +374,7 @@ class TaskLog:
                 f"task {key} did not exist yet at {point}: its first event was recorded at "
                 f"{first.recorded_at.isoformat()} (position {first.position})"
             )
-        state = fold_task(key, ((e.type, e.data) for e in kept))
+        state = _fold_stored(key, kept)
         return TaskHead(key, len(kept), state, kept[-1].recorded_at), kept
 
     def all_as_of(self, point: AsOf, status: str | None = None) -> list[TaskHead]:
@@ -382,7 +400,7 @@ class TaskLog:
         heads: list[TaskHead] = []
         for stream_id in sorted(kept):
             prefix, key = kept[stream_id], key_of(stream_id)
-            state = fold_task(key, ((e.type, e.data) for e in prefix))
+            state = _fold_stored(key, prefix)
             if status is None or status_of(state) == status:
                 heads.append(TaskHead(key, prefix[-1].version, state, prefix[-1].recorded_at))
         return heads
@@ -445,6 +463,41 @@ def _ambiguous(ref: str, records: Sequence[StreamRecord]) -> UsageError:
     )
 
 
+# What every task projection holds from its first event on (none was added since the first
+# release): a stored one without them was altered in the store.
+_TASK_FIELDS = frozenset(initial_task_state(""))
+
+
 def _head(record: StreamRecord) -> TaskHead:
-    state: dict[str, Any] = record.state or initial_task_state(key_of(record.stream_id))
-    return TaskHead(key_of(record.stream_id), record.version, state, record.updated_at)
+    if record.unreadable is not None:
+        raise CorruptRecordError.in_projection(
+            record.stream_id, f"the stored text {record.unreadable}"
+        )
+    missing = _TASK_FIELDS.difference(record.state)
+    if missing:
+        named = ", ".join(sorted(missing)[:5]) + (", …" if len(missing) > 5 else "")
+        raise CorruptRecordError.in_projection(
+            record.stream_id, f"the stored task lacks {len(missing)} of its fields ({named})"
+        )
+    return TaskHead(key_of(record.stream_id), record.version, record.state, record.updated_at)
+
+
+def _fold_stored(key: str, logged: Iterable[RecordedEvent]) -> State:
+    """:func:`fold_task` over a task's stored events; an event the fold cannot read (a payload
+    lacking what its type holds) raises :class:`CorruptRecordError` naming it."""
+    at: RecordedEvent | None = None
+
+    def pairs() -> Iterator[tuple[str, dict[str, Any]]]:
+        nonlocal at
+        for event in logged:
+            at = event
+            yield event.type, event.data
+
+    try:
+        return fold_task(key, pairs())
+    except (KeyError, TypeError, ValueError, AttributeError) as error:
+        assert at is not None  # the fold of no event reads nothing
+        raise CorruptRecordError.in_event(
+            at.stream_id, at.version, at.position, at.type,
+            f"its payload lacks what its type holds ({type(error).__name__}: {str(error)[:120]})",
+        ) from error  # fmt: skip

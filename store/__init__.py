@@ -9,6 +9,7 @@ from cardfence.store.duework import DueRow, DueWork
 from cardfence.store.errors import (
     CardfenceError,
     ConcurrencyError,
+    CorruptRecordError,
     LeaseLostError,
     PayloadError,
     SchemaTooNewError,
@@ -35,6 +36,7 @@ __all__ = [
     "ChainBreak",
     "CommitStats",
     "ConcurrencyError",
+    "CorruptRecordError",
     "DueRow",
     "DueWork",
     "EventStore",

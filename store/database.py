@@ -4,7 +4,6 @@ the driver's cursor returns turned into records.
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Callable
@@ -15,7 +14,8 @@ import sqlalchemy as sa
 from sqlalchemy import event as sa_event
 from sqlalchemy.engine import URL, make_url
 
-from cardfence.store.records import CardSnapshot, RecordedEvent, StreamRecord
+from cardfence.store.errors import CorruptRecordError
+from cardfence.store.records import CardSnapshot, RecordedEvent, StreamRecord, json_object
 
 # Execution option marking a SQLAlchemy connection that will write (SQLite: BEGIN IMMEDIATE).
 WRITE = "cardfence_write"
@@ -68,29 +68,34 @@ def recorded_event(row: tuple[Any, ...]) -> RecordedEvent:
     )
 
 
-def cursor_stream_record(row: tuple[Any, ...]) -> StreamRecord:
+def cursor_stream_record(row: tuple[Any, ...], *, lenient: bool = False) -> StreamRecord:
     """A stream head from a cursor query's row (``append_sql``'s head columns; SQLite: the time
-    as stored text, naive UTC)."""
+    as stored text, naive UTC); ``lenient`` as in :func:`stream_record`."""
     stream_id, version, state, category, alias, status, updated_at = row
     moment = datetime.fromisoformat(updated_at).replace(tzinfo=UTC)
-    decoded = json.loads(state)
-    return StreamRecord(
-        stream_id, version, decoded if isinstance(decoded, dict) else {}, category, alias, status,
-        moment,
+    return _head(stream_id, version, state, category, alias, status, moment, lenient)
+
+
+def stream_record(row: sa.Row[Any], *, lenient: bool = False) -> StreamRecord:
+    """A stream head from a ``streams`` row. A projection that is not a JSON object raises
+    :class:`CorruptRecordError`, unless ``lenient``: then its ``state`` is empty and
+    ``unreadable`` says why."""
+    return _head(
+        row.stream_id, row.version, row.state, row.category, row.alias, row.status,
+        row.updated_at, lenient,
     )  # fmt: skip
 
 
-def stream_record(row: sa.Row[Any]) -> StreamRecord:
-    state = json.loads(row.state)
-    return StreamRecord(
-        stream_id=row.stream_id,
-        version=row.version,
-        state=state if isinstance(state, dict) else {},
-        category=row.category,
-        alias=row.alias,
-        status=row.status,
-        updated_at=row.updated_at,
-    )
+def _head(
+    stream_id: str, version: int, stored: str, category: str | None, alias: str | None,
+    status: str | None, updated_at: datetime, lenient: bool,
+) -> StreamRecord:  # fmt: skip
+    state = json_object(stored)
+    if isinstance(state, dict):
+        return StreamRecord(stream_id, version, state, category, alias, status, updated_at)
+    if not lenient:
+        raise CorruptRecordError.in_projection(stream_id, f"the stored text {state}")
+    return StreamRecord(stream_id, version, {}, category, alias, status, updated_at, state)
 
 
 def postgres_connect_args(

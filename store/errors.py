@@ -54,6 +54,29 @@ class PayloadError(StoreError):
         super().__init__(f"stream {stream_id!r}: {detail} (nothing was written)")
 
 
+class CorruptRecordError(StoreError):
+    """A stored event or projection cannot be read as cardfence wrote it (altered in the store)."""
+
+    def __init__(self, stream_id: str, record: str, detail: str) -> None:
+        self.stream_id = stream_id
+        self.record = record
+        self.detail = detail
+        super().__init__(
+            f"stream {stream_id!r}, {record}: {detail}: altered in the store? (nothing was "
+            "changed; 'cardfence audit' lists every such record)"
+        )
+
+    @classmethod
+    def in_event(
+        cls, stream_id: str, version: int, position: int, type_: str, detail: str
+    ) -> CorruptRecordError:
+        return cls(stream_id, f"event {version} (position {position}, {type_})", detail)
+
+    @classmethod
+    def in_projection(cls, stream_id: str, detail: str) -> CorruptRecordError:
+        return cls(stream_id, "its projection", detail)
+
+
 class SnapshotMismatchError(StoreError):
     """A card snapshot's body does not hash to the key it was offered under."""
 

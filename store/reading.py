@@ -162,10 +162,10 @@ class Reading(StoreBase):
         rows = self._rows_on_cursor(self._sql.select_head, {"stream_id": stream_id})
         return cursor_stream_record((stream_id, *rows[0])) if rows else None
 
-    def _heads_by_alias_on_cursor(self, alias: str) -> list[StreamRecord]:
+    def _heads_by_alias_on_cursor(self, alias: str, lenient: bool) -> list[StreamRecord]:
         # On every push delivery (R16: the task is found by its remote task id).
         rows = self._rows_on_cursor(self._sql.select_heads_by_alias, {"alias": alias})
-        return [cursor_stream_record(row) for row in rows]
+        return [cursor_stream_record(row, lenient=lenient) for row in rows]
 
     def streams(
         self,
@@ -173,17 +173,20 @@ class Reading(StoreBase):
         category: str | None = None,
         status: str | None = None,
         alias: str | None = None,
+        lenient: bool = False,
     ) -> list[StreamRecord]:
-        """Stream heads, optionally filtered by their indexed keys, ordered by stream id."""
+        """Stream heads, optionally filtered by their indexed keys, ordered by stream id. A
+        head whose stored projection is not a JSON object raises :class:`CorruptRecordError`;
+        with ``lenient``, it is given with an empty ``state`` and ``unreadable`` saying why."""
         if alias is not None:
             # By the alias alone, the rest checked on the few rows it names: given the category
             # too, SQLite's planner picks the category's index and reads every stream of it.
             if self._is_sqlite:
-                records = self._heads_by_alias_on_cursor(alias)
+                records = self._heads_by_alias_on_cursor(alias, lenient)
             else:
                 with self._read() as conn:
                     found = conn.execute(_HEADS_BY_ALIAS, {"alias": alias})
-                    records = [stream_record(row) for row in found]
+                    records = [stream_record(row, lenient=lenient) for row in found]
         else:
             query = sa.select(streams).order_by(streams.c.stream_id)
             if category is not None:
@@ -191,7 +194,7 @@ class Reading(StoreBase):
             if status is not None:
                 query = query.where(streams.c.status == status)
             with self._read() as conn:
-                return [stream_record(row) for row in conn.execute(query)]
+                return [stream_record(row, lenient=lenient) for row in conn.execute(query)]
         return [
             r
             for r in records
@@ -228,7 +231,9 @@ class Reading(StoreBase):
         processes append. The head is read first: every event up to it is committed with it, so
         the events read next hold them all. Events beyond it are left out when the head has
         moved since (appended meanwhile), and kept when it has not (written without moving the
-        head: a chain check reports them)."""
+        head: a chain check reports them). Made for audits: a head whose stored projection is
+        not a JSON object is given with an empty ``state`` and ``unreadable`` saying why, where
+        every other read raises :class:`CorruptRecordError`."""
         return self.read_as_of_heads([stream_id])[stream_id]
 
     def read_as_of_heads(
@@ -257,7 +262,9 @@ class Reading(StoreBase):
         with self._read() as conn:
             for chunk in _chunks(stream_ids):
                 query = sa.select(streams).where(streams.c.stream_id.in_(chunk))
-                found.update((row.stream_id, stream_record(row)) for row in conn.execute(query))
+                found.update(
+                    (row.stream_id, stream_record(row, lenient=True)) for row in conn.execute(query)
+                )
         return found
 
     def _events_of(self, stream_ids: Sequence[str]) -> dict[str, list[RecordedEvent]]:

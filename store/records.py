@@ -8,8 +8,26 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from cardfence.store.errors import CorruptRecordError
+
 GENESIS_HASH = "0" * 64
 """The ``prev_hash`` of a stream's first event."""
+
+_JSON_KINDS = {list: "an array", str: "a string", int: "a number", float: "a number",
+               bool: "a boolean", type(None): "null"}  # fmt: skip
+
+
+def json_object(text: str) -> dict[str, Any] | str:
+    """``text`` decoded when it is a JSON object, else why it is not ("is not JSON (…)", "is an
+    array, not a JSON object"): stored text cardfence wrote is always an object, so anything
+    else was altered in the store."""
+    try:
+        value = json.loads(text)
+    except ValueError as error:  # JSONDecodeError, and an integer past Python's digit limit
+        return f"is not JSON ({str(error).splitlines()[0][:120]})"
+    if isinstance(value, dict):
+        return value
+    return f"is {_JSON_KINDS.get(type(value), 'not an object')}, not a JSON object"
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,9 +55,13 @@ class RecordedEvent:
 
     @property
     def data(self) -> dict[str, Any]:
-        """The decoded payload (a fresh dict on every access)."""
-        value = json.loads(self.payload)
-        assert isinstance(value, dict)
+        """The decoded payload (a fresh dict on every access); :class:`CorruptRecordError` when
+        the stored text is not a JSON object."""
+        value = json_object(self.payload)
+        if isinstance(value, str):
+            raise CorruptRecordError.in_event(
+                self.stream_id, self.version, self.position, self.type, f"its payload {value}"
+            )
         return value
 
 
@@ -85,6 +107,9 @@ class StreamRecord:
     alias: str | None
     status: str | None
     updated_at: datetime
+    # Set only by the audit's reads (``read_as_of_heads``): why the stored projection is not a
+    # JSON object, ``state`` being then empty. Every other read raises CorruptRecordError.
+    unreadable: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

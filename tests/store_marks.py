@@ -13,8 +13,7 @@ __all__ = ["write_marks"]
 
 def write_marks(store: EventStore) -> tuple[int, dict[str, int]]:
     """The global position and every stream's version: unchanged means nothing was written."""
-    versions = {}
-    for stream_id in store.stream_ids():
-        head = store.stream(stream_id)
-        versions[stream_id] = head.version if head else 0
+    versions = dict.fromkeys(store.stream_ids(), 0)  # a stream with events and no head: 0
+    # Leniently: a head whose projection was altered in the store still has its version.
+    versions.update((head.stream_id, head.version) for head in store.streams(lenient=True))
     return store.last_position(), versions

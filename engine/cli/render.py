@@ -18,7 +18,7 @@ from cardfence.engine import events as ev
 from cardfence.engine.audit import AuditReport
 from cardfence.engine.lifecycle import TERMINAL, TaskLifecycle
 from cardfence.engine.views import TaskView
-from cardfence.store import RecordedEvent
+from cardfence.store import CorruptRecordError, RecordedEvent
 
 _WIDTH: Final = 160  # a timeline's lines are wrapped to this many columns
 _MIN_WRAPPED: Final = 20  # the narrowest a wrapped column is made
@@ -284,7 +284,7 @@ def summary(event: RecordedEvent) -> str:
     """What an event says, in a few words (its type and compact JSON if it has none)."""
     try:
         data = event.data
-    except (ValueError, AssertionError):  # not a JSON object: shown raw
+    except CorruptRecordError:  # not a JSON object (altered in the store): shown raw
         return fallback(event.type, event.payload)
     said = describe(event.type, data) or fallback(event.type, event.payload)
     repeated = data.get(ev.FAILURES_REPEATED)
@@ -358,7 +358,7 @@ def task_path(events: Sequence[RecordedEvent]) -> str:
             continue
         try:
             data = event.data
-        except (ValueError, AssertionError):
+        except CorruptRecordError:  # altered in the store: no edge drawn from it
             continue
         steps.append((str(data.get("from")), str(data.get("to")), str(data.get("source"))))
     start = steps[0][0] if steps else "submitted"

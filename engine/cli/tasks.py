@@ -382,13 +382,15 @@ def resume(
         # Every task at once, not one after another: a task that waits long (for its agent, or
         # for an answer under `--until terminal`) holds up no other. The engine bounds what is
         # in flight to each agent; the documents keep the store's order of the tasks.
-        pending = [v.task for v in engine.tasks() if v.state not in TERMINAL]
+        # A task whose record was altered in the store is left out, the others driven (exit 10).
+        heads, unreadable = engine.log.all_readable()
+        pending = [h.key for h in heads if h.state["state"] not in TERMINAL]
         outcomes = await asyncio.gather(
             *(_caught(one(engine, key, report=False)) for key in pending)
         )
         views: list[TaskView] = []
         orphaned: list[str] = []
-        failures: list[errors.CardfenceError] = []
+        failures: list[errors.CardfenceError] = [*unreadable]
         for key, outcome in zip(pending, outcomes, strict=True):
             if isinstance(outcome, TaskView):
                 views.append(outcome)
@@ -397,7 +399,8 @@ def resume(
                 orphaned.append(key)
             else:
                 failures.append(outcome)
-            views.append(engine.task(key))
+            if not isinstance(outcome, errors.CorruptRecordError):
+                views.append(engine.task(key))
         return views, orphaned, failures
 
     views, orphaned, failures = _engine_run(options, config, every, deadline, left=_left_every)
@@ -429,15 +432,21 @@ def tasks(
             f"unknown state {state!r} for --state: expected one of {', '.join(STATE_NAMES)}"
         )
     point = None if as_of is None else AsOf.parse(as_of)
+    unreadable: list[errors.CorruptRecordError] = []
     with open_store(options, existing=True) as store:
         log = TaskLog(store)
-        heads = log.all(status=state) if point is None else log.all_as_of(point, status=state)
+        if point is None:
+            heads, unreadable = log.all_readable(status=state)
+        else:
+            heads = log.all_as_of(point, status=state)
     views = [TaskView.of(h.state, h.updated_at) for h in heads]
     document: dict[str, Any] = {"tasks": [v.to_row() for v in views]}
     as_of_text = None if point is None else str(point)
     if as_of_text is not None:
         document["as_of"] = as_of_text
     emit(options, document, _human(options, lambda: task_table(views, as_of=as_of_text)))
+    if unreadable:  # the others are listed; exit 10 names the first left out
+        raise unreadable[0]
 
 
 @app.command()

@@ -517,6 +517,64 @@ def test_audit_exits_0_then_5_after_an_event_payload_is_edited(peer: Peer, tmp_p
     assert {v["stream"] for v in violations} == {f"task:{key}"}
 
 
+def test_a_record_altered_in_the_store_exits_10_naming_it_and_holds_up_no_other_task(
+    peer: Peer, tmp_path: Path
+) -> None:
+    path = tmp_path / "altered.db"  # not the audited `db` fixture: this one is broken on purpose
+    db = f"sqlite:///{path}"
+    [done] = make_tasks(db, peer, ("echo", "echo kept", "terminal"))
+    live, altered = started(db, peer, "slow", "slow 1"), started(db, peer, "slow", "slow 1")
+    with sqlite3.connect(path) as raw:
+        raw.execute("UPDATE streams SET state = '[1]' WHERE stream_id = ?", (f"task:{altered}",))
+        raw.execute(
+            "UPDATE events SET payload = '{' WHERE stream_id = ? AND type = ?",
+            (f"task:{done}", ev.STATE_CHANGED),
+        )
+        before = raw.execute("SELECT max(position) FROM events").fetchone()[0]
+        version = raw.execute(
+            "SELECT version FROM streams WHERE stream_id = ?", (f"task:{altered}",)
+        ).fetchone()[0]
+
+    shown = cardfence(db, "show", altered[:8], "--json")
+    shown_done = cardfence(db, "show", done[:8], "--json")
+    listed = cardfence(db, "tasks", "--json")
+    resumed = cardfence(
+        db, "resume", "--all", "--until", "terminal", "--timeout", "20", *POLL, "--json"
+    )
+    audited = cardfence(db, "audit", "--json")
+
+    why = f"stream 'task:{altered}', its projection: the stored text is an array, not a JSON object"
+    assert failed_with(shown, 10, "CorruptRecordError")["error"]["message"].startswith(why)
+    assert last_line(shown).endswith(
+        "(nothing was changed; 'cardfence audit' lists every such record)"
+    )
+    event = failed_with(shown_done, 10, "CorruptRecordError")["error"]["message"]
+    assert event.startswith(f"stream 'task:{done}', event ")
+    assert ", StateChanged): its payload is not JSON (" in event
+    assert [t["task"] for t in failed_with(listed, 10, "CorruptRecordError")["tasks"]] == sorted(
+        [done, live]
+    )  # the others listed, the altered one left out
+    assert last_line(listed).startswith(f"CorruptRecordError: {why}")
+    driven = failed_with(resumed, 10, "CorruptRecordError")
+    assert {t["task"]: t["state"] for t in driven["tasks"]} == {live: "completed"}
+    with sqlite3.connect(path) as raw:
+        kept = raw.execute(
+            "SELECT state, version FROM streams WHERE stream_id = ?", (f"task:{altered}",)
+        ).fetchone()
+        appended = raw.execute(
+            "SELECT DISTINCT stream_id FROM events WHERE position > ?", (before,)
+        )
+        streams = {row[0] for row in appended}
+    assert kept == ("[1]", version)  # not driven, nothing written to it
+    assert f"task:{live}" in streams
+    assert f"task:{altered}" not in streams
+    kinds = {
+        (v["stream"], v["kind"]) for v in failed_with(audited, 5, "AuditViolation")["violations"]
+    }
+    assert (f"task:{altered}", "projection_invalid") in kinds
+    assert (f"task:{done}", "payload_invalid") in kinds
+
+
 def test_unknown_or_ambiguous_task_exits_2_with_usage_error(peer: Peer, db: str) -> None:
     async def two_tasks_sharing_a_prefix() -> None:
         async with audited_engine(db) as engine:

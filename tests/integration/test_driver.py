@@ -5,7 +5,9 @@ decided by a card (R1). SQLite and PostgreSQL."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
+import logging
 from typing import Any
 
 import pytest
@@ -27,7 +29,7 @@ from engine_fixtures import (
 from support import Peer
 
 from cardfence.engine import events as ev
-from cardfence.engine.driver import is_live
+from cardfence.engine.driver import Driver, is_live
 from cardfence.engine.engine import Engine
 from cardfence.store import EventStore, StreamRecord
 
@@ -216,3 +218,64 @@ async def test_stopping_the_driver_finishes_the_steps_in_flight_and_leaves_tasks
             )
         await later.settle()
         assert_audit_ok(later.store)
+
+
+async def test_a_task_whose_record_was_altered_is_not_driven_and_holds_up_no_other(
+    peer: Peer, db_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two live tasks whose projections were altered in the store: one with its due row (met
+    by a step), one without (met by the load's backfill). Neither stops the driver, and both
+    are left exactly as they were; the other tasks are driven to their end."""
+    async with Engine.open(db_url, config=FAST) as starter:
+        good = [
+            await starter.start_task(peer.base_url, skill="slow", text="slow 0.3") for _ in "ab"
+        ]
+        stepped, backfilled = [
+            await starter.start_task(peer.base_url, skill="slow", text="slow 0.3") for _ in "cd"
+        ]
+    altered = {f"task:{stepped.task}", f"task:{backfilled.task}"}
+    with EventStore.open(db_url) as store, store.engine.begin() as conn:
+        conn.execute(
+            sa.text("UPDATE streams SET state = '[1]' WHERE stream_id IN :ids").bindparams(
+                sa.bindparam("ids", expanding=True)
+            ),
+            {"ids": sorted(altered)},
+        )
+        conn.execute(
+            sa.text("DELETE FROM due_work WHERE stream_id = :id"), {"id": f"task:{backfilled.task}"}
+        )
+        before = dict(conn.execute(sa.text("SELECT stream_id, version FROM streams")).all())
+
+    async with Engine.open(db_url, config=FAST) as engine:
+        driver = Driver(engine, scan_interval=0.05)
+        with caplog.at_level(logging.ERROR, logger="cardfence.driver"):
+            job = asyncio.create_task(driver.run())
+            await driver.ready()
+            await wait_until(
+                lambda: all(state_of(engine, v.task)["state"] == "completed" for v in good),
+                timeout=10,
+                what="the readable tasks to complete",
+            )
+            await wait_until(
+                lambda: {getattr(r, "task", None) for r in caplog.records} >= {
+                    stepped.task, backfilled.task,
+                },
+                what="both altered tasks to be logged",
+            )  # fmt: skip
+            driver.stop()
+            await job
+        for view in good:
+            assert transitions(engine.store, view.task) in DRIVEN
+        with engine.store.engine.connect() as conn:
+            rows = conn.execute(
+                sa.text("SELECT stream_id, state, version FROM streams WHERE stream_id IN :ids")
+                .bindparams(sa.bindparam("ids", expanding=True)),
+                {"ids": sorted(altered)},
+            ).all()  # fmt: skip
+    assert {(sid, state, version) for sid, state, version in rows} == {
+        (sid, "[1]", before[sid]) for sid in altered
+    }
+    unreadable = [r for r in caplog.records if getattr(r, "event", None) == "RecordUnreadable"]
+    assert {r.task for r in unreadable} == {stepped.task, backfilled.task}  # type: ignore[attr-defined]
+    assert all(r.exc_info is None for r in unreadable)  # the cause in one line, no traceback
+    assert all("its projection: the stored text is an array" in r.reason for r in unreadable)  # type: ignore[attr-defined]

@@ -579,6 +579,36 @@ async def test_a_store_failing_inside_deliver_answers_503_to_retry_and_writes_no
     assert engine.task(view.task).state == "input-required"
 
 
+async def test_a_delivery_to_a_task_whose_record_was_altered_answers_500_and_writes_nothing(
+    peer: Peer, db_url: str, client: httpx.AsyncClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Not the audited engine: this store is broken on purpose.
+    async with Engine.open(db_url, config=FAST) as engine, serving(webhook_app(engine)) as base:
+        url = base + "/webhook"
+        view, outcome = await registered_task(engine, peer, url)
+        stream_id = f"task:{view.task}"
+        with engine.store.engine.begin() as conn:
+            conn.execute(
+                sa.text("UPDATE streams SET state = '[1]' WHERE stream_id = :id"), {"id": stream_id}
+            )
+        marks = write_marks(engine.store)
+        body = forged(view, "input-required", datetime.now(UTC))
+
+        with caplog.at_level(logging.INFO, logger="cardfence.ingress"):
+            response = await client.post(
+                url, content=body, headers=push_headers(outcome.token, authorization=AUTH)
+            )
+
+        assert response.status_code == 500
+        assert response.json() == {"outcome": "error", "detail": "internal error"}
+        assert write_marks(engine.store) == marks
+    [logged] = [r for r in caplog.records if r.name == "cardfence.ingress"]
+    assert (logged.levelno, logged.status, logged.exc_info) == (logging.ERROR, 500, None)  # type: ignore[attr-defined]
+    assert logged.reason.startswith(  # type: ignore[attr-defined]
+        f"stream {stream_id!r}, its projection: the stored text is an array, not a JSON object"
+    )
+
+
 @contextlib.contextmanager
 def postgres_database(admin_url: str) -> Iterator[tuple[str, sa.Engine]]:
     """A PostgreSQL database of its own (so that cutting it off disturbs no other test): its

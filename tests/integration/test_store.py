@@ -19,6 +19,7 @@ from cardfence.store import (
     CardSnapshot,
     CommitStats,
     ConcurrencyError,
+    CorruptRecordError,
     EventStore,
     LeaseLostError,
     NewEvent,
@@ -302,6 +303,69 @@ def test_chain_detects_an_edited_payload(store: EventStore) -> None:
     broken = store.verify_stream("s")
     assert broken is not None
     assert (broken.kind, broken.version) == ("hash_mismatch", 2)
+
+
+@pytest.mark.parametrize(
+    ("payload", "why"),
+    [("[1]", "is an array, not a JSON object"), ('{"i": 2', "is not JSON (Expecting ")],
+)
+def test_a_payload_altered_in_the_store_is_a_typed_error_naming_its_event(
+    store: EventStore, payload: str, why: str
+) -> None:
+    positions = _chain_of_four(store)
+    with store.engine.begin() as conn:
+        conn.execute(
+            events_table.update()
+            .where(events_table.c.position == positions[1])
+            .values(payload=payload)
+        )
+    logged = store.read_stream("s")
+    assert [logged[0].data, logged[2].data] == [{"i": 1}, {"i": 3}]  # the others still read
+    with pytest.raises(CorruptRecordError) as caught:
+        _ = logged[1].data
+    assert isinstance(caught.value, StoreError)
+    assert (caught.value.stream_id, caught.value.record) == (
+        "s",
+        f"event 2 (position {positions[1]}, B)",
+    )
+    message = str(caught.value)
+    assert message.startswith(
+        f"stream 's', event 2 (position {positions[1]}, B): its payload {why}"
+    )
+    assert message.endswith("(nothing was changed; 'cardfence audit' lists every such record)")
+    assert "\n" not in message
+
+
+def test_a_projection_altered_in_the_store_is_a_typed_error_unless_read_leniently(
+    store: EventStore,
+) -> None:
+    for stream_id, k in (("s", 1), ("t", 2)):
+        store.append(stream_id, 0, [NewEvent("A", {})], projection=Projection({"k": k}, "c", "x"))
+    with store.engine.begin() as conn:
+        conn.execute(
+            streams_table.update().where(streams_table.c.stream_id == "s").values(state="[1]")
+        )
+    why = "is an array, not a JSON object"
+    for read in (
+        lambda: store.stream("s"),
+        lambda: store.streams(category="c"),
+        lambda: store.streams(alias="x"),  # the push path's lookup
+    ):
+        with pytest.raises(
+            CorruptRecordError, match=rf"^stream 's', its projection: the stored text {why}: "
+        ):
+            read()
+    for lenient in (
+        store.streams(category="c", lenient=True),
+        store.streams(alias="x", lenient=True),
+    ):
+        assert [(r.stream_id, r.state, r.unreadable) for r in lenient] == [
+            ("s", {}, why), ("t", {"k": 2}, None),
+        ]  # fmt: skip
+    head, logged = store.read_as_of_head("s")  # the audit's read
+    assert head is not None
+    assert (head.version, head.unreadable, len(logged)) == (1, why, 1)
+    assert store.verify_stream("s") is None  # only the projection was altered: the chain holds
 
 
 def test_chain_detects_a_deleted_event(store: EventStore) -> None:

@@ -63,6 +63,26 @@ def test_a_store_written_by_the_engine_audits_clean(store: EventStore) -> None:
     assert (report.streams_checked, report.events_checked) == (1, 2)
 
 
+@pytest.mark.parametrize(
+    ("state", "why"),
+    [("[1]", "is an array, not a JSON object"), ("{nope", "is not JSON (Expecting property")],
+)
+def test_a_projection_altered_into_no_json_object_is_reported_and_the_audit_goes_on(
+    store: EventStore, state: str, why: str
+) -> None:
+    _task(store)
+    TaskLog(store).create("t2", [(ev.TASK_SUBMITTED, {"skill": "echo", "card_revision": REVISION})])
+    with store.engine.begin() as conn:
+        conn.execute(streams.update().where(streams.c.stream_id == T1).values(state=state))
+    positions = _positions(store, T1)
+    (violation,) = audit(store).violations  # t2, after it, audited clean
+    assert (violation.stream, violation.position, violation.kind) == (
+        T1, positions[-1], "projection_invalid",
+    )  # fmt: skip
+    assert violation.detail.startswith(f"the stored projection {why}")
+    assert violation.detail.endswith(": it was not compared")
+
+
 def test_replay_reproduces_the_projection_and_is_deterministic(store: EventStore) -> None:
     _task(store)
     events = store.read_stream(task_stream_id("t1"))
@@ -353,9 +373,19 @@ def test_why_an_event_did_not_fold_is_cut_to_200_characters(store: EventStore) -
     )
 
 
-@pytest.mark.parametrize("payload", ["[1]", "not json", '{"skill": 5', "1" * 5000])
+@pytest.mark.parametrize(
+    ("payload", "why"),
+    [
+        ("[1]", "is an array, not a JSON object"),
+        ('"text"', "is a string, not a JSON object"),
+        ("null", "is null, not a JSON object"),
+        ("not json", "is not JSON (Expecting value: line 1 column 1 (char 0))"),
+        ('{"skill": 5', "is not JSON (Expecting ',' delimiter: line 1 column 12 (char 11))"),
+        ("1" * 5000, "is not JSON (Exceeds the limit (4300 digits) for integer string conversion:"),
+    ],
+)
 def test_a_payload_altered_into_no_json_object_is_reported_not_crashed_on(
-    store: EventStore, payload: str
+    store: EventStore, payload: str, why: str
 ) -> None:
     _task(store)
     TaskLog(store).create("t2", [(ev.TASK_SUBMITTED, {"skill": "echo", "card_revision": REVISION})])
@@ -368,7 +398,8 @@ def test_a_payload_altered_into_no_json_object_is_reported_not_crashed_on(
         (T1, first, "hash_mismatch"),
         (T1, first, "payload_invalid"),
     ]
-    assert report.violations[1].detail == "the payload is not a JSON object: nothing in it was read"
+    assert report.violations[1].detail.startswith(f"the payload {why}")
+    assert report.violations[1].detail.endswith(": nothing in it was read")
 
 
 def test_the_events_after_an_unreadable_payload_are_still_checked(store: EventStore) -> None:
