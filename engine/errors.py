@@ -125,7 +125,8 @@ class DiscoveryError(CardfenceError):
     ``kind`` is one of ``network``, ``timeout``, ``http_status``, ``invalid_card``, ``too_large``,
     ``redirect``, ``insecure``, ``signature``, ``unsupported_protocol``
     (:class:`ProtocolUnsupportedError`), ``extended_card`` (the authenticated extended card
-    could not be read, R15). ``consequence`` says what was (not) done because of
+    could not be read, R15), ``record`` (the agent's record in the store was altered: not
+    read, like a card that cannot be). ``consequence`` says what was (not) done because of
     it; the caller that knows sets it (e.g. the engine: "nothing was sent").
     """
 

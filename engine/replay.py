@@ -132,6 +132,21 @@ def initial_task_state(key: str) -> State:
     # were counted, not appended) is added by the first event that carries such a count.
 
 
+# What every projection of each kind holds from its first event on (none was added since the
+# first release): a stored one without them was altered in the store.
+AGENT_FIELDS = frozenset(initial_agent_state(""))
+TASK_FIELDS = frozenset(initial_task_state(""))
+
+
+def lacking(state: Mapping[str, Any], fields: frozenset[str]) -> str | None:
+    """What a stored projection lacks of ``fields``, said in a few words; None: nothing."""
+    missing = sorted(fields.difference(state))
+    if not missing:
+        return None
+    named = ", ".join(missing[:5]) + (", …" if len(missing) > 5 else "")
+    return f"lacks {len(missing)} of its fields ({named})"
+
+
 def apply_task_event(state: Mapping[str, Any], type_: str, data: Mapping[str, Any]) -> State:
     """The task stream's state after one event (a new dict; ``state`` is not modified)."""
     return apply_task_events(state, ((type_, data),))

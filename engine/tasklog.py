@@ -27,10 +27,12 @@ from cardfence.engine.errors import UsageError
 from cardfence.engine.guards import is_live
 from cardfence.engine.observations import Event
 from cardfence.engine.replay import (
+    TASK_FIELDS,
     State,
     apply_task_events,
     fold_task,
     initial_task_state,
+    lacking,
 )
 from cardfence.store import (
     ConcurrencyError,
@@ -463,22 +465,14 @@ def _ambiguous(ref: str, records: Sequence[StreamRecord]) -> UsageError:
     )
 
 
-# What every task projection holds from its first event on (none was added since the first
-# release): a stored one without them was altered in the store.
-_TASK_FIELDS = frozenset(initial_task_state(""))
-
-
 def _head(record: StreamRecord) -> TaskHead:
     if record.unreadable is not None:
         raise CorruptRecordError.in_projection(
             record.stream_id, f"the stored text {record.unreadable}"
         )
-    missing = _TASK_FIELDS.difference(record.state)
-    if missing:
-        named = ", ".join(sorted(missing)[:5]) + (", …" if len(missing) > 5 else "")
-        raise CorruptRecordError.in_projection(
-            record.stream_id, f"the stored task lacks {len(missing)} of its fields ({named})"
-        )
+    missing = lacking(record.state, TASK_FIELDS)
+    if missing is not None:
+        raise CorruptRecordError.in_projection(record.stream_id, f"the stored task {missing}")
     return TaskHead(key_of(record.stream_id), record.version, record.state, record.updated_at)
 
 

@@ -21,8 +21,21 @@ from contextlib import nullcontext
 from typing import TYPE_CHECKING, Any
 
 from cardfence.engine import events as ev
-from cardfence.engine.replay import State, apply_agent_event, initial_agent_state
-from cardfence.store import CardSnapshot, ConcurrencyError, EventStore, NewEvent, Projection
+from cardfence.engine.replay import (
+    AGENT_FIELDS,
+    State,
+    apply_agent_event,
+    initial_agent_state,
+    lacking,
+)
+from cardfence.store import (
+    CardSnapshot,
+    ConcurrencyError,
+    CorruptRecordError,
+    EventStore,
+    NewEvent,
+    Projection,
+)
 
 if TYPE_CHECKING:  # for annotations only: discovery builds on what is here
     from cardfence.engine.cards.discovery import CardRead
@@ -68,6 +81,19 @@ def _key_snapshots(read: CardRead, signed: SignatureCheck | None) -> list[CardSn
     return [CardSnapshot(keys.revision, keys.body, keys.url, None, 200, read.fetched_at)]
 
 
+def agent_head(store: EventStore, origin: str) -> tuple[int, State]:
+    """The agent stream's version and projection (version 0 and the initial state when nothing
+    was recorded yet); :class:`CorruptRecordError` when the projection was altered in the
+    store. Blocks: run in a store worker."""
+    head = store.stream(ev.agent_stream_id(origin))
+    if head is None:
+        return 0, initial_agent_state(origin)
+    missing = lacking(head.state, AGENT_FIELDS)
+    if missing is not None:
+        raise CorruptRecordError.in_projection(head.stream_id, f"the stored agent {missing}")
+    return head.version, head.state
+
+
 def append_agent_events(
     store: EventStore,
     origin: str,
@@ -93,10 +119,8 @@ def append_agent_events(
             if known is None:
                 if read_here:
                     time.sleep(random.uniform(0, min(_MAX_BACKOFF, 0.001 * 2**attempt)))
-                head = store.stream(stream_id)
+                known = agent_head(store, origin)
                 read_here = True
-                initial = initial_agent_state(origin)
-                known = (0, initial) if head is None else (head.version, head.state)
             version, state = known
             known = None
             new_events = decide(state)

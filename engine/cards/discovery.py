@@ -47,6 +47,7 @@ from cardfence.engine.cards.agent_stream import (
     _fetched,
     _key_snapshots,
     _snapshot,
+    agent_head,
     append_agent_events,
 )
 from cardfence.engine.cards.fetch import CardLimits, card_urls, extended_card_url, fetch_card
@@ -57,8 +58,8 @@ from cardfence.engine.cards.signed_reads import SignedReads
 from cardfence.engine.errors import CardSignatureError, ContractChangedError, DiscoveryError
 from cardfence.engine.offload import StoreCalls, sized_work
 from cardfence.engine.pool import RequestSlots
-from cardfence.engine.replay import State, initial_agent_state
-from cardfence.store import CardSnapshot, EventStore, NewEvent
+from cardfence.engine.replay import State
+from cardfence.store import CardSnapshot, CorruptRecordError, EventStore, NewEvent
 
 if TYPE_CHECKING:  # for annotations only: discovery never makes a transport of its own
     from cardfence.engine.transport import A2ATransport
@@ -174,6 +175,18 @@ class Discovery(SignedReads):
         return memo is not None and self._clock() - memo[1] < self.max_card_age
 
     async def _read(self, agent_url: str, *, fresh: bool) -> CardRead:
+        try:
+            return await self._read_recorded(agent_url, fresh=fresh)
+        except CorruptRecordError as corrupt:
+            # The agent's record altered in the store: like a card that cannot be read (R8),
+            # mid-task an annotation, never a halt. Not recorded on the agent's stream: it is
+            # what cannot be read (and an append to it is whole or nothing).
+            raise DiscoveryError(
+                card_urls(agent_url)[1][0], "record",
+                f"the agent's record in the store cannot be read: {corrupt}",
+            ) from corrupt  # fmt: skip
+
+    async def _read_recorded(self, agent_url: str, *, fresh: bool) -> CardRead:
         origin, urls = card_urls(agent_url)
         if not fresh:
             memo = self._memo.get(origin)
@@ -389,10 +402,7 @@ class Discovery(SignedReads):
         return (await self._calls.run(self._agent_head, origin))[1]
 
     def _agent_head(self, origin: str) -> tuple[int, State]:
-        head = self.store.stream(ev.agent_stream_id(origin))
-        if head is None:
-            return 0, initial_agent_state(origin)
-        return head.version, head.state
+        return agent_head(self.store, origin)
 
     async def _record_read(
         self,

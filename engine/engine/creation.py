@@ -49,6 +49,7 @@ from cardfence.engine.observations import Event, from_message, from_task
 from cardfence.engine.replay import State
 from cardfence.engine.transport import A2ATransport
 from cardfence.engine.views import TaskView
+from cardfence.store import CorruptRecordError
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,7 +279,9 @@ class Creation(Observing):
         refusal = {"reason": reason, "detail": detail, "skill": skill, "at": _now_iso()}
         if task is not None:
             refusal["task"] = task
-        with contextlib.suppress(DiscoveryError):
+        # Not recorded when the agent's record cannot be read (altered in the store): the
+        # refusal is the caller's error all the same.
+        with contextlib.suppress(DiscoveryError, CorruptRecordError):
             await self.discovery.record_refusal(agent_url, refusal, type_)
 
     # -- webhooks (R4, R5) ---------------------------------------------------------------------

@@ -40,7 +40,7 @@ from cardfence.engine.observations import (
 from cardfence.engine.observations import from_update as observation_from_update
 from cardfence.engine.replay import State
 from cardfence.engine.views import TaskView
-from cardfence.store import PayloadError
+from cardfence.store import CorruptRecordError, PayloadError
 
 
 class Observing(EngineBase):
@@ -196,8 +196,20 @@ class Observing(EngineBase):
         return before, after
 
     def _agent_revision(self, state: Mapping[str, Any]) -> str | None:
-        head = self.store.stream(ev.agent_stream_id(str(state.get("agent"))))  # on a worker
-        return None if head is None else head.state.get("revision")
+        """The card revision the agent's stream holds (on a store worker); None when none is
+        recorded, or its record was altered in the store -- logged, and never a reason to hold
+        up the task (its report is recorded all the same)."""
+        try:
+            head = self.store.stream(ev.agent_stream_id(str(state.get("agent"))))
+        except CorruptRecordError as corrupt:
+            _log.warning(
+                "the agent's record cannot be read: the task's card is not compared",
+                extra={"task": state.get("task"), "event": "RecordUnreadable",
+                       "reason": str(corrupt)},
+            )  # fmt: skip
+            return None
+        revision = None if head is None else head.state.get("revision")
+        return revision if isinstance(revision, str) else None
 
     async def _boundary_recheck(self, key: str) -> None:
         agent_url = (await self._known_state(key))["agent_url"]

@@ -279,3 +279,37 @@ async def test_a_task_whose_record_was_altered_is_not_driven_and_holds_up_no_oth
     assert {r.task for r in unreadable} == {stepped.task, backfilled.task}  # type: ignore[attr-defined]
     assert all(r.exc_info is None for r in unreadable)  # the cause in one line, no traceback
     assert all("its projection: the stored text is an array" in r.reason for r in unreadable)  # type: ignore[attr-defined]
+
+
+async def test_an_agent_record_altered_in_the_store_never_stops_its_tasks_being_polled(
+    peer: Peer, db_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The agent's stream is card state: unreadable, it is like a card that cannot be read
+    (R8), and the tasks go on being polled to their end (the card never gates continuation)."""
+    async with Engine.open(db_url, config=FAST) as starter:
+        live = [
+            await starter.start_task(peer.base_url, skill="slow", text="slow 0.3") for _ in "ab"
+        ]
+        agent = state_of(starter, live[0].task)["agent"]
+    with EventStore.open(db_url) as store, store.engine.begin() as conn:
+        conn.execute(
+            sa.text("UPDATE streams SET state = '[1]' WHERE stream_id = :id"),
+            {"id": ev.agent_stream_id(agent)},
+        )
+
+    async with Engine.open(db_url, config=FAST) as engine:
+        driver = Driver(engine, scan_interval=0.05)
+        with caplog.at_level(logging.WARNING):
+            job = asyncio.create_task(driver.run())
+            await driver.ready()
+            try:
+                await wait_until(
+                    lambda: all(state_of(engine, v.task)["state"] == "completed" for v in live),
+                    timeout=10,
+                    what="the tasks to complete",
+                )
+            finally:
+                driver.stop()
+                await job
+        for view in live:
+            assert transitions(engine.store, view.task) in DRIVEN

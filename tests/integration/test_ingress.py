@@ -609,6 +609,36 @@ async def test_a_delivery_to_a_task_whose_record_was_altered_answers_500_and_wri
     )
 
 
+async def test_a_push_ending_a_task_is_applied_though_its_agents_record_was_altered(
+    peer: Peer, db_url: str, client: httpx.AsyncClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A `failed` report compares the card revision in force with the task's (R11); the agent's
+    record unreadable, there is nothing to compare with, and the report is applied all the
+    same: card state never holds up a task."""
+    async with Engine.open(db_url, config=FAST) as engine, serving(webhook_app(engine)) as base:
+        url = base + "/webhook"
+        view, outcome = await registered_task(engine, peer, url)
+        agent = state_of(engine, view.task)["agent"]
+        with engine.store.engine.begin() as conn:
+            conn.execute(
+                sa.text("UPDATE streams SET state = '[1]' WHERE stream_id = :id"),
+                {"id": ev.agent_stream_id(agent)},
+            )
+        body = forged(view, "failed", datetime.now(UTC))
+
+        with caplog.at_level(logging.WARNING, logger="cardfence.engine"):
+            response = await client.post(
+                url, content=body, headers=push_headers(outcome.token, authorization=AUTH)
+            )
+
+        assert (response.status_code, response.json()["outcome"]) == (200, "applied")
+        assert engine.task(view.task).state == "failed"
+        assert transitions(engine.store, view.task)[-1][1] == "failed"
+    [logged] = [r for r in caplog.records if getattr(r, "event", None) == "RecordUnreadable"]
+    assert (logged.levelno, logged.task) == (logging.WARNING, view.task)  # type: ignore[attr-defined]
+    assert logged.reason.startswith(f"stream {ev.agent_stream_id(agent)!r}, its projection")  # type: ignore[attr-defined]
+
+
 @contextlib.contextmanager
 def postgres_database(admin_url: str) -> Iterator[tuple[str, sa.Engine]]:
     """A PostgreSQL database of its own (so that cutting it off disturbs no other test): its

@@ -7,7 +7,8 @@ out-of-order ones included — and different discovery outcomes:
 - ``reference``: the card never changes and never fails;
 - ``changed``: the card is changed in every way (push withdrawn, skill dropped or changed, contract
   rotated, endpoint moved, version bumped);
-- ``failing``: every card read fails in every way (network, timeout, 503, invalid, too large).
+- ``failing``: every card read fails in every way (network, timeout, 503, invalid, too large),
+  and the agent's record is altered in the store (its projection no longer a JSON object).
 
 Invariants after every step: every task's ``StateChanged`` sequence is identical in every world
 (P1), no world sends a ``CancelTask`` the test did not ask for (P1), replay equals the stored
@@ -25,7 +26,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-from collections.abc import Awaitable, Callable, Coroutine
+import json
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass
 from datetime import UTC
 from typing import Any, TypeVar
@@ -64,8 +66,8 @@ from cardfence.engine.errors import DiscoveryError, RemoteRefusedError, TaskOrph
 from cardfence.engine.observations import Observation
 from cardfence.engine.replay import State
 from cardfence.engine.tasklog import task_stream_id
-from cardfence.store import EventStore, RecordedEvent
-from cardfence.store.schema import metadata
+from cardfence.store import CorruptRecordError, EventStore, RecordedEvent
+from cardfence.store.schema import metadata, streams
 
 _T = TypeVar("_T")
 
@@ -77,6 +79,7 @@ CONFIG = EngineConfig(
     card_limits=CardLimits(timeout=1.0, max_bytes=MAX_CARD_BYTES, allow_insecure=True),
 )
 WORLDS = ("reference", "changed", "failing")
+AGENT_STREAM = ev.agent_stream_id(AGENT_URL)
 # What the fake agents answer (named as 1.0 operations in every protocol): anything else the
 # engine sent (``Seen.rpc`` None) would be a method or path the agent's protocol does not have.
 SPOKEN = frozenset(OPERATIONS)
@@ -94,6 +97,33 @@ class World:
     keys: dict[str, str]
     tokens: dict[str, tuple[str, str]]
     cancels_asked: int = 0
+    # While the agent's record is altered in the store: its true projection, put back for a
+    # creation (gated by the card, so made on a healthy one in every world) and again after.
+    agent_record: str | None = None
+
+    def alter_agent_record(self) -> None:
+        """The agent stream's projection altered in the store into something no cardfence
+        wrote: card state that cannot be read (like a card that cannot be, R8)."""
+        with self.engine.store.engine.begin() as conn:
+            row = conn.execute(streams.select().where(streams.c.stream_id == AGENT_STREAM)).one()
+            if self.agent_record is None:
+                self.agent_record = row.state
+            conn.execute(
+                streams.update().where(streams.c.stream_id == AGENT_STREAM).values(state="[1]")
+            )
+
+    def restore_agent_record(self) -> bool:
+        """Put the true projection back; whether it was altered."""
+        if self.agent_record is None:
+            return False
+        with self.engine.store.engine.begin() as conn:
+            conn.execute(
+                streams.update()
+                .where(streams.c.stream_id == AGENT_STREAM)
+                .values(state=self.agent_record)
+            )
+        self.agent_record = None
+        return True
 
 
 def _store() -> EventStore:
@@ -149,6 +179,7 @@ class Differential(RuleBasedStateMachine):
             # Creation and registration are gated by discovery (R2, R4): done on a healthy card in
             # every world, so the worlds follow the same tasks the same way.
             kept, world.agent.default = world.agent.default, Variant()
+            altered = world.restore_agent_record()
             view = self.run(world.engine.start_task(AGENT_URL, skill=SKILL, text=label))
             outcome = self.run(world.engine.register_webhook(view.task, "https://hook.test/"))
             assert outcome.registered
@@ -159,6 +190,8 @@ class Differential(RuleBasedStateMachine):
             world.tokens[label] = (outcome.token, outcome.authorization or "")
             world.agent.default = kept
             self.run(world.engine.settle())
+            if altered:
+                world.alter_agent_record()
         return label
 
     @rule(
@@ -196,6 +229,16 @@ class Differential(RuleBasedStateMachine):
     def discovery_changes(self, variant: str, failure: str) -> None:
         self.worlds[1].agent.default = CARD_CHANGES[variant]
         self.worlds[2].agent.default = failure
+
+    @precondition(lambda self: bool(self.labels))  # the agent's stream exists
+    @rule(altered=st.booleans())
+    def agent_record_changes(self, altered: bool) -> None:
+        """The failing world's agent record altered in the store, or put back."""
+        failing = self.worlds[2]
+        if altered:
+            failing.alter_agent_record()
+        else:
+            failing.restore_agent_record()
 
     @rule(label=tasks)
     def revalidate(self, label: str) -> None:
@@ -286,10 +329,14 @@ class Differential(RuleBasedStateMachine):
         for index, stream_id in touched:
             world = self.worlds[index]
             logged = self.seen[index][stream_id]
-            head = world.engine.store.stream(stream_id)
-            assert head is not None
+            if stream_id == AGENT_STREAM and world.agent_record is not None:
+                stored = json.loads(world.agent_record)  # the true one, kept while altered
+            else:
+                head = world.engine.store.stream(stream_id)
+                assert head is not None
+                stored = head.state
             first: State | None = replay(stream_id, logged)
-            assert first == head.state, f"{world.name} {stream_id}: replay != projection"
+            assert first == stored, f"{world.name} {stream_id}: replay != projection"
             assert replay(stream_id, logged) == first
 
     def p3_terminal_states_absorb_and_were_reported_by_the_remote(self) -> None:
@@ -435,3 +482,20 @@ def test_p1_catches_a_client_that_cancels_when_revalidation_fails(
 
     message = _caught(monkeypatch, "_revalidate", revalidate_then_cancel, protocol)
     assert "failing" in message or "transitions" in message
+
+
+def test_p1_catches_a_failed_report_held_up_by_an_unreadable_agent_record(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """R11 compares the card revision in force before recording a `failed` report. Read as
+    before this was guarded, an agent record altered in the store refuses the report: the
+    failing world stops following its task. (The engine past the 0.3 translation is the
+    same, so the 1.0 remote is enough.)"""
+
+    def agent_revision_unguarded(self: Engine, state: Mapping[str, Any]) -> str | None:
+        head = self.store.stream(ev.agent_stream_id(str(state.get("agent"))))
+        return None if head is None else head.state.get("revision")
+
+    monkeypatch.setattr(Engine, "_agent_revision", agent_revision_unguarded)
+    with pytest.raises(CorruptRecordError, match=r"^stream 'agent:http://agent\.test', its proj"):
+        run_state_machine_as_test(functools.partial(Differential, "1.0"), settings=HUNT)
