@@ -364,7 +364,7 @@ async def _awaited(value: Awaitable[object]) -> None:
 
 # The 1.0 run has the profile's whole budget of examples, each 0.3 run a third of it: past the
 # 0.3 translation (engine/wire03.py) the engine is the same, and three whole runs would cost the
-# `ci` profile over three minutes (about 70 s each on 2 cores) where this costs under two.
+# `ci` profile about five minutes (about 100 s each on 2 cores) where this costs about three.
 SHARE_03 = 3
 
 

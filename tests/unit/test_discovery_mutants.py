@@ -26,13 +26,20 @@ from support.slots import RecordedSlots
 
 from cardfence.engine import deadline
 from cardfence.engine import events as ev
-from cardfence.engine.cards.agent_stream import append_agent_events
+from cardfence.engine.cards.agent_stream import agent_head, append_agent_events
 from cardfence.engine.cards.discovery import CardRead, ContractCheck, Discovery
 from cardfence.engine.cards.fetch import USER_AGENT, CardLimits, card_urls, fetch_card
 from cardfence.engine.cards.model import parse_card
 from cardfence.engine.errors import CardInvalidError, ContractChangedError, DiscoveryError
 from cardfence.engine.replay import initial_agent_state
-from cardfence.store import ConcurrencyError, EventStore, NewEvent, StreamRecord
+from cardfence.store import (
+    ConcurrencyError,
+    CorruptRecordError,
+    EventStore,
+    NewEvent,
+    StreamRecord,
+)
+from cardfence.store.schema import streams
 
 CARD = "/.well-known/agent-card.json"
 LEGACY = "/.well-known/agent.json"
@@ -562,6 +569,54 @@ async def test_an_agent_never_read_has_its_initial_state(store: EventStore) -> N
     async with httpx.AsyncClient() as client:
         state = await Discovery(store, client).agent_state("http://127.0.0.1:9/x")
     assert state == initial_agent_state("http://127.0.0.1:9")
+
+
+def _alter_projection(store: EventStore, stream_id: str, state: str) -> None:
+    with store.engine.begin() as conn:
+        conn.execute(streams.update().where(streams.c.stream_id == stream_id).values(state=state))
+
+
+@pytest.mark.parametrize(
+    ("state", "why"),
+    [
+        ("[1]", "the stored text is an array, not a JSON object"),
+        ("{}", "the stored agent lacks 15 of its fields (agent, card_url, contract_hash, etag, "
+               "failures, …)"),
+    ],
+)  # fmt: skip
+async def test_a_read_of_an_agent_whose_record_was_altered_fails_as_kind_record_unsent(
+    server: RoutedServer, store: EventStore, client: httpx.AsyncClient, state: str, why: str
+) -> None:
+    server.routes[CARD] = card_reply(etag='"e1"')
+    discovery = Discovery(store, client, limits=FAST)
+    await discovery.read(server.url)
+    _alter_projection(store, ev.agent_stream_id(server.url), state)
+    asked = len(server.requests)
+    last = store.last_position()
+
+    with pytest.raises(DiscoveryError) as failed:
+        await discovery.read(server.url, fresh=True)
+    with pytest.raises(CorruptRecordError) as direct:
+        agent_head(store, server.url)
+
+    error = failed.value
+    assert (error.kind, error.url) == ("record", server.url + CARD)
+    assert error.detail == f"the agent's record in the store cannot be read: {direct.value}"
+    assert str(direct.value).startswith(
+        f"stream 'agent:{server.url}', its projection: {why}: altered in the store?"
+    )
+    assert isinstance(error.__cause__, CorruptRecordError)
+    assert (len(server.requests), store.last_position()) == (asked, last)  # not read, not recorded
+
+
+def test_the_agent_head_is_its_version_and_projection_or_the_initial_state(
+    store: EventStore,
+) -> None:
+    origin = "http://127.0.0.1:9"
+    assert agent_head(store, origin) == (0, initial_agent_state(origin))
+    append_agent_events(store, origin, lambda _state: [NewEvent(ev.TASK_CREATION_REFUSED, {})])
+    version, state = agent_head(store, origin)
+    assert (version, state["refusals"]) == (1, 1)
 
 
 @pytest.mark.parametrize(

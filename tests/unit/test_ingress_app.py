@@ -24,7 +24,7 @@ from cardfence.engine.ingress import HEALTH_PATH, METRICS_PATH, READY_PATH, webh
 from cardfence.engine.metrics import CONTENT_TYPE, Family
 from cardfence.engine.shedding import RefusalBudget
 from cardfence.engine.webhook import MAX_DELIVERY_BYTES, TOKEN_HEADER, Delivery, IngressLimits
-from cardfence.store import StoreUnavailableError
+from cardfence.store import CorruptRecordError, StoreUnavailableError
 
 BASE = "http://ingress.test"
 JSON = {"content-type": "application/json"}
@@ -278,6 +278,31 @@ async def test_an_engine_failing_is_answered_500_without_its_cause_which_is_logg
         "outcome": "error",
         "status": 500,
         "reason": "internal error",
+    }
+
+
+async def test_a_task_record_altered_in_the_store_is_answered_500_and_logged_in_one_line(
+    engine: StandIn, client: httpx.AsyncClient, caplog: pytest.LogCaptureFixture
+) -> None:
+    altered = CorruptRecordError.in_projection("task:t1", "the stored text is an array")
+    engine.answer = altered
+    with caplog.at_level(logging.INFO, logger="cardfence.ingress"):
+        answer = await client.post("/webhook", content=b"{}", headers=JSON)
+
+    assert answer.status_code == 500
+    assert "retry-after" not in answer.headers
+    assert answer.json() == {"outcome": "error", "detail": "internal error"}
+    [record] = ingress_records(caplog)
+    assert record.levelno == logging.ERROR
+    assert record.getMessage() == (
+        "delivery not applied: the task's record cannot be read task=- outcome=error status=500"
+    )
+    assert record.exc_info is None  # what was altered is said; there is no bug to trace
+    assert fields_of(record) == {
+        "task": None,
+        "outcome": "error",
+        "status": 500,
+        "reason": str(altered),
     }
 
 
