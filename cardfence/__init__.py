@@ -3,14 +3,14 @@
 Card state may gate task creation and webhook registration. It never gates task continuation.
 
 The public API: :class:`Engine` (start, follow, reply to, cancel, resume tasks, ingest push
-deliveries), :func:`audit` and :func:`replay` (no network), the card model
-(:func:`parse_card`), credentials for agents that require them (:class:`CredentialsConfig` and
+deliveries), :func:`audit`, :func:`rebuild_projections` and :func:`replay` (no network), the card
+model (:func:`parse_card`), credentials for agents that require them (:class:`CredentialsConfig` and
 the secrets it holds: :class:`ApiKey`, :class:`Bearer`, :class:`Basic`, :class:`OAuthClient`,
 :class:`MutualTls`; :func:`load_credentials`), and the one error tree under
 :class:`CardfenceError`.
 """
 
-from cardfence.engine.audit import AuditReport, Violation, audit, replay
+from cardfence.engine.audit import AuditReport, Violation, audit, rebuild_projections, replay
 from cardfence.engine.cards.fetch import CardLimits
 from cardfence.engine.cards.model import AgentCard, parse_card
 from cardfence.engine.credentials_config import (
@@ -31,6 +31,7 @@ from cardfence.engine.errors import (
     CardSignatureError,
     ConcurrencyError,
     ContractChangedError,
+    CorruptRecordError,
     CreationRefusedError,
     CredentialsConfigError,
     CredentialsMissingError,
@@ -78,6 +79,7 @@ __all__ = [
     "CardfenceError",
     "ConcurrencyError",
     "ContractChangedError",
+    "CorruptRecordError",
     "CreationRefusedError",
     "CredentialsConfig",
     "CredentialsConfigError",
@@ -116,5 +118,6 @@ __all__ = [
     "audit",
     "load_credentials",
     "parse_card",
+    "rebuild_projections",
     "replay",
 ]

@@ -17,18 +17,27 @@ With ``verify_signatures`` (``cardfence audit --verify-signatures``), every card
 verified (a ``CardFetched`` whose ``signature`` says ``verified``) is verified again: its stored
 snapshot with the signatures the event recorded, against the key set stored under the revision
 the event names. A failure is a ``signature_invalid`` violation.
+
+:func:`rebuild_projections` (``cardfence audit --rebuild-projections``) repairs what the log can
+repair: a stream whose only violations are of its projection (altered in the store: not a JSON
+object, or not what its events replay to), its chain intact and every event folded, has its
+projection rewritten from its events -- the log is the truth, the projection derived from it.
+Nothing else is ever written.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from cardfence.engine import events as ev
 from cardfence.engine.cards.signatures import reverify
+from cardfence.engine.guards import is_live
 from cardfence.engine.replay import State, fold_agent, fold_task
-from cardfence.store import EventStore, RecordedEvent, StreamRecord
+from cardfence.engine.tasklog import projection_of
+from cardfence.store import EventStore, Projection, RecordedEvent, StreamRecord
 from cardfence.store.chain import content_hash, verify_chain
 from cardfence.store.records import json_object
 
@@ -69,6 +78,7 @@ class AuditReport:
     events_checked: int
     violations: tuple[Violation, ...] = field(default=())
     signatures_checked: int | None = None  # verified card reads checked again; None: not asked
+    rebuilt: tuple[str, ...] | None = None  # streams whose projection was rebuilt; None: not asked
 
     @property
     def ok(self) -> bool:
@@ -82,6 +92,8 @@ class AuditReport:
         }
         if self.signatures_checked is not None:
             document["signatures_checked"] = self.signatures_checked
+        if self.rebuilt is not None:
+            document["rebuilt"] = list(self.rebuilt)
         return document
 
 
@@ -150,6 +162,42 @@ def audit(store: EventStore, *, verify_signatures: bool = False) -> AuditReport:
         return AuditReport(streams, events_checked, tuple(violations))
     violations.extend(_signature_check(store, signed))
     return AuditReport(streams, events_checked, tuple(violations), len(signed))
+
+
+# The violations a rebuild from the log repairs: the projection's own, nothing of the log's.
+REBUILDABLE = frozenset({"projection_mismatch", "projection_invalid"})
+
+
+def rebuild_projections(store: EventStore, *, verify_signatures: bool = False) -> AuditReport:
+    """Audit; rewrite from its events the projection of every stream whose violations are all
+    in :data:`REBUILDABLE` (its chain checked again as of the head the rewrite is made on, which
+    is refused if the head moves meanwhile); then audit again. The report is the second audit's
+    (the first's when nothing was rebuilt), with the streams rebuilt."""
+    first = audit(store, verify_signatures=verify_signatures)
+    kinds: dict[str, set[str]] = {}
+    for violation in first.violations:
+        kinds.setdefault(violation.stream, set()).add(violation.kind)
+    rebuilt: list[str] = []
+    for stream_id in sorted(s for s, found in kinds.items() if found <= REBUILDABLE):
+        head, logged = store.read_as_of_head(stream_id)
+        if head is None or verify_chain(stream_id, logged, head.version) is not None:
+            continue  # appended to meanwhile, and broken: the next audit says so
+        state = replay(stream_id, logged)
+        projection = None if state is None else _projection_for(stream_id, state)
+        if projection is not None and store.rewrite_projection(stream_id, head.version, projection):
+            rebuilt.append(stream_id)
+    after = audit(store, verify_signatures=verify_signatures) if rebuilt else first
+    return dataclasses.replace(after, rebuilt=tuple(rebuilt))
+
+
+def _projection_for(stream_id: str, state: State) -> Projection | None:
+    """The projection an append writes for ``state``, its due-work row made to match."""
+    if stream_id.startswith(ev.AGENT_STREAM_PREFIX):
+        origin = stream_id.removeprefix(ev.AGENT_STREAM_PREFIX)
+        return Projection(state, category=ev.AGENT_CATEGORY, alias=origin)
+    if stream_id.startswith(ev.TASK_STREAM_PREFIX):
+        return dataclasses.replace(projection_of(state), live=is_live(state))
+    return None
 
 
 def _as_of_heads(

@@ -27,6 +27,7 @@ from cardfence.store.errors import (
 from cardfence.store.groupcommit import CommitStats
 from cardfence.store.reading import Reading
 from cardfence.store.records import GENESIS_HASH, CardSnapshot, Lease, NewEvent, Projection
+from cardfence.store.schema import streams
 
 
 def _encode(stream_id: str, what: str, value: object, limit: int, *, sort_keys: bool = True) -> str:
@@ -76,6 +77,42 @@ class Appending(Reading):
         if self._group is not None:
             return self._group.submit(request)
         return self._retrying(lambda: self._commit_alone(request))
+
+    def rewrite_projection(self, stream_id: str, version: int, projection: Projection) -> bool:
+        """Replace a stream's stored projection -- its state, indexed keys and due-work row --
+        while its head is still at ``version``; no event is appended, the head's version and
+        time stay. For a projection altered in the store, rebuilt from the stream's events (the
+        log is the truth, the projection derived from it). False, and nothing written, when the
+        head has moved on or there is none. :class:`PayloadError` as for an append."""
+        state = _encode(
+            stream_id, "projection", projection.state, self.max_projection_bytes, sort_keys=False
+        )
+        due = self.due._sql
+        found = streams.c.stream_id == stream_id
+
+        def rewrite() -> bool:
+            with self.engine.begin() as conn:
+                if projection.live is not None and due.lock:  # appends' lock order: due, head
+                    conn.exec_driver_sql(due.lock, {"stream_id": stream_id})
+                moved = conn.execute(
+                    streams.update()
+                    .where(found, streams.c.version == version)
+                    .values(
+                        state=state,
+                        category=projection.category,
+                        alias=projection.alias,
+                        status=projection.status,
+                    )
+                )
+                if moved.rowcount != 1:
+                    return False
+                if projection.live is not None:
+                    statement = due.insert if projection.live else due.delete
+                    conn.exec_driver_sql(statement, {"stream_id": stream_id})
+            self._heads.pop(stream_id, None)  # its keys are the ones just written now
+            return True
+
+        return self._retrying(rewrite)
 
     @property
     def stats(self) -> CommitStats:

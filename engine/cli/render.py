@@ -434,10 +434,15 @@ def columns(header: Sequence[str], rows: Sequence[Sequence[str]], width: int | N
 
 
 def audit_text(report: AuditReport) -> str:
+    lines = []
+    if report.rebuilt:
+        lines.append(f"rebuilt {len(report.rebuilt)} projection(s) from their events:")
+        lines += [f"  {stream}" for stream in report.rebuilt]
     head = f"{report.streams_checked} streams, {report.events_checked} events checked"
     if report.ok:
-        return head + ": the log is intact and every projection replays exactly"
-    lines = [f"{head}: {len(report.violations)} violation(s)"]
+        lines.append(head + ": the log is intact and every projection replays exactly")
+        return "\n".join(lines)
+    lines.append(f"{head}: {len(report.violations)} violation(s)")
     lines += [f"  {v.stream} @{v.position}: {v.kind}: {v.detail}" for v in report.violations]
     return "\n".join(lines)
 

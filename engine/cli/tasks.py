@@ -15,6 +15,7 @@ import typer
 from cardfence.engine import errors
 from cardfence.engine.answers import TaskState
 from cardfence.engine.audit import audit as audit_store
+from cardfence.engine.audit import rebuild_projections as rebuild_store
 from cardfence.engine.cards.fetch import CardLimits
 from cardfence.engine.cli import signals
 from cardfence.engine.cli.app import (
@@ -518,16 +519,25 @@ def audit(
             "key set recorded with it.",
         ),
     ] = False,
+    rebuild_projections: Annotated[
+        bool,
+        typer.Option(
+            "--rebuild-projections",
+            help="Rewrite from its events the projection of every stream whose only violations "
+            "are of its projection (its log intact), then audit again.",
+        ),
+    ] = False,
     db: DbOption = None,
     json_: JsonOption = False,
     debug: DebugOption = False,
 ) -> None:
     """Verify every stream's chain and versions, replay it against its projection, and check
     every referenced card snapshot (--verify-signatures: and every verified card signature).
-    Exit 5 on any violation."""
+    Exit 5 on any violation (with --rebuild-projections: any left once rebuilt)."""
     options = options_of(ctx, db, json_, debug)
+    check = rebuild_store if rebuild_projections else audit_store
     with open_store(options, existing=True) as store:
-        report = audit_store(store, verify_signatures=verify_signatures)
+        report = check(store, verify_signatures=verify_signatures)
     emit(options, report.to_json(), audit_text(report))
     if not report.ok:
         first = report.violations[0]

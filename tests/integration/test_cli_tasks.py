@@ -574,6 +574,16 @@ def test_a_record_altered_in_the_store_exits_10_naming_it_and_holds_up_no_other_
     assert (f"task:{altered}", "projection_invalid") in kinds
     assert (f"task:{done}", "payload_invalid") in kinds
 
+    rebuilt = cardfence(db, "audit", "--rebuild-projections", "--json")
+    shown_again = cardfence(db, "show", altered[:8], "--json")
+
+    # The altered projection is rebuilt from its log; the altered event is not (the log itself).
+    report = failed_with(rebuilt, 5, "AuditViolation")
+    assert report["rebuilt"] == [f"task:{altered}"]
+    assert {v["stream"] for v in report["violations"]} == {f"task:{done}"}
+    assert shown_again.returncode == 0, shown_again.stderr
+    assert document(shown_again)["task"] == altered
+
 
 def test_unknown_or_ambiguous_task_exits_2_with_usage_error(peer: Peer, db: str) -> None:
     async def two_tasks_sharing_a_prefix() -> None:

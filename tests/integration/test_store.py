@@ -368,6 +368,47 @@ def test_a_projection_altered_in_the_store_is_a_typed_error_unless_read_lenientl
     assert store.verify_stream("s") is None  # only the projection was altered: the chain holds
 
 
+def test_a_projection_is_rewritten_at_its_head_with_its_keys_and_due_row_and_nothing_appended(
+    store: EventStore,
+) -> None:
+    store.append("s", 0, [NewEvent("A", {})], projection=Projection({"k": 1}, "c", "x", "a", True))
+    store.append("s", 1, [NewEvent("B", {})], projection=Projection({"k": 2}, "c", "x", "a"))
+    before = store.stream("s")
+    assert before is not None
+    last = store.last_position()
+
+    ended = store.rewrite_projection("s", 2, Projection({"k": 3}, "d", "y", "done", False))
+
+    after = store.stream("s")
+    assert ended is True
+    assert after is not None
+    assert (after.state, after.category, after.alias, after.status) == ({"k": 3}, "d", "y", "done")
+    assert (after.version, after.updated_at, store.last_position()) == (2, before.updated_at, last)
+    assert store.due.rows() == []  # no longer live: its due-work row went with it
+    assert store.rewrite_projection("s", 2, Projection({"k": 4}, "d", "y", "live", True))
+    assert [row.stream_id for row in store.due.rows()] == ["s"]
+    assert store.verify_stream("s") is None
+    # An append after it starts from the head as it stands, its keys the ones rewritten.
+    store.append("s", 2, [NewEvent("C", {})], projection=Projection({"k": 5}, "d", "y", "live"))
+    assert [r.stream_id for r in store.streams(alias="y", status="live")] == ["s"]
+
+
+def test_a_projection_rewrite_at_a_head_that_moved_on_writes_nothing(store: EventStore) -> None:
+    store.append("s", 0, [NewEvent("A", {})], projection=Projection({"k": 1}, live=True))
+    store.append("s", 1, [NewEvent("B", {})], projection=Projection({"k": 2}))
+
+    assert store.rewrite_projection("s", 1, Projection({"k": 9}, live=False)) is False
+    assert store.rewrite_projection("none", 0, Projection({"k": 9})) is False
+
+    head = store.stream("s")
+    assert head is not None
+    assert (head.version, head.state) == (2, {"k": 2})
+    assert [row.stream_id for row in store.due.rows()] == ["s"]
+    assert store.stream("none") is None
+    with pytest.raises(PayloadError, match=r"^stream 's': projection is not JSON-serialisable"):
+        store.rewrite_projection("s", 2, Projection({"k": object()}))
+
+
 def test_chain_detects_a_deleted_event(store: EventStore) -> None:
     positions = _chain_of_four(store)
     with store.engine.begin() as conn:

@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+import sqlalchemy as sa
 
 from cardfence.engine import events as ev
 from cardfence.engine.audit import (
@@ -16,6 +17,7 @@ from cardfence.engine.audit import (
     _as_of_heads,
     _verified_keys,
     audit,
+    rebuild_projections,
     replay,
 )
 from cardfence.engine.tasklog import TaskLog, task_stream_id
@@ -419,3 +421,64 @@ def test_the_events_after_an_unreadable_payload_are_still_checked(store: EventSt
         (first, "payload_invalid"),
         (last, "unknown_event_type"),
     ]
+
+
+# -- rebuilding projections from the log -----------------------------------------------------------
+
+
+def test_projections_altered_in_the_store_are_rebuilt_from_their_events(store: EventStore) -> None:
+    _task(store)
+    log = TaskLog(store)
+    log.create("t2", [(ev.TASK_SUBMITTED, {"skill": "echo", "card_revision": REVISION})])
+    bound = {"from": "submitted", "to": "working", "source": "send", "remote_timestamp": None,
+             "remote_task_id": "r2"}  # fmt: skip
+    log.record("t2", lambda _state: [(ev.STATE_CHANGED, bound)])  # live: it has a remote id
+    T2 = task_stream_id("t2")
+    assert [row.stream_id for row in store.due.rows()] == [T2]
+    kept = {sid: store.stream(sid) for sid in (T1, T2)}
+    with store.engine.begin() as conn:
+        conn.execute(streams.update().where(streams.c.stream_id == T1).values(state="[1]"))
+        conn.execute(
+            streams.update()
+            .where(streams.c.stream_id == T2)
+            .values(state=json.dumps({"state": "completed"}), status="completed")
+        )
+        conn.execute(sa.text("DELETE FROM due_work"))
+    assert {v.kind for v in audit(store).violations} == {
+        "projection_invalid",
+        "projection_mismatch",
+    }
+
+    report = rebuild_projections(store)
+
+    assert (report.ok, report.rebuilt) == (True, (T1, T2))
+    assert report.to_json()["rebuilt"] == [T1, T2]
+    for sid, before in kept.items():
+        after = store.stream(sid)
+        assert after == before  # state, keys, version and time as the engine wrote them
+    assert [row.stream_id for row in store.due.rows()] == [T2]  # live again
+    assert rebuild_projections(store).rebuilt == ()  # nothing left to rebuild
+
+
+def test_a_stream_whose_log_is_suspect_is_never_rebuilt(store: EventStore) -> None:
+    _task(store)
+    first = _positions(store, T1)[0]
+    with store.engine.begin() as conn:
+        conn.execute(streams.update().values(state='{"state": "completed"}'))
+        conn.execute(
+            events.update().where(events.c.position == first).values(payload='{"skill": "x"}')
+        )
+    with store.engine.connect() as conn:
+        state = conn.execute(sa.select(streams.c.state)).scalar_one()
+
+    report = rebuild_projections(store)
+
+    assert report.rebuilt == ()
+    assert {v.kind for v in report.violations} == {"hash_mismatch", "projection_mismatch"}
+    with store.engine.connect() as conn:
+        assert conn.execute(sa.select(streams.c.state)).scalar_one() == state
+
+
+def test_an_audit_not_asked_to_rebuild_says_nothing_of_it(store: EventStore) -> None:
+    _task(store)
+    assert "rebuilt" not in audit(store).to_json()
