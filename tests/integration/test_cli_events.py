@@ -16,6 +16,7 @@ import pytest
 from test_cli_tasks import CARDFENCE
 
 from cardfence.store import EventStore, NewEvent
+from cardfence.store.schema import events
 
 WRITERS = 4
 PER_WRITER = 40
@@ -55,6 +56,32 @@ def test_events_prints_the_whole_log_in_order_and_after_a_position(db_url: str) 
         "data": {"n": 0},
     }
     assert [p["position"] for p in lines(later.stdout)] == [e.position for e in stored[3:]]
+
+
+def test_an_event_altered_in_the_store_stops_the_feed_before_it_and_after_goes_past_it(
+    db_url: str,
+) -> None:
+    with seeded(db_url) as store:
+        stored = store.read_all()
+        altered = stored[3].position
+        with store.engine.begin() as conn:
+            conn.execute(events.update().where(events.c.position == altered).values(payload="[1]"))
+
+    stopped = cardfence("events", "--db", db_url)
+    past = cardfence("events", "--db", db_url, "--after", str(altered))
+
+    assert stopped.returncode == 10
+    assert [p["position"] for p in lines(stopped.stdout)] == [e.position for e in stored[:3]]
+    assert (
+        stopped.stderr.strip()
+        .splitlines()[-1]
+        .startswith(
+            f"CorruptRecordError: stream 's1', event 2 (position {altered}, B): its payload is an "
+            "array, not a JSON object"
+        )
+    )
+    assert past.returncode == 0, past.stderr
+    assert [p["position"] for p in lines(past.stdout)] == [e.position for e in stored[4:]]
 
 
 def test_follow_tails_concurrent_writers_without_skipping_and_stops_on_sigterm(
