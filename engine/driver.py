@@ -56,13 +56,13 @@ __all__ = ["Driver", "fair_share", "is_live"]
 _log = logging.getLogger("cardfence.driver")
 
 
-def _log_unreadable(corrupt: CorruptRecordError) -> None:
-    """A task whose record was altered in the store is not driven; the others go on."""
+def _log_unreadable(key: str, corrupt: CorruptRecordError) -> None:
+    """The task ``key`` is not driven: a record it needs was altered in the store (``corrupt``
+    names which). The other tasks go on."""
     _log.error(
         "task not driven: its record cannot be read",
-        extra={"task": key_of(corrupt.stream_id), "event": "RecordUnreadable",
-               "reason": str(corrupt)},
-    )  # fmt: skip
+        extra={"task": key, "event": "RecordUnreadable", "reason": str(corrupt)},
+    )
 
 
 # Events from other processes after which a followed task is polled again at once.
@@ -247,7 +247,7 @@ class Driver:
             heads, unreadable = self.engine.log.all_readable(status=status)
             live.extend(task_stream_id(head.key) for head in heads if is_live(head.state))
             for corrupt in unreadable:  # not driven, and no other task held up by it
-                _log_unreadable(corrupt)
+                _log_unreadable(key_of(corrupt.stream_id), corrupt)
         self.store.due.ensure(sid for sid in live if sid not in listed)
 
     async def _claim(self) -> int:
@@ -466,7 +466,7 @@ class Driver:
                 let_go = self._lose(key, str(lost), lost.epoch)
                 wait = None if let_go else self.engine.config.first_poll_interval
             except CorruptRecordError as corrupt:  # looked at again after max_poll_interval
-                _log_unreadable(corrupt)
+                _log_unreadable(key, corrupt)
             except Exception:  # a bug must not stop every other task from moving
                 _log.exception("step failed", extra={"task": key, "event": "StepFailed"})
             finally:

@@ -340,10 +340,11 @@ class TaskLog:
 
     def all(self, status: str | None = None) -> list[TaskHead]:
         """Every task (in ``status`` if given), ordered by stream id; a record altered in the
-        store raises :class:`CorruptRecordError`."""
-        return [
-            _head(record) for record in self.store.streams(category=ev.TASK_CATEGORY, status=status)
-        ]
+        store raises :class:`CorruptRecordError` (the first, by stream id)."""
+        heads, unreadable = self.all_readable(status)
+        if unreadable:
+            raise unreadable[0]
+        return heads
 
     def all_readable(
         self, status: str | None = None
