@@ -13,6 +13,7 @@ import sqlalchemy as sa
 from cardfence.engine import events as ev
 from cardfence.engine.audit import (
     _REVISION_FIELDS,
+    AuditReport,
     Violation,
     _as_of_heads,
     _verified_keys,
@@ -20,6 +21,7 @@ from cardfence.engine.audit import (
     rebuild_projections,
     replay,
 )
+from cardfence.engine.cards.agent_stream import append_agent_events
 from cardfence.engine.tasklog import TaskLog, task_stream_id
 from cardfence.store import (
     CardSnapshot,
@@ -482,3 +484,99 @@ def test_a_stream_whose_log_is_suspect_is_never_rebuilt(store: EventStore) -> No
 def test_an_audit_not_asked_to_rebuild_says_nothing_of_it(store: EventStore) -> None:
     _task(store)
     assert "rebuilt" not in audit(store).to_json()
+
+
+def test_an_agent_projection_is_rebuilt_with_its_keys(store: EventStore) -> None:
+    _task(store)  # the card snapshot the read names is stored
+    origin = "http://agent.test"
+    fetched = {"url": f"{origin}/card", "revision": REVISION, "etag": '"e"', "version": "1"}
+    append_agent_events(store, origin, lambda _state: [NewEvent(ev.CARD_FETCHED, fetched)])
+    agent = ev.agent_stream_id(origin)
+    before = store.stream(agent)
+    with store.engine.begin() as conn:
+        conn.execute(
+            streams.update()
+            .where(streams.c.stream_id == agent)
+            .values(state="{}", category=None, alias=None)
+        )
+
+    assert rebuild_projections(store).rebuilt == (agent,)
+    assert store.stream(agent) == before
+
+
+def test_an_ended_task_rebuilt_loses_a_due_row_it_should_not_have(store: EventStore) -> None:
+    _task(store)
+    ended = {"from": "working", "to": "completed", "source": "poll", "remote_timestamp": None,
+             "remote_task_id": "r1"}  # fmt: skip
+    TaskLog(store).record("t1", lambda _state: [(ev.STATE_CHANGED, ended)])
+    with store.engine.begin() as conn:
+        conn.execute(streams.update().values(state="[1]", status="working"))
+    store.due.ensure([T1])
+
+    assert rebuild_projections(store).rebuilt == (T1,)
+    assert store.due.rows() == []
+    head = store.stream(T1)
+    assert head is not None
+    assert (head.status, head.alias) == ("completed", "r1")
+
+
+def test_a_rebuild_checks_signatures_again_only_when_asked(store: EventStore) -> None:
+    _task(store)
+    assert rebuild_projections(store).signatures_checked is None
+    assert rebuild_projections(store, verify_signatures=True).signatures_checked == 0
+    with store.engine.begin() as conn:
+        conn.execute(streams.update().values(state="[1]"))
+    report = rebuild_projections(store, verify_signatures=True)  # the second audit's count
+    assert (report.rebuilt, report.signatures_checked) == ((T1,), 0)
+
+
+def test_a_stream_whose_chain_fails_when_it_is_rebuilt_is_skipped_and_the_next_rebuilt(
+    store: EventStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Between the first audit and the rewrite a stream may be appended to (and its new
+    events be broken): its chain is checked again, as of the head the rewrite would be made
+    on, events beyond that head included. Stands in for that race: a first audit that saw
+    only the projections' violations."""
+    for key in ("t0", "t1", "t2"):
+        TaskLog(store).create(key, [(ev.TASK_SUBMITTED, {"skill": "echo"})])
+    T0, T2 = task_stream_id("t0"), task_stream_id("t2")
+    first = _positions(store, T0)[0]
+    with store.engine.begin() as conn:
+        conn.execute(streams.update().values(state="[1]"))
+        conn.execute(events.update().where(events.c.position == first).values(payload="{}"))
+        conn.execute(streams.update().where(streams.c.stream_id == T1).values(version=0))
+    seen = [
+        Violation(sid, 0, "projection_invalid", "the stored projection is an array")
+        for sid in (T0, T1, T2)
+    ]
+    real = audit
+    calls: list[int] = []
+
+    def first_then_real(store: EventStore, *, verify_signatures: bool = False) -> Any:
+        calls.append(1)
+        if len(calls) == 1:
+            return AuditReport(3, 3, tuple(seen))
+        return real(store, verify_signatures=verify_signatures)
+
+    monkeypatch.setattr("cardfence.engine.audit.audit", first_then_real)
+    report = rebuild_projections(store)
+
+    assert report.rebuilt == (T2,)  # t0's payload altered; t1's event beyond its head
+    with store.engine.connect() as conn:
+        states = dict(conn.execute(sa.select(streams.c.stream_id, streams.c.state)).all())
+    assert (states[T0], states[T1]) == ("[1]", "[1]")
+
+
+def test_a_projection_invalid_is_placed_at_the_last_event_or_0_without_events(
+    store: EventStore,
+) -> None:
+    _task(store)
+    TaskLog(store).record("t1", lambda _state: [(ev.ARTIFACT_RECEIVED, {"artifact_id": "a"})])
+    last = _positions(store, T1)[-1]
+    with store.engine.begin() as conn:
+        conn.execute(streams.update().values(state="[1]"))
+    assert [(v.position, v.kind) for v in audit(store).violations] == [(last, "projection_invalid")]
+    with store.engine.begin() as conn:
+        conn.execute(events.delete())
+    found = {(v.position, v.kind) for v in audit(store).violations}
+    assert (0, "projection_invalid") in found
