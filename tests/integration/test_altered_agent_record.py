@@ -73,9 +73,13 @@ async def test_resume_on_an_agent_whose_record_was_altered_goes_on_at_the_record
         done = await engine.drive(resumed.task, until="terminal", timeout=10)
 
         assert done.state == "completed"
-        [unavailable] = data_of(engine.store, view.task, ev.DISCOVERY_UNAVAILABLE)
-        assert (unavailable["kind"], unavailable["during"]) == ("record", "resume")
-        assert unavailable["detail"].startswith(
-            f"the agent's record in the store cannot be read: stream 'agent:{agent}'"
-        )
+        # The resume's, then (a slow machine's drive outlasting max_card_age) re-validations'.
+        unavailable = data_of(engine.store, view.task, ev.DISCOVERY_UNAVAILABLE)
+        assert unavailable[0]["during"] == "resume"
+        assert {u["during"] for u in unavailable[1:]} <= {"revalidation"}
+        for annotation in unavailable:
+            assert annotation["kind"] == "record"
+            assert annotation["detail"].startswith(
+                f"the agent's record in the store cannot be read: stream 'agent:{agent}'"
+            )
         assert calls(peer, "CancelTask") == 0
