@@ -6,7 +6,7 @@ the source can be closed."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
 
 import pytest
@@ -133,3 +133,36 @@ async def test_an_item_heavier_than_the_bound_is_let_through_alone() -> None:
     async with aclosing(ready_batches(source(), weigh=lambda _: 5000, most_bytes=1000)) as reading:
         got = [n async for batch in reading for n in batch]
     assert got == [0, 1, 2]
+
+
+async def _batches_after_a_gate(
+    later: list[bytes], *, weigh: Callable[[bytes], int] | None = None, most_bytes: int
+) -> list[list[bytes]]:
+    """The batches of a source that yields ``b"a"``, then -- once the first batch is in hand --
+    every item of ``later`` at once."""
+    gate = asyncio.Event()
+
+    async def source() -> AsyncIterator[bytes]:
+        yield b"a"
+        await gate.wait()
+        for item in later:
+            yield item
+
+    batches: list[list[bytes]] = []
+    async with aclosing(ready_batches(source(), weigh=weigh, most_bytes=most_bytes)) as reading:
+        async for batch in reading:
+            batches.append(batch)
+            gate.set()
+            await _settle()
+    return batches
+
+
+async def test_items_weighing_exactly_the_bytes_bound_go_together_and_no_more() -> None:
+    half = b"x" * 500
+    batches = await _batches_after_a_gate([half, half, half], weigh=len, most_bytes=1000)
+    assert [[len(item) for item in batch] for batch in batches] == [[1], [500, 500], [500]]
+
+
+async def test_without_weigh_only_the_count_bounds_what_is_read_ahead() -> None:
+    batches = await _batches_after_a_gate([b"b", b"c", b"d"], most_bytes=1)
+    assert batches == [[b"a"], [b"b", b"c", b"d"]]
