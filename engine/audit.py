@@ -21,7 +21,8 @@ the event names. A failure is a ``signature_invalid`` violation.
 :func:`rebuild_projections` (``cardfence audit --rebuild-projections``) repairs what the log can
 repair: a stream whose only violations are of its projection (altered in the store: not a JSON
 object, or not what its events replay to), its chain intact and every event folded, has its
-projection rewritten from its events -- the log is the truth, the projection derived from it.
+projection rewritten from its events (its head row put back, when it was deleted) -- the log
+is the truth, the projection derived from it.
 Nothing else is ever written.
 """
 
@@ -165,7 +166,7 @@ def audit(store: EventStore, *, verify_signatures: bool = False) -> AuditReport:
 
 
 # The violations a rebuild from the log repairs: the projection's own, nothing of the log's.
-REBUILDABLE = frozenset({"projection_mismatch", "projection_invalid"})
+REBUILDABLE = frozenset({"projection_mismatch", "projection_invalid", "projection_missing"})
 
 
 def rebuild_projections(store: EventStore, *, verify_signatures: bool = False) -> AuditReport:
@@ -180,11 +181,20 @@ def rebuild_projections(store: EventStore, *, verify_signatures: bool = False) -
     rebuilt: list[str] = []
     for stream_id in sorted(s for s, found in kinds.items() if found <= REBUILDABLE):
         head, logged = store.read_as_of_head(stream_id)
-        if head is None or verify_chain(stream_id, logged, head.version) is not None:
+        version = head.version if head is not None else None
+        if not logged or verify_chain(stream_id, logged, version) is not None:
             continue  # appended to meanwhile, and broken: the next audit says so
         state = replay(stream_id, logged)
         projection = None if state is None else _projection_for(stream_id, state)
-        if projection is not None and store.rewrite_projection(stream_id, head.version, projection):
+        if projection is None:
+            continue
+        last = logged[-1]
+        done = (
+            store.restore_head(stream_id, last.version, projection, last.recorded_at)
+            if head is None  # its head row deleted: put back as of its last event
+            else store.rewrite_projection(stream_id, head.version, projection)
+        )
+        if done:
             rebuilt.append(stream_id)
     after = audit(store, verify_signatures=verify_signatures) if rebuilt else first
     return dataclasses.replace(after, rebuilt=tuple(rebuilt))

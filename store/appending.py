@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterable, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+import sqlalchemy as sa
+
 from cardfence.store import append_sql
 from cardfence.store.base import _HEAD_CACHE_LIMIT, AppendRequest, _Head, _keys, _Prepared, _Written
 from cardfence.store.chain import content_hash, event_hash
@@ -113,6 +115,40 @@ class Appending(Reading):
             return True
 
         return self._retrying(rewrite)
+
+    def restore_head(
+        self, stream_id: str, version: int, projection: Projection, updated_at: datetime
+    ) -> bool:
+        """Put back a stream's head row deleted from the store: at ``version`` (its last
+        event's) with ``projection``, its keys and due-work row, and ``updated_at`` (its last
+        event's time); no event is appended. False, and nothing written, when the stream has a
+        head row. :class:`PayloadError` as for an append."""
+        state = _encode(
+            stream_id, "projection", projection.state, self.max_projection_bytes, sort_keys=False
+        )
+        due = self.due._sql
+
+        def restore() -> bool:
+            try:
+                with self.engine.begin() as conn:
+                    if projection.live is not None and due.lock:
+                        conn.exec_driver_sql(due.lock, {"stream_id": stream_id})
+                    conn.execute(
+                        streams.insert().values(
+                            stream_id=stream_id, version=version, state=state,
+                            category=projection.category, alias=projection.alias,
+                            status=projection.status, updated_at=updated_at,
+                        )
+                    )  # fmt: skip
+                    if projection.live is not None:
+                        statement = due.insert if projection.live else due.delete
+                        conn.exec_driver_sql(statement, {"stream_id": stream_id})
+            except sa.exc.IntegrityError:  # a head row is there (put back meanwhile)
+                return False
+            self._heads.pop(stream_id, None)
+            return True
+
+        return self._retrying(restore)
 
     @property
     def stats(self) -> CommitStats:

@@ -409,6 +409,31 @@ def test_a_projection_rewrite_at_a_head_that_moved_on_writes_nothing(store: Even
         store.rewrite_projection("s", 2, Projection({"k": object()}))
 
 
+def test_a_deleted_head_row_is_put_back_once_and_never_over_a_head(store: EventStore) -> None:
+    store.append("s", 0, [NewEvent("A", {})], projection=Projection({"k": 1}, "c", "x", live=True))
+    store.append("s", 1, [NewEvent("B", {})], projection=Projection({"k": 2}, "c", "x"))
+    last = store.read_stream("s")[-1]
+    with store.engine.begin() as conn:
+        conn.execute(streams_table.delete())
+        conn.execute(sa.text("DELETE FROM due_work"))
+
+    put_back = store.restore_head(
+        "s", 2, Projection({"k": 2}, "c", "x", "st", True), last.recorded_at
+    )
+    again = store.restore_head("s", 2, Projection({"k": 9}, live=False), last.recorded_at)
+
+    head = store.stream("s")
+    assert (put_back, again) == (True, False)
+    assert head is not None
+    assert (head.version, head.state, head.category, head.alias, head.status) == (
+        2, {"k": 2}, "c", "x", "st",
+    )  # fmt: skip
+    assert head.updated_at == last.recorded_at
+    assert [row.stream_id for row in store.due.rows()] == ["s"]
+    assert store.verify_stream("s") is None
+    store.append("s", 2, [NewEvent("C", {})], projection=Projection({"k": 3}, "c", "x"))
+
+
 def test_chain_detects_a_deleted_event(store: EventStore) -> None:
     positions = _chain_of_four(store)
     with store.engine.begin() as conn:

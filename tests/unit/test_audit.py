@@ -580,3 +580,28 @@ def test_a_projection_invalid_is_placed_at_the_last_event_or_0_without_events(
         conn.execute(events.delete())
     found = {(v.position, v.kind) for v in audit(store).violations}
     assert (0, "projection_invalid") in found
+
+
+def test_a_deleted_head_row_is_put_back_as_of_its_last_event(store: EventStore) -> None:
+    _task(store)
+    bound = {"from": "working", "to": "input-required", "source": "poll",
+             "remote_timestamp": None, "remote_task_id": "r1"}  # fmt: skip
+    TaskLog(store).record("t1", lambda _state: [(ev.STATE_CHANGED, bound)])
+    before = store.stream(T1)
+    last = store.read_stream(T1)[-1]
+    with store.engine.begin() as conn:
+        conn.execute(streams.delete())
+        conn.execute(sa.text("DELETE FROM due_work"))
+    assert [v.kind for v in audit(store).violations] == ["projection_missing"]
+
+    report = rebuild_projections(store)
+
+    assert (report.ok, report.rebuilt) == (True, (T1,))
+    after = store.stream(T1)
+    assert after is not None
+    assert before is not None
+    assert (after.version, after.state, after.alias, after.status) == (
+        before.version, before.state, "r1", "input-required",
+    )  # fmt: skip
+    assert after.updated_at == last.recorded_at
+    assert [row.stream_id for row in store.due.rows()] == [T1]
