@@ -86,35 +86,12 @@ class Appending(Reading):
         time stay. For a projection altered in the store, rebuilt from the stream's events (the
         log is the truth, the projection derived from it). False, and nothing written, when the
         head has moved on or there is none. :class:`PayloadError` as for an append."""
-        state = _encode(
-            stream_id, "projection", projection.state, self.max_projection_bytes, sort_keys=False
-        )
-        due = self.due._sql
-        found = streams.c.stream_id == stream_id
 
-        def rewrite() -> bool:
-            with self.engine.begin() as conn:
-                if projection.live is not None and due.lock:  # appends' lock order: due, head
-                    conn.exec_driver_sql(due.lock, {"stream_id": stream_id})
-                moved = conn.execute(
-                    streams.update()
-                    .where(found, streams.c.version == version)
-                    .values(
-                        state=state,
-                        category=projection.category,
-                        alias=projection.alias,
-                        status=projection.status,
-                    )
-                )
-                if moved.rowcount != 1:
-                    return False
-                if projection.live is not None:
-                    statement = due.insert if projection.live else due.delete
-                    conn.exec_driver_sql(statement, {"stream_id": stream_id})
-            self._heads.pop(stream_id, None)  # its keys are the ones just written now
-            return True
+        def update(conn: sa.Connection, values: dict[str, Any]) -> bool:
+            at = (streams.c.stream_id == stream_id) & (streams.c.version == version)
+            return conn.execute(streams.update().where(at).values(values)).rowcount == 1
 
-        return self._retrying(rewrite)
+        return self._write_head(stream_id, projection, update)
 
     def restore_head(
         self, stream_id: str, version: int, projection: Projection, updated_at: datetime
@@ -123,32 +100,50 @@ class Appending(Reading):
         event's) with ``projection``, its keys and due-work row, and ``updated_at`` (its last
         event's time); no event is appended. False, and nothing written, when the stream has a
         head row. :class:`PayloadError` as for an append."""
+
+        def insert(conn: sa.Connection, values: dict[str, Any]) -> bool:
+            row = {"stream_id": stream_id, "version": version, "updated_at": updated_at}
+            conn.execute(streams.insert().values({**values, **row}))
+            return True
+
+        return self._write_head(stream_id, projection, insert)
+
+    def _write_head(
+        self,
+        stream_id: str,
+        projection: Projection,
+        write: Callable[[sa.Connection, dict[str, Any]], bool],
+    ) -> bool:
+        """One transaction, outside any append: ``write`` the head row's projection columns
+        (False: nothing to write), then the due-work row as ``projection.live`` says. A head row
+        already there when ``write`` inserts one is False too, nothing written."""
         state = _encode(
             stream_id, "projection", projection.state, self.max_projection_bytes, sort_keys=False
         )
+        values = {
+            "state": state,
+            "category": projection.category,
+            "alias": projection.alias,
+            "status": projection.status,
+        }
         due = self.due._sql
 
-        def restore() -> bool:
+        def run() -> bool:
             try:
                 with self.engine.begin() as conn:
-                    if projection.live is not None and due.lock:
+                    if projection.live is not None and due.lock:  # appends' order: due, head
                         conn.exec_driver_sql(due.lock, {"stream_id": stream_id})
-                    conn.execute(
-                        streams.insert().values(
-                            stream_id=stream_id, version=version, state=state,
-                            category=projection.category, alias=projection.alias,
-                            status=projection.status, updated_at=updated_at,
-                        )
-                    )  # fmt: skip
+                    if not write(conn, values):
+                        return False
                     if projection.live is not None:
                         statement = due.insert if projection.live else due.delete
                         conn.exec_driver_sql(statement, {"stream_id": stream_id})
             except sa.exc.IntegrityError:  # a head row is there (put back meanwhile)
                 return False
-            self._heads.pop(stream_id, None)
+            self._heads.pop(stream_id, None)  # its keys are the ones just written now
             return True
 
-        return self._retrying(restore)
+        return self._retrying(run)
 
     @property
     def stats(self) -> CommitStats:
