@@ -56,15 +56,6 @@ __all__ = ["Driver", "fair_share", "is_live"]
 _log = logging.getLogger("cardfence.driver")
 
 
-def _log_unreadable(key: str, corrupt: CorruptRecordError) -> None:
-    """The task ``key`` is not driven: a record it needs was altered in the store (``corrupt``
-    names which). The other tasks go on."""
-    _log.error(
-        "task not driven: its record cannot be read",
-        extra={"task": key, "event": "RecordUnreadable", "reason": str(corrupt)},
-    )
-
-
 # Events from other processes after which a followed task is polled again at once.
 _PROMPT = frozenset({ev.TASK_SUBMITTED, ev.REPLY_SENT, ev.WEBHOOK_REGISTERED})
 
@@ -137,6 +128,7 @@ class Driver:
         # Tasks with events committed while a step read them: looked at again, never let go.
         self._touched: set[str] = set()
         self._orphaned_at: dict[str, str] = {}  # key -> the revision that orphaned it (R9)
+        self._unreadable: dict[str, str] = {}  # key -> why its record could not be read, logged
         self._ticket = itertools.count()
         self._position = 0
         self._wake = asyncio.Event()
@@ -247,7 +239,7 @@ class Driver:
             heads, unreadable = self.engine.log.all_readable(status=status)
             live.extend(task_stream_id(head.key) for head in heads if is_live(head.state))
             for corrupt in unreadable:  # not driven, and no other task held up by it
-                _log_unreadable(key_of(corrupt.stream_id), corrupt)
+                self._not_driven(key_of(corrupt.stream_id), corrupt)
         self.store.due.ensure(sid for sid in live if sid not in listed)
 
     async def _claim(self) -> int:
@@ -453,6 +445,30 @@ class Driver:
                 async with asyncio.timeout(max(wait, 0.0)):
                     await self._wake.wait()
 
+    def _not_driven(self, key: str, corrupt: CorruptRecordError) -> None:
+        """The task ``key`` is not driven: a record it needs was altered in the store (``corrupt``
+        names which). The other tasks go on. Logged as an error once, and again only when the
+        reason changes; each later step that meets the same record logs it at debug level."""
+        reason = str(corrupt)
+        repeated = self._unreadable.get(key) == reason
+        self._unreadable[key] = reason
+        _log.log(
+            logging.DEBUG if repeated else logging.ERROR,
+            "task still not driven: its record cannot be read"
+            if repeated
+            else "task not driven: its record cannot be read",
+            extra={"task": key, "event": "RecordUnreadable", "reason": reason},
+        )
+
+    def _readable(self, key: str) -> None:
+        """A step of ``key`` read its records: if they were unreadable before (repaired since,
+        e.g. by ``audit --rebuild-projections``), say it is driven again."""
+        if self._unreadable.pop(key, None) is not None:
+            _log.info(
+                "task driven again: its record can be read",
+                extra={"task": key, "event": "RecordReadable"},
+            )
+
     async def _work(self, queue: asyncio.Queue[str]) -> None:
         while True:
             key = await queue.get()
@@ -460,13 +476,15 @@ class Driver:
             wait: float | None = self.engine.config.max_poll_interval
             try:
                 wait = await self._step(key)
+                self._readable(key)
             except asyncio.CancelledError:
                 raise
             except LeaseLostError as lost:
+                self._unreadable.pop(key, None)  # another driver has it now
                 let_go = self._lose(key, str(lost), lost.epoch)
                 wait = None if let_go else self.engine.config.first_poll_interval
             except CorruptRecordError as corrupt:  # looked at again after max_poll_interval
-                _log_unreadable(key, corrupt)
+                self._not_driven(key, corrupt)
             except Exception:  # a bug must not stop every other task from moving
                 _log.exception("step failed", extra={"task": key, "event": "StepFailed"})
             finally:

@@ -29,6 +29,7 @@ from engine_fixtures import (
 from support import Peer
 
 from cardfence.engine import events as ev
+from cardfence.engine.audit import rebuild_projections
 from cardfence.engine.driver import Driver, is_live
 from cardfence.engine.engine import Engine
 from cardfence.store import EventStore, StreamRecord
@@ -279,6 +280,51 @@ async def test_a_task_whose_record_was_altered_is_not_driven_and_holds_up_no_oth
     assert {r.task for r in unreadable} == {stepped.task, backfilled.task}  # type: ignore[attr-defined]
     assert all(r.exc_info is None for r in unreadable)  # the cause in one line, no traceback
     assert all("its projection: the stored text is an array" in r.reason for r in unreadable)  # type: ignore[attr-defined]
+
+
+async def test_an_altered_record_is_logged_once_and_its_task_driven_again_once_repaired(
+    peer: Peer, db_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A live task whose projection was altered is met by a step every ``max_poll_interval``:
+    one error line says so, the later steps log at debug level only; once the audit rebuilds
+    the projection, the next step drives it to its end and one line says it is driven again."""
+    async with Engine.open(db_url, config=FAST) as starter:
+        view = await starter.start_task(peer.base_url, skill="slow", text="slow 0.3")
+    with EventStore.open(db_url) as store, store.engine.begin() as conn:
+        conn.execute(
+            sa.text("UPDATE streams SET state = '[1]' WHERE stream_id = :id"),
+            {"id": f"task:{view.task}"},
+        )
+
+    def unreadable(level: int = logging.DEBUG) -> list[logging.LogRecord]:
+        return [
+            r
+            for r in caplog.records
+            if getattr(r, "event", None) == "RecordUnreadable" and r.levelno >= level
+        ]
+
+    async with Engine.open(db_url, config=FAST) as engine:
+        driver = Driver(engine, scan_interval=0.05)
+        with caplog.at_level(logging.DEBUG, logger="cardfence.driver"):
+            job = asyncio.create_task(driver.run())
+            await driver.ready()
+            await wait_until(lambda: len(unreadable()) >= 3, what="three steps to meet the record")
+            assert len(unreadable(logging.ERROR)) == 1
+            with EventStore.open(db_url) as store:
+                report = await asyncio.to_thread(rebuild_projections, store)
+            assert report.rebuilt == (f"task:{view.task}",)
+            assert report.ok
+            await wait_until(
+                lambda: state_of(engine, view.task)["state"] == "completed",
+                timeout=10,
+                what="the repaired task to complete",
+            )
+            driver.stop()
+            await job
+        assert transitions(engine.store, view.task) in DRIVEN
+    assert len(unreadable(logging.ERROR)) == 1
+    again = [r for r in caplog.records if getattr(r, "event", None) == "RecordReadable"]
+    assert [(r.task, r.levelno) for r in again] == [(view.task, logging.INFO)]  # type: ignore[attr-defined]
 
 
 async def test_an_agent_record_altered_in_the_store_never_stops_its_tasks_being_polled(
