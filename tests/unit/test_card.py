@@ -615,6 +615,30 @@ def test_diff_reports_capability_changes() -> None:
     }
 
 
+def test_diff_reports_streaming_and_the_extended_card_coming_and_going() -> None:
+    old = parse(minimal(capabilities={"streaming": True}))
+    new = parse(minimal(capabilities={"extendedAgentCard": True}))
+    assert diff(old, new).to_json() == {
+        "capabilities": {
+            "streaming": {"old": True, "new": False},
+            "extended_agent_card": {"old": False, "new": True},
+        }
+    }
+    assert diff(new, old).capabilities.extended_agent_card == (True, False)
+
+
+def test_diff_of_extensions_ignores_their_order_and_lists_them_sorted() -> None:
+    a, b = {"uri": "urn:ext:a", "required": False}, {"uri": "urn:ext:b", "required": True}
+    old = parse(minimal(capabilities={"extensions": [b, a]}))
+    assert diff(old, parse(minimal(capabilities={"extensions": [a, b]}))).is_empty
+    new = parse(minimal(capabilities={"extensions": [{**a, "required": True}, b]}))
+    assert diff(old, new).to_json() == {
+        "capabilities": {
+            "extensions": {"old": [a, b], "new": [{**a, "required": True}, b]},
+        }
+    }
+
+
 def test_diff_groups_skills_by_compatibility() -> None:
     old = parse(minimal(skills=[{"id": "gone"}, {"id": "words"}, {"id": "modes"}, {"id": "same"}]))
     new = parse(
@@ -670,6 +694,25 @@ def test_diff_reports_moved_endpoints_and_version() -> None:
             "new": [{"url": "http://a.test/v2", "binding": "JSONRPC", "protocol_version": "1.0"}],
         },
         "version": {"old": "1", "new": "2"},
+    }
+
+
+def test_diff_names_the_tenant_of_an_interface_that_has_one() -> None:
+    plain = {"url": "http://a.test/rpc", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}
+    old = parse(minimal(supportedInterfaces=[plain]))
+    new = parse(minimal(supportedInterfaces=[{**plain, "tenant": "acme"}]))
+    assert diff(old, new).to_json() == {
+        "endpoints": {
+            "old": [{"url": "http://a.test/rpc", "binding": "JSONRPC", "protocol_version": "1.0"}],
+            "new": [
+                {
+                    "url": "http://a.test/rpc",
+                    "binding": "JSONRPC",
+                    "protocol_version": "1.0",
+                    "tenant": "acme",
+                }
+            ],
+        }
     }
 
 
