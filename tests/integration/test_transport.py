@@ -273,7 +273,7 @@ TASK = {"id": "t-1", "contextId": "c-1", "status": {"state": "TASK_STATE_WORKING
         (HTTP_JSON, lambda r: httpx.Response(200, content=b"\xff\xfe\x00"), "body is not JSON"),
     ],
 )
-async def test_a_malformed_2xx_replyis_an_invalid_agent_response(
+async def test_a_malformed_2xx_reply_is_an_invalid_agent_response(
     binding: str, answer: Handler, named: str, mocked: Mocked
 ) -> None:
     transport = mocked(answer, binding)
@@ -282,7 +282,7 @@ async def test_a_malformed_2xx_replyis_an_invalid_agent_response(
 
 
 @pytest.mark.parametrize("binding", BINDINGS)
-async def test_an_replyover_the_size_cap_is_refused_while_streaming(
+async def test_a_reply_over_the_size_cap_is_refused_while_streaming(
     binding: str, mocked: Mocked
 ) -> None:
     async def chunks() -> AsyncIterator[bytes]:  # no content-length: the cap must count
