@@ -678,31 +678,30 @@ class _Everything:
         )
 
 
-async def test_credentials_add_headers_cookies_and_query_parameters_to_the_request(
-    agent: Make,
-) -> None:
+async def _get_task_sent(agent: Make, credentials: Any) -> httpx.Request:
+    """The one request of a REST ``GetTask`` made with ``credentials``."""
     seen: list[httpx.Request] = []
 
     def answer(request: httpx.Request) -> httpx.Response:
         seen.append(request)
         return httpx.Response(200, json=TASK)
 
-    await agent(answer, HTTP_JSON, credentials=_Everything()).get_task("t-1")
+    await agent(answer, HTTP_JSON, credentials=credentials).get_task("t-1")
     (request,) = seen
+    return request
+
+
+async def test_credentials_add_headers_cookies_and_query_parameters_to_the_request(
+    agent: Make,
+) -> None:
+    request = await _get_task_sent(agent, _Everything())
     assert request.headers["X-Api-Key"] == "k1"
     assert request.headers["Cookie"] == "session=c1; tenant=c2"
     assert dict(request.url.params) == {"historyLength": "0", "sig": "p1"}
 
 
 async def test_credentials_with_no_query_parameters_keep_the_query_as_it_is(agent: Make) -> None:
-    seen: list[httpx.Request] = []
-
-    def answer(request: httpx.Request) -> httpx.Response:
-        seen.append(request)
-        return httpx.Response(200, json=TASK)
-
-    await agent(answer, HTTP_JSON, credentials=_Token()).get_task("t-1")
-    (request,) = seen
+    request = await _get_task_sent(agent, _Token())
     assert dict(request.url.params) == {"historyLength": "0"}
     assert request.headers["Authorization"] == "Bearer token-1"
     assert "Cookie" not in request.headers

@@ -710,51 +710,6 @@ def test_failures_seen_before_another_writer_appended_are_forgotten_after_it(
     ]  # fmt: skip
 
 
-# -- memory -----------------------------------------------------------------------------------
-
-
-def test_held_counts_drop_the_one_held_longest_past_the_bound() -> None:
-    held: dict[str, int] = {}
-    for key in ("a", "b", "c"):
-        tasklog._hold(held, key, 1, 2)
-    assert list(held) == ["b", "c"]
-    tasklog._hold(held, "b", 2, 2)
-    assert held == {"b": 2, "c": 1}
-
-
-def test_heads_kept_are_the_ones_used_last_and_a_dropped_one_is_read_again(
-    store: EventStore, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(tasklog, "_HEADS_KEPT", 2)
-    log = TaskLog(store)
-    _task(log, "t1", "r1")
-    _task(log, "t2", "r2")
-    log.record("t1", lambda _state: [(ev.FLAGGED_FOR_REVIEW, {"reason": "a"})])  # t1 used last
-    _task(log, "t3", "r3")
-    assert log.kept("t2") is None
-    assert log.kept("t1") is not None
-    assert log.kept("t3") is not None
-    TaskLog(store).record("t2", lambda _state: [_moved("completed")])
-    _, after = log.record(
-        "t2", lambda state: [] if state["state"] == "completed" else [_moved("failed")]
-    )
-    assert after["state"] == "completed"  # read from the store, not a stale head
-    assert log.kept("nope") is None
-
-
-def test_repeat_counts_held_are_bounded_too(
-    store: EventStore, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(tasklog, "_COUNTS_KEPT", 1)
-    log = TaskLog(store)
-    _task(log, "t1", "r1")
-    log.count_repeat("t1")
-    log.count_repeat("t1")
-    log.count_repeat("t2")  # t1's count dropped, as if the process had restarted
-    log.record("t1", lambda _state: [(ev.FLAGGED_FOR_REVIEW, {"reason": "a"})])
-    assert ev.REPEATS_IGNORED not in store.read_stream(task_stream_id("t1"))[-1].data
-
-
 # -- the log of decisions ---------------------------------------------------------------------
 
 
