@@ -289,7 +289,8 @@ class TaskLog:
                     projection=projection_of(after, before),
                     lease=lease,
                 )
-            except ConcurrencyError:
+            except ConcurrencyError as lost:
+                conflict = lost
                 head = self.head(key)  # another writer moved it: decide again on what is there
                 continue
             self._keep(TaskHead(key, head.version + len(events), after, None))
@@ -307,7 +308,7 @@ class TaskLog:
                 )
             _decided(key, events)
             return before, after
-        raise ConcurrencyError(stream_id, -1, None)
+        raise conflict  # the last race lost: the version it expected and the one it found
 
     def find(self, ref: str) -> str:
         """The key of the task ``ref`` names: a local key, a remote task id, or an unambiguous

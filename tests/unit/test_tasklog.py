@@ -541,9 +541,15 @@ def test_an_append_that_keeps_losing_gives_up_with_a_concurrency_error(
     with pytest.raises(ConcurrencyError) as caught:
         log.record("t1", decide)
     assert calls == 3
-    # Given up, not at a version: -1 is no stream's, and nothing was written.
-    assert (caught.value.stream_id, caught.value.expected_version) == (task_stream_id("t1"), -1)
-    assert caught.value.actual_version is None
+    # The last race lost, as the store saw it: the version expected, the one found.
+    found = store.stream(task_stream_id("t1"))
+    assert found is not None
+    assert (caught.value.stream_id, caught.value.actual_version) == (found.stream_id, found.version)
+    assert caught.value.expected_version == found.version - 1
+    assert str(caught.value) == (
+        f"stream 'task:t1' is at version {found.version}, not {found.version - 1}: another "
+        "writer appended first (nothing was written)"
+    )
     assert ev.STATE_CHANGED not in _types(store, "t1")[2:]
 
 
