@@ -49,7 +49,9 @@ class BoundedEvents(httpx.AsyncByteStream):
         self._limit = max_bytes + _EVENT_SLACK
         self._idle = idle
         self._url = url
-        self._task = task
+        # The task the stream is about, named in a drop: the reader sets it when a stream that
+        # was opened about no task yet (SendStreamingMessage) names one in its first event.
+        self.task = task
         self._pending = 0  # bytes since the last blank line (the end of an event, or a comment)
         self._tail = b""  # the last bytes read, for a blank line split between two pieces
         self._cut = ""  # why the body ended early, when it did
@@ -127,4 +129,4 @@ class BoundedEvents(httpx.AsyncByteStream):
             yield from self._decoder.feed(chunk[start : start + PIECE])
 
     def _dropped(self, reason: str, detail: str) -> StreamDroppedError:
-        return StreamDroppedError(self._url, reason, detail, task=self._task)
+        return StreamDroppedError(self._url, reason, detail, task=self.task)

@@ -439,7 +439,7 @@ class A2ATransport(Exchange):
                     raise InvalidAgentResponseError(url, "an error event that is not an A2A error")
                 if update.task_id is not None:
                     if expected is None:
-                        expected = update.task_id
+                        expected = body.task = update.task_id  # a drop from here names it
                     elif update.task_id != expected:
                         raise WrongTaskAnswerError(url, expected, update.task_id, update.state)
                 yield update

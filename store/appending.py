@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import postgresql, sqlite
 
 from cardfence.store import append_sql
 from cardfence.store.base import _HEAD_CACHE_LIMIT, AppendRequest, _Head, _keys, _Prepared, _Written
@@ -103,8 +104,11 @@ class Appending(Reading):
 
         def insert(conn: sa.Connection, values: dict[str, Any]) -> bool:
             row = {"stream_id": stream_id, "version": version, "updated_at": updated_at}
-            conn.execute(streams.insert().values({**values, **row}))
-            return True
+            dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
+            statement = dialect.insert(streams).values({**values, **row})
+            # A head row there already (put back meanwhile): nothing inserted, False.
+            statement = statement.on_conflict_do_nothing(index_elements=["stream_id"])
+            return conn.execute(statement.returning(streams.c.stream_id)).first() is not None
 
         return self._write_head(stream_id, projection, insert)
 
@@ -115,8 +119,8 @@ class Appending(Reading):
         write: Callable[[sa.Connection, dict[str, Any]], bool],
     ) -> bool:
         """One transaction, outside any append: ``write`` the head row's projection columns
-        (False: nothing to write), then the due-work row as ``projection.live`` says. A head row
-        already there when ``write`` inserts one is False too, nothing written."""
+        (False: nothing written, and the transaction ends there), then the due-work row as
+        ``projection.live`` says."""
         state = _encode(
             stream_id, "projection", projection.state, self.max_projection_bytes, sort_keys=False
         )
@@ -129,17 +133,14 @@ class Appending(Reading):
         due = self.due._sql
 
         def run() -> bool:
-            try:
-                with self.engine.begin() as conn:
-                    if projection.live is not None and due.lock:  # appends' order: due, head
-                        conn.exec_driver_sql(due.lock, {"stream_id": stream_id})
-                    if not write(conn, values):
-                        return False
-                    if projection.live is not None:
-                        statement = due.insert if projection.live else due.delete
-                        conn.exec_driver_sql(statement, {"stream_id": stream_id})
-            except sa.exc.IntegrityError:  # a head row is there (put back meanwhile)
-                return False
+            with self.engine.begin() as conn:
+                if projection.live is not None and due.lock:  # appends' order: due, head
+                    conn.exec_driver_sql(due.lock, {"stream_id": stream_id})
+                if not write(conn, values):
+                    return False
+                if projection.live is not None:
+                    statement = due.insert if projection.live else due.delete
+                    conn.exec_driver_sql(statement, {"stream_id": stream_id})
             self._heads.pop(stream_id, None)  # its keys are the ones just written now
             return True
 

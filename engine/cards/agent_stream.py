@@ -114,6 +114,7 @@ def append_agent_events(
     """
     stream_id = ev.agent_stream_id(origin)
     read_here = False  # whether the last attempt decided on a state read here
+    conflict: ConcurrencyError | None = None  # the last race lost
     with lock or nullcontext():
         for attempt in range(_APPEND_RETRIES):
             if known is None:
@@ -137,6 +138,7 @@ def append_agent_events(
                     snapshots=snapshots,
                 )
                 return
-            except ConcurrencyError:
-                continue
-    raise ConcurrencyError(stream_id, -1, None)
+            except ConcurrencyError as lost:
+                conflict = lost
+    assert conflict is not None  # every attempt that did not return lost a race
+    raise conflict

@@ -1128,7 +1128,9 @@ def test_an_append_that_loses_a_race_decides_again_on_the_state_that_won(
     assert head.state["refusals"] == 2
 
 
-def test_an_append_that_loses_every_race_gives_up_after_twenty_tries(store: EventStore) -> None:
+def test_an_append_that_loses_every_race_gives_up_after_twenty_tries_raising_the_last_conflict(
+    store: EventStore,
+) -> None:
     origin = "http://a.test"
     calls: list[int] = []
 
@@ -1141,11 +1143,14 @@ def test_an_append_that_loses_every_race_gives_up_after_twenty_tries(store: Even
         append_agent_events(store, origin, decide_while_another_writer_wins)
 
     assert len(calls) == 20
+    # The last race lost, as the store saw it: the 20th decision read version 19; the other
+    # writer had moved the stream to 20 by the time the append was tried.
     assert (lost.value.stream_id, lost.value.expected_version, lost.value.actual_version) == (
         ev.agent_stream_id(origin),
-        -1,
-        None,
+        19,
+        20,
     )
+    assert "is at version 20, not 19" in str(lost.value)
 
 
 def test_an_append_with_nothing_to_record_writes_nothing(store: EventStore) -> None:
