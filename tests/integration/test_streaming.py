@@ -17,6 +17,8 @@ import httpx
 import pytest
 from support import Peer
 from support.hostile import Frame, Reply, StreamingAgent, sse
+from support.hostile import completed_event as completed
+from support.hostile import working_event as working
 
 from cardfence.engine import deadline
 from cardfence.engine.answers import RemoteTask, StreamUpdate, TaskState
@@ -167,16 +169,6 @@ async def test_subscribing_at_an_endpoint_gone_is_unreachable_never_task_not_fou
 
 
 # --- scripted streams that misbehave -------------------------------------------------------------
-
-
-def working(task_id: str = TASK) -> dict[str, Any]:
-    status = {"state": "TASK_STATE_WORKING", "timestamp": "2026-01-01T00:00:00Z"}
-    return {"task": {"id": task_id, "contextId": "c-1", "status": status}}
-
-
-def completed(task_id: str = TASK) -> dict[str, Any]:
-    status = {"state": "TASK_STATE_COMPLETED", "timestamp": "2026-01-01T00:00:01Z"}
-    return {"statusUpdate": {"taskId": task_id, "contextId": "c-1", "status": status}}
 
 
 def event_stream(

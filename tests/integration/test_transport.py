@@ -6,12 +6,13 @@ import asyncio
 import json
 import socket
 import uuid
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import httpx
 import pytest
 from support import Peer
+from support.mocked import Handler, Make, mocked_agents, rpc_answer
 
 from cardfence.engine.answers import PushConfig, RemoteMessage, RemoteTask, TaskState
 from cardfence.engine.cards.interfaces import HTTP_JSON, JSONRPC
@@ -212,32 +213,11 @@ async def test_a_closed_port_is_unreachable(binding: str, client: httpx.AsyncCli
 
 # --- hostile answers (httpx.MockTransport) -------------------------------------------------------
 
-Handler = Callable[[httpx.Request], Any]
-
-
-Mocked = Callable[..., A2ATransport]
-
 
 @pytest.fixture
-async def mocked() -> AsyncIterator[Mocked]:
-    """``mocked(handler, binding=JSONRPC, **transport_options)``: a transport whose agent is
-    ``handler``."""
-    clients: list[httpx.AsyncClient] = []
-
-    def make(handler: Handler, binding: str = JSONRPC, **kwargs: Any) -> A2ATransport:
-        base = "http://agent.test/a2a/"
-        url = base + ("jsonrpc" if binding == JSONRPC else "rest")
-        clients.append(httpx.AsyncClient(transport=httpx.MockTransport(handler)))
-        return A2ATransport(clients[-1], Interface(url, binding, "1.0"), **kwargs)
-
-    yield make
-    for client in clients:
-        await client.aclose()
-
-
-def rpc_answer(request: httpx.Request, **envelope: Any) -> httpx.Response:
-    request_id = json.loads(request.content)["id"]
-    return httpx.Response(200, json={"jsonrpc": "2.0", "id": request_id, **envelope})
+async def mocked() -> AsyncIterator[Make]:
+    async with mocked_agents() as make:
+        yield make
 
 
 TASK = {"id": "t-1", "contextId": "c-1", "status": {"state": "TASK_STATE_WORKING"}}
@@ -274,7 +254,7 @@ TASK = {"id": "t-1", "contextId": "c-1", "status": {"state": "TASK_STATE_WORKING
     ],
 )
 async def test_a_malformed_2xx_reply_is_an_invalid_agent_response(
-    binding: str, answer: Handler, named: str, mocked: Mocked
+    binding: str, answer: Handler, named: str, mocked: Make
 ) -> None:
     transport = mocked(answer, binding)
     with pytest.raises(InvalidAgentResponseError, match=named):
@@ -283,7 +263,7 @@ async def test_a_malformed_2xx_reply_is_an_invalid_agent_response(
 
 @pytest.mark.parametrize("binding", BINDINGS)
 async def test_a_reply_over_the_size_cap_is_refused_while_streaming(
-    binding: str, mocked: Mocked
+    binding: str, mocked: Make
 ) -> None:
     async def chunks() -> AsyncIterator[bytes]:  # no content-length: the cap must count
         for _ in range(100):
@@ -314,7 +294,7 @@ async def test_a_reply_over_the_size_cap_is_refused_while_streaming(
     ],
 )
 async def test_a_non_2xx_without_an_a2a_body_is_unreachable(
-    binding: str, status: int, body: str, detail: str, mocked: Mocked
+    binding: str, status: int, body: str, detail: str, mocked: Make
 ) -> None:
     transport = mocked(lambda r: httpx.Response(status, text=body), binding)
     with pytest.raises(EndpointUnreachableError, match=detail) as caught:
@@ -334,7 +314,7 @@ async def test_a_non_2xx_without_an_a2a_body_is_unreachable(
     ],
 )
 async def test_a2a_error_bodies_map_to_the_json_rpc_code(
-    binding: str, status: int, error: dict[str, Any], code: int | str, mocked: Mocked
+    binding: str, status: int, error: dict[str, Any], code: int | str, mocked: Make
 ) -> None:
     def answer(request: httpx.Request) -> httpx.Response:
         if error.get("jsonrpc"):
@@ -355,7 +335,7 @@ async def test_a2a_error_bodies_map_to_the_json_rpc_code(
     assert caught.value.code == code
 
 
-async def test_a_json_rpc_error_with_a_null_id_is_still_a_refusal(mocked: Mocked) -> None:
+async def test_a_json_rpc_error_with_a_null_id_is_still_a_refusal(mocked: Make) -> None:
     def parse_error(request: httpx.Request) -> httpx.Response:
         error = {"code": -32700, "message": "Expecting property name"}
         return httpx.Response(200, json={"jsonrpc": "2.0", "id": None, "error": error})
@@ -365,7 +345,7 @@ async def test_a_json_rpc_error_with_a_null_id_is_still_a_refusal(mocked: Mocked
     assert caught.value.code == A2AErrorCode.PARSE_ERROR
 
 
-async def test_a_timeout_is_unreachable(mocked: Mocked) -> None:
+async def test_a_timeout_is_unreachable(mocked: Make) -> None:
     async def stall(request: httpx.Request) -> httpx.Response:
         await asyncio.sleep(5)
         return httpx.Response(200)
@@ -375,7 +355,7 @@ async def test_a_timeout_is_unreachable(mocked: Mocked) -> None:
 
 
 @pytest.mark.parametrize("binding", BINDINGS)
-async def test_what_goes_on_the_wire(binding: str, mocked: Mocked) -> None:
+async def test_what_goes_on_the_wire(binding: str, mocked: Make) -> None:
     seen: list[httpx.Request] = []
 
     def answer(request: httpx.Request) -> httpx.Response:
@@ -464,7 +444,7 @@ async def test_what_goes_on_the_wire(binding: str, mocked: Mocked) -> None:
     ],
 )
 async def test_each_operation_uses_its_method_and_path(
-    binding: str, expected: list[tuple[str, str, str, dict[str, Any]]], mocked: Mocked
+    binding: str, expected: list[tuple[str, str, str, dict[str, Any]]], mocked: Make
 ) -> None:
     seen: list[tuple[str, str, str, dict[str, Any]]] = []
     answers = iter([TASK, TASK, {"id": "cfg-1", "url": "http://me.test/hook"}, {"tasks": [TASK]}])
@@ -489,7 +469,7 @@ async def test_each_operation_uses_its_method_and_path(
     assert seen == expected
 
 
-async def test_list_tasks_stops_on_a_repeating_page_token(mocked: Mocked) -> None:
+async def test_list_tasks_stops_on_a_repeating_page_token(mocked: Make) -> None:
     def answer(request: httpx.Request) -> httpx.Response:
         return rpc_answer(request, result={"tasks": [TASK], "nextPageToken": "again"})
 

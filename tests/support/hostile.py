@@ -300,6 +300,18 @@ REST_PATH = "/rest"
 Frame = Callable[[dict[str, Any]], bytes]
 
 
+def working_event(task_id: str = "t-1") -> dict[str, Any]:
+    """A StreamResponse: the task ``working`` (a stream's first event, as a2a-sdk sends it)."""
+    status = {"state": "TASK_STATE_WORKING", "timestamp": "2026-01-01T00:00:00Z"}
+    return {"task": {"id": task_id, "contextId": "c-1", "status": status}}
+
+
+def completed_event(task_id: str = "t-1") -> dict[str, Any]:
+    """A StreamResponse: a status update to ``completed`` (a stream's last event)."""
+    status = {"state": "TASK_STATE_COMPLETED", "timestamp": "2026-01-01T00:00:01Z"}
+    return {"statusUpdate": {"taskId": task_id, "contextId": "c-1", "status": status}}
+
+
 def sse(data: str | bytes, *, event: str = "") -> bytes:
     """One server-sent event with one ``data`` line, its lines ended as sse-starlette ends them."""
     raw = data.encode() if isinstance(data, str) else data

@@ -9,9 +9,11 @@ import io
 import json
 import logging
 import os
+import sys
 import threading
 import time
 from collections.abc import Iterator
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -193,3 +195,220 @@ def test_stop_gives_up_on_a_stream_that_takes_nothing_more(logger: logging.Logge
     assert decisions.stop(timeout=10)
     with contextlib.suppress(BrokenPipeError):
         stream.close()
+
+
+# -- each line whole, the writer's batches, stop's bounds ------------------------------------------
+
+
+class Unserialisable:
+    def __str__(self) -> str:
+        return "a value JSON cannot hold"
+
+
+def test_a_line_holds_its_utc_time_level_logger_message_and_fields_written_as_text(
+    logger: logging.Logger,
+) -> None:
+    stream = io.StringIO()
+    decisions = DecisionLog(stream)
+    logger.handlers[:] = [decisions.handler]
+    decisions.start()
+    logger.warning("kept %s", "as text", extra={"task": "t-1", "reason": Unserialisable()})
+    assert decisions.stop()
+
+    (written,) = lines(stream.getvalue())
+    time_ = written.pop("time")
+    assert written == {
+        "level": "warning",
+        "logger": "cardfence.test-decisions",
+        "message": "kept as text",
+        "task": "t-1",
+        "reason": "a value JSON cannot hold",
+    }
+    assert time_.endswith("+00:00")  # UTC, whatever the machine's zone
+    assert abs(datetime.fromisoformat(time_).timestamp() - time.time()) < 60
+
+
+def test_the_writer_is_a_daemon_thread_named_for_the_log() -> None:
+    decisions = DecisionLog(io.StringIO())
+    decisions.start()
+    try:
+        (writer,) = [t for t in threading.enumerate() if t.name == "cardfence-log"]
+        assert writer.daemon  # a writer stuck on a stream nobody reads never keeps us alive
+    finally:
+        assert decisions.stop()
+
+
+def test_ten_thousand_lines_wait_by_default_and_the_next_is_dropped(
+    logger: logging.Logger,
+) -> None:
+    stream = io.StringIO()
+    decisions = DecisionLog(stream)
+    logger.handlers[:] = [decisions.handler]
+    for n in range(10_001):  # the writer not started yet
+        logger.info("applied", extra={"task": f"t-{n}"})
+    assert decisions.handler.dropped == 1  # type: ignore[attr-defined]
+    decisions.start()
+    assert decisions.stop()
+    written = lines(stream.getvalue())
+    assert len(written) == 10_001
+    assert written[-1]["message"].startswith("1 log lines dropped")
+    assert decisions.handler.dropped == 0  # type: ignore[attr-defined]  # said, so reset
+
+
+def test_at_most_a_thousand_lines_are_written_at_once(logger: logging.Logger) -> None:
+    class Texts(io.StringIO):
+        texts: list[str]
+
+        def write(self, text: str) -> int:
+            self.texts.append(text)
+            return super().write(text)
+
+    stream = Texts()
+    stream.texts = []
+    decisions = DecisionLog(stream)
+    logger.handlers[:] = [decisions.handler]
+    for n in range(2_500):
+        logger.info("applied", extra={"task": f"t-{n}"})
+    decisions.start()
+    assert decisions.stop()
+    assert [text.count("\n") for text in stream.texts] == [1_000, 1_000, 500]
+
+
+def test_stop_says_whether_the_writer_ended() -> None:
+    never_started = DecisionLog(io.StringIO())
+    assert never_started.stop() is False
+    stopped = DecisionLog(io.StringIO())
+    stopped.start()
+    assert stopped.stop() is True
+    assert stopped.stop() is True  # ended already
+
+
+@contextlib.contextmanager
+def stuck_writer(capacity: int) -> Iterator[tuple[DecisionLog, logging.Logger]]:
+    """A log whose writer waits on a full pipe, holding one line; nothing in its queue yet."""
+    reading, writing = full_pipe()
+    stream = os.fdopen(writing, "w", buffering=1)
+    decisions = DecisionLog(stream, capacity=capacity)
+    log = logging.getLogger("cardfence.test-stuck")
+    saved = (log.handlers[:], log.level, log.propagate)
+    log.handlers[:], log.propagate = [decisions.handler], False
+    log.setLevel(logging.INFO)
+    decisions.start()
+    log.info("taken by the writer", extra={"reason": "x" * 8192})
+    deadline = time.monotonic() + 10
+    while decisions._queue.qsize() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.05)  # the writer is in its write, on the pipe nobody reads
+    try:
+        yield decisions, log
+    finally:
+        os.close(reading)  # the write fails: the writer goes on and ends
+        assert decisions.stop(timeout=10)
+        log.handlers[:], log.level, log.propagate = saved
+        with contextlib.suppress(BrokenPipeError):
+            stream.close()
+
+
+def _stop_in_time(decisions: DecisionLog, timeout: float) -> tuple[bool | None, float]:
+    """``decisions.stop(timeout)`` on a thread of its own (so a stop that never returns fails
+    the test instead of hanging it): what it returned (None: still running after 5 s), and
+    how long it took."""
+    outcome: list[bool] = []
+    started = time.monotonic()
+    stopper = threading.Thread(target=lambda: outcome.append(decisions.stop(timeout)))
+    stopper.start()
+    stopper.join(5)
+    return (outcome[0] if outcome else None), time.monotonic() - started
+
+
+def test_stop_gives_up_within_its_timeout_when_the_queue_stays_full(
+    logger: logging.Logger,
+) -> None:
+    with stuck_writer(capacity=1) as (decisions, log):
+        log.info("waits in the queue")
+        returned, took = _stop_in_time(decisions, 0.2)
+        assert (returned, took < 0.8) == (False, True)
+
+
+def test_stop_gives_up_within_its_timeout_when_the_writer_never_ends(
+    logger: logging.Logger,
+) -> None:
+    with stuck_writer(capacity=5) as (decisions, _):  # room for the end mark, no end to it
+        returned, took = _stop_in_time(decisions, 0.2)
+        assert (returned, took < 0.8) == (False, True)
+
+
+def test_lines_dropped_that_stop_could_not_say_are_kept_to_say_with_those_dropped_meanwhile(
+    logger: logging.Logger,
+) -> None:
+    with stuck_writer(capacity=1) as (decisions, log):
+        log.info("waits in the queue")
+        log.info("dropped: no room")
+        later = threading.Timer(0.1, lambda: log.info("dropped while stop waits"))
+        later.start()
+        returned, took = _stop_in_time(decisions, 0.3)
+        later.join()
+        assert (returned, took < 0.9) == (False, True)
+        assert decisions.handler.dropped == 2  # type: ignore[attr-defined]
+
+
+def test_a_stream_that_fails_and_a_report_that_fails_stop_no_later_line(
+    logger: logging.Logger, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    class FailsOnce(io.StringIO):
+        failed = False
+
+        def write(self, text: str) -> int:
+            if not self.failed:
+                self.failed = True
+                raise OSError("disk full")
+            return super().write(text)
+
+    class Unwritable:
+        def write(self, text: str) -> int:
+            raise OSError("stderr is closed")
+
+        def flush(self) -> None:
+            raise OSError("stderr is closed")
+
+    monkeypatch.setattr(sys, "stderr", Unwritable())
+    stream = FailsOnce()
+    decisions = DecisionLog(stream)
+    logger.handlers[:] = [decisions.handler]
+    decisions.start()
+    logger.info("lost with the failed write")
+    deadline = time.monotonic() + 10
+    while not stream.failed and time.monotonic() < deadline:
+        time.sleep(0.01)
+    logger.info("written after it")
+    assert decisions.stop()
+    assert [w["message"] for w in lines(stream.getvalue())] == ["written after it"]
+
+
+def test_a_message_that_does_not_format_is_reported_as_logging_reports_it(
+    logger: logging.Logger, capsys: pytest.CaptureFixture[str]
+) -> None:
+    decisions = DecisionLog(io.StringIO())
+    logger.handlers[:] = [decisions.handler]
+    logger.info("%d tasks", "many")  # the caller goes on
+    report = capsys.readouterr().err
+    assert "--- Logging error ---" in report
+    assert "Message: '%d tasks'\nArguments: ('many',)" in report
+    assert decisions.handler.dropped == 0  # type: ignore[attr-defined]
+
+
+def test_a_line_saying_lines_were_dropped_comes_from_the_log_itself(
+    logger: logging.Logger,
+) -> None:
+    stream = io.StringIO()
+    decisions = DecisionLog(stream, capacity=1)
+    logger.handlers[:] = [decisions.handler]
+    logger.info("waits")
+    logger.info("dropped")
+    decisions.start()
+    assert decisions.stop()
+    said = lines(stream.getvalue())[-1]
+    assert (said["logger"], said["level"]) == ("cardfence.engine.logs", "warning")
+    assert said["message"] == (
+        "1 log lines dropped: the log was not read as fast as it was written"
+    )

@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import pytest
 from support.hostile import Reply, RoutedServer
+from support.mocked import REST, RPC, Handler, Make, mocked_agents, rpc_answer
 
 from cardfence.engine import deadline
 from cardfence.engine.bodies import ACCEPT_ENCODING, BodyRefused, BoundedDecoder
@@ -34,35 +35,14 @@ from cardfence.engine.errors import (
 from cardfence.engine.pool import REPLAYABLE
 from cardfence.engine.transport import A2ATransport
 
-RPC = "http://agent.test/a2a/jsonrpc"
-REST = "http://agent.test/a2a/rest"
 TASK = {"id": "t-1", "contextId": "c-1", "status": {"state": "TASK_STATE_WORKING"}}
 TASK03 = {"kind": "task", "id": "t-1", "contextId": "c-1", "status": {"state": "working"}}
-
-Handler = Callable[[httpx.Request], httpx.Response]
-Make = Callable[..., A2ATransport]
 
 
 @pytest.fixture
 async def agent() -> AsyncIterator[Make]:
-    """``agent(handler, binding=JSONRPC, version="1.0", **options)``: a transport to it."""
-    clients: list[httpx.AsyncClient] = []
-
-    def make(
-        handler: Handler, binding: str = JSONRPC, version: str = "1.0", **options: Any
-    ) -> A2ATransport:
-        clients.append(httpx.AsyncClient(transport=httpx.MockTransport(handler)))
-        url = RPC if binding == JSONRPC else REST
-        return A2ATransport(clients[-1], Interface(url, binding, version), **options)
-
-    yield make
-    for client in clients:
-        await client.aclose()
-
-
-def _rpc(request: httpx.Request, status: int = 200, **envelope: Any) -> httpx.Response:
-    request_id = json.loads(request.content)["id"]
-    return httpx.Response(status, json={"jsonrpc": "2.0", "id": request_id, **envelope})
+    async with mocked_agents() as make:
+        yield make
 
 
 def _invalid(url: str, detail: str) -> str:
@@ -76,10 +56,10 @@ def _invalid(url: str, detail: str) -> str:
     ("answer", "detail"),
     [
         (lambda r: httpx.Response(200, json=[]), "not a JSON-RPC 2.0 response object"),
-        (lambda r: _rpc(r), "JSON-RPC response needs exactly one of result, error"),
-        (lambda r: _rpc(r, error="boom"), "JSON-RPC error needs an object with integer code"),
+        (lambda r: rpc_answer(r), "JSON-RPC response needs exactly one of result, error"),
+        (lambda r: rpc_answer(r, error="boom"), "JSON-RPC error needs an object with integer code"),
         (
-            lambda r: _rpc(r, error={"code": True, "message": "m"}),
+            lambda r: rpc_answer(r, error={"code": True, "message": "m"}),
             "JSON-RPC error needs an object with integer code",
         ),
         (
@@ -129,7 +109,7 @@ async def test_a_body_over_the_limit_is_named_with_the_limit(agent: Make) -> Non
 async def test_a_3xx_is_never_read_as_a_result(agent: Make) -> None:
     for status in (300, 301):
         with pytest.raises(EndpointUnreachableError) as caught:
-            await agent(lambda r, s=status: _rpc(r, s, result=TASK)).get_task("t-1")  # type: ignore[misc]
+            await agent(lambda r, s=status: rpc_answer(r, s, result=TASK)).get_task("t-1")  # type: ignore[misc]
         assert caught.value.detail == f"HTTP {status} without an A2A error body"
         assert (caught.value.url, caught.value.task, caught.value.status) == (RPC, "t-1", status)
 
@@ -138,7 +118,7 @@ async def test_a_json_rpc_error_with_any_integer_code_is_the_agents_refusal(agen
     for status in (200, 500):
         with pytest.raises(RemoteRefusedError) as caught:
             await agent(
-                lambda r, s=status: _rpc(r, s, error={"code": 7, "message": "no such thing"})  # type: ignore[misc]
+                lambda r, s=status: rpc_answer(r, s, error={"code": 7, "message": "no such thing"})  # type: ignore[misc]
             ).cancel_task("t-9")
         assert type(caught.value) is RemoteRefusedError
         assert (caught.value.url, caught.value.code, caught.value.task) == (RPC, 7, "t-9")
@@ -149,10 +129,12 @@ async def test_an_error_message_that_is_not_text_is_left_out_and_a_long_one_is_c
     agent: Make,
 ) -> None:
     with pytest.raises(RemoteRefusedError) as caught:
-        await agent(lambda r: _rpc(r, error={"code": -32001, "message": 5})).get_task("t-1")
+        await agent(lambda r: rpc_answer(r, error={"code": -32001, "message": 5})).get_task("t-1")
     assert caught.value.detail == ""
     with pytest.raises(RemoteRefusedError) as caught:
-        await agent(lambda r: _rpc(r, error={"code": -32001, "message": "m" * 300})).get_task("t")
+        await agent(lambda r: rpc_answer(r, error={"code": -32001, "message": "m" * 300})).get_task(
+            "t"
+        )
     assert caught.value.detail == "m" * 200
 
 
@@ -230,7 +212,9 @@ async def test_a_refused_credential_names_the_url_task_and_status(agent: Make, s
 
 async def test_an_unknown_method_on_a_1_0_interface_names_its_0_3_name(agent: Make) -> None:
     with pytest.raises(ProtocolMismatchError) as caught:
-        await agent(lambda r: _rpc(r, error={"code": -32601, "message": "what"})).get_task("t-1")
+        await agent(lambda r: rpc_answer(r, error={"code": -32601, "message": "what"})).get_task(
+            "t-1"
+        )
     error = caught.value
     assert (error.url, error.task, error.code) == (RPC, "t-1", -32601)
     assert (error.method, error.declared, error.spoken, error.legacy) == (
@@ -246,7 +230,7 @@ async def test_an_unknown_method_on_a_1_0_interface_names_its_0_3_name(agent: Ma
 async def test_an_unknown_method_on_a_0_3_interface_names_its_1_0_name(agent: Make) -> None:
     with pytest.raises(ProtocolMismatchError) as caught:
         await agent(
-            lambda r: _rpc(r, error={"code": -32601, "message": "what"}), version="0.3"
+            lambda r: rpc_answer(r, error={"code": -32601, "message": "what"}), version="0.3"
         ).get_task("t-1")
     error = caught.value
     assert (error.method, error.declared, error.spoken, error.legacy) == (
@@ -257,7 +241,7 @@ async def test_an_unknown_method_on_a_0_3_interface_names_its_1_0_name(agent: Ma
 
 async def test_an_operation_without_another_name_is_named_alone(agent: Make) -> None:
     with pytest.raises(ProtocolMismatchError) as caught:
-        await agent(lambda r: _rpc(r, error={"code": -32601, "message": "w"})).list_tasks(
+        await agent(lambda r: rpc_answer(r, error={"code": -32601, "message": "w"})).list_tasks(
             context_id="c-1"
         )
     assert (caught.value.method, caught.value.legacy) == ("ListTasks", "")
@@ -266,9 +250,9 @@ async def test_an_operation_without_another_name_is_named_alone(agent: Make) -> 
 
 async def test_version_not_supported_keeps_the_agents_words(agent: Make) -> None:
     with pytest.raises(ProtocolMismatchError) as caught:
-        await agent(lambda r: _rpc(r, error={"code": -32009, "message": "speak 0.3"})).get_task(
-            "t-1"
-        )
+        await agent(
+            lambda r: rpc_answer(r, error={"code": -32009, "message": "speak 0.3"})
+        ).get_task("t-1")
     error = caught.value
     assert (error.code, error.task, error.url) == (-32009, "t-1", RPC)
     assert error.detail.endswith("it refused GetTask with -32009 (speak 0.3)")
@@ -325,7 +309,7 @@ async def test_a_json_rpc_request_is_compact_json(agent: Make) -> None:
 
     def answer(request: httpx.Request) -> httpx.Response:
         seen.append(request.content)
-        return _rpc(request, result=TASK)
+        return rpc_answer(request, result=TASK)
 
     await agent(answer).get_task("t-1")
     assert seen == [
@@ -335,7 +319,7 @@ async def test_a_json_rpc_request_is_compact_json(agent: Make) -> None:
 
 async def test_a_request_that_is_not_json_is_refused_before_sending(agent: Make) -> None:
     seen: list[httpx.Request] = []
-    transport = agent(lambda r: seen.append(r) or _rpc(r, result=TASK))  # type: ignore[func-returns-value]
+    transport = agent(lambda r: seen.append(r) or rpc_answer(r, result=TASK))  # type: ignore[func-returns-value]
     with pytest.raises(UsageError) as caught:
         await transport.send_message(
             text="x", message_id="m", context_id=None, metadata={"n": math.nan}
@@ -375,7 +359,7 @@ async def test_a_network_error_without_credentials_is_shown_as_it_is(agent: Make
 
 
 async def test_a_0_3_json_rpc_answer_is_read_in_0_3_shape(agent: Make) -> None:
-    task = await agent(lambda r: _rpc(r, result=TASK03), version="0.3").get_task("t-1")
+    task = await agent(lambda r: rpc_answer(r, result=TASK03), version="0.3").get_task("t-1")
     assert (task.id, task.state) == ("t-1", "working")
 
 
@@ -385,7 +369,7 @@ async def test_a_3xx_with_a_valid_body_is_never_read_as_an_answer(
 ) -> None:
     def answer(request: httpx.Request) -> httpx.Response:
         return (
-            _rpc(request, 300, result=TASK)
+            rpc_answer(request, 300, result=TASK)
             if binding == JSONRPC
             else httpx.Response(300, json=TASK)
         )
@@ -403,7 +387,7 @@ async def test_a_rest_answer_that_is_not_json_names_the_url_asked(agent: Make) -
 
 async def test_an_operation_about_no_task_names_none(agent: Make) -> None:
     with pytest.raises(RemoteRefusedError) as caught:
-        await agent(lambda r: _rpc(r, error={"code": -32004, "message": "no"})).list_tasks(
+        await agent(lambda r: rpc_answer(r, error={"code": -32004, "message": "no"})).list_tasks(
             context_id="c-1"
         )
     assert caught.value.task == ""
@@ -446,7 +430,7 @@ async def test_each_request_is_bounded_by_its_timeout_and_connects_within_ten_se
 
     def answer(request: httpx.Request) -> httpx.Response:
         seen.append(request.extensions["timeout"])
-        return _rpc(request, result=TASK)
+        return rpc_answer(request, result=TASK)
 
     await agent(answer, timeout=30.0).get_task("t-1")
     await agent(answer, timeout=4.0).get_task("t-1")
@@ -461,7 +445,7 @@ async def test_a_deadline_already_passed_sends_nothing_and_says_so(agent: Make) 
 
     def answer(request: httpx.Request) -> httpx.Response:
         seen.append(request)
-        return _rpc(request, result=TASK)
+        return rpc_answer(request, result=TASK)
 
     with deadline.within(-1.0), pytest.raises(EndpointUnreachableError) as caught:
         await agent(answer).get_task("t-1")
@@ -493,7 +477,7 @@ def _accepting(token: str, seen: list[str]) -> Handler:
         seen.append(request.headers.get("Authorization", ""))
         if request.headers.get("Authorization") != f"Bearer {token}":
             return httpx.Response(401)
-        return _rpc(request, result=TASK)
+        return rpc_answer(request, result=TASK)
 
     return answer
 
@@ -582,7 +566,7 @@ def _headers_sent(agent: Make, version: str, **options: Any) -> Callable[[], Any
 
     def answer(request: httpx.Request) -> httpx.Response:
         seen.append(request.headers)
-        return _rpc(request, result=TASK03 if version == "0.3" else TASK)
+        return rpc_answer(request, result=TASK03 if version == "0.3" else TASK)
 
     transport = agent(answer, version=version, **options)
 
@@ -636,7 +620,7 @@ async def test_each_json_rpc_request_has_the_next_id(agent: Make) -> None:
 
     def answer(request: httpx.Request) -> httpx.Response:
         ids.append(json.loads(request.content)["id"])
-        return _rpc(request, result=TASK)
+        return rpc_answer(request, result=TASK)
 
     transport = agent(answer)
     for _ in range(3):
@@ -711,7 +695,9 @@ async def test_an_unknown_method_answered_with_a_failure_status_is_a_mismatch_to
     agent: Make,
 ) -> None:
     with pytest.raises(ProtocolMismatchError) as caught:
-        await agent(lambda r: _rpc(r, 500, error={"code": -32601, "message": "w"})).get_task("t")
+        await agent(lambda r: rpc_answer(r, 500, error={"code": -32601, "message": "w"})).get_task(
+            "t"
+        )
     assert (caught.value.method, caught.value.legacy) == ("GetTask", "tasks/get")
 
 

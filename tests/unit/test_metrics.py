@@ -52,3 +52,8 @@ def test_label_values_and_help_are_escaped_so_no_line_can_be_forged() -> None:
 def test_whole_numbers_are_written_without_a_fraction_and_others_exactly() -> None:
     text = render([Family("m", "h", "gauge", [({"n": "a"}, 2.0), ({"n": "b"}, 0.25)])])
     assert text.splitlines()[2:] == ['m{n="a"} 2', 'm{n="b"} 0.25']
+
+
+def test_a_help_line_keeps_its_double_quotes_only_label_values_escape_them() -> None:
+    text = render([Family("m", 'the "help"', "counter", [({"k": 'v"'}, 2)])])
+    assert text.splitlines() == ['# HELP m the "help"', "# TYPE m counter", 'm{k="v\\""} 2']

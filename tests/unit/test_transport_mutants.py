@@ -17,10 +17,12 @@ from typing import Any
 
 import httpx
 import pytest
+from support.hostile import completed_event as completed
+from support.hostile import working_event as working
+from support.mocked import REST, RPC, Handler, Make, mocked_agents
 
 from cardfence.engine.answers import PushConfig, StreamUpdate, TaskState
 from cardfence.engine.cards.interfaces import HTTP_JSON, JSONRPC
-from cardfence.engine.cards.model import Interface
 from cardfence.engine.errors import (
     EndpointUnreachableError,
     InvalidAgentResponseError,
@@ -37,34 +39,17 @@ from cardfence.engine.remote import (
     parse_task,
     parse_task_page,
 )
-from cardfence.engine.transport import A2ATransport
 
-RPC = "http://agent.test/a2a/jsonrpc"
-REST = "http://agent.test/a2a/rest"
 TASK = "t-1"
 EVENT_STREAM = {"content-type": "text/event-stream"}
 NOT_AN_ANSWER = {"id": 5, "status": "done"}  # no operation's result: an id that is no string
 CONFIG = PushConfig(id="cf-1", url="https://hooks.test/w", token="tok")
 
-Handler = Callable[[httpx.Request], Any]
-Make = Callable[..., A2ATransport]
-
 
 @pytest.fixture
 async def agent() -> AsyncIterator[Make]:
-    """``agent(handler, binding=JSONRPC, version="1.0", **options)``: a transport to it."""
-    clients: list[httpx.AsyncClient] = []
-
-    def make(
-        handler: Handler, binding: str = JSONRPC, version: str = "1.0", **options: Any
-    ) -> A2ATransport:
-        clients.append(httpx.AsyncClient(transport=httpx.MockTransport(handler)))
-        url = RPC if binding == JSONRPC else REST
-        return A2ATransport(clients[-1], Interface(url, binding, version), **options)
-
-    yield make
-    for client in clients:
-        await client.aclose()
+    async with mocked_agents() as make:
+        yield make
 
 
 def _rpc_id(request: httpx.Request) -> int:
@@ -94,16 +79,6 @@ def _parse_error(parse: Callable[..., object], answer: object, url: str) -> str:
         parse(answer, url=url)
     assert url in str(refused.value)
     return str(refused.value)
-
-
-def working(task_id: str = TASK) -> dict[str, Any]:
-    status = {"state": "TASK_STATE_WORKING", "timestamp": "2026-01-01T00:00:00Z"}
-    return {"task": {"id": task_id, "contextId": "c-1", "status": status}}
-
-
-def completed(task_id: str = TASK) -> dict[str, Any]:
-    status = {"state": "TASK_STATE_COMPLETED", "timestamp": "2026-01-01T00:00:01Z"}
-    return {"statusUpdate": {"taskId": task_id, "contextId": "c-1", "status": status}}
 
 
 def a_message() -> dict[str, Any]:
