@@ -1,0 +1,628 @@
+"""Pieces of the one observation path (engine/engine/observing.py) read on their own: what a
+push delivery is answered, whether a task holds an artifact made of chunks (its end is then read
+whole), and the agent's card revision a failure is reviewed against."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import re
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+import pytest
+import sqlalchemy as sa
+from support.cards import ORIGIN, card_document
+
+from cardfence.engine import deadline, guards, webhook
+from cardfence.engine import events as ev
+from cardfence.engine.cards.diff import diff
+from cardfence.engine.cards.model import parse_card
+from cardfence.engine.engine import Engine
+from cardfence.engine.engine.observing import _chunked, _delivery_outcome, _truncated
+from cardfence.engine.errors import DiscoveryError, WrongTaskAnswerError
+from cardfence.engine.observations import Observation
+from cardfence.store import EventStore, NewEvent, Projection
+
+AGENT = "http://agent.test"
+
+
+@contextlib.asynccontextmanager
+async def engine_on(
+    store: EventStore, agent: httpx.AsyncBaseTransport | None = None
+) -> AsyncIterator[Engine]:
+    """An engine on ``store`` whose requests ``agent`` answers (none: no request expected)."""
+    async with httpx.AsyncClient(transport=agent) as client, Engine(store, client) as engine:
+        yield engine
+
+
+@pytest.mark.parametrize(
+    ("recorded", "outcome"),
+    [
+        ([(ev.STATE_CHANGED, {"to": "working"})], "applied"),
+        ([(ev.ARTIFACT_RECEIVED, {"artifact_id": "a"})], "applied"),
+        (
+            [(ev.OBSERVATION_IGNORED, {"reason": "stale"}), (ev.STATE_CHANGED, {"to": "x"})],
+            "applied",
+        ),
+        ([(ev.OBSERVATION_IGNORED, {"reason": "duplicate"})], "duplicate"),
+        ([(ev.OBSERVATION_IGNORED, {"reason": "stale"})], "stale"),
+        (
+            [
+                (ev.OBSERVATION_IGNORED, {"reason": "stale"}),
+                (ev.OBSERVATION_IGNORED, {"reason": "duplicate"}),
+            ],
+            "duplicate",
+        ),
+        ([(ev.OBSERVATION_IGNORED, {"reason": "terminal"})], "ignored"),
+        ([(ev.WEBHOOK_CONFIRMED, {"config_id": "c"})], "duplicate"),
+        ([], "duplicate"),  # nothing appended: a repeat, counted
+    ],
+)
+def test_a_delivery_is_answered_applied_duplicate_stale_or_ignored(
+    recorded: list[tuple[str, dict[str, Any]]], outcome: str
+) -> None:
+    assert _delivery_outcome(recorded) == outcome
+
+
+@pytest.mark.parametrize(
+    ("data", "cut"),
+    [
+        ({"truncated": True}, True),
+        ({"payload_truncated": True}, True),
+        ({"truncated": False, "payload_truncated": 0}, False),
+        ({}, False),
+    ],
+)
+def test_an_event_says_whether_it_kept_part_of_a_report_as_its_digest(
+    data: dict[str, Any], cut: bool
+) -> None:
+    assert _truncated(data) is cut
+
+
+@pytest.mark.parametrize(
+    ("artifacts", "chunked"),
+    [
+        (None, False),
+        ([], False),
+        ([{"artifact_id": "a"}], False),
+        ([{"artifact_id": "a", "chunks": 0, "partial": False}], False),
+        ([{"artifact_id": "a"}, {"artifact_id": "b", "chunks": 2}], True),
+        ([{"artifact_id": "a", "partial": True}], True),
+        ([{"artifact_id": "a", "chunks": 3, "partial": True}], True),
+    ],
+)
+def test_a_task_holds_an_artifact_made_of_chunks_when_one_has_chunks_or_is_partial(
+    artifacts: list[dict[str, Any]] | None, chunked: bool
+) -> None:
+    assert _chunked({"task": "k", "artifacts": artifacts}) is chunked
+
+
+def _agent_record(store: EventStore, revision: object) -> None:
+    state = {"agent": AGENT, "revision": revision}
+    store.append(
+        ev.agent_stream_id(AGENT),
+        0,
+        [NewEvent(ev.CARD_FETCHED, {"revision": revision})],
+        projection=Projection(state, category=ev.AGENT_CATEGORY, alias=AGENT),
+    )
+
+
+@pytest.mark.parametrize(("revision", "read"), [("rev-9", "rev-9"), (None, None), (7, None)])
+async def test_the_agents_recorded_revision_is_read_when_it_is_one(
+    store: EventStore, revision: object, read: str | None
+) -> None:
+    _agent_record(store, revision)
+    async with engine_on(store) as engine:
+        assert engine._agent_revision({"task": "k", "agent": AGENT}) == read
+
+
+async def test_no_agent_record_is_no_revision(store: EventStore) -> None:
+    async with engine_on(store) as engine:
+        assert engine._agent_revision({"task": "k", "agent": AGENT}) is None
+
+
+async def test_an_altered_agent_record_is_no_revision_and_one_warning_naming_the_task(
+    store: EventStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    _agent_record(store, "rev-9")
+    with store.engine.begin() as conn:
+        conn.execute(sa.text("UPDATE streams SET state = '[1]'"))
+    caplog.set_level(logging.INFO, logger="cardfence")
+    async with engine_on(store) as engine:
+        assert engine._agent_revision({"task": "k", "agent": AGENT}) is None
+    (warning,) = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert warning.getMessage() == (
+        "the agent's record cannot be read: the task's card is not compared"
+    )
+    assert (warning.task, warning.event) == ("k", "RecordUnreadable")  # type: ignore[attr-defined]
+    assert warning.reason.startswith(f"stream '{ev.agent_stream_id(AGENT)}'")  # type: ignore[attr-defined]
+
+
+# -- the closing read of a task a push ended -------------------------------------------------------
+
+
+def _agent(get_task: Any) -> httpx.MockTransport:
+    """The agent of ``support.cards``: its card, a new task ``r-1`` for every send, and
+    ``get_task(request)`` for every GetTask."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.method == "GET":
+            return httpx.Response(200, json=card_document())
+        call = json.loads(request.content)
+        if call["method"] == "GetTask":
+            return get_task(request)  # type: ignore[no-any-return]
+        status = {"state": "TASK_STATE_SUBMITTED", "timestamp": "2026-01-01T00:00:00Z"}
+        task = {"id": "r-1", "contextId": "c-1", "status": status}
+        return httpx.Response(
+            200, json={"jsonrpc": "2.0", "id": call["id"], "result": {"task": task}}
+        )
+
+    return httpx.MockTransport(handler)
+
+
+async def test_a_closing_read_refused_is_recorded_as_a_refused_poll(store: EventStore) -> None:
+    agent = _agent(lambda r: httpx.Response(401))
+    async with engine_on(store, agent) as engine:
+        view = await engine.start_task(ORIGIN, skill="echo", text="hi")
+        await engine._closing_read_now(view.task)
+    last = store.read_stream(f"task:{view.task}")[-1]
+    assert last.type == ev.AUTHORIZATION_FAILED
+    assert (last.data["during"], last.data["status"], last.data["url"]) == (
+        "poll",
+        401,
+        f"{ORIGIN}/a2a",
+    )
+
+
+async def test_a_closing_read_that_fails_is_logged_naming_the_task_and_records_nothing(
+    store: EventStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    agent = _agent(lambda r: httpx.Response(503))
+    caplog.set_level(logging.INFO, logger="cardfence")
+    async with engine_on(store, agent) as engine:
+        view = await engine.start_task(ORIGIN, skill="echo", text="hi")
+        recorded = len(store.read_stream(f"task:{view.task}"))
+        caplog.clear()
+        await engine._closing_read_now(view.task)
+    assert len(store.read_stream(f"task:{view.task}")) == recorded
+    (line,) = [r for r in caplog.records if getattr(r, "event", None) == "ClosingReadFailed"]
+    assert line.getMessage() == "closing read failed"
+    assert line.task == view.task  # type: ignore[attr-defined]
+    assert line.reason == (  # type: ignore[attr-defined]
+        f"{ORIGIN}/a2a: HTTP 503 without an A2A error body (nothing was changed)"
+    )
+
+
+async def test_an_answer_about_another_task_is_recorded_with_its_state_and_source(
+    store: EventStore,
+) -> None:
+    agent = _agent(lambda r: httpx.Response(503))
+    wrong = WrongTaskAnswerError(f"{ORIGIN}/a2a", "r-1", "r-other", "completed")
+    async with engine_on(store, agent) as engine:
+        view = await engine.start_task(ORIGIN, skill="echo", text="hi")
+        await engine._record_wrong_task(view.task, wrong, "cancel")
+    ignored, flagged = store.read_stream(f"task:{view.task}")[-2:]
+    assert (ignored.type, flagged.type) == (ev.OBSERVATION_IGNORED, ev.FLAGGED_FOR_REVIEW)
+    assert ignored.data == {
+        "reason": "wrong_task",
+        "state": "completed",
+        "source": "cancel",
+        "remote_timestamp": None,
+        "asked": "r-1",
+        "answered": "r-other",
+    }
+
+
+def _ended(request: httpx.Request) -> httpx.Response:
+    """GetTask: the task completed, with the artifact whose own push was lost."""
+    status = {"state": "TASK_STATE_COMPLETED", "timestamp": "2026-01-01T00:00:05Z"}
+    artifact = {"artifactId": "a-1", "parts": [{"text": "the output"}]}
+    task = {"id": "r-1", "contextId": "c-1", "status": status, "artifacts": [artifact]}
+    return httpx.Response(
+        200, json={"jsonrpc": "2.0", "id": json.loads(request.content)["id"], "result": task}
+    )
+
+
+async def test_a_closing_read_is_applied_as_a_poll(store: EventStore) -> None:
+    async with engine_on(store, _agent(_ended)) as engine:
+        view = await engine.start_task(ORIGIN, skill="echo", text="hi")
+        await engine._closing_read_now(view.task)
+    applied = {
+        (e.type, e.data["source"])
+        for e in store.read_stream(f"task:{view.task}")
+        if e.type in (ev.STATE_CHANGED, ev.ARTIFACT_RECEIVED)
+    }
+    assert applied == {(ev.ARTIFACT_RECEIVED, "poll"), (ev.STATE_CHANGED, "poll")}
+
+
+async def test_an_ended_task_is_shown_once_its_closing_read_is_done(store: EventStore) -> None:
+    async with engine_on(store, _agent(_ended)) as engine:
+        view = await engine.start_task(ORIGIN, skill="echo", text="hi")
+        before = await engine._state(view.task)
+        engine._closing[view.task] = asyncio.ensure_future(engine._closing_read_now(view.task))
+        shown = await engine._closed(view.task, before)
+    assert (shown.state, [a["artifact_id"] for a in shown.artifacts]) == ("completed", ["a-1"])
+
+
+async def test_waiting_for_a_closing_read_ends_at_the_deadline_with_the_task_as_it_was(
+    store: EventStore,
+) -> None:
+    async with engine_on(store, _agent(_ended)) as engine:
+        view = await engine.start_task(ORIGIN, skill="echo", text="hi")
+        before = await engine._state(view.task)
+        never = asyncio.ensure_future(asyncio.sleep(30))
+        engine._closing[view.task] = never
+        try:
+            async with asyncio.timeout(5):
+                with deadline.within(0.1):
+                    shown = await engine._closed(view.task, before)
+        finally:
+            never.cancel()
+            del engine._closing[view.task]
+    assert (shown.state, shown.artifacts) == ("submitted", ())
+
+
+async def test_tasks_of_one_agent_revalidated_at_once_share_one_card_read(
+    store: EventStore,
+) -> None:
+    card_reads: list[str] = []
+    answer = _agent(lambda r: httpx.Response(503))
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        if request.method == "GET":
+            card_reads.append(str(request.url))
+            await asyncio.sleep(0.05)  # both re-validations are in flight at once
+        return answer.handle_request(request)
+
+    async with engine_on(store, _agent(_ended)) as engine:
+        first = await engine.start_task(ORIGIN, skill="echo", text="one")
+        second = await engine.start_task(ORIGIN, skill="echo", text="two")
+    mocked = httpx.MockTransport(handler)
+    async with engine_on(store, mocked) as engine:
+        await asyncio.gather(engine._revalidate(first.task), engine._revalidate(second.task))
+    assert card_reads == [f"{ORIGIN}/.well-known/agent-card.json"]
+
+
+async def test_a_revalidation_just_after_a_read_is_answered_from_the_card_read(
+    store: EventStore,
+) -> None:
+    card_reads: list[str] = []
+    answer = _agent(_ended)
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.method == "GET":
+            card_reads.append(str(request.url))
+        return answer.handle_request(request)
+
+    mocked = httpx.MockTransport(handler)
+    async with engine_on(store, mocked) as engine:
+        view = await engine.start_task(ORIGIN, skill="echo", text="one")
+        await engine._revalidate(view.task)
+    assert card_reads == [f"{ORIGIN}/.well-known/agent-card.json"]  # creation's (R2) only
+
+
+@pytest.mark.parametrize("push_mode", [False, True])
+async def test_an_extended_card_not_read_again_has_the_public_card_stand_in(
+    store: EventStore, push_mode: bool
+) -> None:
+    """R7 for a task created under the extended card: what the revalidation records is what
+    ``guards.reconcile_stand_in`` decides on the task, the public card or its failure, and why
+    the extended card was not read."""
+    unread = DiscoveryError(f"{ORIGIN}/a2a", "extended_card", "AuthorizationFailedError: 401")
+    failure = DiscoveryError(ORIGIN, "network", "connection refused")
+    document = card_document()
+    document["capabilities"]["pushNotifications"] = False
+    public = parse_card(json.dumps(document).encode())
+    async with engine_on(store, _agent(_ended)) as engine:
+        view = await engine.start_task(ORIGIN, skill="echo", text="hi")
+        if push_mode:
+            hook = {"config_id": "cf-1", "url": "https://hooks.test/w"}
+            await engine._record(view.task, [(ev.WEBHOOK_REGISTERED, hook)])
+        state = await engine._state(view.task)
+        decided = []
+        for card, failed in ((public, None), (None, failure)):
+
+            async def stand_in(
+                _state: Any,
+                *,
+                fresh: bool,
+                share: bool = False,
+                card: Any = card,
+                failed: Any = failed,
+            ) -> tuple[Any, Any, Any]:
+                return card, failed, unread
+
+            engine._task_card = stand_in  # type: ignore[method-assign]
+            mark = len(store.read_stream(f"task:{view.task}"))
+            await engine._revalidate(view.task)
+            recorded = store.read_stream(f"task:{view.task}")[mark:]
+            expected = guards.reconcile_stand_in(state, card, failed, unread)
+            assert [(e.type, e.data) for e in recorded] == expected
+            decided.append([e.type for e in recorded])
+            state = await engine._state(view.task)
+    unavailable = ev.DISCOVERY_UNAVAILABLE
+    downgraded = [unavailable, ev.DELIVERY_DOWNGRADED] if push_mode else [unavailable]
+    assert decided == [downgraded, [unavailable] * 2]
+
+
+def _serving(document: dict[str, Any] | None) -> httpx.MockTransport:
+    """The agent of ``_agent(_ended)``, its card now ``document`` (None: 503)."""
+    answer = _agent(_ended)
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.method == "GET":
+            if document is None:
+                return httpx.Response(503)
+            return httpx.Response(200, json=document)
+        return answer.handle_request(request)
+
+    return httpx.MockTransport(handler)
+
+
+async def test_a_revalidation_records_what_changed_since_the_revision_the_task_last_saw(
+    store: EventStore,
+) -> None:
+    v2 = card_document()
+    v2["version"] = "2.0.0"
+    v2["description"] = "An agent, revised."
+    v3 = card_document()
+    v3["version"] = "3.0.0"
+    v3["skills"][0]["description"] = "Echoes, and more."
+    async with engine_on(store, _agent(_ended)) as engine:
+        view = await engine.start_task(ORIGIN, skill="echo", text="hi")
+    for document in (v2, v3, None):  # each read by an engine of its own: nothing remembered
+        mocked = _serving(document)
+        async with engine_on(store, mocked) as engine:
+            state = await engine._state(view.task)
+            previous = engine._card(state["latest_card_revision"])
+            assert previous is not None
+            mark = len(store.read_stream(f"task:{view.task}"))
+            await engine._revalidate(view.task)
+        recorded = [(e.type, e.data) for e in store.read_stream(f"task:{view.task}")[mark:]]
+        if document is None:
+            failure = DiscoveryError(ORIGIN, "http_status", "")
+            assert [(t, d["kind"], d["during"]) for t, d in recorded] == [
+                (ev.DISCOVERY_UNAVAILABLE, failure.kind, "revalidation")
+            ]
+            continue
+        card = parse_card(json.dumps(document).encode())
+        assert recorded == guards.reconcile_card(state, card, None, previous)
+        assert recorded[0][1]["changes"] == diff(previous, card).to_json() != {}
+
+
+# -- push deliveries ------------------------------------------------------------------------------
+
+TOKEN = "the-webhook-token"
+HEADERS = {"content-type": "application/json", "x-a2a-notification-token": TOKEN}
+
+
+async def _with_webhook(engine: Engine) -> str:
+    """A task bound to remote task ``r-1``, its webhook registered with :data:`TOKEN`."""
+    view = await engine.start_task(ORIGIN, skill="echo", text="hi")
+    hook = {
+        "config_id": "cf-1",
+        "url": "https://hooks.test/w",
+        "token_sha256": webhook.digest(TOKEN),
+        "auth_sha256": None,
+    }
+    await engine._record(view.task, [(ev.WEBHOOK_REGISTERED, hook)])
+    return view.task
+
+
+def _status_push(text: str) -> bytes:
+    message = {"messageId": "m-9", "role": "ROLE_AGENT", "parts": [{"text": text}]}
+    status = {
+        "state": "TASK_STATE_WORKING",
+        "timestamp": "2026-01-01T00:00:03Z",
+        "message": message,
+    }
+    return json.dumps(
+        {"statusUpdate": {"taskId": "r-1", "contextId": "c-1", "status": status}}
+    ).encode()
+
+
+async def test_a_push_whose_record_would_be_over_the_limit_is_refused_413_naming_the_task(
+    tmp_path: Any,
+) -> None:
+    limit = 8 * 1024
+    small = EventStore.open(f"sqlite:///{tmp_path / 'small.db'}", max_projection_bytes=limit)
+    with small:
+        async with engine_on(small, _agent(_ended)) as engine:
+            key = await _with_webhook(engine)
+            before = len(small.read_stream(f"task:{key}"))
+            answered = await engine.deliver(_status_push("x" * limit), HEADERS)
+        assert len(small.read_stream(f"task:{key}")) == before  # nothing written
+    assert (answered.status, answered.outcome, answered.task) == (413, "refused", key)
+    assert re.fullmatch(
+        rf"stream 'task:{key}': projection is \d+ bytes, over the {limit}-byte limit "
+        r"\(nothing was written\)",
+        answered.detail,
+    )
+
+
+async def test_a_pushed_message_is_answered_ignored_naming_the_task(store: EventStore) -> None:
+    message = {"messageId": "m-9", "role": "ROLE_AGENT", "parts": [{"text": "hi"}], "taskId": "r-1"}
+    async with engine_on(store, _agent(_ended)) as engine:
+        key = await _with_webhook(engine)
+        answered = await engine.deliver(json.dumps({"message": message}).encode(), HEADERS)
+    assert answered == webhook.Delivery(200, "ignored", "a message, not a task update", key)
+
+
+async def test_a_pushed_transition_is_applied_and_wakes_a_drive_waiting_on_the_task(
+    store: EventStore,
+) -> None:
+    async with engine_on(store, _agent(_ended)) as engine:
+        key = await _with_webhook(engine)
+        waiting = engine._pushed[key] = asyncio.Event()
+        answered = await engine.deliver(_status_push("working on it"), HEADERS)
+        await engine.settle()  # R6's boundary re-check it set off
+    assert answered == webhook.Delivery(200, "applied", "", key)
+    assert waiting.is_set()
+
+
+# -- R6: the boundary re-check ---------------------------------------------------------------------
+
+
+def _counting(card_reads: list[str], document: dict[str, Any], delay: float = 0.0) -> Any:
+    answer = _agent(_ended)
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        if request.method == "GET":
+            card_reads.append(str(request.url))
+            await asyncio.sleep(delay)
+            return httpx.Response(200, json=document)
+        return answer.handle_request(request)
+
+    return httpx.MockTransport(handler)
+
+
+async def test_a_boundary_recheck_reads_the_card_again_even_just_after_a_read(
+    store: EventStore,
+) -> None:
+    card_reads: list[str] = []
+    mocked = _counting(card_reads, card_document())
+    async with engine_on(store, mocked) as engine:
+        view = await engine.start_task(ORIGIN, skill="echo", text="hi")
+        await engine._boundary_recheck(view.task)
+    assert len(card_reads) == 2  # creation's, and the re-check's own (R6: not the memo)
+
+
+async def test_boundary_rechecks_of_one_agent_at_once_share_one_read(store: EventStore) -> None:
+    card_reads: list[str] = []
+    mocked = _counting(card_reads, card_document(), delay=0.05)
+    async with engine_on(store, mocked) as engine:
+        first = await engine.start_task(ORIGIN, skill="echo", text="one")
+        second = await engine.start_task(ORIGIN, skill="echo", text="two")
+        card_reads.clear()
+        await asyncio.gather(
+            engine._boundary_recheck(first.task), engine._boundary_recheck(second.task)
+        )
+    assert len(card_reads) == 1
+
+
+async def test_a_boundary_recheck_that_finds_push_withdrawn_switches_to_polling(
+    store: EventStore,
+) -> None:
+    withdrawn = card_document()
+    withdrawn["capabilities"]["pushNotifications"] = False
+    async with engine_on(store, _agent(_ended)) as engine:
+        key = await _with_webhook(engine)
+    async with engine_on(store, _serving(withdrawn)) as engine:
+        await engine._boundary_recheck(key)
+        state = await engine._state(key)
+    last = store.read_stream(f"task:{key}")[-1]
+    assert (last.type, last.data["reason"]) == (ev.DELIVERY_DOWNGRADED, "push_withdrawn")
+    assert state["delivery_mode"] == "polling"
+
+
+# -- what an applied report sets off: the closing read --------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("source", "whole", "before", "after", "chunked", "closing"),
+    [
+        ("push", False, "working", "completed", False, True),
+        ("push", False, "submitted", "failed", False, True),
+        ("push", True, "working", "completed", False, False),  # the whole task: nothing lost
+        ("push", False, "working", "input-required", False, False),  # not ended
+        ("push", False, "completed", "completed", False, False),  # ended before
+        ("poll", False, "working", "completed", True, False),  # a poll read it whole
+        ("stream", False, "working", "completed", True, True),  # chunks: read it whole
+        ("stream", False, "working", "completed", False, False),  # a stream loses nothing
+        ("send", False, "working", "completed", True, False),
+    ],
+)
+async def test_an_ended_task_is_read_once_more_after_a_push_or_a_chunked_stream(
+    store: EventStore,
+    source: str,
+    whole: bool,
+    before: str,
+    after: str,
+    chunked: bool,
+    closing: bool,
+) -> None:
+    async with engine_on(store, _agent(_ended)) as engine:
+        view = await engine.start_task(ORIGIN, skill="echo", text="hi")
+        state = await engine._state(view.task)
+        artifacts = [{"artifact_id": "a-1", "chunks": 2}] if chunked else []
+        observed = Observation(source=source, state=after)
+        engine._observed(
+            view.task,
+            observed,
+            {**state, "state": before},
+            {**state, "state": after, "artifacts": artifacts},
+            whole=whole,
+        )
+        job = engine._closing.get(view.task)
+        assert (job is not None) == closing
+        if job is not None:
+            engine._observed(
+                view.task,
+                observed,
+                {**state, "state": before},
+                {**state, "state": after, "artifacts": artifacts},
+                whole=whole,
+            )
+            assert engine._closing[view.task] is job  # one closing read at a time
+            await job
+            await asyncio.sleep(0)  # its done callback
+            assert view.task not in engine._closing
+
+
+async def test_a_boundary_recheck_whose_read_fails_records_the_card_unavailable(
+    store: EventStore,
+) -> None:
+    async with engine_on(store, _agent(_ended)) as engine:
+        key = await _with_webhook(engine)
+    async with engine_on(store, _serving(None)) as engine:
+        await engine._boundary_recheck(key)
+    last = store.read_stream(f"task:{key}")[-1]
+    assert (last.type, last.data["kind"], last.data["during"]) == (
+        ev.DISCOVERY_UNAVAILABLE,
+        "http_status",
+        "boundary_recheck",
+    )
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "rechecked"),
+    [
+        ("submitted", "working", True),
+        ("working", "working", False),  # no boundary crossed (an artifact, a message)
+        ("working", "completed", False),  # ended: nothing left to wait for
+    ],
+)
+async def test_a_push_mode_task_is_rechecked_when_it_crosses_a_live_boundary(
+    store: EventStore, before: str, after: str, rechecked: bool
+) -> None:
+    card_reads: list[str] = []
+    async with engine_on(store, _counting(card_reads, card_document())) as engine:
+        key = await _with_webhook(engine)
+        state = await engine._state(key)
+        card_reads.clear()
+        observed = Observation(source="poll", state=after)
+        engine._observed(
+            key, observed, {**state, "state": before}, {**state, "state": after}, whole=True
+        )
+        await engine.settle()
+    assert bool(card_reads) == rechecked
+
+
+async def test_a_report_observed_is_taken_as_one_event_and_what_it_recorded_is_given(
+    store: EventStore,
+) -> None:
+    async with engine_on(store, _agent(_ended)) as engine:
+        view = await engine.start_task(ORIGIN, skill="echo", text="hi")
+        recorded: list[Any] = []
+        stamp = datetime(2026, 1, 1, 0, 0, 9, tzinfo=UTC)
+        pushed = Observation(source="push", state="completed", remote_timestamp=stamp)
+        await engine._observe_state(view.task, pushed, recorded)
+        job = engine._closing.get(view.task)  # one event of the task: read it whole once
+        assert job is not None
+        await job
+    assert [(t, d["to"]) for t, d in recorded] == [(ev.STATE_CHANGED, "completed")]
