@@ -350,16 +350,20 @@ async def test_an_extended_card_not_read_again_has_the_public_card_stand_in(
     assert decided == [downgraded, [unavailable] * 2]
 
 
-def _serving(document: dict[str, Any] | None) -> httpx.MockTransport:
-    """The agent of ``_agent(_ended)``, its card now ``document`` (None: 503)."""
+def _serving(
+    document: dict[str, Any] | None, card_reads: list[str] | None = None, delay: float = 0.0
+) -> httpx.MockTransport:
+    """The agent of ``_agent(_ended)``, its card now ``document`` (None: 503); each card read
+    kept in ``card_reads`` when given, answered after ``delay`` seconds."""
     answer = _agent(_ended)
 
-    def handler(request: httpx.Request) -> httpx.Response:
-        if request.method == "GET":
-            if document is None:
-                return httpx.Response(503)
-            return httpx.Response(200, json=document)
-        return answer.handle_request(request)
+    async def handler(request: httpx.Request) -> httpx.Response:
+        if request.method != "GET":
+            return answer.handle_request(request)
+        if card_reads is not None:
+            card_reads.append(str(request.url))
+        await asyncio.sleep(delay)
+        return httpx.Response(503) if document is None else httpx.Response(200, json=document)
 
     return httpx.MockTransport(handler)
 
@@ -468,24 +472,11 @@ async def test_a_pushed_transition_is_applied_and_wakes_a_drive_waiting_on_the_t
 # -- R6: the boundary re-check ---------------------------------------------------------------------
 
 
-def _counting(card_reads: list[str], document: dict[str, Any], delay: float = 0.0) -> Any:
-    answer = _agent(_ended)
-
-    async def handler(request: httpx.Request) -> httpx.Response:
-        if request.method == "GET":
-            card_reads.append(str(request.url))
-            await asyncio.sleep(delay)
-            return httpx.Response(200, json=document)
-        return answer.handle_request(request)
-
-    return httpx.MockTransport(handler)
-
-
 async def test_a_boundary_recheck_reads_the_card_again_even_just_after_a_read(
     store: EventStore,
 ) -> None:
     card_reads: list[str] = []
-    mocked = _counting(card_reads, card_document())
+    mocked = _serving(card_document(), card_reads)
     async with engine_on(store, mocked) as engine:
         view = await engine.start_task(ORIGIN, skill="echo", text="hi")
         await engine._boundary_recheck(view.task)
@@ -494,7 +485,7 @@ async def test_a_boundary_recheck_reads_the_card_again_even_just_after_a_read(
 
 async def test_boundary_rechecks_of_one_agent_at_once_share_one_read(store: EventStore) -> None:
     card_reads: list[str] = []
-    mocked = _counting(card_reads, card_document(), delay=0.05)
+    mocked = _serving(card_document(), card_reads, delay=0.05)
     async with engine_on(store, mocked) as engine:
         first = await engine.start_task(ORIGIN, skill="echo", text="one")
         second = await engine.start_task(ORIGIN, skill="echo", text="two")
@@ -551,23 +542,12 @@ async def test_an_ended_task_is_read_once_more_after_a_push_or_a_chunked_stream(
         state = await engine._state(view.task)
         artifacts = [{"artifact_id": "a-1", "chunks": 2}] if chunked else []
         observed = Observation(source=source, state=after)
-        engine._observed(
-            view.task,
-            observed,
-            {**state, "state": before},
-            {**state, "state": after, "artifacts": artifacts},
-            whole=whole,
-        )
+        was, now = {**state, "state": before}, {**state, "state": after, "artifacts": artifacts}
+        engine._observed(view.task, observed, was, now, whole=whole)
         job = engine._closing.get(view.task)
         assert (job is not None) == closing
         if job is not None:
-            engine._observed(
-                view.task,
-                observed,
-                {**state, "state": before},
-                {**state, "state": after, "artifacts": artifacts},
-                whole=whole,
-            )
+            engine._observed(view.task, observed, was, now, whole=whole)
             assert engine._closing[view.task] is job  # one closing read at a time
             await job
             await asyncio.sleep(0)  # its done callback
@@ -601,7 +581,7 @@ async def test_a_push_mode_task_is_rechecked_when_it_crosses_a_live_boundary(
     store: EventStore, before: str, after: str, rechecked: bool
 ) -> None:
     card_reads: list[str] = []
-    async with engine_on(store, _counting(card_reads, card_document())) as engine:
+    async with engine_on(store, _serving(card_document(), card_reads)) as engine:
         key = await _with_webhook(engine)
         state = await engine._state(key)
         card_reads.clear()
