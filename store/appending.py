@@ -104,8 +104,8 @@ class Appending(Reading):
 
         def insert(conn: sa.Connection, values: dict[str, Any]) -> bool:
             row = {"stream_id": stream_id, "version": version, "updated_at": updated_at}
-            dialect = postgresql if conn.dialect.name == "postgresql" else sqlite
-            statement = dialect.insert(streams).values({**values, **row})
+            dialect_insert = postgresql.insert if self._is_postgres else sqlite.insert
+            statement = dialect_insert(streams).values({**values, **row})
             # A head row there already (put back meanwhile): nothing inserted, False.
             statement = statement.on_conflict_do_nothing(index_elements=["stream_id"])
             return conn.execute(statement.returning(streams.c.stream_id)).first() is not None
