@@ -10,7 +10,7 @@ import json
 import logging
 import re
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
@@ -22,7 +22,7 @@ from cardfence.engine import deadline, guards, webhook
 from cardfence.engine import events as ev
 from cardfence.engine.cards.diff import diff
 from cardfence.engine.cards.model import parse_card
-from cardfence.engine.engine import Engine
+from cardfence.engine.engine import Engine, EngineConfig
 from cardfence.engine.engine.observing import _chunked, _delivery_outcome, _truncated
 from cardfence.engine.errors import DiscoveryError, WrongTaskAnswerError
 from cardfence.engine.observations import Observation
@@ -33,10 +33,15 @@ AGENT = "http://agent.test"
 
 @contextlib.asynccontextmanager
 async def engine_on(
-    store: EventStore, agent: httpx.AsyncBaseTransport | None = None
+    store: EventStore,
+    agent: httpx.AsyncBaseTransport | None = None,
+    config: EngineConfig | None = None,
 ) -> AsyncIterator[Engine]:
     """An engine on ``store`` whose requests ``agent`` answers (none: no request expected)."""
-    async with httpx.AsyncClient(transport=agent) as client, Engine(store, client) as engine:
+    async with (
+        httpx.AsyncClient(transport=agent) as client,
+        Engine(store, client, config or EngineConfig()) as engine,
+    ):
         yield engine
 
 
@@ -606,3 +611,160 @@ async def test_a_report_observed_is_taken_as_one_event_and_what_it_recorded_is_g
         assert job is not None
         await job
     assert [(t, d["to"]) for t, d in recorded] == [(ev.STATE_CHANGED, "completed")]
+
+
+# -- one report applied: what the store's half adds to the lifecycle's decision ------------------
+
+
+async def _applied(engine: Engine, key: str, observation: Observation) -> list[Any]:
+    recorded: list[Any] = []
+    await engine._observe_state(key, observation, recorded)
+    return recorded
+
+
+def _flags(recorded: list[Any]) -> dict[str, str]:
+    return {d["reason"]: d["detail"] for t, d in recorded if t == ev.FLAGGED_FOR_REVIEW}
+
+
+async def test_a_report_without_a_receipt_time_is_stamped_on_arrival_bounding_its_timestamp(
+    store: EventStore,
+) -> None:
+    async with engine_on(store, _agent(_ended)) as engine:
+        view = await engine.start_task(ORIGIN, skill="echo", text="hi")
+        ahead = datetime.now(UTC) + timedelta(hours=1)
+        arrived = datetime.now(UTC)
+        recorded = await _applied(
+            engine, view.task, Observation(source="poll", state="working", remote_timestamp=ahead)
+        )
+        done = datetime.now(UTC)
+    changed = next(d for t, d in recorded if t == ev.STATE_CHANGED)
+    assert changed["clock_skew"] is True
+    assert changed["remote_timestamp"] is None
+    stamped = re.search(r"ahead of its receipt at (\S+);", _flags(recorded)["clock_skew"])
+    assert stamped is not None
+    assert arrived <= datetime.fromisoformat(stamped[1]) <= done
+
+
+async def test_a_report_keeps_the_receipt_time_it_came_with(store: EventStore) -> None:
+    # Received (by this report's own account) an hour from now: its timestamp, 10 s later, is
+    # within the bound of that receipt, and would not be of one stamped now.
+    received = datetime.now(UTC).replace(microsecond=0) + timedelta(hours=1)
+    stamp = received + timedelta(seconds=10)
+    async with engine_on(store, _agent(_ended)) as engine:
+        view = await engine.start_task(ORIGIN, skill="echo", text="hi")
+        observed = Observation(
+            source="poll", state="working", remote_timestamp=stamp, received_at=received
+        )
+        recorded = await _applied(engine, view.task, observed)
+    changed = next(d for t, d in recorded if t == ev.STATE_CHANGED)
+    assert datetime.fromisoformat(changed["remote_timestamp"]) == stamp
+    assert "clock_skew" not in changed
+    assert not _flags(recorded)
+
+
+@pytest.mark.parametrize(("max_clock_skew", "skewed"), [(5.0, True), (60.0, False)])
+async def test_the_engines_clock_skew_bound_decides_which_timestamps_order_reports(
+    store: EventStore, max_clock_skew: float, skewed: bool
+) -> None:
+    now = datetime.now(UTC)
+    config = EngineConfig(max_clock_skew=max_clock_skew)
+    async with engine_on(store, _agent(_ended), config) as engine:
+        view = await engine.start_task(ORIGIN, skill="echo", text="hi")
+        observed = Observation(
+            source="poll", state="working", remote_timestamp=now + timedelta(seconds=30),
+            received_at=now,
+        )  # fmt: skip
+        recorded = await _applied(engine, view.task, observed)
+    assert ("clock_skew" in _flags(recorded)) is skewed
+    if skewed:
+        assert f"more than {max_clock_skew:g} s ahead" in _flags(recorded)["clock_skew"]
+
+
+async def test_a_report_in_another_context_is_applied_and_flagged_naming_both_contexts(
+    store: EventStore,
+) -> None:
+    async with engine_on(store, _agent(_ended)) as engine:
+        view = await engine.start_task(ORIGIN, skill="echo", text="hi")
+        observed = Observation(source="push", state="working", remote_context_id="c-other")
+        recorded = await _applied(engine, view.task, observed)
+    assert [t for t, _ in recorded] == [ev.STATE_CHANGED, ev.FLAGGED_FOR_REVIEW]
+    assert _flags(recorded) == {
+        "context_mismatch": "the task's context is c-1, a report named c-other"
+    }
+
+
+def _card_revised(store: EventStore, revision: str) -> None:
+    """The agent's record now holds ``revision`` (a later read saw the card revised)."""
+    stream_id = ev.agent_stream_id(ORIGIN)
+    head = store.stream(stream_id)
+    assert head is not None
+    store.append(
+        stream_id,
+        head.version,
+        [NewEvent(ev.CARD_FETCHED, {"revision": revision})],
+        projection=Projection(
+            {**head.state, "revision": revision}, category=ev.AGENT_CATEGORY, alias=ORIGIN
+        ),
+    )
+
+
+@pytest.mark.parametrize(
+    ("message", "revised", "flagged"),
+    [
+        (None, True, True),  # failed bare after the card moved: for review (R11)
+        ("out of quota", True, False),  # it said why
+        (None, False, False),  # the card the task was created under: nothing to review
+    ],
+)
+async def test_a_bare_failure_after_the_card_was_revised_is_flagged_naming_the_revision(
+    store: EventStore, message: str | None, revised: bool, flagged: bool
+) -> None:
+    async with engine_on(store, _agent(_ended)) as engine:
+        view = await engine.start_task(ORIGIN, skill="echo", text="hi")
+        if revised:
+            _card_revised(store, "rev-next")
+        observed = Observation(source="poll", state="failed", message=message)
+        recorded = await _applied(engine, view.task, observed)
+    assert next(d["to"] for t, d in recorded if t == ev.STATE_CHANGED) == "failed"
+    reviews = [d for t, d in recorded if t == ev.FLAGGED_FOR_REVIEW]
+    expected = {
+        "reason": "revision_skew",
+        "detail": "failed without a diagnostic after the card revision changed",
+        "revision": "rev-next",
+    }
+    assert reviews == ([expected] if flagged else [])
+
+
+async def test_the_first_push_confirms_the_webhook_naming_its_config(store: EventStore) -> None:
+    async with engine_on(store, _agent(_ended)) as engine:
+        key = await _with_webhook(engine)
+        first = await _applied(engine, key, Observation(source="push", state="working"))
+        then = await _applied(engine, key, Observation(source="push", state="input-required"))
+        state = await engine._state(key)
+    assert (ev.WEBHOOK_CONFIRMED, {"config_id": "cf-1"}) in first
+    assert ev.WEBHOOK_CONFIRMED not in [t for t, _ in then]  # confirmed once
+    assert state["webhook"]["status"] == "confirmed"
+
+
+async def test_a_repeated_report_is_counted_on_the_tasks_next_event(store: EventStore) -> None:
+    stamp = datetime(2026, 1, 1, 0, 0, 3, tzinfo=UTC)
+    working = Observation(source="poll", state="working", remote_timestamp=stamp)
+    async with engine_on(store, _agent(_ended)) as engine:
+        view = await engine.start_task(ORIGIN, skill="echo", text="hi")
+        assert await _applied(engine, view.task, working)
+        assert await _applied(engine, view.task, working) == []  # a repeat: nothing appended
+        await _applied(engine, view.task, Observation(source="poll", state="completed"))
+        state = await engine._state(view.task)
+    assert state["repeats_ignored"] == 1
+
+
+async def test_a_report_without_a_state_that_adds_nothing_is_not_counted_as_a_repeat(
+    store: EventStore,
+) -> None:
+    async with engine_on(store, _agent(_ended)) as engine:
+        view = await engine.start_task(ORIGIN, skill="echo", text="hi")
+        records = await _applied(engine, view.task, Observation(source="push", state=None))
+        await _applied(engine, view.task, Observation(source="poll", state="completed"))
+        state = await engine._state(view.task)
+    assert records == []
+    assert state.get("repeats_ignored", 0) == 0
