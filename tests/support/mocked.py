@@ -9,6 +9,9 @@ agent gives on request, compared whole without a server.
 ``make(handler, binding=JSONRPC, version="1.0", **transport_options)`` is an
 :class:`A2ATransport` to the interface at :data:`RPC` (JSON-RPC) or :data:`REST` (HTTP+JSON),
 each on a client of its own, all closed when the block ends.
+
+``engine_on(store, task_agent(get_task))`` is an :class:`Engine` whose requests go to the agent
+of ``support.cards``: its card, a new task ``r-1`` for every send, ``get_task`` for GetTask.
 """
 
 from __future__ import annotations
@@ -22,7 +25,10 @@ import httpx
 
 from cardfence.engine.cards.interfaces import JSONRPC
 from cardfence.engine.cards.model import Interface
+from cardfence.engine.engine import Engine, EngineConfig
 from cardfence.engine.transport import A2ATransport
+from cardfence.store import EventStore
+from support.cards import card_document
 
 RPC = "http://agent.test/a2a/jsonrpc"
 REST = "http://agent.test/a2a/rest"
@@ -53,3 +59,36 @@ def rpc_answer(request: httpx.Request, status: int = 200, **envelope: Any) -> ht
     """A JSON-RPC 2.0 answer to ``request``, with its id and ``envelope``'s members."""
     request_id = json.loads(request.content)["id"]
     return httpx.Response(status, json={"jsonrpc": "2.0", "id": request_id, **envelope})
+
+
+@contextlib.asynccontextmanager
+async def engine_on(
+    store: EventStore,
+    agent: httpx.AsyncBaseTransport | None = None,
+    config: EngineConfig | None = None,
+) -> AsyncIterator[Engine]:
+    """An engine on ``store`` whose requests ``agent`` answers (none: no request expected)."""
+    async with (
+        httpx.AsyncClient(transport=agent) as client,
+        Engine(store, client, config or EngineConfig()) as engine,
+    ):
+        yield engine
+
+
+def task_agent(get_task: Handler) -> httpx.MockTransport:
+    """The agent of ``support.cards``: its card, a new task ``r-1`` for every send, and
+    ``get_task(request)`` for every GetTask."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.method == "GET":
+            return httpx.Response(200, json=card_document())
+        call = json.loads(request.content)
+        if call["method"] == "GetTask":
+            return get_task(request)  # type: ignore[no-any-return]
+        status = {"state": "TASK_STATE_SUBMITTED", "timestamp": "2026-01-01T00:00:00Z"}
+        task = {"id": "r-1", "contextId": "c-1", "status": status}
+        return httpx.Response(
+            200, json={"jsonrpc": "2.0", "id": call["id"], "result": {"task": task}}
+        )
+
+    return httpx.MockTransport(handler)

@@ -5,11 +5,9 @@ whole), and the agent's card revision a failure is reviewed against."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
 import re
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -17,6 +15,7 @@ import httpx
 import pytest
 import sqlalchemy as sa
 from support.cards import ORIGIN, card_document
+from support.mocked import engine_on, task_agent
 
 from cardfence.engine import deadline, guards, webhook
 from cardfence.engine import events as ev
@@ -29,20 +28,6 @@ from cardfence.engine.observations import Observation
 from cardfence.store import EventStore, NewEvent, Projection
 
 AGENT = "http://agent.test"
-
-
-@contextlib.asynccontextmanager
-async def engine_on(
-    store: EventStore,
-    agent: httpx.AsyncBaseTransport | None = None,
-    config: EngineConfig | None = None,
-) -> AsyncIterator[Engine]:
-    """An engine on ``store`` whose requests ``agent`` answers (none: no request expected)."""
-    async with (
-        httpx.AsyncClient(transport=agent) as client,
-        Engine(store, client, config or EngineConfig()) as engine,
-    ):
-        yield engine
 
 
 @pytest.mark.parametrize(
@@ -151,27 +136,8 @@ async def test_an_altered_agent_record_is_no_revision_and_one_warning_naming_the
 # -- the closing read of a task a push ended -------------------------------------------------------
 
 
-def _agent(get_task: Any) -> httpx.MockTransport:
-    """The agent of ``support.cards``: its card, a new task ``r-1`` for every send, and
-    ``get_task(request)`` for every GetTask."""
-
-    def handler(request: httpx.Request) -> httpx.Response:
-        if request.method == "GET":
-            return httpx.Response(200, json=card_document())
-        call = json.loads(request.content)
-        if call["method"] == "GetTask":
-            return get_task(request)  # type: ignore[no-any-return]
-        status = {"state": "TASK_STATE_SUBMITTED", "timestamp": "2026-01-01T00:00:00Z"}
-        task = {"id": "r-1", "contextId": "c-1", "status": status}
-        return httpx.Response(
-            200, json={"jsonrpc": "2.0", "id": call["id"], "result": {"task": task}}
-        )
-
-    return httpx.MockTransport(handler)
-
-
 async def test_a_closing_read_refused_is_recorded_as_a_refused_poll(store: EventStore) -> None:
-    agent = _agent(lambda r: httpx.Response(401))
+    agent = task_agent(lambda r: httpx.Response(401))
     async with engine_on(store, agent) as engine:
         view = await engine.start_task(ORIGIN, skill="echo", text="hi")
         await engine._closing_read_now(view.task)
@@ -187,7 +153,7 @@ async def test_a_closing_read_refused_is_recorded_as_a_refused_poll(store: Event
 async def test_a_closing_read_that_fails_is_logged_naming_the_task_and_records_nothing(
     store: EventStore, caplog: pytest.LogCaptureFixture
 ) -> None:
-    agent = _agent(lambda r: httpx.Response(503))
+    agent = task_agent(lambda r: httpx.Response(503))
     caplog.set_level(logging.INFO, logger="cardfence")
     async with engine_on(store, agent) as engine:
         view = await engine.start_task(ORIGIN, skill="echo", text="hi")
@@ -206,7 +172,7 @@ async def test_a_closing_read_that_fails_is_logged_naming_the_task_and_records_n
 async def test_an_answer_about_another_task_is_recorded_with_its_state_and_source(
     store: EventStore,
 ) -> None:
-    agent = _agent(lambda r: httpx.Response(503))
+    agent = task_agent(lambda r: httpx.Response(503))
     wrong = WrongTaskAnswerError(f"{ORIGIN}/a2a", "r-1", "r-other", "completed")
     async with engine_on(store, agent) as engine:
         view = await engine.start_task(ORIGIN, skill="echo", text="hi")
@@ -234,7 +200,7 @@ def _ended(request: httpx.Request) -> httpx.Response:
 
 
 async def test_a_closing_read_is_applied_as_a_poll(store: EventStore) -> None:
-    async with engine_on(store, _agent(_ended)) as engine:
+    async with engine_on(store, task_agent(_ended)) as engine:
         view = await engine.start_task(ORIGIN, skill="echo", text="hi")
         await engine._closing_read_now(view.task)
     applied = {
@@ -246,7 +212,7 @@ async def test_a_closing_read_is_applied_as_a_poll(store: EventStore) -> None:
 
 
 async def test_an_ended_task_is_shown_once_its_closing_read_is_done(store: EventStore) -> None:
-    async with engine_on(store, _agent(_ended)) as engine:
+    async with engine_on(store, task_agent(_ended)) as engine:
         view = await engine.start_task(ORIGIN, skill="echo", text="hi")
         before = await engine._state(view.task)
         engine._closing[view.task] = asyncio.ensure_future(engine._closing_read_now(view.task))
@@ -257,7 +223,7 @@ async def test_an_ended_task_is_shown_once_its_closing_read_is_done(store: Event
 async def test_waiting_for_a_closing_read_ends_at_the_deadline_with_the_task_as_it_was(
     store: EventStore,
 ) -> None:
-    async with engine_on(store, _agent(_ended)) as engine:
+    async with engine_on(store, task_agent(_ended)) as engine:
         view = await engine.start_task(ORIGIN, skill="echo", text="hi")
         before = await engine._state(view.task)
         never = asyncio.ensure_future(asyncio.sleep(30))
@@ -276,7 +242,7 @@ async def test_tasks_of_one_agent_revalidated_at_once_share_one_card_read(
     store: EventStore,
 ) -> None:
     card_reads: list[str] = []
-    answer = _agent(lambda r: httpx.Response(503))
+    answer = task_agent(lambda r: httpx.Response(503))
 
     async def handler(request: httpx.Request) -> httpx.Response:
         if request.method == "GET":
@@ -284,7 +250,7 @@ async def test_tasks_of_one_agent_revalidated_at_once_share_one_card_read(
             await asyncio.sleep(0.05)  # both re-validations are in flight at once
         return answer.handle_request(request)
 
-    async with engine_on(store, _agent(_ended)) as engine:
+    async with engine_on(store, task_agent(_ended)) as engine:
         first = await engine.start_task(ORIGIN, skill="echo", text="one")
         second = await engine.start_task(ORIGIN, skill="echo", text="two")
     mocked = httpx.MockTransport(handler)
@@ -297,7 +263,7 @@ async def test_a_revalidation_just_after_a_read_is_answered_from_the_card_read(
     store: EventStore,
 ) -> None:
     card_reads: list[str] = []
-    answer = _agent(_ended)
+    answer = task_agent(_ended)
 
     def handler(request: httpx.Request) -> httpx.Response:
         if request.method == "GET":
@@ -323,7 +289,7 @@ async def test_an_extended_card_not_read_again_has_the_public_card_stand_in(
     document = card_document()
     document["capabilities"]["pushNotifications"] = False
     public = parse_card(json.dumps(document).encode())
-    async with engine_on(store, _agent(_ended)) as engine:
+    async with engine_on(store, task_agent(_ended)) as engine:
         view = await engine.start_task(ORIGIN, skill="echo", text="hi")
         if push_mode:
             hook = {"config_id": "cf-1", "url": "https://hooks.test/w"}
@@ -358,9 +324,9 @@ async def test_an_extended_card_not_read_again_has_the_public_card_stand_in(
 def _serving(
     document: dict[str, Any] | None, card_reads: list[str] | None = None, delay: float = 0.0
 ) -> httpx.MockTransport:
-    """The agent of ``_agent(_ended)``, its card now ``document`` (None: 503); each card read
+    """The agent of ``task_agent(_ended)``, its card now ``document`` (None: 503); each card read
     kept in ``card_reads`` when given, answered after ``delay`` seconds."""
-    answer = _agent(_ended)
+    answer = task_agent(_ended)
 
     async def handler(request: httpx.Request) -> httpx.Response:
         if request.method != "GET":
@@ -382,7 +348,7 @@ async def test_a_revalidation_records_what_changed_since_the_revision_the_task_l
     v3 = card_document()
     v3["version"] = "3.0.0"
     v3["skills"][0]["description"] = "Echoes, and more."
-    async with engine_on(store, _agent(_ended)) as engine:
+    async with engine_on(store, task_agent(_ended)) as engine:
         view = await engine.start_task(ORIGIN, skill="echo", text="hi")
     for document in (v2, v3, None):  # each read by an engine of its own: nothing remembered
         mocked = _serving(document)
@@ -441,7 +407,7 @@ async def test_a_push_whose_record_would_be_over_the_limit_is_refused_413_naming
     limit = 8 * 1024
     small = EventStore.open(f"sqlite:///{tmp_path / 'small.db'}", max_projection_bytes=limit)
     with small:
-        async with engine_on(small, _agent(_ended)) as engine:
+        async with engine_on(small, task_agent(_ended)) as engine:
             key = await _with_webhook(engine)
             before = len(small.read_stream(f"task:{key}"))
             answered = await engine.deliver(_status_push("x" * limit), HEADERS)
@@ -456,7 +422,7 @@ async def test_a_push_whose_record_would_be_over_the_limit_is_refused_413_naming
 
 async def test_a_pushed_message_is_answered_ignored_naming_the_task(store: EventStore) -> None:
     message = {"messageId": "m-9", "role": "ROLE_AGENT", "parts": [{"text": "hi"}], "taskId": "r-1"}
-    async with engine_on(store, _agent(_ended)) as engine:
+    async with engine_on(store, task_agent(_ended)) as engine:
         key = await _with_webhook(engine)
         answered = await engine.deliver(json.dumps({"message": message}).encode(), HEADERS)
     assert answered == webhook.Delivery(200, "ignored", "a message, not a task update", key)
@@ -465,7 +431,7 @@ async def test_a_pushed_message_is_answered_ignored_naming_the_task(store: Event
 async def test_a_pushed_transition_is_applied_and_wakes_a_drive_waiting_on_the_task(
     store: EventStore,
 ) -> None:
-    async with engine_on(store, _agent(_ended)) as engine:
+    async with engine_on(store, task_agent(_ended)) as engine:
         key = await _with_webhook(engine)
         waiting = engine._pushed[key] = asyncio.Event()
         answered = await engine.deliver(_status_push("working on it"), HEADERS)
@@ -506,7 +472,7 @@ async def test_a_boundary_recheck_that_finds_push_withdrawn_switches_to_polling(
 ) -> None:
     withdrawn = card_document()
     withdrawn["capabilities"]["pushNotifications"] = False
-    async with engine_on(store, _agent(_ended)) as engine:
+    async with engine_on(store, task_agent(_ended)) as engine:
         key = await _with_webhook(engine)
     async with engine_on(store, _serving(withdrawn)) as engine:
         await engine._boundary_recheck(key)
@@ -542,7 +508,7 @@ async def test_an_ended_task_is_read_once_more_after_a_push_or_a_chunked_stream(
     chunked: bool,
     closing: bool,
 ) -> None:
-    async with engine_on(store, _agent(_ended)) as engine:
+    async with engine_on(store, task_agent(_ended)) as engine:
         view = await engine.start_task(ORIGIN, skill="echo", text="hi")
         state = await engine._state(view.task)
         artifacts = [{"artifact_id": "a-1", "chunks": 2}] if chunked else []
@@ -562,7 +528,7 @@ async def test_an_ended_task_is_read_once_more_after_a_push_or_a_chunked_stream(
 async def test_a_boundary_recheck_whose_read_fails_records_the_card_unavailable(
     store: EventStore,
 ) -> None:
-    async with engine_on(store, _agent(_ended)) as engine:
+    async with engine_on(store, task_agent(_ended)) as engine:
         key = await _with_webhook(engine)
     async with engine_on(store, _serving(None)) as engine:
         await engine._boundary_recheck(key)
@@ -601,7 +567,7 @@ async def test_a_push_mode_task_is_rechecked_when_it_crosses_a_live_boundary(
 async def test_a_report_observed_is_taken_as_one_event_and_what_it_recorded_is_given(
     store: EventStore,
 ) -> None:
-    async with engine_on(store, _agent(_ended)) as engine:
+    async with engine_on(store, task_agent(_ended)) as engine:
         view = await engine.start_task(ORIGIN, skill="echo", text="hi")
         recorded: list[Any] = []
         stamp = datetime(2026, 1, 1, 0, 0, 9, tzinfo=UTC)
@@ -629,7 +595,7 @@ def _flags(recorded: list[Any]) -> dict[str, str]:
 async def test_a_report_without_a_receipt_time_is_stamped_on_arrival_bounding_its_timestamp(
     store: EventStore,
 ) -> None:
-    async with engine_on(store, _agent(_ended)) as engine:
+    async with engine_on(store, task_agent(_ended)) as engine:
         view = await engine.start_task(ORIGIN, skill="echo", text="hi")
         ahead = datetime.now(UTC) + timedelta(hours=1)
         arrived = datetime.now(UTC)
@@ -650,7 +616,7 @@ async def test_a_report_keeps_the_receipt_time_it_came_with(store: EventStore) -
     # within the bound of that receipt, and would not be of one stamped now.
     received = datetime.now(UTC).replace(microsecond=0) + timedelta(hours=1)
     stamp = received + timedelta(seconds=10)
-    async with engine_on(store, _agent(_ended)) as engine:
+    async with engine_on(store, task_agent(_ended)) as engine:
         view = await engine.start_task(ORIGIN, skill="echo", text="hi")
         observed = Observation(
             source="poll", state="working", remote_timestamp=stamp, received_at=received
@@ -668,7 +634,7 @@ async def test_the_engines_clock_skew_bound_decides_which_timestamps_order_repor
 ) -> None:
     now = datetime.now(UTC)
     config = EngineConfig(max_clock_skew=max_clock_skew)
-    async with engine_on(store, _agent(_ended), config) as engine:
+    async with engine_on(store, task_agent(_ended), config) as engine:
         view = await engine.start_task(ORIGIN, skill="echo", text="hi")
         observed = Observation(
             source="poll", state="working", remote_timestamp=now + timedelta(seconds=30),
@@ -683,7 +649,7 @@ async def test_the_engines_clock_skew_bound_decides_which_timestamps_order_repor
 async def test_a_report_in_another_context_is_applied_and_flagged_naming_both_contexts(
     store: EventStore,
 ) -> None:
-    async with engine_on(store, _agent(_ended)) as engine:
+    async with engine_on(store, task_agent(_ended)) as engine:
         view = await engine.start_task(ORIGIN, skill="echo", text="hi")
         observed = Observation(source="push", state="working", remote_context_id="c-other")
         recorded = await _applied(engine, view.task, observed)
@@ -719,7 +685,7 @@ def _card_revised(store: EventStore, revision: str) -> None:
 async def test_a_bare_failure_after_the_card_was_revised_is_flagged_naming_the_revision(
     store: EventStore, message: str | None, revised: bool, flagged: bool
 ) -> None:
-    async with engine_on(store, _agent(_ended)) as engine:
+    async with engine_on(store, task_agent(_ended)) as engine:
         view = await engine.start_task(ORIGIN, skill="echo", text="hi")
         if revised:
             _card_revised(store, "rev-next")
@@ -736,7 +702,7 @@ async def test_a_bare_failure_after_the_card_was_revised_is_flagged_naming_the_r
 
 
 async def test_the_first_push_confirms_the_webhook_naming_its_config(store: EventStore) -> None:
-    async with engine_on(store, _agent(_ended)) as engine:
+    async with engine_on(store, task_agent(_ended)) as engine:
         key = await _with_webhook(engine)
         first = await _applied(engine, key, Observation(source="push", state="working"))
         then = await _applied(engine, key, Observation(source="push", state="input-required"))
@@ -749,7 +715,7 @@ async def test_the_first_push_confirms_the_webhook_naming_its_config(store: Even
 async def test_a_repeated_report_is_counted_on_the_tasks_next_event(store: EventStore) -> None:
     stamp = datetime(2026, 1, 1, 0, 0, 3, tzinfo=UTC)
     working = Observation(source="poll", state="working", remote_timestamp=stamp)
-    async with engine_on(store, _agent(_ended)) as engine:
+    async with engine_on(store, task_agent(_ended)) as engine:
         view = await engine.start_task(ORIGIN, skill="echo", text="hi")
         assert await _applied(engine, view.task, working)
         assert await _applied(engine, view.task, working) == []  # a repeat: nothing appended
@@ -761,7 +727,7 @@ async def test_a_repeated_report_is_counted_on_the_tasks_next_event(store: Event
 async def test_a_report_without_a_state_that_adds_nothing_is_not_counted_as_a_repeat(
     store: EventStore,
 ) -> None:
-    async with engine_on(store, _agent(_ended)) as engine:
+    async with engine_on(store, task_agent(_ended)) as engine:
         view = await engine.start_task(ORIGIN, skill="echo", text="hi")
         records = await _applied(engine, view.task, Observation(source="push", state=None))
         await _applied(engine, view.task, Observation(source="poll", state="completed"))

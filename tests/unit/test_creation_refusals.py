@@ -1,0 +1,119 @@
+"""A creation refused (R2, R3, R15) is recorded in the agent's stream -- why, the skill asked for,
+when, and for a re-send the task -- and nothing is sent. When the agent's record cannot take the
+refusal (altered in the store, an agent URL that is no URL), the caller gets the refusal it was
+going to get all the same."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+import pytest
+import sqlalchemy as sa
+from support.cards import ORIGIN, card_document
+from support.mocked import engine_on, task_agent
+
+from cardfence.engine import events as ev
+from cardfence.engine.errors import CredentialsMissingError, DiscoveryError, SkillUnavailableError
+from cardfence.store import EventStore, RecordedEvent
+
+
+def _unanswered(request: httpx.Request) -> httpx.Response:
+    raise AssertionError(f"nothing may be sent: {request.method} {request.url}")
+
+
+def _agent_events(store: EventStore) -> list[RecordedEvent]:
+    return store.read_stream(ev.agent_stream_id(ORIGIN))
+
+
+def _card_only(document: dict[str, Any], sent: list[str]) -> httpx.MockTransport:
+    """An agent serving ``document`` as its card; any other request is listed in ``sent``."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.method == "GET":
+            return httpx.Response(200, json=document)
+        sent.append(json.loads(request.content)["method"])
+        return httpx.Response(500)
+
+    return httpx.MockTransport(handler)
+
+
+async def test_a_refused_creation_records_why_the_skill_and_when_and_sends_nothing(
+    store: EventStore,
+) -> None:
+    sent: list[str] = []
+    before = datetime.now(UTC)
+    async with engine_on(store, _card_only(card_document(), sent)) as engine:
+        with pytest.raises(SkillUnavailableError):
+            await engine.start_task(ORIGIN, skill="translate", text="hi")
+    after = datetime.now(UTC)
+    refused = _agent_events(store)[-1]
+    assert refused.type == ev.TASK_CREATION_REFUSED
+    assert set(refused.data) == {"reason", "detail", "skill", "at"}  # no task: none was made
+    assert (refused.data["reason"], refused.data["skill"]) == ("skill_absent", "translate")
+    assert refused.data["detail"] == "is absent from the card (offered: echo)"
+    assert before <= datetime.fromisoformat(refused.data["at"]) <= after
+    assert sent == []
+
+
+async def test_a_refused_resend_names_the_task_it_would_have_sent(store: EventStore) -> None:
+    refusing = task_agent(lambda r: httpx.Response(503))
+    async with engine_on(store, refusing) as engine:
+        view = await engine.start_task(ORIGIN, skill="echo", text="hi")
+        state = await engine._state(view.task)
+    withdrawn = card_document()
+    withdrawn["skills"][0]["id"] = "translate"
+    sent: list[str] = []
+    async with engine_on(store, _card_only(withdrawn, sent)) as engine:
+        with pytest.raises(SkillUnavailableError):
+            await engine._resend_gate(view.task, state)
+    refused = _agent_events(store)[-1]
+    assert refused.type == ev.TASK_CREATION_REFUSED
+    assert (refused.data["task"], refused.data["skill"]) == (view.task, "echo")
+    assert sent == []
+
+
+async def test_a_creation_no_credential_covers_is_recorded_as_credentials_missing(
+    store: EventStore,
+) -> None:
+    secured = card_document()
+    secured["securitySchemes"] = {"bearer": {"httpAuthSecurityScheme": {"scheme": "bearer"}}}
+    secured["securityRequirements"] = [{"schemes": {"bearer": {"list": []}}}]
+    sent: list[str] = []
+    async with engine_on(store, _card_only(secured, sent)) as engine:
+        with pytest.raises(CredentialsMissingError):
+            await engine.start_task(ORIGIN, skill="echo", text="hi")
+    missing = _agent_events(store)[-1]
+    assert missing.type == ev.CREDENTIALS_MISSING
+    assert (missing.data["reason"], missing.data["skill"]) == ("credentials_missing", "echo")
+    assert sent == []
+
+
+async def test_a_refusal_the_agents_altered_record_cannot_take_still_refuses_as_it_would(
+    store: EventStore,
+) -> None:
+    async with engine_on(store, task_agent(_unanswered)) as engine:
+        with pytest.raises(SkillUnavailableError):  # the record is made by this first read
+            await engine.start_task(ORIGIN, skill="translate", text="hi")
+    with store.engine.begin() as conn:
+        conn.execute(
+            sa.text("UPDATE streams SET state = '[1]' WHERE stream_id = :s"),
+            {"s": ev.agent_stream_id(ORIGIN)},
+        )
+    async with engine_on(store, task_agent(_unanswered)) as engine:
+        with pytest.raises(DiscoveryError) as raised:
+            await engine.start_task(ORIGIN, skill="echo", text="hi")
+    assert raised.value.kind == "record"
+    assert raised.value.consequence == "nothing was sent"
+
+
+async def test_an_agent_url_that_is_no_url_is_refused_for_what_it_is_and_nothing_recorded(
+    store: EventStore,
+) -> None:
+    async with engine_on(store, task_agent(_unanswered)) as engine:
+        with pytest.raises(DiscoveryError) as raised:
+            await engine.start_task("ftp://agent.example", skill="echo", text="hi")
+    assert str(raised.value) == "GET ftp://agent.example -> not an http(s) URL (nothing was sent)"
+    assert store.read_stream(ev.agent_stream_id("ftp://agent.example")) == []

@@ -1,0 +1,257 @@
+"""Task creation (R2, R3, R15): what the engine freezes in ``TaskSubmitted``, what it sends, the
+extensions a caller activates, and how each answer to the creation's send is recorded -- a task,
+a message, a refusal, a request the agent did not authorize, an agent not reached."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+import pytest
+from support.cards import ORIGIN, card_document
+from support.mocked import engine_on
+
+from cardfence.engine import events as ev
+from cardfence.engine import guards
+from cardfence.engine.cards.model import parse_card
+from cardfence.engine.credentials_config import CredentialsConfig, OAuthClient
+from cardfence.engine.engine import EngineConfig
+from cardfence.engine.errors import (
+    AuthorizationFailedError,
+    CreationRefusedError,
+    EndpointUnreachableError,
+    InvalidAgentResponseError,
+    UsageError,
+)
+from cardfence.store import EventStore
+
+ENDPOINT = f"{ORIGIN}/a2a"
+
+
+def _submitted_task(call: dict[str, Any]) -> httpx.Response:
+    status = {"state": "TASK_STATE_SUBMITTED", "timestamp": "2026-01-01T00:00:00Z"}
+    task = {"id": "r-1", "contextId": "c-1", "status": status}
+    return httpx.Response(200, json={"jsonrpc": "2.0", "id": call["id"], "result": {"task": task}})
+
+
+class Agent:
+    """The card of ``support.cards`` (or ``card``), and ``send`` answering the creation."""
+
+    def __init__(self, send: Any = _submitted_task, card: dict[str, Any] | None = None) -> None:
+        self.send, self.card = send, card or card_document()
+        self.sent: list[httpx.Request] = []
+
+    def transport(self) -> httpx.MockTransport:
+        def handler(request: httpx.Request) -> httpx.Response:
+            if request.method == "GET":
+                return httpx.Response(200, json=self.card)
+            self.sent.append(request)
+            return self.send(json.loads(request.content))  # type: ignore[no-any-return]
+
+        return httpx.MockTransport(handler)
+
+
+def _first(store: EventStore, key: str) -> dict[str, Any]:
+    return store.read_stream(f"task:{key}")[0].data
+
+
+async def test_a_task_is_frozen_with_its_card_contract_skill_and_endpoint_then_sent(
+    store: EventStore,
+) -> None:
+    agent = Agent()
+    before = datetime.now(UTC)
+    async with engine_on(store, agent.transport()) as engine:
+        view = await engine.start_task(
+            ORIGIN, skill="echo", text="hello", media_type="text/plain", key="k-1"
+        )
+    after = datetime.now(UTC)
+    card = parse_card(json.dumps(card_document()).encode(), url=ORIGIN)
+    submitted = store.read_stream("task:k-1")[0]
+    assert submitted.type == ev.TASK_SUBMITTED
+    data = submitted.data
+    assert re.fullmatch(r"m-[0-9a-f]{32}", data["message_id"])
+    assert re.fullmatch(r"c-[0-9a-f]{32}", data["context_id"])
+    assert before <= datetime.fromisoformat(data["submitted_at"]) <= after
+    assert {k: data[k] for k in data if k not in ("message_id", "context_id", "submitted_at",
+                                                 "authorization")} == {
+        "task": "k-1",
+        "agent": ORIGIN,
+        "agent_url": ORIGIN,
+        "card_url": f"{ORIGIN}/.well-known/agent-card.json",
+        "skill": "echo",
+        "text": "hello",
+        "media_type": "text/plain",
+        "card_revision": card.revision,
+        "card_version": "1.0.0",
+        "contract_hash": card.contract_hash,
+        "skill_hash": card.compatibility_hash("echo"),
+        "endpoint": {"url": ENDPOINT, "binding": "JSONRPC", "protocol_version": "1.0"},
+    }  # fmt: skip
+    assert "extensions" not in data
+    assert (view.task, view.state, view.remote_task_id) == ("k-1", "submitted", "r-1")
+    (sent,) = agent.sent
+    assert str(sent.url) == ENDPOINT
+    params = json.loads(sent.content)["params"]
+    assert params["message"]["messageId"] == data["message_id"]
+    assert params["message"]["contextId"] == data["context_id"]
+    assert params["message"]["parts"] == [{"text": "hello", "mediaType": "text/plain"}]
+    assert params["message"]["metadata"] == {"skillId": "echo"}
+    assert params["configuration"]["returnImmediately"] is True
+
+
+async def test_a_task_without_a_key_gets_a_fresh_one(store: EventStore) -> None:
+    async with engine_on(store, Agent().transport()) as engine:
+        one = await engine.start_task(ORIGIN, skill="echo", text="a")
+        two = await engine.start_task(ORIGIN, skill="echo", text="b")
+    assert re.fullmatch(r"[0-9a-f]{32}", one.task)
+    assert one.task != two.task
+
+
+async def test_activated_extensions_are_frozen_stripped_once_each_in_their_order(
+    store: EventStore,
+) -> None:
+    agent = Agent()
+    async with engine_on(store, agent.transport()) as engine:
+        view = await engine.start_task(
+            ORIGIN, skill="echo", text="hi", extensions=[" urn:b ", "urn:a", "urn:b"]
+        )
+    assert _first(store, view.task)["extensions"] == ["urn:b", "urn:a"]
+    assert agent.sent[0].headers["a2a-extensions"] == "urn:b, urn:a"
+
+
+@pytest.mark.parametrize("uri", ["", "  ", "urn:a b", "urn:a,b", "urn:é", "urn:\x7f"])
+async def test_an_extension_that_is_not_a_uri_is_refused_and_nothing_sent(
+    store: EventStore, uri: str
+) -> None:
+    agent = Agent()
+    async with engine_on(store, agent.transport()) as engine:
+        with pytest.raises(UsageError) as raised:
+            await engine.start_task(ORIGIN, skill="echo", text="hi", extensions=["urn:ok", uri])
+    assert str(raised.value) == (
+        f"extension {uri.strip()!r} is not a URI (printable ASCII, no spaces or commas): "
+        "nothing was sent"
+    )
+    assert agent.sent == []
+    assert store.streams(category=ev.TASK_CATEGORY) == []
+
+
+@pytest.mark.parametrize("uri", ["urn:a!~", "https://x.example/ext/v1?q=1#f"])
+async def test_every_printable_ascii_uri_is_an_extension(store: EventStore, uri: str) -> None:
+    async with engine_on(store, Agent().transport()) as engine:
+        view = await engine.start_task(ORIGIN, skill="echo", text="hi", extensions=[uri])
+    assert _first(store, view.task)["extensions"] == [uri]
+
+
+async def test_a_creation_answered_by_a_message_is_applied_as_the_sends_report(
+    store: EventStore,
+) -> None:
+    def message(call: dict[str, Any]) -> httpx.Response:
+        said = {"messageId": "m-r", "role": "ROLE_AGENT", "parts": [{"text": "done"}]}
+        return httpx.Response(
+            200, json={"jsonrpc": "2.0", "id": call["id"], "result": {"message": said}}
+        )
+
+    async with engine_on(store, Agent(message).transport()) as engine:
+        view = await engine.start_task(ORIGIN, skill="echo", text="hi")
+    changed = [e.data for e in store.read_stream(f"task:{view.task}") if e.type == ev.STATE_CHANGED]
+    assert [(c["to"], c["source"]) for c in changed] == [("completed", "send")]
+
+
+async def test_a_creation_the_agent_refuses_is_closed_as_never_created_in_both_streams(
+    store: EventStore,
+) -> None:
+    def refused(call: dict[str, Any]) -> httpx.Response:
+        error = {"code": -32602, "message": "no such skill here"}
+        return httpx.Response(200, json={"jsonrpc": "2.0", "id": call["id"], "error": error})
+
+    async with engine_on(store, Agent(refused).transport()) as engine:
+        with pytest.raises(CreationRefusedError) as raised:
+            await engine.start_task(ORIGIN, skill="echo", text="hi", key="k-1")
+        state = await engine._state("k-1")
+    assert raised.value.task == "k-1"
+    assert (raised.value.code, raised.value.detail) == (-32602, "no such skill here")
+    last = store.read_stream("task:k-1")[-1]
+    assert last.type == ev.TASK_CREATION_REFUSED
+    assert last.data == {
+        "reason": "remote_refused",
+        "code": -32602,
+        "message": "no such skill here",
+        "url": ENDPOINT,
+    }
+    assert guards.never_created(state)
+    refusal = store.read_stream(ev.agent_stream_id(ORIGIN))[-1]
+    assert refusal.type == ev.TASK_CREATION_REFUSED
+    assert (refusal.data["reason"], refusal.data["skill"]) == ("remote_refused", "echo")
+    assert "no such skill here" in refusal.data["detail"]
+
+
+async def test_a_creation_the_agent_does_not_authorize_is_recorded_during_send(
+    store: EventStore,
+) -> None:
+    agent = Agent(lambda call: httpx.Response(403))
+    async with engine_on(store, agent.transport()) as engine:
+        with pytest.raises(AuthorizationFailedError):
+            await engine.start_task(ORIGIN, skill="echo", text="hi", key="k-1")
+    last = store.read_stream("task:k-1")[-1]
+    assert last.type == ev.AUTHORIZATION_FAILED
+    assert (last.data["during"], last.data["status"], last.data["url"]) == ("send", 403, ENDPOINT)
+
+
+@pytest.mark.parametrize(
+    ("answer", "error"),
+    [
+        (lambda call: httpx.Response(503), EndpointUnreachableError),
+        (
+            lambda call: httpx.Response(
+                200, json={"jsonrpc": "2.0", "id": call["id"], "result": 7}
+            ),
+            InvalidAgentResponseError,
+        ),
+    ],
+    ids=["5xx", "unusable"],
+)
+async def test_a_creation_whose_outcome_is_unknown_is_recorded_as_unreachable_during_send(
+    store: EventStore, answer: Any, error: type[Exception]
+) -> None:
+    async with engine_on(store, Agent(answer).transport()) as engine:
+        with pytest.raises(error):
+            await engine.start_task(ORIGIN, skill="echo", text="hi", key="k-1")
+        state = await engine._state("k-1")
+    last = store.read_stream("task:k-1")[-1]
+    assert last.type == ev.ENDPOINT_UNREACHABLE
+    assert (last.data["during"], last.data["url"]) == ("send", ENDPOINT)
+    assert state["state"] == "submitted"  # not refused: `resume` finds out what happened
+    assert not state.get("remote_task_id")
+
+
+async def test_the_grant_recorded_names_the_openid_connect_discovery_its_token_came_from(
+    store: EventStore,
+) -> None:
+    discovery_url = "https://id.example/.well-known/openid-configuration"
+    document = card_document()
+    document["securitySchemes"] = {
+        "oidc": {"openIdConnectSecurityScheme": {"openIdConnectUrl": discovery_url}},
+        "other": {"openIdConnectSecurityScheme": {"openIdConnectUrl": "https://else.example/"}},
+    }
+    document["securityRequirements"] = [{"schemes": {"oidc": {"list": ["read"]}}}]
+    card = parse_card(json.dumps(document).encode(), url=ORIGIN)
+    client = OAuthClient("cf-client", "cf-client-secret", ("read",))
+    config = EngineConfig(credentials=CredentialsConfig.of({ORIGIN: {"oidc": client}}))
+    body = json.dumps({"token_endpoint": "https://id.example/token"}).encode()
+    async with engine_on(store, None, config) as engine:
+        grant = engine.authorizer.grant(card, "echo", ENDPOINT)
+        assert "discovery" not in engine._grant_record(grant)  # no token fetched yet
+        await engine._oidc_discovered(discovery_url, body)
+        record = engine._grant_record(grant)
+    assert record["schemes"] == ["oidc"]
+    assert record["discovery"] == {
+        "oidc": {
+            "url": discovery_url,
+            "sha256": hashlib.sha256(body).hexdigest(),
+            "token_endpoint": "https://id.example/token",
+        }
+    }
