@@ -1,0 +1,567 @@
+"""Continuation read on its own (R1, R5, R7, R9, R16): one poll, one step of following, the drive
+loop's ends, and a task's event stream beside the polls -- with a mock agent whose answers each
+test scripts. Card state never gates any of it: what a card says here only adds diagnostics or
+changes how the news arrives."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+import httpx
+import pytest
+from support.cards import ORIGIN, card_document
+from support.hostile import completed_event, sse, working_event
+from support.mocked import engine_on
+
+from cardfence.engine import events as ev
+from cardfence.engine.engine import Engine, EngineConfig, following
+from cardfence.engine.engine.following import Pace, _event_bytes, _unwound, reached
+from cardfence.engine.errors import (
+    AuthorizationFailedError,
+    DeadlineExceeded,
+    EndpointUnreachableError,
+    TaskOrphanedError,
+    UsageError,
+    WrongTaskAnswerError,
+)
+from cardfence.store import EventStore
+
+ENDPOINT = f"{ORIGIN}/a2a"
+Answer = Callable[[dict[str, Any]], httpx.Response]
+
+
+def _result(call: dict[str, Any], result: Any) -> httpx.Response:
+    return httpx.Response(200, json={"jsonrpc": "2.0", "id": call["id"], "result": result})
+
+
+def _task(state: str, stamp: str = "2026-01-01T00:00:01Z") -> dict[str, Any]:
+    status = {"state": f"TASK_STATE_{state.upper().replace('-', '_')}", "timestamp": stamp}
+    return {"id": "r-1", "contextId": "c-1", "status": status}
+
+
+def _answering(*states: str) -> Answer:
+    """GetTask answered with ``states`` in turn, the last one for ever after."""
+    left = list(states)
+
+    def answer(call: dict[str, Any]) -> httpx.Response:
+        state = left.pop(0) if len(left) > 1 else left[0]
+        return _result(call, _task(state, f"2026-01-01T00:00:{10 - len(left):02d}Z"))
+
+    return answer
+
+
+class Agent:
+    """A mock agent: its card (a document, or a status for every read), GetTask answered by
+    ``get``, SubscribeToTask by ``subscribe``; every request counted by method."""
+
+    def __init__(
+        self,
+        get: Answer | None = None,
+        *,
+        card: dict[str, Any] | int | None = None,
+        subscribe: Answer | None = None,
+    ) -> None:
+        self.get, self.subscribe = get or _answering("working"), subscribe
+        self.card: dict[str, Any] | int = card_document() if card is None else card
+        self.asked: list[str] = []
+
+    def transport(self) -> httpx.MockTransport:
+        def handler(request: httpx.Request) -> httpx.Response:
+            if request.method == "GET":
+                self.asked.append("card")
+                if isinstance(self.card, int):
+                    return httpx.Response(self.card)
+                return httpx.Response(200, json=self.card)
+            call = json.loads(request.content)
+            self.asked.append(call["method"])
+            if call["method"] == "SendMessage":
+                return _result(call, {"task": _task("submitted", "2026-01-01T00:00:00Z")})
+            if call["method"] == "SubscribeToTask" and self.subscribe is not None:
+                return self.subscribe(call)
+            return self.get(call)
+
+        return httpx.MockTransport(handler)
+
+    def count(self, method: str) -> int:
+        return self.asked.count(method)
+
+
+async def _started(engine: Engine) -> str:
+    return (await engine.start_task(ORIGIN, skill="echo", text="hi")).task
+
+
+def _types(store: EventStore, key: str) -> list[str]:
+    return [e.type for e in store.read_stream(f"task:{key}")]
+
+
+# -- the pure pieces -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("state", "until", "stop"),
+    [
+        ("completed", "terminal", True),
+        ("failed", "interrupted", True),
+        ("input-required", "interrupted", True),
+        ("auth-required", "interrupted", True),
+        ("input-required", "terminal", False),
+        ("working", "interrupted", False),
+        ("submitted", "terminal", False),
+    ],
+)
+def test_a_task_has_reached_the_point_asked_for(state: str, until: str, stop: bool) -> None:
+    assert reached(state, until) is stop
+
+
+def test_polls_back_off_doubling_up_to_the_bound() -> None:
+    config = EngineConfig(first_poll_interval=0.5, max_poll_interval=3.0, max_card_age=60.0)
+    pace = Pace.start(config, now=100.0)
+    assert (pace.next_revalidation, pace.next_endpoint_check, pace.unreachable) == (
+        160.0,
+        100.0,
+        None,
+    )
+    waits = [pace.backoff(config.max_poll_interval) for _ in range(5)]
+    assert waits == [0.5, 1.0, 2.0, 3.0, 3.0]
+
+
+def test_a_first_poll_interval_over_the_bound_waits_the_bound() -> None:
+    pace = Pace(delay=10.0, next_revalidation=0.0, next_endpoint_check=0.0)
+    assert pace.backoff(2.0) == 2.0
+    assert pace.delay == 2.0
+
+
+def test_a_failure_kept_lets_go_of_its_tracebacks_and_of_a_context_it_does_not_show() -> None:
+    def failing() -> EndpointUnreachableError:
+        try:
+            try:
+                raise ConnectionError("socket")
+            except ConnectionError:
+                raise KeyError("shown") from None
+        except KeyError as shown:
+            try:
+                raise EndpointUnreachableError(ENDPOINT, "connect: refused") from shown
+            except EndpointUnreachableError as failure:
+                return failure
+
+    failure = failing()
+    cause = failure.__cause__
+    assert cause is not None
+    assert cause.__context__ is not None
+    assert _unwound(failure) is failure
+    assert failure.__traceback__ is None
+    assert cause.__traceback__ is None
+    assert cause.__context__ is None  # suppressed: `raise ... from None`
+    assert failure.__cause__ is cause  # the cause shown is kept
+
+
+def test_a_shown_context_is_kept_with_its_traceback_let_go() -> None:
+    try:
+        try:
+            raise ConnectionError("socket")
+        except ConnectionError:
+            raise EndpointUnreachableError(ENDPOINT, "connect: refused")  # noqa: B904
+    except EndpointUnreachableError as failure:
+        kept = _unwound(failure)
+    assert isinstance(kept.__context__, ConnectionError)
+    assert kept.__context__.__traceback__ is None
+
+
+# -- one poll ------------------------------------------------------------------------------------
+
+
+async def test_a_poll_applies_the_agents_answer_with_no_card_read(store: EventStore) -> None:
+    agent = Agent(_answering("working"))
+    async with engine_on(store, agent.transport()) as engine:
+        key = await _started(engine)
+        reads = agent.count("card")
+        view = await engine.poll(key)
+    assert view.state == "working"
+    assert agent.count("card") == reads  # continuation reads no card (R1)
+    changed = store.read_stream(f"task:{key}")[-1]
+    assert (changed.type, changed.data["to"], changed.data["source"]) == (
+        ev.STATE_CHANGED,
+        "working",
+        "poll",
+    )
+
+
+async def test_a_task_without_a_remote_id_cannot_be_polled(store: EventStore) -> None:
+    async with engine_on(store, Agent().transport()) as engine:
+        key = await _started(engine)
+        state = await engine._state(key)
+        with pytest.raises(UsageError) as raised:
+            await engine._poll(key, {**state, "remote_task_id": None})
+    assert str(raised.value) == f"task {key} has no remote task id: run `resume` to find it"
+
+
+async def test_an_answer_read_when_no_time_is_left_is_not_applied(
+    store: EventStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    agent = Agent(_answering("completed"))
+    async with engine_on(store, agent.transport()) as engine:
+        key = await _started(engine)
+        recorded = len(store.read_stream(f"task:{key}"))
+        state = await engine._state(key)
+        # The answer came as the deadline passed (R16): the next poll reads it again.
+        monkeypatch.setattr(following, "time_left", lambda: 0.0)
+        after = await engine._poll(key, state)
+    assert after["state"] == "submitted"
+    assert len(store.read_stream(f"task:{key}")) == recorded
+
+
+# -- one step of following ------------------------------------------------------------------------
+
+
+async def _step(engine: Engine, key: str, pace: Pace) -> dict[str, Any]:
+    return await engine.follow_step(key, await engine._state(key), pace)
+
+
+async def test_a_step_that_reaches_the_agent_forgets_the_last_failure(store: EventStore) -> None:
+    agent = Agent(_answering("working"))
+    async with engine_on(store, agent.transport()) as engine:
+        key = await _started(engine)
+        pace = Pace.start(engine.config, engine._clock())
+        pace.unreachable = EndpointUnreachableError(ENDPOINT, "connect: refused")
+        state = await _step(engine, key, pace)
+    assert state["state"] == "working"
+    assert pace.unreachable is None
+
+
+async def test_a_step_that_fails_keeps_the_failure_and_checks_no_endpoint_on_a_503(
+    store: EventStore,
+) -> None:
+    agent = Agent(lambda call: httpx.Response(503))
+    async with engine_on(store, agent.transport()) as engine:
+        key = await _started(engine)
+        pace = Pace.start(engine.config, engine._clock())
+        reads = agent.count("card")
+        state = await _step(engine, key, pace)
+    assert state["state"] == "submitted"
+    assert isinstance(pace.unreachable, EndpointUnreachableError)
+    assert pace.unreachable.status == 503
+    assert pace.unreachable.__traceback__ is None  # kept unwound
+    assert agent.count("card") == reads
+    assert _types(store, key)[-1] == ev.ENDPOINT_UNREACHABLE
+
+
+async def test_a_bare_404_checks_the_endpoint_once_per_max_card_age(store: EventStore) -> None:
+    agent = Agent(lambda call: httpx.Response(404))
+    async with engine_on(store, agent.transport()) as engine:
+        key = await _started(engine)
+        pace = Pace.start(engine.config, engine._clock())
+        reads = agent.count("card")
+        await _step(engine, key, pace)
+        checked = agent.count("card")
+        next_check = pace.next_endpoint_check
+        await _step(engine, key, pace)
+    assert checked == reads + 1  # R9: the card read again for the endpoint
+    assert agent.count("card") == checked  # not again within max_card_age
+    assert next_check > engine._clock() + engine.config.max_card_age - 5.0
+
+
+async def test_a_bare_404_from_an_endpoint_the_card_dropped_orphans_the_task(
+    store: EventStore,
+) -> None:
+    agent = Agent(lambda call: httpx.Response(404))
+    async with engine_on(store, agent.transport()) as engine:
+        key = await _started(engine)
+        moved = card_document()
+        moved["supportedInterfaces"][0]["url"] = f"{ORIGIN}/v2/a2a"
+        moved["skills"][0]["id"] = "translate"
+        agent.card = moved
+        pace = Pace.start(engine.config, engine._clock())
+        with pytest.raises(TaskOrphanedError) as raised:
+            await _step(engine, key, pace)
+    assert raised.value.task == key
+    assert ev.TASK_ORPHANED in _types(store, key)
+
+
+async def test_a_malformed_answer_changes_nothing_and_is_not_raised(store: EventStore) -> None:
+    agent = Agent(lambda call: _result(call, 7))
+    async with engine_on(store, agent.transport()) as engine:
+        key = await _started(engine)
+        pace = Pace.start(engine.config, engine._clock())
+        state = await _step(engine, key, pace)
+    assert state["state"] == "submitted"
+    assert pace.unreachable is None
+
+
+@pytest.mark.parametrize("due", [True, False])
+async def test_a_step_starts_a_revalidation_only_when_one_is_due(
+    store: EventStore, due: bool
+) -> None:
+    agent = Agent(_answering("working"))
+    config = EngineConfig(max_card_age=0.01)  # the memo of the card is stale at once
+    async with engine_on(store, agent.transport(), config) as engine:
+        key = await _started(engine)
+        await asyncio.sleep(0.02)
+        now = engine._clock()
+        pace = Pace(0.1, now - 1 if due else now + 60, now + 60)
+        reads = agent.count("card")
+        await _step(engine, key, pace)
+        await engine.settle()
+    assert (agent.count("card") > reads) is due  # R7: re-validated with a card read
+    if due:
+        assert now + 0.01 <= pace.next_revalidation <= engine._clock() + 0.01
+    else:
+        assert pace.next_revalidation == now + 60
+
+
+# -- drive -----------------------------------------------------------------------------------------
+
+FAST = EngineConfig(first_poll_interval=0.01, max_poll_interval=0.05, follow_streams=False)
+
+
+async def test_drive_asks_for_a_point_it_knows(store: EventStore) -> None:
+    async with engine_on(store, Agent().transport(), FAST) as engine:
+        key = await _started(engine)
+        with pytest.raises(UsageError) as raised:
+            await engine.drive(key, until="done")
+    assert str(raised.value) == "--until must be one of interrupted, terminal, not 'done'"
+
+
+async def test_drive_follows_until_the_point_asked_and_lets_go_of_the_task(
+    store: EventStore,
+) -> None:
+    agent = Agent(_answering("working", "working", "input-required", "completed"))
+    async with engine_on(store, agent.transport(), FAST) as engine:
+        key = await _started(engine)
+        asked = await engine.drive(key, until="interrupted", timeout=5)
+        assert (key in engine._driving, key in engine._pushed) == (False, False)
+        done = await engine.drive(key, until="terminal", timeout=5)
+    assert (asked.state, done.state) == ("input-required", "completed")
+
+
+async def test_a_task_the_log_shows_interrupted_is_asked_once_before_drive_believes_it(
+    store: EventStore,
+) -> None:
+    agent = Agent(_answering("input-required", "working", "completed"))
+    async with engine_on(store, agent.transport(), FAST) as engine:
+        key = await _started(engine)
+        await engine.poll(key)  # input-required, as the log says
+        polls = agent.count("GetTask")
+        view = await engine.drive(key, until="interrupted", timeout=5)
+    assert agent.count("GetTask") > polls
+    assert view.state == "completed"  # it had moved on: the log was stale
+
+
+async def test_drive_at_the_deadline_records_it_and_never_ends_the_task(
+    store: EventStore,
+) -> None:
+    agent = Agent(_answering("working"))
+    async with engine_on(store, agent.transport(), FAST) as engine:
+        key = await _started(engine)
+        with pytest.raises(DeadlineExceeded) as raised:
+            await engine.drive(key, until="terminal", timeout=0.3)
+        state = await engine._state(key)
+    last = store.read_stream(f"task:{key}")[-1]
+    assert last.type == ev.DEADLINE_EXCEEDED
+    assert {k: last.data[k] for k in ("state", "seconds", "until")} == {
+        "state": "working",
+        "seconds": 0.3,
+        "until": "terminal",
+    }
+    assert (raised.value.task, raised.value.state) == (key, "working")
+    assert state["state"] == "working"  # R10: the deadline ends the wait, not the task
+    assert agent.count("GetTask") >= 2  # polled on after the first poll
+
+
+async def test_drive_at_the_deadline_of_an_unreachable_agent_raises_what_it_met(
+    store: EventStore,
+) -> None:
+    agent = Agent(lambda call: httpx.Response(503))
+    async with engine_on(store, agent.transport(), FAST) as engine:
+        key = await _started(engine)
+        with pytest.raises(EndpointUnreachableError):
+            await engine.drive(key, until="terminal", timeout=0.3)
+    assert _types(store, key)[-1] == ev.DEADLINE_EXCEEDED
+
+
+async def test_a_push_applied_wakes_drive_before_its_next_poll(store: EventStore) -> None:
+    slow = EngineConfig(first_poll_interval=30, max_poll_interval=30, follow_streams=False)
+    agent = Agent(_answering("working"))
+    async with engine_on(store, agent.transport(), slow) as engine:
+        key = await _started(engine)
+        driving = asyncio.ensure_future(engine.drive(key, until="terminal", timeout=20))
+        while agent.count("GetTask") < 1:
+            await asyncio.sleep(0.01)
+        stamp = "2026-01-01T00:00:30Z"
+        await engine._record(key, [(ev.STATE_CHANGED, {"from": "working", "to": "completed",
+                                                        "source": "push",
+                                                        "remote_timestamp": stamp})])  # fmt: skip
+        engine._wake(key)
+        view = await asyncio.wait_for(driving, 5)
+    assert view.state == "completed"
+    assert agent.count("GetTask") == 1
+
+
+# -- streams beside the polls -------------------------------------------------------------------
+
+
+class Body(httpx.AsyncByteStream):
+    """A streamed body (httpx reads a body given as bytes whole before anyone streams it)."""
+
+    def __init__(self, *chunks: bytes) -> None:
+        self.chunks = chunks
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for chunk in self.chunks:
+            yield chunk
+
+
+def _events(*events: dict[str, Any]) -> Answer:
+    def answer(call: dict[str, Any]) -> httpx.Response:
+        frames = [
+            sse(json.dumps({"jsonrpc": "2.0", "id": call["id"], "result": e})) for e in events
+        ]
+        return httpx.Response(
+            200, stream=Body(*frames), headers={"content-type": "text/event-stream"}
+        )
+
+    return answer
+
+
+STREAMING = EngineConfig(max_poll_interval=30.0)
+
+
+@pytest.mark.parametrize(
+    ("config", "state", "streaming", "offered"),
+    [
+        (STREAMING, "working", True, True),
+        (STREAMING, "submitted", True, True),
+        (STREAMING, "input-required", True, False),  # a stream ends at an interrupted state
+        (STREAMING, "completed", True, False),
+        (STREAMING, "working", False, False),  # the card the task last saw has no streams
+        (EngineConfig(follow_streams=False), "working", True, False),
+        (EngineConfig(max_poll_interval=0.5), "working", True, False),  # polls close enough
+    ],
+)
+async def test_a_tasks_stream_is_offered_when_its_card_and_its_state_allow(
+    store: EventStore, config: EngineConfig, state: str, streaming: bool, offered: bool
+) -> None:
+    card = card_document()
+    card["capabilities"]["streaming"] = streaming
+    async with engine_on(store, Agent(card=card).transport(), config) as engine:
+        key = await _started(engine)
+        stored = await engine._state(key)
+        assert await engine.stream_offered(key, {**stored, "state": state}) is offered
+        assert await engine.stream_offered(key) is await engine.stream_offered(key, stored)
+
+
+async def test_a_task_without_a_remote_id_is_offered_no_stream(store: EventStore) -> None:
+    async with engine_on(store, Agent().transport(), STREAMING) as engine:
+        key = await _started(engine)
+        state = {**(await engine._state(key)), "remote_task_id": None}
+        assert await engine.stream_offered(key, state) is False
+
+
+async def test_streams_follow_tasks_whose_polls_are_a_second_apart(store: EventStore) -> None:
+    async with engine_on(store) as engine:
+        assert engine.stream_after == 1.0
+
+
+async def test_a_followed_stream_applies_each_event_as_a_stream_report(store: EventStore) -> None:
+    agent = Agent(subscribe=_events(working_event("r-1"), completed_event("r-1")))
+    async with engine_on(store, agent.transport(), STREAMING) as engine:
+        key = await _started(engine)
+        woken = engine._pushed[key] = asyncio.Event()
+        state = await engine.follow_stream(key)
+    assert state["state"] == "completed"
+    assert woken.is_set()
+    changed = [
+        (e.data["to"], e.data["source"])
+        for e in store.read_stream(f"task:{key}")
+        if e.type == ev.STATE_CHANGED
+    ]
+    assert changed[-2:] == [("working", "stream"), ("completed", "stream")]
+
+
+async def test_a_stream_the_agent_does_not_authorize_is_recorded_during_subscribe(
+    store: EventStore,
+) -> None:
+    agent = Agent(subscribe=lambda call: httpx.Response(401))
+    async with engine_on(store, agent.transport(), STREAMING) as engine:
+        key = await _started(engine)
+        with pytest.raises(AuthorizationFailedError):
+            await engine.follow_stream(key)
+    last = store.read_stream(f"task:{key}")[-1]
+    assert (last.type, last.data["during"]) == (ev.AUTHORIZATION_FAILED, "subscribe")
+
+
+async def test_a_stream_about_another_task_is_recorded_as_a_stream_answer(
+    store: EventStore,
+) -> None:
+    agent = Agent(subscribe=_events(working_event("r-other")))
+    async with engine_on(store, agent.transport(), STREAMING) as engine:
+        key = await _started(engine)
+        with pytest.raises(WrongTaskAnswerError):
+            await engine.follow_stream(key)
+    ignored = store.read_stream(f"task:{key}")[-2]
+    assert ignored.type == ev.OBSERVATION_IGNORED
+    assert {k: ignored.data[k] for k in ("reason", "source", "asked", "answered", "state")} == {
+        "reason": "wrong_task",
+        "source": "stream",
+        "asked": "r-1",
+        "answered": "r-other",
+        "state": "working",
+    }
+
+
+async def test_a_refused_subscription_leaves_the_task_to_its_polls(
+    store: EventStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    def refused(call: dict[str, Any]) -> httpx.Response:
+        error = {"code": -32004, "message": "streams not supported for this task"}
+        return httpx.Response(200, json={"jsonrpc": "2.0", "id": call["id"], "error": error})
+
+    ended: list[int] = []
+    agent = Agent(subscribe=refused)
+    caplog.set_level(logging.INFO, logger="cardfence")
+    async with engine_on(store, agent.transport(), STREAMING) as engine:
+        key = await _started(engine)
+        await asyncio.wait_for(engine.keep_streaming(key, after_each=lambda: ended.append(1)), 5)
+    assert agent.count("SubscribeToTask") == 1
+    assert ended == [1]
+    (line,) = [r for r in caplog.records if getattr(r, "event", None) == "StreamRefused"]
+    assert line.getMessage() == "stream refused; polling goes on"
+    assert line.task == key  # type: ignore[attr-defined]
+    assert "streams not supported for this task" in line.reason  # type: ignore[attr-defined]
+
+
+async def test_a_dropped_stream_is_followed_again_after_a_backoff_until_the_task_ends(
+    store: EventStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    streams = [_events(working_event("r-1")), _events(completed_event("r-1"))]
+
+    def subscribe(call: dict[str, Any]) -> httpx.Response:
+        return streams.pop(0)(call)
+
+    ended: list[float] = []
+    agent = Agent(subscribe=subscribe)
+    caplog.set_level(logging.INFO, logger="cardfence")
+    async with engine_on(store, agent.transport(), STREAMING) as engine:
+        key = await _started(engine)
+        loop = asyncio.get_running_loop()
+        await asyncio.wait_for(
+            engine.keep_streaming(key, retry_limit=0.05, after_each=lambda: ended.append(
+                loop.time())), 5,
+        )  # fmt: skip
+        state = await engine._state(key)
+    assert agent.count("SubscribeToTask") == 2
+    assert len(ended) == 2
+    assert state["state"] == "completed"
+    (dropped,) = [r for r in caplog.records if getattr(r, "event", None) == "StreamDropped"]
+    assert dropped.getMessage() == "stream ended early; polling goes on"
+    assert dropped.task == key  # type: ignore[attr-defined]
+
+
+def test_an_event_weighs_its_size() -> None:
+    class Sized:
+        size = 1234
+
+    assert _event_bytes(Sized()) == 1234  # type: ignore[arg-type]
