@@ -6,6 +6,7 @@ going to get all the same."""
 from __future__ import annotations
 
 import json
+import socket
 from datetime import UTC, datetime
 from typing import Any
 
@@ -16,7 +17,14 @@ from support.cards import ORIGIN, card_document
 from support.mocked import engine_on, task_agent
 
 from cardfence.engine import events as ev
-from cardfence.engine.errors import CredentialsMissingError, DiscoveryError, SkillUnavailableError
+from cardfence.engine.credentials_config import CredentialsConfig, OAuthClient
+from cardfence.engine.engine import EngineConfig
+from cardfence.engine.errors import (
+    CredentialsMissingError,
+    DiscoveryError,
+    SkillUnavailableError,
+    TokenRequestError,
+)
 from cardfence.store import EventStore, RecordedEvent
 
 
@@ -83,12 +91,45 @@ async def test_a_creation_no_credential_covers_is_recorded_as_credentials_missin
     secured["securityRequirements"] = [{"schemes": {"bearer": {"list": []}}}]
     sent: list[str] = []
     async with engine_on(store, _card_only(secured, sent)) as engine:
-        with pytest.raises(CredentialsMissingError):
+        with pytest.raises(CredentialsMissingError) as raised:
             await engine.start_task(ORIGIN, skill="echo", text="hi")
     missing = _agent_events(store)[-1]
     assert missing.type == ev.CREDENTIALS_MISSING
     assert (missing.data["reason"], missing.data["skill"]) == ("credentials_missing", "echo")
+    assert missing.data["detail"] == str(raised.value)
     assert sent == []
+
+
+def _closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+async def test_a_creation_whose_token_cannot_be_had_is_refused_before_anything_is_sent(
+    store: EventStore,
+) -> None:
+    token_url = f"http://127.0.0.1:{_closed_port()}/token"
+    secured = card_document()
+    flows = {"clientCredentials": {"tokenUrl": token_url, "scopes": {}}}
+    secured["securitySchemes"] = {"oauth": {"oauth2SecurityScheme": {"flows": flows}}}
+    secured["securityRequirements"] = [{"schemes": {"oauth": {"list": []}}}]
+    client = OAuthClient("cf-client", "cf-client-secret")
+    config = EngineConfig(credentials=CredentialsConfig.of({ORIGIN: {"oauth": client}}))
+    sent: list[str] = []
+    async with engine_on(store, _card_only(secured, sent), config) as engine:
+        with pytest.raises(TokenRequestError) as raised:
+            await engine.start_task(ORIGIN, skill="echo", text="hi")
+    assert raised.value.url == token_url
+    unusable = _agent_events(store)[-1]
+    assert unusable.type == ev.TASK_CREATION_REFUSED
+    assert {k: unusable.data[k] for k in ("reason", "detail", "skill")} == {
+        "reason": "credentials_unusable",
+        "detail": str(raised.value),
+        "skill": "echo",
+    }
+    assert sent == []  # no send without its token
+    assert store.streams(category=ev.TASK_CATEGORY) == []
 
 
 async def test_a_refusal_the_agents_altered_record_cannot_take_still_refuses_as_it_would(

@@ -17,6 +17,7 @@ from support.mocked import engine_on
 
 from cardfence.engine import events as ev
 from cardfence.engine import guards
+from cardfence.engine.cards.fetch import CardLimits
 from cardfence.engine.cards.model import parse_card
 from cardfence.engine.credentials_config import CredentialsConfig, OAuthClient
 from cardfence.engine.engine import EngineConfig
@@ -25,6 +26,7 @@ from cardfence.engine.errors import (
     CreationRefusedError,
     EndpointUnreachableError,
     InvalidAgentResponseError,
+    SkillUnavailableError,
     UsageError,
 )
 from cardfence.store import EventStore
@@ -172,7 +174,7 @@ async def test_a_creation_the_agent_refuses_is_closed_as_never_created_in_both_s
         with pytest.raises(CreationRefusedError) as raised:
             await engine.start_task(ORIGIN, skill="echo", text="hi", key="k-1")
         state = await engine._state("k-1")
-    assert raised.value.task == "k-1"
+    assert (raised.value.task, raised.value.url) == ("k-1", ENDPOINT)
     assert (raised.value.code, raised.value.detail) == (-32602, "no such skill here")
     last = store.read_stream("task:k-1")[-1]
     assert last.type == ev.TASK_CREATION_REFUSED
@@ -255,3 +257,149 @@ async def test_the_grant_recorded_names_the_openid_connect_discovery_its_token_c
             "token_endpoint": "https://id.example/token",
         }
     }
+
+
+async def test_a_creation_answered_by_a_task_is_applied_as_the_sends_report(
+    store: EventStore,
+) -> None:
+    def working(call: dict[str, Any]) -> httpx.Response:
+        status = {"state": "TASK_STATE_WORKING", "timestamp": "2026-01-01T00:00:00Z"}
+        task = {"id": "r-1", "contextId": "c-1", "status": status}
+        return httpx.Response(
+            200, json={"jsonrpc": "2.0", "id": call["id"], "result": {"task": task}}
+        )
+
+    async with engine_on(store, Agent(working).transport()) as engine:
+        view = await engine.start_task(ORIGIN, skill="echo", text="hi")
+    changed = [e.data for e in store.read_stream(f"task:{view.task}") if e.type == ev.STATE_CHANGED]
+    assert [(c["to"], c["source"]) for c in changed] == [("working", "send")]
+
+
+async def test_the_media_type_asked_for_is_the_one_sent(store: EventStore) -> None:
+    card = card_document()
+    card["defaultInputModes"] = ["text/plain", "text/markdown"]
+    agent = Agent(card=card)
+    async with engine_on(store, agent.transport()) as engine:
+        view = await engine.start_task(
+            ORIGIN, skill="echo", text="# hi", media_type="text/markdown"
+        )
+    (part,) = json.loads(agent.sent[0].content)["params"]["message"]["parts"]
+    assert part == {"text": "# hi", "mediaType": "text/markdown"}
+    assert _first(store, view.task)["media_type"] == "text/markdown"
+
+
+# -- R15: the authenticated extended card at creation ---------------------------------------------
+
+
+def _offering_extended() -> dict[str, Any]:
+    card = card_document()
+    card["capabilities"]["extendedAgentCard"] = True
+    return card
+
+
+def _extended_card() -> dict[str, Any]:
+    card = _offering_extended()
+    card["skills"].append(
+        {"id": "translate", "name": "Translate", "description": "Translates.", "tags": ["t"]}
+    )
+    return card
+
+
+def _serving_extended(card: dict[str, Any], extended: Any) -> Any:
+    """A send answer that also answers GetExtendedAgentCard with ``extended`` (a card document,
+    or an HTTP status)."""
+
+    def answer(call: dict[str, Any]) -> httpx.Response:
+        if call["method"] != "GetExtendedAgentCard":
+            return _submitted_task(call)
+        if isinstance(extended, int):
+            return httpx.Response(extended)
+        return httpx.Response(200, json={"jsonrpc": "2.0", "id": call["id"], "result": extended})
+
+    return answer
+
+
+def _methods(agent: Agent) -> list[str]:
+    return [json.loads(r.content)["method"] for r in agent.sent]
+
+
+async def test_a_skill_of_the_extended_card_is_created_frozen_under_that_card(
+    store: EventStore,
+) -> None:
+    public = _offering_extended()
+    agent = Agent(_serving_extended(public, _extended_card()), card=public)
+    async with engine_on(store, agent.transport()) as engine:
+        view = await engine.start_task(ORIGIN, skill="translate", text="hi")
+    assert _methods(agent) == ["GetExtendedAgentCard", "SendMessage"]
+    extended = parse_card(json.dumps(_extended_card()).encode(), url=ORIGIN)
+    public_card = parse_card(json.dumps(public).encode(), url=ORIGIN)
+    frozen = _first(store, view.task)
+    assert {k: frozen[k] for k in ("extended", "card_revision", "public_revision", "skill_hash",
+                                   "contract_hash", "public_contract_hash")} == {
+        "extended": True,
+        "card_revision": extended.revision,
+        "public_revision": public_card.revision,
+        "skill_hash": extended.compatibility_hash("translate"),
+        "contract_hash": extended.contract_hash,
+        "public_contract_hash": public_card.contract_hash,
+    }  # fmt: skip
+
+
+async def test_an_extended_card_not_read_leaves_the_public_card_to_decide_and_says_so(
+    store: EventStore,
+) -> None:
+    public = _offering_extended()
+    agent = Agent(_serving_extended(public, 503), card=public)
+    async with engine_on(store, agent.transport()) as engine:
+        view = await engine.start_task(ORIGIN, skill="echo", text="hi")
+        with pytest.raises(SkillUnavailableError):
+            await engine.start_task(ORIGIN, skill="translate", text="hi")
+    frozen = _first(store, view.task)
+    assert "extended" not in frozen
+    assert frozen["extended_unread"].startswith("EndpointUnreachableError: ")
+    refusal = store.read_stream(ev.agent_stream_id(ORIGIN))[-1]
+    assert refusal.type == ev.TASK_CREATION_REFUSED
+    assert refusal.data["detail"].endswith(
+        f"; the extended card could not be read ({frozen['extended_unread']})"
+    )
+
+
+async def test_no_credentials_go_to_an_extended_card_under_a_contract_not_accepted(
+    store: EventStore,
+) -> None:
+    public = _offering_extended()
+    agent = Agent(_serving_extended(public, _extended_card()), card=public)
+    async with engine_on(store, agent.transport()) as engine:
+        await engine.start_task(ORIGIN, skill="echo", text="hi")  # the contract pinned
+        changed = _offering_extended()
+        # Another security scheme defined (none required): another contract (R3).
+        changed["securitySchemes"] = {
+            "key": {"apiKeySecurityScheme": {"location": "header", "name": "X-Key"}}
+        }
+        agent.card = changed
+        agent.sent.clear()
+        with pytest.raises(SkillUnavailableError) as refused:
+            await engine.start_task(ORIGIN, skill="translate", text="hi")
+        assert agent.sent == []  # no extended read: it would carry credentials
+        assert str(refused.value) == (
+            f"{ORIGIN}: skill 'translate' is absent from the card (offered: echo); the extended "
+            "card could not be read (the contract changed and is not accepted: no credentials "
+            "were sent) (nothing was sent)"
+        )
+        view = await engine.start_task(ORIGIN, skill="translate", text="hi", accept_contract=True)
+    assert _methods(agent) == ["GetExtendedAgentCard", "SendMessage"]
+    assert _first(store, view.task)["extended"] is True
+
+
+async def test_an_engine_allowing_plain_http_reads_the_extended_card_over_it_too(
+    store: EventStore,
+) -> None:
+    plain = "http://agent.example"
+    public, extended = _offering_extended(), _extended_card()
+    for card in (public, extended):
+        card["supportedInterfaces"][0]["url"] = f"{plain}/a2a"
+    agent = Agent(_serving_extended(public, extended), card=public)
+    config = EngineConfig(card_limits=CardLimits(allow_insecure=True))
+    async with engine_on(store, agent.transport(), config) as engine:
+        view = await engine.start_task(plain, skill="translate", text="hi")
+    assert _first(store, view.task)["extended"] is True
