@@ -158,3 +158,22 @@ async def test_an_agent_url_that_is_no_url_is_refused_for_what_it_is_and_nothing
             await engine.start_task("ftp://agent.example", skill="echo", text="hi")
     assert str(raised.value) == "GET ftp://agent.example -> not an http(s) URL (nothing was sent)"
     assert store.read_stream(ev.agent_stream_id("ftp://agent.example")) == []
+
+
+async def test_a_creation_whose_card_cannot_be_read_is_refused_naming_the_read(
+    store: EventStore,
+) -> None:
+    def unavailable(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(503 if request.method == "GET" else 500)
+
+    async with engine_on(store, httpx.MockTransport(unavailable)) as engine:
+        with pytest.raises(DiscoveryError) as raised:
+            await engine.start_task(ORIGIN, skill="echo", text="hi")
+    refused = _agent_events(store)[-1]
+    assert refused.type == ev.TASK_CREATION_REFUSED
+    assert {k: refused.data[k] for k in ("reason", "detail", "skill")} == {
+        "reason": "discovery_failed",
+        "detail": str(raised.value),
+        "skill": "echo",
+    }
+    assert raised.value.consequence == "nothing was sent"

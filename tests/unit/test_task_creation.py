@@ -19,7 +19,7 @@ from cardfence.engine import events as ev
 from cardfence.engine import guards
 from cardfence.engine.cards.fetch import CardLimits
 from cardfence.engine.cards.model import parse_card
-from cardfence.engine.credentials_config import CredentialsConfig, OAuthClient
+from cardfence.engine.credentials_config import Bearer, CredentialsConfig, OAuthClient
 from cardfence.engine.engine import EngineConfig
 from cardfence.engine.errors import (
     AuthorizationFailedError,
@@ -403,3 +403,92 @@ async def test_an_engine_allowing_plain_http_reads_the_extended_card_over_it_too
     async with engine_on(store, agent.transport(), config) as engine:
         view = await engine.start_task(plain, skill="translate", text="hi")
     assert _first(store, view.task)["extended"] is True
+
+
+def _secured(card: dict[str, Any]) -> dict[str, Any]:
+    card["securitySchemes"] = {"bearer": {"httpAuthSecurityScheme": {"scheme": "bearer"}}}
+    card["securityRequirements"] = [{"schemes": {"bearer": {"list": []}}}]
+    return card
+
+
+async def test_the_extended_card_is_asked_for_with_the_credentials_the_card_requires(
+    store: EventStore,
+) -> None:
+    public, extended = _secured(_offering_extended()), _secured(_extended_card())
+    agent = Agent(_serving_extended(public, extended), card=public)
+    config = EngineConfig(credentials=CredentialsConfig.of({ORIGIN: {"bearer": Bearer("tok")}}))
+    async with engine_on(store, agent.transport(), config) as engine:
+        view = await engine.start_task(ORIGIN, skill="translate", text="hi")
+    asked = agent.sent[0]
+    assert json.loads(asked.content)["method"] == "GetExtendedAgentCard"
+    assert asked.headers["authorization"] == "Bearer tok"
+    assert _first(store, view.task)["extended"] is True
+
+
+async def test_the_extended_card_is_read_over_the_interface_the_task_would_use(
+    store: EventStore,
+) -> None:
+    public, extended = _offering_extended(), _extended_card()
+    for card in (public, extended):
+        card["supportedInterfaces"].append(
+            {"url": f"{ORIGIN}/rest", "protocolBinding": "HTTP+JSON", "protocolVersion": "1.0"}
+        )
+    asked: list[str] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        asked.append(f"{request.method} {request.url.path}")
+        if request.url.path == "/rest/extendedAgentCard":
+            return httpx.Response(200, json=extended)
+        if request.method == "GET":
+            return httpx.Response(200, json=public)
+        status = {"state": "TASK_STATE_SUBMITTED", "timestamp": "2026-01-01T00:00:00Z"}
+        return httpx.Response(
+            200, json={"task": {"id": "r-1", "contextId": "c-1", "status": status}}
+        )
+
+    config = EngineConfig(prefer_bindings=("HTTP+JSON",))
+    async with engine_on(store, httpx.MockTransport(handler), config) as engine:
+        await engine.start_task(ORIGIN, skill="translate", text="hi")
+    assert asked[1:] == ["GET /rest/extendedAgentCard", "POST /rest/message:send"]
+
+
+async def test_the_extended_read_is_recorded_naming_the_public_card_and_its_transport_let_go(
+    store: EventStore,
+) -> None:
+    public, extended = _secured(_offering_extended()), _secured(_extended_card())
+    agent = Agent(_serving_extended(public, extended), card=public)
+    config = EngineConfig(credentials=CredentialsConfig.of({ORIGIN: {"bearer": Bearer("tok")}}))
+    async with engine_on(store, agent.transport(), config) as engine:
+        await engine.start_task(ORIGIN, skill="translate", text="hi")
+        kept = list(engine._transports)
+    public_revision = parse_card(json.dumps(public).encode(), url=ORIGIN).revision
+    (read,) = [
+        e.data
+        for e in store.read_stream(ev.agent_stream_id(ORIGIN))
+        if e.type == ev.CARD_FETCHED and e.data.get("extended")
+    ]
+    assert read["public_revision"] == public_revision
+    assert len(kept) == 1  # the task's own; the one for the extended read was not kept
+
+
+async def test_a_skill_on_neither_card_is_refused_without_blaming_the_extended_read(
+    store: EventStore,
+) -> None:
+    public = _offering_extended()
+    agent = Agent(_serving_extended(public, _extended_card()), card=public)
+    async with engine_on(store, agent.transport()) as engine:
+        with pytest.raises(SkillUnavailableError) as refused:
+            await engine.start_task(ORIGIN, skill="summarise", text="hi")
+    assert str(refused.value) == (
+        f"{ORIGIN}: skill 'summarise' is absent from the card (offered: echo, translate) "
+        "(nothing was sent)"
+    )
+
+
+async def test_a_task_started_without_a_media_type_is_plain_text(store: EventStore) -> None:
+    agent = Agent()
+    async with engine_on(store, agent.transport()) as engine:
+        view = await engine.start_task(ORIGIN, skill="echo", text="hi")
+    assert _first(store, view.task)["media_type"] == "text/plain"
+    (part,) = json.loads(agent.sent[0].content)["params"]["message"]["parts"]
+    assert part["mediaType"] == "text/plain"
