@@ -593,12 +593,14 @@ async def test_an_extended_card_failing_require_refuses_creation_and_nothing_is_
     serve_extended(peer, None if case == "unsigned" else key, altered=case == "altered")
     config = engine_config(peer, "require", key_file(tmp_path, key))
     async with Engine.open(db_url, config=config) as engine:
+        said: list[tuple[str, str]] = []
         for skill in (EXTENDED_ONLY, "echo"):  # a skill of the public card too
             with pytest.raises(CardSignatureError) as caught:
                 await engine.start_task(peer.base_url, skill=skill, text="slow 0.1")
             assert caught.value.detail == reason
             assert caught.value.url == peer.jsonrpc_url
             assert str(caught.value).endswith("(nothing was sent)")
+            said.append((skill, str(caught.value)))
         store = engine.store
 
         public = [d for t, d in agent_events(store, peer) if t == ev.CARD_FETCHED]
@@ -607,6 +609,10 @@ async def test_an_extended_card_failing_require_refuses_creation_and_nothing_is_
         ]  # fmt: skip
         failed = [d for t, d in agent_events(store, peer) if t == ev.DISCOVERY_FAILED]
         assert {(d["kind"], d["detail"]) for d in failed} == {("signature", reason)}
+        refused = [d for t, d in agent_events(store, peer) if t == ev.TASK_CREATION_REFUSED]
+        assert [(d["reason"], d["skill"], d["detail"]) for d in refused] == [
+            ("discovery_failed", skill, message) for skill, message in said
+        ]
         assert extended_reads(store, peer) == []
         # Only the public card and its key set are stored; no task was created.
         assert set(store.snapshot_revisions()) == {

@@ -20,8 +20,11 @@ from cardfence.engine import events as ev
 from cardfence.engine.credentials_config import CredentialsConfig, OAuthClient
 from cardfence.engine.engine import EngineConfig
 from cardfence.engine.errors import (
+    CardInvalidError,
+    ContractChangedError,
     CredentialsMissingError,
     DiscoveryError,
+    ExtensionRequiredError,
     SkillUnavailableError,
     TokenRequestError,
 )
@@ -36,14 +39,23 @@ def _agent_events(store: EventStore) -> list[RecordedEvent]:
     return store.read_stream(ev.agent_stream_id(ORIGIN))
 
 
-def _card_only(document: dict[str, Any], sent: list[str]) -> httpx.MockTransport:
-    """An agent serving ``document`` as its card; any other request is listed in ``sent``."""
+def _card_only(
+    document: dict[str, Any], sent: list[str], *, created: bool = False
+) -> httpx.MockTransport:
+    """An agent serving ``document`` as its card; any other request is listed in ``sent`` and
+    answered 500 (``created``: a send answered with a new task ``r-1``)."""
 
     def handler(request: httpx.Request) -> httpx.Response:
         if request.method == "GET":
             return httpx.Response(200, json=document)
-        sent.append(json.loads(request.content)["method"])
-        return httpx.Response(500)
+        call = json.loads(request.content)
+        sent.append(call["method"])
+        if not created:
+            return httpx.Response(500)
+        task = {"id": "r-1", "contextId": "c-1", "status": {"state": "TASK_STATE_SUBMITTED"}}
+        return httpx.Response(
+            200, json={"jsonrpc": "2.0", "id": call["id"], "result": {"task": task}}
+        )
 
     return httpx.MockTransport(handler)
 
@@ -177,3 +189,82 @@ async def test_a_creation_whose_card_cannot_be_read_is_refused_naming_the_read(
         "skill": "echo",
     }
     assert raised.value.consequence == "nothing was sent"
+
+
+async def test_a_card_requiring_an_extension_not_activated_refuses_naming_it(
+    store: EventStore,
+) -> None:
+    requiring = card_document()
+    requiring["capabilities"]["extensions"] = [
+        {"uri": "urn:ext:needed", "required": True},
+        {"uri": "urn:ext:optional"},
+    ]
+    sent: list[str] = []
+    async with engine_on(store, _card_only(requiring, sent)) as engine:
+        with pytest.raises(ExtensionRequiredError) as raised:
+            await engine.start_task(
+                ORIGIN, skill="echo", text="hi", extensions=["urn:ext:optional"]
+            )
+    assert (raised.value.agent, raised.value.uris) == (ORIGIN, ("urn:ext:needed",))
+    refused = _agent_events(store)[-1]
+    assert (refused.data["reason"], refused.data["detail"]) == (
+        "extension_required",
+        "urn:ext:needed",
+    )
+    assert sent == []
+
+
+async def test_a_card_requiring_an_extension_activated_creates_the_task(store: EventStore) -> None:
+    requiring = card_document()
+    requiring["capabilities"]["extensions"] = [{"uri": "urn:ext:needed", "required": True}]
+    sent: list[str] = []
+    async with engine_on(store, _card_only(requiring, sent, created=True)) as engine:
+        view = await engine.start_task(
+            ORIGIN, skill="echo", text="hi", extensions=["urn:ext:needed"]
+        )
+    assert view.remote_task_id == "r-1"
+    assert sent == ["SendMessage"]
+
+
+async def test_a_card_with_no_interface_the_engine_speaks_is_refused_and_recorded(
+    store: EventStore,
+) -> None:
+    foreign = card_document()
+    foreign["supportedInterfaces"] = [
+        {"url": f"{ORIGIN}/grpc", "protocolBinding": "GRPC", "protocolVersion": "1.0"}
+    ]
+    sent: list[str] = []
+    async with engine_on(store, _card_only(foreign, sent)) as engine:
+        with pytest.raises(CardInvalidError) as raised:
+            await engine.start_task(ORIGIN, skill="echo", text="hi")
+    assert raised.value.consequence == "nothing was sent"
+    assert str(raised.value).endswith("(nothing was sent)")
+    refused = _agent_events(store)[-1]
+    assert {k: refused.data[k] for k in ("reason", "detail", "skill")} == {
+        "reason": "CardInvalidError",
+        "detail": str(raised.value),
+        "skill": "echo",
+    }
+    assert sent == []
+
+
+async def test_a_contract_changed_and_not_accepted_is_refused_and_recorded(
+    store: EventStore,
+) -> None:
+    async with engine_on(store, task_agent(lambda r: httpx.Response(503))) as engine:
+        await engine.start_task(ORIGIN, skill="echo", text="hi")  # pins the contract
+    changed = card_document()
+    changed["securitySchemes"] = {
+        "key": {"apiKeySecurityScheme": {"location": "header", "name": "X-Key"}}
+    }
+    sent: list[str] = []
+    async with engine_on(store, _card_only(changed, sent)) as engine:
+        with pytest.raises(ContractChangedError) as raised:
+            await engine.start_task(ORIGIN, skill="echo", text="hi")
+    refused = _agent_events(store)[-1]
+    assert {k: refused.data[k] for k in ("reason", "detail", "skill")} == {
+        "reason": "ContractChangedError",
+        "detail": str(raised.value),
+        "skill": "echo",
+    }
+    assert sent == []

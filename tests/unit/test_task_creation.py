@@ -299,6 +299,7 @@ def _offering_extended() -> dict[str, Any]:
 
 def _extended_card() -> dict[str, Any]:
     card = _offering_extended()
+    card["version"] = "1.1.0"  # the extended card's own
     card["skills"].append(
         {"id": "translate", "name": "Translate", "description": "Translates.", "tags": ["t"]}
     )
@@ -334,10 +335,12 @@ async def test_a_skill_of_the_extended_card_is_created_frozen_under_that_card(
     extended = parse_card(json.dumps(_extended_card()).encode(), url=ORIGIN)
     public_card = parse_card(json.dumps(public).encode(), url=ORIGIN)
     frozen = _first(store, view.task)
-    assert {k: frozen[k] for k in ("extended", "card_revision", "public_revision", "skill_hash",
-                                   "contract_hash", "public_contract_hash")} == {
+    assert {k: frozen[k] for k in ("extended", "card_revision", "card_version",
+                                   "public_revision", "skill_hash", "contract_hash",
+                                   "public_contract_hash")} == {
         "extended": True,
         "card_revision": extended.revision,
+        "card_version": "1.1.0",
         "public_revision": public_card.revision,
         "skill_hash": extended.compatibility_hash("translate"),
         "contract_hash": extended.contract_hash,
