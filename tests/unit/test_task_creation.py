@@ -300,6 +300,10 @@ def _offering_extended() -> dict[str, Any]:
 def _extended_card() -> dict[str, Any]:
     card = _offering_extended()
     card["version"] = "1.1.0"  # the extended card's own
+    # A scheme the public card does not define (none required): a contract of its own.
+    card["securitySchemes"] = {
+        "key": {"apiKeySecurityScheme": {"location": "header", "name": "X-Key"}}
+    }
     card["skills"].append(
         {"id": "translate", "name": "Translate", "description": "Translates.", "tags": ["t"]}
     )
