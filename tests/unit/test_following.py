@@ -22,8 +22,10 @@ from cardfence.engine.engine import Engine, EngineConfig, following
 from cardfence.engine.engine.following import Pace, _event_bytes, _unwound, reached
 from cardfence.engine.errors import (
     AuthorizationFailedError,
+    CreationRefusedError,
     DeadlineExceeded,
     EndpointUnreachableError,
+    StreamDroppedError,
     TaskOrphanedError,
     UsageError,
     WrongTaskAnswerError,
@@ -64,7 +66,9 @@ class Agent:
         *,
         card: dict[str, Any] | int | None = None,
         subscribe: Answer | None = None,
+        send: Answer | None = None,
     ) -> None:
+        self.send = send
         self.get, self.subscribe = get or _answering("working"), subscribe
         self.card: dict[str, Any] | int = card_document() if card is None else card
         self.asked: list[str] = []
@@ -79,6 +83,8 @@ class Agent:
             call = json.loads(request.content)
             self.asked.append(call["method"])
             if call["method"] == "SendMessage":
+                if self.send is not None:
+                    return self.send(call)
                 return _result(call, {"task": _task("submitted", "2026-01-01T00:00:00Z")})
             if call["method"] == "SubscribeToTask" and self.subscribe is not None:
                 return self.subscribe(call)
@@ -331,7 +337,7 @@ async def test_drive_follows_until_the_point_asked_and_lets_go_of_the_task(
     agent = Agent(_answering("working", "working", "input-required", "completed"))
     async with engine_on(store, agent.transport(), FAST) as engine:
         key = await _started(engine)
-        asked = await engine.drive(key, until="interrupted", timeout=5)
+        asked = await engine.drive(key, timeout=5)  # until an interrupted state, by default
         assert (key in engine._driving, key in engine._pushed) == (False, False)
         done = await engine.drive(key, until="terminal", timeout=5)
     assert (asked.state, done.state) == ("input-required", "completed")
@@ -439,6 +445,7 @@ STREAMING = EngineConfig(max_poll_interval=30.0)
         (STREAMING, "working", False, False),  # the card the task last saw has no streams
         (EngineConfig(follow_streams=False), "working", True, False),
         (EngineConfig(max_poll_interval=0.5), "working", True, False),  # polls close enough
+        (EngineConfig(max_poll_interval=1.0), "working", True, True),  # a second apart: offered
     ],
 )
 async def test_a_tasks_stream_is_offered_when_its_card_and_its_state_allow(
@@ -536,7 +543,11 @@ async def test_a_refused_subscription_leaves_the_task_to_its_polls(
 async def test_a_dropped_stream_is_followed_again_after_a_backoff_until_the_task_ends(
     store: EventStore, caplog: pytest.LogCaptureFixture
 ) -> None:
-    streams = [_events(working_event("r-1")), _events(completed_event("r-1"))]
+    streams = [
+        _events(working_event("r-1")),
+        _events(working_event("r-1")),
+        _events(completed_event("r-1")),
+    ]
 
     def subscribe(call: dict[str, Any]) -> httpx.Response:
         return streams.pop(0)(call)
@@ -552,12 +563,15 @@ async def test_a_dropped_stream_is_followed_again_after_a_backoff_until_the_task
                 loop.time())), 5,
         )  # fmt: skip
         state = await engine._state(key)
-    assert agent.count("SubscribeToTask") == 2
-    assert len(ended) == 2
+    assert agent.count("SubscribeToTask") == 3
+    assert len(ended) == 3
+    assert ended[2] - ended[0] < 0.5  # waits of retry_limit (0.05 s), not of a second
     assert state["state"] == "completed"
-    (dropped,) = [r for r in caplog.records if getattr(r, "event", None) == "StreamDropped"]
-    assert dropped.getMessage() == "stream ended early; polling goes on"
-    assert dropped.task == key  # type: ignore[attr-defined]
+    dropped = [r for r in caplog.records if getattr(r, "event", None) == "StreamDropped"]
+    assert len(dropped) == 2
+    assert dropped[0].getMessage() == "stream ended early; polling goes on"
+    assert dropped[0].task == key  # type: ignore[attr-defined]
+    assert dropped[0].reason == "closed"  # type: ignore[attr-defined]
 
 
 def test_an_event_weighs_its_size() -> None:
@@ -565,3 +579,84 @@ def test_an_event_weighs_its_size() -> None:
         size = 1234
 
     assert _event_bytes(Sized()) == 1234  # type: ignore[arg-type]
+
+
+async def test_the_last_drive_of_a_task_lets_go_of_its_wake_up(store: EventStore) -> None:
+    async with engine_on(store) as engine:
+        engine._driving["k"] += 2  # two drives of one task at once
+        engine._pushed["k"] = asyncio.Event()
+        engine._let_go("k")
+        assert (engine._driving["k"], "k" in engine._pushed) == (1, True)
+        engine._let_go("k")
+        assert ("k" in engine._driving, "k" in engine._pushed) == (False, False)
+        engine._driving["j"] += 1  # a drive that never waited: no wake-up to let go
+        engine._let_go("j")
+        assert "j" not in engine._driving
+
+
+async def test_a_silent_stream_is_dropped_after_the_idle_timeout(store: EventStore) -> None:
+    class Silent(httpx.AsyncByteStream):
+        def __init__(self, first: bytes) -> None:
+            self.first = first
+
+        async def __aiter__(self) -> AsyncIterator[bytes]:
+            yield self.first
+            await asyncio.sleep(30)
+
+    def subscribe(call: dict[str, Any]) -> httpx.Response:
+        frame = sse(
+            json.dumps({"jsonrpc": "2.0", "id": call["id"], "result": working_event("r-1")})
+        )
+        return httpx.Response(
+            200, stream=Silent(frame), headers={"content-type": "text/event-stream"}
+        )
+
+    config = EngineConfig(max_poll_interval=30.0, stream_idle_timeout=0.2)
+    async with engine_on(store, Agent(subscribe=subscribe).transport(), config) as engine:
+        key = await _started(engine)
+        with pytest.raises(StreamDroppedError):
+            await asyncio.wait_for(engine.follow_stream(key), 5)
+        assert (await engine._state(key))["state"] == "working"  # what came was applied
+
+
+async def test_a_stream_that_cannot_be_opened_is_logged_by_its_error_and_tried_again(
+    store: EventStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    streams = [lambda call: httpx.Response(503), _events(completed_event("r-1"))]
+    agent = Agent(subscribe=lambda call: streams.pop(0)(call))
+    caplog.set_level(logging.INFO, logger="cardfence")
+    async with engine_on(store, agent.transport(), STREAMING) as engine:
+        key = await _started(engine)
+        await asyncio.wait_for(engine.keep_streaming(key, retry_limit=0.05), 5)
+    (dropped,) = [r for r in caplog.records if getattr(r, "event", None) == "StreamDropped"]
+    assert dropped.reason == "EndpointUnreachableError"  # type: ignore[attr-defined]
+    assert agent.count("SubscribeToTask") == 2
+
+
+async def test_drive_of_a_task_the_agent_refused_to_create_returns_it_without_a_poll(
+    store: EventStore,
+) -> None:
+    def refused(call: dict[str, Any]) -> httpx.Response:
+        error = {"code": -32602, "message": "no"}
+        return httpx.Response(200, json={"jsonrpc": "2.0", "id": call["id"], "error": error})
+
+    agent = Agent(send=refused)
+    async with engine_on(store, agent.transport(), FAST) as engine:
+        with pytest.raises(CreationRefusedError):
+            await engine.start_task(ORIGIN, skill="echo", text="hi", key="k-1")
+        view = await engine.drive("k-1", until="terminal", timeout=5)
+    assert view.task == "k-1"
+    assert agent.count("GetTask") == 0  # R3: nothing to follow
+
+
+async def test_drive_follows_the_tasks_stream_once_its_polls_are_a_second_apart(
+    store: EventStore,
+) -> None:
+    slow = EngineConfig(first_poll_interval=30, max_poll_interval=30)
+    agent = Agent(subscribe=_events(working_event("r-1"), completed_event("r-1")))
+    async with engine_on(store, agent.transport(), slow) as engine:
+        key = await _started(engine)
+        view = await engine.drive(key, until="terminal", timeout=20)
+    assert view.state == "completed"
+    assert agent.count("SubscribeToTask") == 1
+    assert agent.count("GetTask") <= 2  # the first poll, and at most the closing read
