@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import httpx
@@ -75,6 +75,34 @@ async def engine_on(
         yield engine
 
 
+def rpc_result(call: Mapping[str, Any], result: Any) -> httpx.Response:
+    """A JSON-RPC 2.0 answer to the decoded ``call``: its id and ``result``."""
+    return httpx.Response(200, json={"jsonrpc": "2.0", "id": call["id"], "result": result})
+
+
+def rpc_error(call: Mapping[str, Any], code: int, message: str) -> httpx.Response:
+    """A JSON-RPC 2.0 error answer to the decoded ``call`` (an A2A error)."""
+    error = {"code": code, "message": message}
+    return httpx.Response(200, json={"jsonrpc": "2.0", "id": call["id"], "error": error})
+
+
+def submitted_task(call: Mapping[str, Any]) -> httpx.Response:
+    """SendMessage answered with a new task ``r-1`` (context ``c-1``), submitted."""
+    status = {"state": "TASK_STATE_SUBMITTED", "timestamp": "2026-01-01T00:00:00Z"}
+    return rpc_result(call, {"task": {"id": "r-1", "contextId": "c-1", "status": status}})
+
+
+class Body(httpx.AsyncByteStream):
+    """A streamed body (httpx reads a body given as bytes whole before anyone streams it)."""
+
+    def __init__(self, *chunks: bytes) -> None:
+        self.chunks = chunks
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for chunk in self.chunks:
+            yield chunk
+
+
 def task_agent(get_task: Handler) -> httpx.MockTransport:
     """The agent of ``support.cards``: its card, a new task ``r-1`` for every send, and
     ``get_task(request)`` for every GetTask."""
@@ -85,10 +113,6 @@ def task_agent(get_task: Handler) -> httpx.MockTransport:
         call = json.loads(request.content)
         if call["method"] == "GetTask":
             return get_task(request)  # type: ignore[no-any-return]
-        status = {"state": "TASK_STATE_SUBMITTED", "timestamp": "2026-01-01T00:00:00Z"}
-        task = {"id": "r-1", "contextId": "c-1", "status": status}
-        return httpx.Response(
-            200, json={"jsonrpc": "2.0", "id": call["id"], "result": {"task": task}}
-        )
+        return submitted_task(call)
 
     return httpx.MockTransport(handler)

@@ -14,7 +14,7 @@ import httpx
 import pytest
 import sqlalchemy as sa
 from support.cards import ORIGIN, card_document
-from support.mocked import engine_on, task_agent
+from support.mocked import engine_on, submitted_task, task_agent
 
 from cardfence.engine import events as ev
 from cardfence.engine.credentials_config import CredentialsConfig, OAuthClient
@@ -50,12 +50,7 @@ def _card_only(
             return httpx.Response(200, json=document)
         call = json.loads(request.content)
         sent.append(call["method"])
-        if not created:
-            return httpx.Response(500)
-        task = {"id": "r-1", "contextId": "c-1", "status": {"state": "TASK_STATE_SUBMITTED"}}
-        return httpx.Response(
-            200, json={"jsonrpc": "2.0", "id": call["id"], "result": {"task": task}}
-        )
+        return submitted_task(call) if created else httpx.Response(500)
 
     return httpx.MockTransport(handler)
 

@@ -15,7 +15,7 @@ import httpx
 import pytest
 from support.cards import ORIGIN, card_document
 from support.hostile import completed_event, sse, working_event
-from support.mocked import engine_on
+from support.mocked import Body, engine_on, rpc_error, rpc_result, submitted_task
 
 from cardfence.engine import events as ev
 from cardfence.engine.engine import Engine, EngineConfig, following
@@ -36,10 +36,6 @@ ENDPOINT = f"{ORIGIN}/a2a"
 Answer = Callable[[dict[str, Any]], httpx.Response]
 
 
-def _result(call: dict[str, Any], result: Any) -> httpx.Response:
-    return httpx.Response(200, json={"jsonrpc": "2.0", "id": call["id"], "result": result})
-
-
 def _task(state: str, stamp: str = "2026-01-01T00:00:01Z") -> dict[str, Any]:
     status = {"state": f"TASK_STATE_{state.upper().replace('-', '_')}", "timestamp": stamp}
     return {"id": "r-1", "contextId": "c-1", "status": status}
@@ -51,7 +47,7 @@ def _answering(*states: str) -> Answer:
 
     def answer(call: dict[str, Any]) -> httpx.Response:
         state = left.pop(0) if len(left) > 1 else left[0]
-        return _result(call, _task(state, f"2026-01-01T00:00:{10 - len(left):02d}Z"))
+        return rpc_result(call, _task(state, f"2026-01-01T00:00:{10 - len(left):02d}Z"))
 
     return answer
 
@@ -83,9 +79,7 @@ class Agent:
             call = json.loads(request.content)
             self.asked.append(call["method"])
             if call["method"] == "SendMessage":
-                if self.send is not None:
-                    return self.send(call)
-                return _result(call, {"task": _task("submitted", "2026-01-01T00:00:00Z")})
+                return (self.send or submitted_task)(call)
             if call["method"] == "SubscribeToTask" and self.subscribe is not None:
                 return self.subscribe(call)
             return self.get(call)
@@ -288,7 +282,7 @@ async def test_a_bare_404_from_an_endpoint_the_card_dropped_orphans_the_task(
 
 
 async def test_a_malformed_answer_changes_nothing_and_is_not_raised(store: EventStore) -> None:
-    agent = Agent(lambda call: _result(call, 7))
+    agent = Agent(lambda call: rpc_result(call, 7))
     async with engine_on(store, agent.transport()) as engine:
         key = await _started(engine)
         pace = Pace.start(engine.config, engine._clock())
@@ -409,17 +403,6 @@ async def test_a_push_applied_wakes_drive_before_its_next_poll(store: EventStore
 # -- streams beside the polls -------------------------------------------------------------------
 
 
-class Body(httpx.AsyncByteStream):
-    """A streamed body (httpx reads a body given as bytes whole before anyone streams it)."""
-
-    def __init__(self, *chunks: bytes) -> None:
-        self.chunks = chunks
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        for chunk in self.chunks:
-            yield chunk
-
-
 def _events(*events: dict[str, Any]) -> Answer:
     def answer(call: dict[str, Any]) -> httpx.Response:
         frames = [
@@ -523,8 +506,7 @@ async def test_a_refused_subscription_leaves_the_task_to_its_polls(
     store: EventStore, caplog: pytest.LogCaptureFixture
 ) -> None:
     def refused(call: dict[str, Any]) -> httpx.Response:
-        error = {"code": -32004, "message": "streams not supported for this task"}
-        return httpx.Response(200, json={"jsonrpc": "2.0", "id": call["id"], "error": error})
+        return rpc_error(call, -32004, "streams not supported for this task")
 
     ended: list[int] = []
     agent = Agent(subscribe=refused)
@@ -636,11 +618,7 @@ async def test_a_stream_that_cannot_be_opened_is_logged_by_its_error_and_tried_a
 async def test_drive_of_a_task_the_agent_refused_to_create_returns_it_without_a_poll(
     store: EventStore,
 ) -> None:
-    def refused(call: dict[str, Any]) -> httpx.Response:
-        error = {"code": -32602, "message": "no"}
-        return httpx.Response(200, json={"jsonrpc": "2.0", "id": call["id"], "error": error})
-
-    agent = Agent(send=refused)
+    agent = Agent(send=lambda call: rpc_error(call, -32602, "no"))
     async with engine_on(store, agent.transport(), FAST) as engine:
         with pytest.raises(CreationRefusedError):
             await engine.start_task(ORIGIN, skill="echo", text="hi", key="k-1")

@@ -4,6 +4,7 @@ a message, a refusal, a request the agent did not authorize, an agent not reache
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -13,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 from support.cards import ORIGIN, card_document
-from support.mocked import engine_on
+from support.mocked import engine_on, rpc_error, rpc_result, submitted_task
 
 from cardfence.engine import events as ev
 from cardfence.engine import guards
@@ -34,16 +35,10 @@ from cardfence.store import EventStore
 ENDPOINT = f"{ORIGIN}/a2a"
 
 
-def _submitted_task(call: dict[str, Any]) -> httpx.Response:
-    status = {"state": "TASK_STATE_SUBMITTED", "timestamp": "2026-01-01T00:00:00Z"}
-    task = {"id": "r-1", "contextId": "c-1", "status": status}
-    return httpx.Response(200, json={"jsonrpc": "2.0", "id": call["id"], "result": {"task": task}})
-
-
 class Agent:
     """The card of ``support.cards`` (or ``card``), and ``send`` answering the creation."""
 
-    def __init__(self, send: Any = _submitted_task, card: dict[str, Any] | None = None) -> None:
+    def __init__(self, send: Any = submitted_task, card: dict[str, Any] | None = None) -> None:
         self.send, self.card = send, card or card_document()
         self.sent: list[httpx.Request] = []
 
@@ -153,9 +148,7 @@ async def test_a_creation_answered_by_a_message_is_applied_as_the_sends_report(
 ) -> None:
     def message(call: dict[str, Any]) -> httpx.Response:
         said = {"messageId": "m-r", "role": "ROLE_AGENT", "parts": [{"text": "done"}]}
-        return httpx.Response(
-            200, json={"jsonrpc": "2.0", "id": call["id"], "result": {"message": said}}
-        )
+        return rpc_result(call, {"message": said})
 
     async with engine_on(store, Agent(message).transport()) as engine:
         view = await engine.start_task(ORIGIN, skill="echo", text="hi")
@@ -166,10 +159,7 @@ async def test_a_creation_answered_by_a_message_is_applied_as_the_sends_report(
 async def test_a_creation_the_agent_refuses_is_closed_as_never_created_in_both_streams(
     store: EventStore,
 ) -> None:
-    def refused(call: dict[str, Any]) -> httpx.Response:
-        error = {"code": -32602, "message": "no such skill here"}
-        return httpx.Response(200, json={"jsonrpc": "2.0", "id": call["id"], "error": error})
-
+    refused = functools.partial(rpc_error, code=-32602, message="no such skill here")
     async with engine_on(store, Agent(refused).transport()) as engine:
         with pytest.raises(CreationRefusedError) as raised:
             await engine.start_task(ORIGIN, skill="echo", text="hi", key="k-1")
@@ -264,10 +254,7 @@ async def test_a_creation_answered_by_a_task_is_applied_as_the_sends_report(
 ) -> None:
     def working(call: dict[str, Any]) -> httpx.Response:
         status = {"state": "TASK_STATE_WORKING", "timestamp": "2026-01-01T00:00:00Z"}
-        task = {"id": "r-1", "contextId": "c-1", "status": status}
-        return httpx.Response(
-            200, json={"jsonrpc": "2.0", "id": call["id"], "result": {"task": task}}
-        )
+        return rpc_result(call, {"task": {"id": "r-1", "contextId": "c-1", "status": status}})
 
     async with engine_on(store, Agent(working).transport()) as engine:
         view = await engine.start_task(ORIGIN, skill="echo", text="hi")
@@ -316,10 +303,10 @@ def _serving_extended(card: dict[str, Any], extended: Any) -> Any:
 
     def answer(call: dict[str, Any]) -> httpx.Response:
         if call["method"] != "GetExtendedAgentCard":
-            return _submitted_task(call)
+            return submitted_task(call)
         if isinstance(extended, int):
             return httpx.Response(extended)
-        return httpx.Response(200, json={"jsonrpc": "2.0", "id": call["id"], "result": extended})
+        return rpc_result(call, extended)
 
     return answer
 

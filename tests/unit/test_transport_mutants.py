@@ -19,7 +19,7 @@ import httpx
 import pytest
 from support.hostile import completed_event as completed
 from support.hostile import working_event as working
-from support.mocked import REST, RPC, Handler, Make, mocked_agents
+from support.mocked import REST, RPC, Body, Handler, Make, mocked_agents
 
 from cardfence.engine.answers import PushConfig, StreamUpdate, TaskState
 from cardfence.engine.cards.interfaces import HTTP_JSON, JSONRPC
@@ -109,17 +109,6 @@ def streamed(events: Callable[[Callable[[object], bytes]], Iterable[bytes]]) -> 
         return httpx.Response(200, headers=EVENT_STREAM, stream=Body(*events(frame)))
 
     return handler
-
-
-class Body(httpx.AsyncByteStream):
-    """A streamed body (httpx reads a body given as bytes whole before anyone streams it)."""
-
-    def __init__(self, *chunks: bytes) -> None:
-        self.chunks = chunks
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        for chunk in self.chunks:
-            yield chunk
 
 
 async def read_all(updates_of: Any, into: list[StreamUpdate] | None = None) -> list[StreamUpdate]:

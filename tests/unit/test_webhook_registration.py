@@ -5,6 +5,7 @@ refusing -- each with nothing registered and the task untouched."""
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections.abc import Callable
@@ -13,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 from support.cards import ORIGIN, card_document
-from support.mocked import engine_on
+from support.mocked import engine_on, rpc_error, rpc_result, submitted_task
 
 from cardfence.engine import events as ev
 from cardfence.engine import webhook
@@ -34,21 +35,17 @@ def _pushing(version: str = "1.0") -> dict[str, Any]:
     return document
 
 
-def _result(call: dict[str, Any], result: Any) -> httpx.Response:
-    return httpx.Response(200, json={"jsonrpc": "2.0", "id": call["id"], "result": result})
-
-
 def _submitted(call: dict[str, Any]) -> httpx.Response:
-    status = {"state": "TASK_STATE_SUBMITTED", "timestamp": "2026-01-01T00:00:00Z"}
-    task = {"id": "r-1", "contextId": "c-1", "status": status}
+    """SendMessage answered with a new task, in the A2A version the call speaks."""
     if call["method"] == "message/send":  # A2A 0.3
-        return _result(call, {"kind": "task", **task, "status": {"state": "submitted"}})
-    return _result(call, {"task": task})
+        task = {"kind": "task", "id": "r-1", "contextId": "c-1", "status": {"state": "submitted"}}
+        return rpc_result(call, task)
+    return submitted_task(call)
 
 
 def _stored(call: dict[str, Any]) -> httpx.Response:
     """The config echoed as the agent stored it."""
-    return _result(call, call["params"])
+    return rpc_result(call, call["params"])
 
 
 class Agent:
@@ -281,10 +278,9 @@ async def test_a_card_read_that_fails_registers_nothing_and_says_why(store: Even
 async def test_an_agent_refusing_the_config_leaves_the_task_on_polling(
     store: EventStore,
 ) -> None:
-    def refused(call: dict[str, Any]) -> httpx.Response:
-        error = {"code": -32003, "message": "Push Notification is not supported"}
-        return httpx.Response(200, json={"jsonrpc": "2.0", "id": call["id"], "error": error})
-
+    refused = functools.partial(
+        rpc_error, code=-32003, message="Push Notification is not supported"
+    )
     agent = Agent(_pushing(), push=refused)
     async with engine_on(store, agent.transport()) as engine:
         key = await _task(engine)
