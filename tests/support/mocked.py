@@ -16,6 +16,7 @@ of ``support.cards``: its card, a new task ``r-1`` for every send, ``get_task`` 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -29,11 +30,13 @@ from cardfence.engine.engine import Engine, EngineConfig
 from cardfence.engine.transport import A2ATransport
 from cardfence.store import EventStore
 from support.cards import card_document
+from support.hostile import sse
 
 RPC = "http://agent.test/a2a/jsonrpc"
 REST = "http://agent.test/a2a/rest"
 
 Handler = Callable[[httpx.Request], Any]  # an answer, or an awaitable of one
+Answer = Callable[[dict[str, Any]], httpx.Response]  # an answer to a decoded JSON-RPC call
 Make = Callable[..., A2ATransport]
 
 
@@ -103,6 +106,21 @@ class Body(httpx.AsyncByteStream):
             yield chunk
 
 
+def events_streamed(*events: dict[str, Any]) -> Answer:
+    """A subscription answered with ``events`` (each a ``StreamResponse``) as server-sent
+    events, then the end of the stream."""
+
+    def answer(call: dict[str, Any]) -> httpx.Response:
+        frames = [
+            sse(json.dumps({"jsonrpc": "2.0", "id": call["id"], "result": e})) for e in events
+        ]
+        return httpx.Response(
+            200, stream=Body(*frames), headers={"content-type": "text/event-stream"}
+        )
+
+    return answer
+
+
 def task_agent(get_task: Handler) -> httpx.MockTransport:
     """The agent of ``support.cards``: its card, a new task ``r-1`` for every send, and
     ``get_task(request)`` for every GetTask."""
@@ -116,3 +134,65 @@ def task_agent(get_task: Handler) -> httpx.MockTransport:
         return submitted_task(call)
 
     return httpx.MockTransport(handler)
+
+
+def task_answer(state: str, stamp: str = "2026-01-01T00:00:01Z") -> dict[str, Any]:
+    """Task ``r-1`` (context ``c-1``) in ``state``, as of ``stamp``."""
+    status = {"state": f"TASK_STATE_{state.upper().replace('-', '_')}", "timestamp": stamp}
+    return {"id": "r-1", "contextId": "c-1", "status": status}
+
+
+def answering(*states: str) -> Answer:
+    """GetTask answered with ``states`` in turn, the last one for ever after."""
+    left = list(states)
+
+    def answer(call: dict[str, Any]) -> httpx.Response:
+        state = left.pop(0) if len(left) > 1 else left[0]
+        return rpc_result(call, task_answer(state, f"2026-01-01T00:00:{10 - len(left):02d}Z"))
+
+    return answer
+
+
+class ScriptedAgent:
+    """A mock agent: its card (a document, or a status for every read), GetTask answered by
+    ``get``, SubscribeToTask by ``subscribe``, SendMessage by ``send``; every request counted by
+    method (:attr:`asked`), with the loop's time it came at (:attr:`at`)."""
+
+    def __init__(
+        self,
+        get: Answer | None = None,
+        *,
+        card: dict[str, Any] | int | None = None,
+        subscribe: Answer | None = None,
+        send: Answer | None = None,
+    ) -> None:
+        self.send = send
+        self.get, self.subscribe = get or answering("working"), subscribe
+        self.card: dict[str, Any] | int = card_document() if card is None else card
+        self.asked: list[str] = []
+        self.at: list[tuple[str, float]] = []
+
+    def transport(self) -> httpx.MockTransport:
+        def handler(request: httpx.Request) -> httpx.Response:
+            method = "card" if request.method == "GET" else json.loads(request.content)["method"]
+            self.asked.append(method)
+            self.at.append((method, asyncio.get_running_loop().time()))
+            if method == "card":
+                if isinstance(self.card, int):
+                    return httpx.Response(self.card)
+                return httpx.Response(200, json=self.card)
+            call = json.loads(request.content)
+            if method == "SendMessage":
+                return (self.send or submitted_task)(call)
+            if method == "SubscribeToTask" and self.subscribe is not None:
+                return self.subscribe(call)
+            return self.get(call)
+
+        return httpx.MockTransport(handler)
+
+    def count(self, method: str) -> int:
+        return self.asked.count(method)
+
+    def times(self, method: str) -> list[float]:
+        """When each ``method`` request came, by the loop's clock."""
+        return [when for asked, when in self.at if asked == method]

@@ -8,14 +8,21 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any
 
 import httpx
 import pytest
 from support.cards import ORIGIN, card_document
 from support.hostile import completed_event, sse, working_event
-from support.mocked import Body, engine_on, rpc_error, rpc_result, submitted_task
+from support.mocked import (
+    ScriptedAgent,
+    answering,
+    engine_on,
+    events_streamed,
+    rpc_error,
+    rpc_result,
+)
 
 from cardfence.engine import events as ev
 from cardfence.engine.engine import Engine, EngineConfig, following
@@ -33,61 +40,6 @@ from cardfence.engine.errors import (
 from cardfence.store import EventStore
 
 ENDPOINT = f"{ORIGIN}/a2a"
-Answer = Callable[[dict[str, Any]], httpx.Response]
-
-
-def _task(state: str, stamp: str = "2026-01-01T00:00:01Z") -> dict[str, Any]:
-    status = {"state": f"TASK_STATE_{state.upper().replace('-', '_')}", "timestamp": stamp}
-    return {"id": "r-1", "contextId": "c-1", "status": status}
-
-
-def _answering(*states: str) -> Answer:
-    """GetTask answered with ``states`` in turn, the last one for ever after."""
-    left = list(states)
-
-    def answer(call: dict[str, Any]) -> httpx.Response:
-        state = left.pop(0) if len(left) > 1 else left[0]
-        return rpc_result(call, _task(state, f"2026-01-01T00:00:{10 - len(left):02d}Z"))
-
-    return answer
-
-
-class Agent:
-    """A mock agent: its card (a document, or a status for every read), GetTask answered by
-    ``get``, SubscribeToTask by ``subscribe``; every request counted by method."""
-
-    def __init__(
-        self,
-        get: Answer | None = None,
-        *,
-        card: dict[str, Any] | int | None = None,
-        subscribe: Answer | None = None,
-        send: Answer | None = None,
-    ) -> None:
-        self.send = send
-        self.get, self.subscribe = get or _answering("working"), subscribe
-        self.card: dict[str, Any] | int = card_document() if card is None else card
-        self.asked: list[str] = []
-
-    def transport(self) -> httpx.MockTransport:
-        def handler(request: httpx.Request) -> httpx.Response:
-            if request.method == "GET":
-                self.asked.append("card")
-                if isinstance(self.card, int):
-                    return httpx.Response(self.card)
-                return httpx.Response(200, json=self.card)
-            call = json.loads(request.content)
-            self.asked.append(call["method"])
-            if call["method"] == "SendMessage":
-                return (self.send or submitted_task)(call)
-            if call["method"] == "SubscribeToTask" and self.subscribe is not None:
-                return self.subscribe(call)
-            return self.get(call)
-
-        return httpx.MockTransport(handler)
-
-    def count(self, method: str) -> int:
-        return self.asked.count(method)
 
 
 async def _started(engine: Engine) -> str:
@@ -175,7 +127,7 @@ def test_a_shown_context_is_kept_with_its_traceback_let_go() -> None:
 
 
 async def test_a_poll_applies_the_agents_answer_with_no_card_read(store: EventStore) -> None:
-    agent = Agent(_answering("working"))
+    agent = ScriptedAgent(answering("working"))
     async with engine_on(store, agent.transport()) as engine:
         key = await _started(engine)
         reads = agent.count("card")
@@ -191,7 +143,7 @@ async def test_a_poll_applies_the_agents_answer_with_no_card_read(store: EventSt
 
 
 async def test_a_task_without_a_remote_id_cannot_be_polled(store: EventStore) -> None:
-    async with engine_on(store, Agent().transport()) as engine:
+    async with engine_on(store, ScriptedAgent().transport()) as engine:
         key = await _started(engine)
         state = await engine._state(key)
         with pytest.raises(UsageError) as raised:
@@ -202,7 +154,7 @@ async def test_a_task_without_a_remote_id_cannot_be_polled(store: EventStore) ->
 async def test_an_answer_read_when_no_time_is_left_is_not_applied(
     store: EventStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    agent = Agent(_answering("completed"))
+    agent = ScriptedAgent(answering("completed"))
     async with engine_on(store, agent.transport()) as engine:
         key = await _started(engine)
         recorded = len(store.read_stream(f"task:{key}"))
@@ -222,7 +174,7 @@ async def _step(engine: Engine, key: str, pace: Pace) -> dict[str, Any]:
 
 
 async def test_a_step_that_reaches_the_agent_forgets_the_last_failure(store: EventStore) -> None:
-    agent = Agent(_answering("working"))
+    agent = ScriptedAgent(answering("working"))
     async with engine_on(store, agent.transport()) as engine:
         key = await _started(engine)
         pace = Pace.start(engine.config, engine._clock())
@@ -235,7 +187,7 @@ async def test_a_step_that_reaches_the_agent_forgets_the_last_failure(store: Eve
 async def test_a_step_that_fails_keeps_the_failure_and_checks_no_endpoint_on_a_503(
     store: EventStore,
 ) -> None:
-    agent = Agent(lambda call: httpx.Response(503))
+    agent = ScriptedAgent(lambda call: httpx.Response(503))
     async with engine_on(store, agent.transport()) as engine:
         key = await _started(engine)
         pace = Pace.start(engine.config, engine._clock())
@@ -250,7 +202,7 @@ async def test_a_step_that_fails_keeps_the_failure_and_checks_no_endpoint_on_a_5
 
 
 async def test_a_bare_404_checks_the_endpoint_once_per_max_card_age(store: EventStore) -> None:
-    agent = Agent(lambda call: httpx.Response(404))
+    agent = ScriptedAgent(lambda call: httpx.Response(404))
     async with engine_on(store, agent.transport()) as engine:
         key = await _started(engine)
         pace = Pace.start(engine.config, engine._clock())
@@ -267,7 +219,7 @@ async def test_a_bare_404_checks_the_endpoint_once_per_max_card_age(store: Event
 async def test_a_bare_404_from_an_endpoint_the_card_dropped_orphans_the_task(
     store: EventStore,
 ) -> None:
-    agent = Agent(lambda call: httpx.Response(404))
+    agent = ScriptedAgent(lambda call: httpx.Response(404))
     async with engine_on(store, agent.transport()) as engine:
         key = await _started(engine)
         moved = card_document()
@@ -282,7 +234,7 @@ async def test_a_bare_404_from_an_endpoint_the_card_dropped_orphans_the_task(
 
 
 async def test_a_malformed_answer_changes_nothing_and_is_not_raised(store: EventStore) -> None:
-    agent = Agent(lambda call: rpc_result(call, 7))
+    agent = ScriptedAgent(lambda call: rpc_result(call, 7))
     async with engine_on(store, agent.transport()) as engine:
         key = await _started(engine)
         pace = Pace.start(engine.config, engine._clock())
@@ -295,7 +247,7 @@ async def test_a_malformed_answer_changes_nothing_and_is_not_raised(store: Event
 async def test_a_step_starts_a_revalidation_only_when_one_is_due(
     store: EventStore, due: bool
 ) -> None:
-    agent = Agent(_answering("working"))
+    agent = ScriptedAgent(answering("working"))
     config = EngineConfig(max_card_age=0.01)  # the memo of the card is stale at once
     async with engine_on(store, agent.transport(), config) as engine:
         key = await _started(engine)
@@ -318,7 +270,7 @@ FAST = EngineConfig(first_poll_interval=0.01, max_poll_interval=0.05, follow_str
 
 
 async def test_drive_asks_for_a_point_it_knows(store: EventStore) -> None:
-    async with engine_on(store, Agent().transport(), FAST) as engine:
+    async with engine_on(store, ScriptedAgent().transport(), FAST) as engine:
         key = await _started(engine)
         with pytest.raises(UsageError) as raised:
             await engine.drive(key, until="done")
@@ -328,7 +280,7 @@ async def test_drive_asks_for_a_point_it_knows(store: EventStore) -> None:
 async def test_drive_follows_until_the_point_asked_and_lets_go_of_the_task(
     store: EventStore,
 ) -> None:
-    agent = Agent(_answering("working", "working", "input-required", "completed"))
+    agent = ScriptedAgent(answering("working", "working", "input-required", "completed"))
     async with engine_on(store, agent.transport(), FAST) as engine:
         key = await _started(engine)
         asked = await engine.drive(key, timeout=5)  # until an interrupted state, by default
@@ -340,7 +292,7 @@ async def test_drive_follows_until_the_point_asked_and_lets_go_of_the_task(
 async def test_a_task_the_log_shows_interrupted_is_asked_once_before_drive_believes_it(
     store: EventStore,
 ) -> None:
-    agent = Agent(_answering("input-required", "working", "completed"))
+    agent = ScriptedAgent(answering("input-required", "working", "completed"))
     async with engine_on(store, agent.transport(), FAST) as engine:
         key = await _started(engine)
         await engine.poll(key)  # input-required, as the log says
@@ -353,7 +305,7 @@ async def test_a_task_the_log_shows_interrupted_is_asked_once_before_drive_belie
 async def test_drive_at_the_deadline_records_it_and_never_ends_the_task(
     store: EventStore,
 ) -> None:
-    agent = Agent(_answering("working"))
+    agent = ScriptedAgent(answering("working"))
     async with engine_on(store, agent.transport(), FAST) as engine:
         key = await _started(engine)
         with pytest.raises(DeadlineExceeded) as raised:
@@ -374,7 +326,7 @@ async def test_drive_at_the_deadline_records_it_and_never_ends_the_task(
 async def test_drive_at_the_deadline_of_an_unreachable_agent_raises_what_it_met(
     store: EventStore,
 ) -> None:
-    agent = Agent(lambda call: httpx.Response(503))
+    agent = ScriptedAgent(lambda call: httpx.Response(503))
     async with engine_on(store, agent.transport(), FAST) as engine:
         key = await _started(engine)
         with pytest.raises(EndpointUnreachableError):
@@ -384,7 +336,7 @@ async def test_drive_at_the_deadline_of_an_unreachable_agent_raises_what_it_met(
 
 async def test_a_push_applied_wakes_drive_before_its_next_poll(store: EventStore) -> None:
     slow = EngineConfig(first_poll_interval=30, max_poll_interval=30, follow_streams=False)
-    agent = Agent(_answering("working"))
+    agent = ScriptedAgent(answering("working"))
     async with engine_on(store, agent.transport(), slow) as engine:
         key = await _started(engine)
         driving = asyncio.ensure_future(engine.drive(key, until="terminal", timeout=20))
@@ -401,18 +353,6 @@ async def test_a_push_applied_wakes_drive_before_its_next_poll(store: EventStore
 
 
 # -- streams beside the polls -------------------------------------------------------------------
-
-
-def _events(*events: dict[str, Any]) -> Answer:
-    def answer(call: dict[str, Any]) -> httpx.Response:
-        frames = [
-            sse(json.dumps({"jsonrpc": "2.0", "id": call["id"], "result": e})) for e in events
-        ]
-        return httpx.Response(
-            200, stream=Body(*frames), headers={"content-type": "text/event-stream"}
-        )
-
-    return answer
 
 
 STREAMING = EngineConfig(max_poll_interval=30.0)
@@ -436,7 +376,7 @@ async def test_a_tasks_stream_is_offered_when_its_card_and_its_state_allow(
 ) -> None:
     card = card_document()
     card["capabilities"]["streaming"] = streaming
-    async with engine_on(store, Agent(card=card).transport(), config) as engine:
+    async with engine_on(store, ScriptedAgent(card=card).transport(), config) as engine:
         key = await _started(engine)
         stored = await engine._state(key)
         assert await engine.stream_offered(key, {**stored, "state": state}) is offered
@@ -444,7 +384,7 @@ async def test_a_tasks_stream_is_offered_when_its_card_and_its_state_allow(
 
 
 async def test_a_task_without_a_remote_id_is_offered_no_stream(store: EventStore) -> None:
-    async with engine_on(store, Agent().transport(), STREAMING) as engine:
+    async with engine_on(store, ScriptedAgent().transport(), STREAMING) as engine:
         key = await _started(engine)
         state = {**(await engine._state(key)), "remote_task_id": None}
         assert await engine.stream_offered(key, state) is False
@@ -456,7 +396,7 @@ async def test_streams_follow_tasks_whose_polls_are_a_second_apart(store: EventS
 
 
 async def test_a_followed_stream_applies_each_event_as_a_stream_report(store: EventStore) -> None:
-    agent = Agent(subscribe=_events(working_event("r-1"), completed_event("r-1")))
+    agent = ScriptedAgent(subscribe=events_streamed(working_event("r-1"), completed_event("r-1")))
     async with engine_on(store, agent.transport(), STREAMING) as engine:
         key = await _started(engine)
         woken = engine._pushed[key] = asyncio.Event()
@@ -474,7 +414,7 @@ async def test_a_followed_stream_applies_each_event_as_a_stream_report(store: Ev
 async def test_a_stream_the_agent_does_not_authorize_is_recorded_during_subscribe(
     store: EventStore,
 ) -> None:
-    agent = Agent(subscribe=lambda call: httpx.Response(401))
+    agent = ScriptedAgent(subscribe=lambda call: httpx.Response(401))
     async with engine_on(store, agent.transport(), STREAMING) as engine:
         key = await _started(engine)
         with pytest.raises(AuthorizationFailedError):
@@ -486,7 +426,7 @@ async def test_a_stream_the_agent_does_not_authorize_is_recorded_during_subscrib
 async def test_a_stream_about_another_task_is_recorded_as_a_stream_answer(
     store: EventStore,
 ) -> None:
-    agent = Agent(subscribe=_events(working_event("r-other")))
+    agent = ScriptedAgent(subscribe=events_streamed(working_event("r-other")))
     async with engine_on(store, agent.transport(), STREAMING) as engine:
         key = await _started(engine)
         with pytest.raises(WrongTaskAnswerError):
@@ -509,7 +449,7 @@ async def test_a_refused_subscription_leaves_the_task_to_its_polls(
         return rpc_error(call, -32004, "streams not supported for this task")
 
     ended: list[int] = []
-    agent = Agent(subscribe=refused)
+    agent = ScriptedAgent(subscribe=refused)
     caplog.set_level(logging.INFO, logger="cardfence")
     async with engine_on(store, agent.transport(), STREAMING) as engine:
         key = await _started(engine)
@@ -526,16 +466,16 @@ async def test_a_dropped_stream_is_followed_again_after_a_backoff_until_the_task
     store: EventStore, caplog: pytest.LogCaptureFixture
 ) -> None:
     streams = [
-        _events(working_event("r-1")),
-        _events(working_event("r-1")),
-        _events(completed_event("r-1")),
+        events_streamed(working_event("r-1")),
+        events_streamed(working_event("r-1")),
+        events_streamed(completed_event("r-1")),
     ]
 
     def subscribe(call: dict[str, Any]) -> httpx.Response:
         return streams.pop(0)(call)
 
     ended: list[float] = []
-    agent = Agent(subscribe=subscribe)
+    agent = ScriptedAgent(subscribe=subscribe)
     caplog.set_level(logging.INFO, logger="cardfence")
     async with engine_on(store, agent.transport(), STREAMING) as engine:
         key = await _started(engine)
@@ -594,7 +534,7 @@ async def test_a_silent_stream_is_dropped_after_the_idle_timeout(store: EventSto
         )
 
     config = EngineConfig(max_poll_interval=30.0, stream_idle_timeout=0.2)
-    async with engine_on(store, Agent(subscribe=subscribe).transport(), config) as engine:
+    async with engine_on(store, ScriptedAgent(subscribe=subscribe).transport(), config) as engine:
         key = await _started(engine)
         with pytest.raises(StreamDroppedError):
             await asyncio.wait_for(engine.follow_stream(key), 5)
@@ -604,8 +544,8 @@ async def test_a_silent_stream_is_dropped_after_the_idle_timeout(store: EventSto
 async def test_a_stream_that_cannot_be_opened_is_logged_by_its_error_and_tried_again(
     store: EventStore, caplog: pytest.LogCaptureFixture
 ) -> None:
-    streams = [lambda call: httpx.Response(503), _events(completed_event("r-1"))]
-    agent = Agent(subscribe=lambda call: streams.pop(0)(call))
+    streams = [lambda call: httpx.Response(503), events_streamed(completed_event("r-1"))]
+    agent = ScriptedAgent(subscribe=lambda call: streams.pop(0)(call))
     caplog.set_level(logging.INFO, logger="cardfence")
     async with engine_on(store, agent.transport(), STREAMING) as engine:
         key = await _started(engine)
@@ -618,7 +558,7 @@ async def test_a_stream_that_cannot_be_opened_is_logged_by_its_error_and_tried_a
 async def test_drive_of_a_task_the_agent_refused_to_create_returns_it_without_a_poll(
     store: EventStore,
 ) -> None:
-    agent = Agent(send=lambda call: rpc_error(call, -32602, "no"))
+    agent = ScriptedAgent(send=lambda call: rpc_error(call, -32602, "no"))
     async with engine_on(store, agent.transport(), FAST) as engine:
         with pytest.raises(CreationRefusedError):
             await engine.start_task(ORIGIN, skill="echo", text="hi", key="k-1")
@@ -631,7 +571,7 @@ async def test_drive_follows_the_tasks_stream_once_its_polls_are_a_second_apart(
     store: EventStore,
 ) -> None:
     slow = EngineConfig(first_poll_interval=30, max_poll_interval=30)
-    agent = Agent(subscribe=_events(working_event("r-1"), completed_event("r-1")))
+    agent = ScriptedAgent(subscribe=events_streamed(working_event("r-1"), completed_event("r-1")))
     async with engine_on(store, agent.transport(), slow) as engine:
         key = await _started(engine)
         view = await engine.drive(key, until="terminal", timeout=20)

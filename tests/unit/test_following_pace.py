@@ -1,0 +1,265 @@
+"""The drive loop's timing, read exactly on a virtual clock (``support.virtual_time``): when each
+safety poll starts (R5: backoff doubling from ``first_poll_interval``, never further apart than
+``max_poll_interval``), the last poll's share of the time left (R16), the wait for pushes after
+it, when R7's re-validation falls due, and the stream back-off. The seconds here are the ones
+the engine asks for; none is waited out."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+
+import httpx
+import pytest
+from support.cards import ORIGIN
+from support.hostile import completed_event, working_event
+from support.mocked import ScriptedAgent, answering, events_streamed
+from support.virtual_time import run_virtual, virtual_deadlines
+
+from cardfence.engine import events as ev
+from cardfence.engine.engine import Engine, EngineConfig
+from cardfence.engine.errors import DeadlineExceeded, EndpointUnreachableError
+from cardfence.engine.views import TaskView
+from cardfence.store import EventStore
+
+_T = TypeVar("_T")
+
+# No streams: the polls alone, unless a test asks for them.
+POLLS = EngineConfig(first_poll_interval=1.0, max_poll_interval=8.0, follow_streams=False)
+
+
+@pytest.fixture(autouse=True)
+def _deadlines_on_the_virtual_clock(monkeypatch: pytest.MonkeyPatch) -> Any:
+    with virtual_deadlines(monkeypatch):
+        yield
+
+
+@asynccontextmanager
+async def _engine(agent: ScriptedAgent, config: EngineConfig) -> AsyncIterator[Engine]:
+    """An engine on an in-memory store (its calls inline: no thread takes real time), scheduling
+    by the loop's clock, its requests answered by ``agent``."""
+    clock = asyncio.get_running_loop().time
+    with EventStore.open("sqlite://") as store:
+        async with (
+            httpx.AsyncClient(transport=agent.transport()) as client,
+            Engine(store, client, config, clock=clock) as engine,
+        ):
+            yield engine
+
+
+def _driven(
+    agent: ScriptedAgent,
+    config: EngineConfig,
+    drive: Callable[[Engine, str], Awaitable[_T]],
+) -> tuple[_T | BaseException, float, tuple[str, dict[str, Any]]]:
+    """Start a task at virtual time 0, then ``drive(engine, key)``: what it returned (or raised),
+    the virtual time it ended at, and the task's last event (type, data)."""
+
+    async def job() -> tuple[_T | BaseException, float, tuple[str, dict[str, Any]]]:
+        async with _engine(agent, config) as engine:
+            key = (await engine.start_task(ORIGIN, skill="echo", text="hi")).task
+            started = asyncio.get_running_loop().time()
+            assert started == 0.0
+            try:
+                outcome: _T | BaseException = await drive(engine, key)
+            except (DeadlineExceeded, EndpointUnreachableError) as failure:
+                outcome = failure
+            ended = asyncio.get_running_loop().time()
+            last = engine.store.read_stream(f"task:{key}")[-1]
+            return outcome, ended, (last.type, dict(last.data))
+
+    return run_virtual(job())[0]
+
+
+# -- the safety polls (R5) -----------------------------------------------------------------------
+
+
+def test_polls_double_to_the_bound_and_the_last_starts_a_second_before_the_deadline() -> None:
+    agent = ScriptedAgent(answering("working"))
+    outcome, ended, last = _driven(
+        agent, POLLS, lambda engine, key: engine.drive(key, until="terminal", timeout=30)
+    )
+    # 0, +1, +2, +4, +8 (the bound), +8; the next would start at 31, past the last second
+    # before the deadline (30 - 1): it starts at 29 instead, and none after it.
+    assert agent.times("GetTask") == [0.0, 1.0, 3.0, 7.0, 15.0, 23.0, 29.0]
+    assert isinstance(outcome, DeadlineExceeded)
+    assert ended == 30.0  # the time after the last poll is waited out for pushes
+    assert last == (
+        ev.DEADLINE_EXCEEDED,
+        {"state": "working", "seconds": 30, "until": "terminal", "repeats_ignored": 6},
+    )  # the six polls after the first read the same moment again: counted, not recorded
+
+
+def test_no_two_polls_are_further_apart_than_the_bound_however_long_the_drive() -> None:
+    config = EngineConfig(first_poll_interval=0.5, max_poll_interval=3.0, follow_streams=False)
+    agent = ScriptedAgent(answering("working"))
+    _driven(agent, config, lambda engine, key: engine.drive(key, until="terminal", timeout=60))
+    polls = agent.times("GetTask")
+    gaps = [later - earlier for earlier, later in itertools.pairwise(polls)]
+    assert gaps[:4] == [0.5, 1.0, 2.0, 3.0]
+    assert max(gaps) == 3.0
+    assert polls[-1] == 59.0  # the last starts with a second to answer in
+
+
+def test_a_short_drive_gives_its_last_poll_a_quarter_of_the_timeout() -> None:
+    agent = ScriptedAgent(answering("working"))
+    outcome, ended, _ = _driven(
+        agent, POLLS, lambda engine, key: engine.drive(key, until="terminal", timeout=2)
+    )
+    # A quarter of 2 s is 0.5 s: the poll due at 3 starts at 1.5 instead, and then no more.
+    assert agent.times("GetTask") == [0.0, 1.0, 1.5]
+    assert isinstance(outcome, DeadlineExceeded)
+    assert ended == 2.0
+
+
+def test_the_last_poll_is_given_no_more_than_the_request_timeout() -> None:
+    config = EngineConfig(
+        first_poll_interval=1.0, max_poll_interval=8.0, request_timeout=0.25, follow_streams=False
+    )
+    agent = ScriptedAgent(answering("working"))
+    _driven(agent, config, lambda engine, key: engine.drive(key, until="terminal", timeout=10))
+    # The poll due at 15 starts at 9.75: a request ends within 0.25 s, by the deadline.
+    assert agent.times("GetTask") == [0.0, 1.0, 3.0, 7.0, 9.75]
+
+
+def test_drive_follows_five_minutes_unless_told_otherwise() -> None:
+    agent = ScriptedAgent(answering("working"))
+    outcome, ended, last = _driven(
+        agent, POLLS, lambda engine, key: engine.drive(key, until="terminal")
+    )
+    assert isinstance(outcome, DeadlineExceeded)
+    assert ended == 300.0
+    assert agent.times("GetTask")[-1] == 299.0
+    assert last[1]["seconds"] == 300.0
+
+
+def test_the_task_reaching_the_point_asked_ends_the_drive_at_that_poll() -> None:
+    agent = ScriptedAgent(answering("working", "working", "working", "completed"))
+    outcome, ended, _ = _driven(
+        agent, POLLS, lambda engine, key: engine.drive(key, until="terminal", timeout=30)
+    )
+    assert isinstance(outcome, TaskView)
+    assert outcome.state == "completed"
+    assert agent.times("GetTask") == [0.0, 1.0, 3.0, 7.0]
+    assert ended == 7.0
+
+
+# -- pushes between the polls -------------------------------------------------------------------
+
+
+async def _pushed_at(engine: Engine, key: str, when: float, state: str) -> None:
+    """At virtual time ``when``: a push of ``state`` applied, and the drive woken as a push does."""
+    await asyncio.sleep(when - asyncio.get_running_loop().time())
+    stamp = f"2026-01-01T00:01:{int(when):02d}Z"
+    report = {"from": "working", "to": state, "source": "push", "remote_timestamp": stamp}
+    await engine._record(key, [(ev.STATE_CHANGED, report)])
+    engine._wake(key)
+
+
+def _drive_with_push(
+    when: float, state: str, timeout: float = 30
+) -> Callable[[Engine, str], Awaitable[TaskView]]:
+    async def drive(engine: Engine, key: str) -> TaskView:
+        push = asyncio.ensure_future(_pushed_at(engine, key, when, state))
+        try:
+            return await engine.drive(key, until="terminal", timeout=timeout)
+        finally:
+            await push
+
+    return drive
+
+
+def test_a_push_between_polls_leaves_the_next_poll_where_it_was_scheduled() -> None:
+    agent = ScriptedAgent(answering("working"))
+    _driven(agent, POLLS, _drive_with_push(5.0, "working"))
+    assert agent.times("GetTask") == [0.0, 1.0, 3.0, 7.0, 15.0, 23.0, 29.0]
+
+
+def test_a_push_that_ends_the_task_ends_the_drive_when_it_is_applied() -> None:
+    agent = ScriptedAgent(answering("working"))
+    outcome, ended, _ = _driven(agent, POLLS, _drive_with_push(5.0, "completed"))
+    assert isinstance(outcome, TaskView)
+    assert outcome.state == "completed"
+    assert ended == 5.0
+    assert agent.times("GetTask") == [0.0, 1.0, 3.0]
+
+
+def test_after_the_last_poll_a_push_still_ends_the_drive() -> None:
+    agent = ScriptedAgent(answering("working"))
+    outcome, ended, _ = _driven(agent, POLLS, _drive_with_push(29.5, "completed"))
+    assert isinstance(outcome, TaskView)
+    assert outcome.state == "completed"
+    assert ended == 29.5
+
+
+# -- R7's re-validation beside the polls ---------------------------------------------------------
+
+
+def test_revalidation_falls_due_every_max_card_age_at_the_next_step() -> None:
+    config = EngineConfig(
+        first_poll_interval=1.0, max_poll_interval=8.0, max_card_age=10.0, follow_streams=False
+    )
+    agent = ScriptedAgent(answering("working"))
+    _driven(agent, config, lambda engine, key: engine.drive(key, until="terminal", timeout=40))
+    assert agent.times("GetTask") == [0.0, 1.0, 3.0, 7.0, 15.0, 23.0, 31.0, 39.0]
+    # The card read at creation (0), then one at the first poll 10 s or more after the last:
+    # at 15 (due at 10), at 31 (due at 25), and none at 39 (due at 41).
+    assert agent.times("card") == [0.0, 15.0, 31.0]
+
+
+def test_a_push_between_polls_starts_a_revalidation_that_is_due() -> None:
+    config = EngineConfig(
+        first_poll_interval=1.0, max_poll_interval=8.0, max_card_age=10.0, follow_streams=False
+    )
+    agent = ScriptedAgent(answering("working"))
+    _driven(agent, config, _drive_with_push(12.0, "working", timeout=14))
+    assert agent.times("GetTask") == [0.0, 1.0, 3.0, 7.0, 13.0]
+    assert agent.times("card") == [0.0, 12.0]
+
+
+# -- the stream back-off (R12) -------------------------------------------------------------------
+
+
+def _dropping(drops: int) -> ScriptedAgent:
+    """An agent whose task's stream ends early ``drops`` times (a `working` event, then the end),
+    then carries the task to `completed`."""
+    streams = [events_streamed(working_event("r-1")) for _ in range(drops)]
+    streams.append(events_streamed(completed_event("r-1")))
+
+    def subscribe(call: dict[str, Any]) -> httpx.Response:
+        return streams.pop(0)(call)
+
+    return ScriptedAgent(subscribe=subscribe)
+
+
+STREAMS = EngineConfig(first_poll_interval=1.0, max_poll_interval=8.0)
+
+
+@pytest.mark.parametrize(
+    ("retry_limit", "config", "subscribed"),
+    [
+        (4.0, STREAMS, [0.0, 1.0, 3.0, 7.0, 11.0]),  # 1 s, doubling to the limit
+        (None, EngineConfig(max_poll_interval=2.0), [0.0, 1.0, 3.0, 5.0, 7.0]),  # the poll bound
+        (0.5, STREAMS, [0.0, 0.5, 1.0, 1.5, 2.0]),  # a limit under a second: the limit
+    ],
+)
+def test_a_dropped_stream_is_subscribed_again_after_a_doubling_wait(
+    retry_limit: float | None, config: EngineConfig, subscribed: list[float]
+) -> None:
+    agent = _dropping(4)
+    _driven(agent, config, lambda engine, key: engine.keep_streaming(key, retry_limit=retry_limit))
+    assert agent.times("SubscribeToTask") == subscribed
+
+
+def test_drive_follows_the_stream_a_second_after_it_starts() -> None:
+    agent = ScriptedAgent(answering("working"), subscribe=events_streamed(completed_event("r-1")))
+    outcome, ended, _ = _driven(
+        agent, STREAMS, lambda engine, key: engine.drive(key, until="terminal", timeout=30)
+    )
+    assert isinstance(outcome, TaskView)
+    assert outcome.state == "completed"
+    assert agent.times("SubscribeToTask") == [1.0]
+    assert ended == 1.0
