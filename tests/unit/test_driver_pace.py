@@ -1,0 +1,117 @@
+"""The driver's schedule (``serve``: every live task kept moving), read exactly on a virtual clock
+(``support.virtual_time``): R5's bound -- no live task goes longer than ``max_poll_interval``
+without a safety poll, confirmed push or not -- for every task of many over five virtual minutes,
+and a task picked up after the driver started (another process's ``run``) followed at once.
+
+Incident 001 is a client that waited six hours on a push the agent had stopped sending. Here the
+bound is not sampled by a test that sleeps: each task's polls are the times the engine asked for.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+from collections import defaultdict
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import httpx
+import pytest
+from support.cards import ORIGIN, card_document
+from support.mocked import rpc_result, task_answer
+from support.virtual_time import run_virtual, virtual_deadlines
+
+from cardfence.engine.driver import Driver
+from cardfence.engine.engine import Engine, EngineConfig
+from cardfence.store import EventStore
+
+CONFIG = EngineConfig(first_poll_interval=0.5, max_poll_interval=4.0, follow_streams=False)
+
+
+@pytest.fixture(autouse=True)
+def _deadlines_on_the_virtual_clock(monkeypatch: pytest.MonkeyPatch) -> Any:
+    with virtual_deadlines(monkeypatch):
+        yield
+
+
+class Agent:
+    """A mock agent whose every task stays `working`: a new remote id per send; each GetTask
+    answered for the task asked about, its time kept (:attr:`polls`, by remote id)."""
+
+    def __init__(self) -> None:
+        self.ids = (f"r-{n}" for n in itertools.count())
+        self.polls: defaultdict[str, list[float]] = defaultdict(list)
+
+    def transport(self) -> httpx.MockTransport:
+        def handler(request: httpx.Request) -> httpx.Response:
+            if request.method == "GET":
+                return httpx.Response(200, json=card_document())
+            call = json.loads(request.content)
+            if call["method"] == "SendMessage":
+                return rpc_result(
+                    call, {"task": {**task_answer("submitted"), "id": next(self.ids)}}
+                )
+            remote = call["params"]["id"]
+            self.polls[remote].append(asyncio.get_running_loop().time())
+            return rpc_result(call, {**task_answer("working"), "id": remote})
+
+        return httpx.MockTransport(handler)
+
+
+def _driving(agent: Agent, seconds: float, meanwhile: Callable[[Engine], Awaitable[None]]) -> None:
+    """Drive every live task for ``seconds`` of virtual time, with ``meanwhile(engine)`` run
+    beside the driver from its start."""
+
+    async def job() -> None:
+        clock = asyncio.get_running_loop().time
+        with EventStore.open("sqlite://") as store:
+            async with (
+                httpx.AsyncClient(transport=agent.transport()) as client,
+                Engine(store, client, CONFIG, clock=clock) as engine,
+            ):
+                driver = Driver(engine, workers=8, scan_interval=0.5)
+                running = asyncio.ensure_future(driver.run())
+                await driver.ready()
+                await meanwhile(engine)
+                await asyncio.sleep(seconds - clock())
+                driver.stop()
+                await running
+
+    run_virtual(job())
+
+
+def _gaps(times: list[float]) -> list[float]:
+    return [later - earlier for earlier, later in itertools.pairwise(times)]
+
+
+async def _started(engine: Engine, count: int) -> None:
+    for _ in range(count):
+        await engine.start_task(ORIGIN, skill="echo", text="hi")
+
+
+def test_no_live_task_goes_longer_than_max_poll_interval_without_a_poll() -> None:
+    agent = Agent()
+    _driving(agent, 300.0, lambda engine: _started(engine, 30))
+    assert len(agent.polls) == 30
+    for times in agent.polls.values():
+        # The first at once, then backing off to the bound, and the bound kept to the end.
+        assert times[0] <= CONFIG.first_poll_interval
+        assert max(_gaps(times)) <= CONFIG.max_poll_interval
+        assert times[-1] >= 300.0 - CONFIG.max_poll_interval
+        assert _gaps(times)[-1] == CONFIG.max_poll_interval
+
+
+def test_a_task_started_while_the_driver_runs_is_polled_at_once_then_backs_off() -> None:
+    agent = Agent()
+
+    async def later(engine: Engine) -> None:
+        await _started(engine, 1)  # before the driver's first poll: r-0
+        await asyncio.sleep(100.0)
+        await _started(engine, 1)  # another process's `run`, a hundred seconds in: r-1
+
+    _driving(agent, 200.0, later)
+    late = agent.polls["r-1"]
+    assert 100.0 <= late[0] <= 100.0 + 0.5  # picked up by the next scan of the log
+    assert _gaps(late)[:4] == [0.5, 1.0, 2.0, 4.0]
+    assert max(_gaps(agent.polls["r-0"])) <= CONFIG.max_poll_interval
