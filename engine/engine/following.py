@@ -52,6 +52,9 @@ _STREAM_AFTER = 1.0
 # Seconds a poll is given at least (a quarter of a shorter timeout): no poll but the first
 # starts closer to the deadline than that (R16).
 _LAST_POLL = 1.0
+# Seconds under which a next poll is not worth asking for: it would read the moment the last
+# one read (and with a clock that stands still while a poll is made, it would be asked forever).
+_TICK = 1e-3
 
 
 @dataclass(slots=True)
@@ -203,11 +206,15 @@ class Following(Observing):
                     raise pace.unreachable  # the cause the caller can act on (CLI exit 9)
                 raise DeadlineExceeded(key, state["state"], timeout)
             if polled:
-                wait = min(pace.backoff(self.config.max_poll_interval), deadline - now)
-                # The next poll starts while it still has `last_poll` seconds; after the last
-                # one, the rest of the time is waited out for pushes.
-                room_to_poll = room > last_poll
-                next_poll = now + min(wait, room - last_poll) if room_to_poll else math.inf
+                backoff = pace.backoff(self.config.max_poll_interval)
+                # The next poll starts by the drive's deadline, while it still has `last_poll`
+                # seconds; after the last one, the rest of the time is waited out for pushes.
+                # One that could only follow this one within a tick would read the same moment.
+                room_to_poll = min(deadline - now, room - last_poll)
+                if room_to_poll > _TICK:  # (and never past the deadline by a rounding)
+                    next_poll = min(now + min(backoff, room_to_poll), deadline)
+                else:
+                    next_poll = math.inf
             elif now >= next_poll:
                 next_poll = math.inf  # too little time left to ask again: wait for pushes
             wait = min(next_poll - now, deadline - now, room)

@@ -44,7 +44,10 @@ class _Jumping:
             return ready
         if timeout is None:
             return self._inner.select(None)  # no timer at all: only real I/O can come
-        self._loop.now += timeout
+        # To the first timer's own time, not now + timeout: the sum may round to a hair before
+        # it, and a wait cut in two by a wake-up must end where the whole one would.
+        loop, timers = self._loop, self._loop._scheduled
+        loop.now = max(loop.now, timers[0].when()) if timers else loop.now + timeout
         return []
 
     def __getattr__(self, name: str) -> Any:
@@ -57,7 +60,7 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
     def __init__(self) -> None:
         super().__init__()
         self.now = 0.0
-        self._selector = _Jumping(self._selector, self)  # type: ignore[has-type]
+        self._selector = _Jumping(self._selector, self)
 
     def time(self) -> float:
         return self.now

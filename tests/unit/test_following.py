@@ -16,15 +16,18 @@ import pytest
 from support.cards import ORIGIN, card_document
 from support.hostile import completed_event, sse, working_event
 from support.mocked import (
+    Answer,
     ScriptedAgent,
     answering,
     engine_on,
     events_streamed,
     rpc_error,
     rpc_result,
+    task_answer,
 )
 
 from cardfence.engine import events as ev
+from cardfence.engine.cards.fetch import CardLimits
 from cardfence.engine.engine import Engine, EngineConfig, following
 from cardfence.engine.engine.following import Pace, _event_bytes, _unwound, reached
 from cardfence.engine.errors import (
@@ -142,6 +145,28 @@ async def test_a_poll_applies_the_agents_answer_with_no_card_read(store: EventSt
     )
 
 
+@pytest.mark.parametrize(
+    ("answer", "failure", "event", "field"),
+    [
+        (lambda call: httpx.Response(403), AuthorizationFailedError, ev.AUTHORIZATION_FAILED,
+         "during"),
+        (lambda call: httpx.Response(503), EndpointUnreachableError, ev.ENDPOINT_UNREACHABLE,
+         "during"),
+        (lambda call: rpc_result(call, {**task_answer("working"), "id": "r-2"}),
+         WrongTaskAnswerError, ev.OBSERVATION_IGNORED, "source"),
+    ],
+)  # fmt: skip
+async def test_a_failed_poll_is_recorded_as_made_by_a_poll(
+    store: EventStore, answer: Answer, failure: type[Exception], event: str, field: str
+) -> None:
+    async with engine_on(store, ScriptedAgent(answer).transport()) as engine:
+        key = await _started(engine)
+        with pytest.raises(failure):
+            await engine.poll(key)
+    recorded = [e.data for e in store.read_stream(f"task:{key}") if e.type == event]
+    assert [r[field] for r in recorded if r.get("reason", "wrong_task") == "wrong_task"] == ["poll"]
+
+
 async def test_a_task_without_a_remote_id_cannot_be_polled(store: EventStore) -> None:
     async with engine_on(store, ScriptedAgent().transport()) as engine:
         key = await _started(engine)
@@ -230,7 +255,45 @@ async def test_a_bare_404_from_an_endpoint_the_card_dropped_orphans_the_task(
         with pytest.raises(TaskOrphanedError) as raised:
             await _step(engine, key, pace)
     assert raised.value.task == key
-    assert ev.TASK_ORPHANED in _types(store, key)
+    (orphaned,) = [e.data for e in store.read_stream(f"task:{key}") if e.type == ev.TASK_ORPHANED]
+    # The error names the task's skill, the revision that dropped it and why, as recorded.
+    assert raised.value.skill == "echo"
+    assert raised.value.revision == orphaned["revision"] != ""
+    assert f"{orphaned['detail']} in card revision {orphaned['revision'][:12]}" in str(raised.value)
+
+
+async def test_a_bare_404_with_the_card_unreadable_records_the_failed_read_and_orphans_nothing(
+    store: EventStore,
+) -> None:
+    agent = ScriptedAgent(lambda call: httpx.Response(404))
+    async with engine_on(store, agent.transport()) as engine:
+        key = await _started(engine)
+        agent.card = 503
+        pace = Pace.start(engine.config, engine._clock())
+        await _step(engine, key, pace)
+    events = store.read_stream(f"task:{key}")
+    unavailable = [e.data for e in events if e.type == ev.DISCOVERY_UNAVAILABLE]
+    assert [(u["during"], u["url"]) for u in unavailable] == [
+        ("resume", f"{ORIGIN}/.well-known/agent-card.json")
+    ]
+    assert ev.TASK_ORPHANED not in [e.type for e in events]
+
+
+@pytest.mark.parametrize("allowed", [True, False])
+async def test_a_bare_404_follows_a_move_to_plain_http_only_where_it_is_allowed(
+    store: EventStore, allowed: bool
+) -> None:
+    agent = ScriptedAgent(lambda call: httpx.Response(404))
+    config = EngineConfig(card_limits=CardLimits(allow_insecure=allowed))
+    async with engine_on(store, agent.transport(), config) as engine:
+        key = await _started(engine)
+        moved = card_document()
+        moved["supportedInterfaces"][0]["url"] = "http://agent.example/v2/a2a"
+        agent.card = moved
+        await _step(engine, key, Pace.start(engine.config, engine._clock()))
+        endpoint = (await engine._state(key))["endpoint"]["url"]
+    assert endpoint == ("http://agent.example/v2/a2a" if allowed else ENDPOINT)
+    assert (ev.ENDPOINT_MOVED in _types(store, key)) is allowed
 
 
 async def test_a_malformed_answer_changes_nothing_and_is_not_raised(store: EventStore) -> None:

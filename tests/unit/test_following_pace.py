@@ -7,6 +7,7 @@ the engine asks for; none is waited out."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -263,3 +264,98 @@ def test_drive_follows_the_stream_a_second_after_it_starts() -> None:
     assert outcome.state == "completed"
     assert agent.times("SubscribeToTask") == [1.0]
     assert ended == 1.0
+
+
+def test_a_stream_that_ended_at_an_interruption_is_followed_again_at_once_after_a_reply() -> None:
+    # Dropped, then ended at input-required (and the task replied to, working again), then
+    # dropped again, then completed: after the interruption the stream is followed again at
+    # once, and the back-off starts over from a second.
+    asked = {
+        "statusUpdate": {
+            "taskId": "r-1",
+            "contextId": "c-1",
+            "status": {"state": "TASK_STATE_INPUT_REQUIRED", "timestamp": "2026-01-01T00:00:00.5Z"},
+        }
+    }
+    streams = [
+        events_streamed(working_event("r-1")),
+        events_streamed(asked),
+        events_streamed(working_event("r-1")),
+        events_streamed(completed_event("r-1")),
+    ]
+
+    def subscribe(call: dict[str, Any]) -> httpx.Response:
+        return streams.pop(0)(call)
+
+    agent = ScriptedAgent(subscribe=subscribe)
+
+    async def follow(engine: Engine, key: str) -> None:
+        ended = 0
+
+        def replied() -> None:  # a reply sent meanwhile, by another process: working again
+            nonlocal ended
+            ended += 1
+            if ended == 2:
+                change = {"from": "input-required", "to": "working", "source": "poll",
+                          "remote_timestamp": "2026-01-01T00:00:00.7Z"}  # fmt: skip
+                engine.log.record(key, lambda state: [(ev.STATE_CHANGED, change)])
+
+        await engine.keep_streaming(key, retry_limit=4.0, after_each=replied)
+
+    _driven(agent, STREAMS, follow)
+    assert agent.times("SubscribeToTask") == [0.0, 1.0, 1.0, 2.0]
+
+
+# -- what a drive leaves behind -------------------------------------------------------------------
+
+
+def test_two_drives_of_one_task_are_both_woken_by_a_push_after_one_of_them_ended() -> None:
+    agent = ScriptedAgent(answering("working"))
+
+    async def both(engine: Engine, key: str) -> TaskView:
+        short = asyncio.ensure_future(engine.drive(key, until="terminal", timeout=5))
+        long = asyncio.ensure_future(engine.drive(key, until="terminal", timeout=30))
+        with contextlib.suppress(DeadlineExceeded):
+            await short
+        await _pushed_at(engine, key, 10.0, "completed")
+        return await long
+
+    outcome, ended, _ = _driven(agent, POLLS, both)
+    assert isinstance(outcome, TaskView)
+    assert outcome.state == "completed"
+    assert ended == 10.0  # woken by the push, not at its next poll (15)
+
+
+def test_a_drive_leaves_no_task_of_its_own_running() -> None:
+    agent = ScriptedAgent(answering("working", "completed"))
+
+    async def drive(engine: Engine, key: str) -> list[asyncio.Task[Any]]:
+        await engine.drive(key, until="terminal", timeout=30)
+        here = asyncio.current_task()
+        return [task for task in asyncio.all_tasks() if task is not here and not task.done()]
+
+    left, _, _ = _driven(agent, STREAMS, drive)
+    assert left == []
+
+
+def test_revalidation_due_at_a_poll_is_made_at_that_poll() -> None:
+    config = EngineConfig(
+        first_poll_interval=1.0, max_poll_interval=3.0, max_card_age=9.0, follow_streams=False
+    )
+    agent = ScriptedAgent(answering("working"))
+    _driven(agent, config, lambda engine, key: engine.drive(key, until="terminal", timeout=30))
+    assert agent.times("GetTask")[:6] == [0.0, 1.0, 3.0, 6.0, 9.0, 12.0]
+    assert agent.times("card") == [0.0, 9.0, 18.0, 27.0]
+
+
+def test_a_bare_404_at_the_first_poll_checks_the_endpoint_at_once_then_once_per_max_card_age() -> (
+    None
+):
+    config = EngineConfig(
+        first_poll_interval=1.0, max_poll_interval=8.0, max_card_age=20.0, follow_streams=False
+    )
+    agent = ScriptedAgent(lambda call: httpx.Response(404))
+    _driven(agent, config, lambda engine, key: engine.drive(key, until="terminal", timeout=30))
+    # The card read at creation, R9's check at the first 404 (at once), then at the first 404
+    # 20 s or more after it (R7's re-validation, due at 20 too, takes the card it read).
+    assert agent.times("card") == [0.0, 0.0, 23.0]
