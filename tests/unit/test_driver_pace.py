@@ -1,7 +1,8 @@
 """The driver's schedule (``serve``: every live task kept moving), read exactly on a virtual clock
 (``support.virtual_time``): R5's bound -- no live task goes longer than ``max_poll_interval``
-without a safety poll, confirmed push or not -- for every task of many over five virtual minutes,
-and a task picked up after the driver started (another process's ``run``) followed at once.
+without a safety poll, confirmed push or not -- for every task of many over five virtual minutes;
+a task picked up after the driver started (another process's ``run``) followed at its next scan;
+and pushes arriving every second, each webhook confirmed, spacing no poll.
 
 Incident 001 is a client that waited six hours on a push the agent had stopped sending. Here the
 bound is not sampled by a test that sleeps: each task's polls are the times the engine asked for.
@@ -46,12 +47,16 @@ class Agent:
     def transport(self) -> httpx.MockTransport:
         def handler(request: httpx.Request) -> httpx.Response:
             if request.method == "GET":
-                return httpx.Response(200, json=card_document())
+                card = card_document()
+                card["capabilities"]["pushNotifications"] = True
+                return httpx.Response(200, json=card)
             call = json.loads(request.content)
             if call["method"] == "SendMessage":
                 return rpc_result(
                     call, {"task": {**task_answer("submitted"), "id": next(self.ids)}}
                 )
+            if call["method"] == "CreateTaskPushNotificationConfig":
+                return rpc_result(call, call["params"])  # stored as asked
             remote = call["params"]["id"]
             self.polls[remote].append(asyncio.get_running_loop().time())
             return rpc_result(call, {**task_answer("working"), "id": remote})
@@ -115,3 +120,50 @@ def test_a_task_started_while_the_driver_runs_is_polled_at_once_then_backs_off()
     assert 100.0 <= late[0] <= 100.0 + 0.5  # picked up by the next scan of the log
     assert _gaps(late)[:4] == [0.5, 1.0, 2.0, 4.0]
     assert max(_gaps(agent.polls["r-0"])) <= CONFIG.max_poll_interval
+
+
+def test_a_task_whose_pushes_arrive_every_second_is_still_polled_at_the_bound() -> None:
+    # R5: push confirmed or not, the safety polls go on; a confirmed webhook never spaces them.
+    agent = Agent()
+    confirmed: list[str] = []
+    pushers: list[asyncio.Future[None]] = []
+
+    async def pushing(engine: Engine) -> None:
+        webhooks = []
+        for _ in range(5):
+            key = (await engine.start_task(ORIGIN, skill="echo", text="hi")).task
+            outcome = await engine.register_webhook(key, "https://hooks.example/w")
+            assert outcome.token is not None
+            assert outcome.authorization is not None
+            headers = {
+                "content-type": "application/json",
+                "x-a2a-notification-token": outcome.token,
+                "authorization": outcome.authorization,
+            }
+            webhooks.append((key, str((await engine._state(key))["remote_task_id"]), headers))
+
+        async def deliveries() -> None:
+            for second in range(1, 120):
+                await asyncio.sleep(second - asyncio.get_running_loop().time())
+                for _, remote, headers in webhooks:
+                    status = {
+                        "state": "TASK_STATE_WORKING",
+                        "timestamp": f"2026-01-01T00:{second // 60:02d}:{second % 60:02d}Z",
+                    }
+                    update = {"taskId": remote, "contextId": "c-1", "status": status}
+                    body = json.dumps({"statusUpdate": update}).encode()
+                    delivered = await engine.deliver(body, headers)
+                    assert delivered.status == 200, delivered
+            for key, _, _ in webhooks:
+                if (await engine._state(key))["webhook"]["status"] == "confirmed":
+                    confirmed.append(key)
+
+        pushers.append(asyncio.ensure_future(deliveries()))
+
+    _driving(agent, 121.0, pushing)
+    assert pushers[0].done()
+    assert pushers[0].exception() is None  # every delivery answered 200
+    assert len(confirmed) == 5
+    for times in agent.polls.values():
+        assert max(_gaps(times)) <= CONFIG.max_poll_interval
+        assert times[-1] >= 121.0 - CONFIG.max_poll_interval
