@@ -126,6 +126,7 @@ def play(scenario: Scenario) -> str | None:
 @given(scenarios)
 @example((1.0, 8.0, 30.0, 30.0, (0.17,)))  # the schedule of test_following_pace: 0, 1, 3, ... 29
 @example((0.05, 0.2, 0.1, 0.2, (0.5, 0.5)))  # a drive shorter than a second, pushes at once
+@example((1.0, 8.0, 30.0, 0.9, ()))  # the command's second outlasts the drive: it ends at 0.9
 def test_safety_polls_keep_their_bound_and_watch_the_deadline_whatever_the_pacing(
     scenario: Scenario,
 ) -> None:

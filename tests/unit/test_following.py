@@ -559,6 +559,31 @@ async def test_a_dropped_stream_is_followed_again_after_a_backoff_until_the_task
     assert dropped[0].reason == "closed"  # type: ignore[attr-defined]
 
 
+async def test_a_followed_stream_reads_ahead_by_the_bytes_of_its_events(
+    store: EventStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # R16: what is read ahead of the store is bounded in bytes as each event weighs, not only
+    # in count (a hostile agent's large events would otherwise queue 256 deep).
+    weighed: list[tuple[int | None, int]] = []
+    real = following.ready_batches
+
+    def spy(source: Any, *args: Any, weigh: Any = None, **kwargs: Any) -> Any:
+        async def watched() -> Any:
+            async for update in source:
+                weighed.append((None if weigh is None else weigh(update), update.size))
+                yield update
+
+        return real(watched(), *args, weigh=weigh, **kwargs)
+
+    monkeypatch.setattr(following, "ready_batches", spy)
+    agent = ScriptedAgent(subscribe=events_streamed(working_event("r-1"), completed_event("r-1")))
+    async with engine_on(store, agent.transport(), STREAMING) as engine:
+        key = await _started(engine)
+        await engine.follow_stream(key)
+    assert len(weighed) == 2
+    assert all(weight == size > 0 for weight, size in weighed)
+
+
 def test_an_event_weighs_its_size() -> None:
     class Sized:
         size = 1234

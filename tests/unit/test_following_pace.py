@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import json
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
@@ -17,13 +18,16 @@ import httpx
 import pytest
 from support.cards import ORIGIN
 from support.hostile import completed_event, working_event
-from support.mocked import ScriptedAgent, answering, events_streamed
+from support.mocked import ScriptedAgent, answering, events_streamed, rpc_result, task_answer
 from support.virtual_time import run_virtual, virtual_deadlines
 
+from cardfence.engine import deadline
 from cardfence.engine import events as ev
 from cardfence.engine.engine import Engine, EngineConfig
 from cardfence.engine.errors import DeadlineExceeded, EndpointUnreachableError
+from cardfence.engine.observations import from_update
 from cardfence.engine.views import TaskView
+from cardfence.engine.webhook import decode
 from cardfence.store import EventStore
 
 _T = TypeVar("_T")
@@ -359,3 +363,134 @@ def test_a_bare_404_at_the_first_poll_checks_the_endpoint_at_once_then_once_per_
     # The card read at creation, R9's check at the first 404 (at once), then at the first 404
     # 20 s or more after it (R7's re-validation, due at 20 too, takes the card it read).
     assert agent.times("card") == [0.0, 0.0, 23.0]
+
+
+# -- where a drive stops ---------------------------------------------------------------------------
+
+
+def test_a_drive_of_a_task_the_log_shows_ended_asks_the_agent_nothing() -> None:
+    agent = ScriptedAgent(answering("working"))
+
+    async def drive(engine: Engine, key: str) -> TaskView:
+        await _pushed_at(engine, key, 0.0, "completed")
+        return await engine.drive(key, until="terminal", timeout=30)
+
+    outcome, ended, _ = _driven(agent, POLLS, drive)
+    assert isinstance(outcome, TaskView)
+    assert outcome.state == "completed"
+    assert (agent.times("GetTask"), ended) == ([], 0.0)
+
+
+def test_a_push_that_interrupts_the_task_ends_a_drive_until_interrupted_when_applied() -> None:
+    agent = ScriptedAgent(answering("working"))
+
+    async def drive(engine: Engine, key: str) -> TaskView:
+        push = asyncio.ensure_future(_pushed_at(engine, key, 5.0, "input-required"))
+        try:
+            return await engine.drive(key, until="interrupted", timeout=30)
+        finally:
+            await push
+
+    outcome, ended, _ = _driven(agent, POLLS, drive)
+    assert isinstance(outcome, TaskView)
+    assert (outcome.state, ended) == ("input-required", 5.0)
+    assert agent.times("GetTask") == [0.0, 1.0, 3.0]
+
+
+def test_a_poll_that_finds_the_task_interrupted_ends_the_drive_at_that_poll() -> None:
+    agent = ScriptedAgent(answering("working", "working", "input-required"))
+    outcome, ended, _ = _driven(
+        agent, POLLS, lambda engine, key: engine.drive(key, until="interrupted", timeout=30)
+    )
+    assert isinstance(outcome, TaskView)
+    assert (outcome.state, ended) == ("input-required", 3.0)
+    assert agent.times("GetTask") == [0.0, 1.0, 3.0]
+
+
+def test_a_drive_ended_by_a_push_returns_the_task_as_its_closing_read_found_it() -> None:
+    # A push of one status update ends the task at 5; the closing read, answered 2 s later,
+    # brings its artifact: the drive returns the task as that read found it.
+    pushed = False
+
+    def get(call: dict[str, Any]) -> Any:
+        if not pushed:
+            return rpc_result(call, task_answer("working"))
+        ended = task_answer("completed", "2026-01-01T00:00:09Z")
+        ended["artifacts"] = [{"artifactId": "a-1", "parts": [{"text": "the answer"}]}]
+
+        async def later() -> httpx.Response:
+            await asyncio.sleep(2.0)
+            return rpc_result(call, ended)
+
+        return later()
+
+    agent = ScriptedAgent(get)
+
+    async def drive(engine: Engine, key: str) -> TaskView:
+        async def push() -> None:
+            nonlocal pushed
+            await asyncio.sleep(5.0)
+            pushed = True
+            status = {"state": "TASK_STATE_COMPLETED", "timestamp": "2026-01-01T00:00:08Z"}
+            update = {"taskId": "r-1", "contextId": "c-1", "status": status}
+            body = json.dumps({"statusUpdate": update}).encode()
+            observation = from_update(decode(body, {"content-type": "application/json"}), "push")
+            assert observation is not None
+            before_after = await engine._calls.run(engine._apply, key, observation, None)
+            engine._observed(key, observation, *before_after, whole=False)
+            engine._wake(key)
+
+        pushing = asyncio.ensure_future(push())
+        try:
+            return await engine.drive(key, until="terminal", timeout=30)
+        finally:
+            await pushing
+
+    outcome, ended, _ = _driven(agent, POLLS, drive)
+    assert isinstance(outcome, TaskView)
+    assert (outcome.state, ended) == ("completed", 7.0)
+    assert [artifact["artifact_id"] for artifact in outcome.artifacts] == ["a-1"]
+
+
+# -- the deadlines a drive keeps ------------------------------------------------------------------
+
+
+def test_a_drive_under_a_second_ends_at_its_timeout_not_at_the_second_it_gives_its_poll() -> None:
+    # 0.9 s: the command's deadline is a second (a poll is given that long), the last poll's
+    # share a quarter of 0.9 (0.225 s): the poll due at 1 starts at 0.775, then the drive ends
+    # at 0.9 -- its own timeout, not the command's second.
+    config = EngineConfig(first_poll_interval=1.0, max_poll_interval=8.0, follow_streams=False)
+    agent = ScriptedAgent(answering("working"))
+    outcome, ended, _ = _driven(
+        agent, config, lambda engine, key: engine.drive(key, until="terminal", timeout=0.9)
+    )
+    assert isinstance(outcome, DeadlineExceeded)
+    assert agent.times("GetTask") == [0.0, 0.775]
+    assert ended == 0.9
+
+
+def test_a_drive_ends_at_a_deadline_already_in_force_when_it_is_earlier() -> None:
+    agent = ScriptedAgent(answering("working"))
+
+    async def drive(engine: Engine, key: str) -> TaskView:
+        with deadline.within(5.0):  # the command's --timeout, shorter than the drive's
+            return await engine.drive(key, until="terminal", timeout=30)
+
+    outcome, ended, _ = _driven(agent, POLLS, drive)
+    assert isinstance(outcome, DeadlineExceeded)
+    assert agent.times("GetTask") == [0.0, 1.0, 3.0, 4.0]  # the last with its second to answer
+    assert ended == 5.0
+
+
+def test_a_drive_polls_once_when_a_deadline_in_force_leaves_less_than_its_last_polls_share() -> (
+    None
+):
+    agent = ScriptedAgent(answering("working"))
+
+    async def drive(engine: Engine, key: str) -> TaskView:
+        with deadline.within(0.3):
+            return await engine.drive(key, until="terminal", timeout=30)
+
+    outcome, ended, _ = _driven(agent, POLLS, drive)
+    assert isinstance(outcome, DeadlineExceeded)
+    assert (agent.times("GetTask"), ended) == ([0.0], 0.3)
