@@ -27,13 +27,16 @@ from support.mocked import (
 )
 
 from cardfence.engine import events as ev
+from cardfence.engine import guards
 from cardfence.engine.cards.fetch import CardLimits
+from cardfence.engine.cards.model import parse_card
 from cardfence.engine.engine import Engine, EngineConfig, following
 from cardfence.engine.engine.following import Pace, _event_bytes, _unwound, reached
 from cardfence.engine.errors import (
     AuthorizationFailedError,
     CreationRefusedError,
     DeadlineExceeded,
+    DiscoveryError,
     EndpointUnreachableError,
     StreamDroppedError,
     TaskOrphanedError,
@@ -294,6 +297,50 @@ async def test_a_bare_404_follows_a_move_to_plain_http_only_where_it_is_allowed(
         endpoint = (await engine._state(key))["endpoint"]["url"]
     assert endpoint == ("http://agent.example/v2/a2a" if allowed else ENDPOINT)
     assert (ev.ENDPOINT_MOVED in _types(store, key)) is allowed
+
+
+async def test_a_bare_404_of_a_task_under_the_extended_card_has_the_public_card_stand_in(
+    store: EventStore,
+) -> None:
+    """R9 for a task created under the authenticated extended card, which could not be read
+    again: what is recorded is what ``guards.resume_stand_in`` decides on the task -- the public
+    card's endpoint (plain http allowed here), or both failures -- and the task is never
+    orphaned."""
+    unread = DiscoveryError(f"{ORIGIN}/a2a", "extended_card", "AuthorizationFailedError: 401")
+    failure = DiscoveryError(ORIGIN, "network", "connection refused")
+    document = card_document()
+    document["supportedInterfaces"][0]["url"] = "http://agent.example/v2/a2a"
+    document["skills"][0]["id"] = "translate"  # the public card need not carry the skill
+    public = parse_card(json.dumps(document).encode())
+    config = EngineConfig(card_limits=CardLimits(allow_insecure=True))
+    decided = []
+    async with engine_on(store, ScriptedAgent().transport(), config) as engine:
+        key = await _started(engine)
+        for card, failed in ((None, failure), (public, None)):
+
+            async def stand_in(
+                _state: Any,
+                *,
+                fresh: bool,
+                share: bool = False,
+                card: Any = card,
+                failed: Any = failed,
+            ) -> tuple[Any, Any, Any]:
+                assert fresh  # R9 reads the card again
+                return card, failed, unread
+
+            engine._task_card = stand_in  # type: ignore[method-assign]
+            state = await engine._state(key)
+            mark = len(store.read_stream(f"task:{key}"))
+            await engine._reconcile_endpoint(key)
+            recorded = store.read_stream(f"task:{key}")[mark:]
+            plan = guards.resume_stand_in(state, card, failed, unread, allow_insecure=True)
+            assert [(e.type, e.data) for e in recorded] == list(plan.events)
+            decided.append([e.type for e in recorded])
+        endpoint = (await engine._state(key))["endpoint"]["url"]
+    unavailable = ev.DISCOVERY_UNAVAILABLE
+    assert decided == [[unavailable, unavailable], [unavailable, ev.ENDPOINT_MOVED]]
+    assert endpoint == "http://agent.example/v2/a2a"
 
 
 async def test_a_malformed_answer_changes_nothing_and_is_not_raised(store: EventStore) -> None:
