@@ -167,3 +167,22 @@ def test_a_task_whose_pushes_arrive_every_second_is_still_polled_at_the_bound() 
     for times in agent.polls.values():
         assert max(_gaps(times)) <= CONFIG.max_poll_interval
         assert times[-1] >= 121.0 - CONFIG.max_poll_interval
+
+
+def test_a_webhook_registered_elsewhere_prompts_a_poll_and_the_backoff_starts_over() -> None:
+    # Another process's registration (or reply) is news about the task: the driver polls it at
+    # its next scan of the log, and looks again soon after, as for a task just started.
+    agent = Agent()
+
+    async def later(engine: Engine) -> None:
+        key = (await engine.start_task(ORIGIN, skill="echo", text="hi")).task
+        await asyncio.sleep(101.0)  # between two polls at the bound (100 and 104)
+        await engine.register_webhook(key, "https://hooks.example/w")
+
+    _driving(agent, 130.0, later)
+    polls = agent.polls["r-0"]
+    before = [when for when in polls if when <= 101.0]
+    after = [when for when in polls if when > 101.0]
+    assert before[-2:] == [96.0, 100.0]  # at the bound until then
+    assert after[0] <= 101.0 + 0.5  # the next scan, not the next poll at the bound (104)
+    assert _gaps(after)[:4] == [0.5, 1.0, 2.0, 4.0]
