@@ -125,7 +125,6 @@ class EngineBase:
         *,
         owns_client: bool = False,
         clock: Callable[[], float] = time.monotonic,
-        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self.store = store
         self.client = client
@@ -140,7 +139,6 @@ class EngineBase:
         self._calls = StoreCalls(store)
         self.discovery._calls = self._calls
         self._clock = clock
-        self._sleep = sleep
         self._transports: dict[tuple[str, str, str, str, tuple[str, ...], int], A2ATransport] = {}
         # A drive's wake-up on a push or stream event, for as long as a drive follows the task.
         self._pushed: dict[str, asyncio.Event] = {}
