@@ -5,21 +5,24 @@ without a store read, and the annotations of a refused or unreached request."""
 from __future__ import annotations
 
 import datetime as dt
+import json
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 from support import make_tls
-from support.cards import ORIGIN
+from support.cards import ORIGIN, card_document
 from support.mocked import ScriptedAgent, answering, engine_on
 
 from cardfence.engine import events as ev
-from cardfence.engine.engine import Engine, EngineConfig
+from cardfence.engine.engine import Engine, EngineConfig, base
 from cardfence.engine.engine.base import _authorization_failed, _unreachable
 from cardfence.engine.errors import AuthorizationFailedError, EndpointUnreachableError
 from cardfence.engine.tasklog import AsOf
-from cardfence.store import EventStore
+from cardfence.store import CardSnapshot, EventStore
+from cardfence.store.chain import content_hash
 
 
 def test_a_refused_request_is_recorded_with_what_was_refused_and_when() -> None:
@@ -115,3 +118,53 @@ async def test_a_follow_up_starts_from_the_state_the_engine_last_wrote_with_no_s
 
         engine._state = no_read  # type: ignore[method-assign]
         assert await engine._known_state(key) == expected
+
+
+def _snapshot(store: EventStore, name: str, description: str = "") -> str:
+    """A card snapshot stored as a read of the agent's card would store it; its revision."""
+    document = card_document()
+    document["name"] = name
+    document["description"] = description or name
+    body = json.dumps(document)
+    revision = content_hash(body)
+    url = f"{ORIGIN}/.well-known/agent-card.json"
+    store.put_snapshot(CardSnapshot(revision, body, url, None, 200, datetime.now(UTC)))
+    return revision
+
+
+async def test_a_card_revision_is_parsed_once_and_kept(
+    store: EventStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    revision = _snapshot(store, "one")
+    reads: list[str] = []
+    real = store.get_snapshot
+    monkeypatch.setattr(store, "get_snapshot", lambda r: reads.append(r) or real(r))
+    async with engine_on(store) as engine:
+        first = engine._card(revision)
+        again = engine._card(revision)
+    assert first is not None
+    assert again is first
+    assert reads == [revision]
+    assert first.source_url == f"{ORIGIN}/.well-known/agent-card.json"
+
+
+async def test_the_oldest_parsed_card_is_let_go_past_the_number_kept(
+    store: EventStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(base, "_CARDS_KEPT", 2)
+    revisions = [_snapshot(store, name) for name in ("one", "two", "three")]
+    async with engine_on(store) as engine:
+        for revision in revisions:
+            engine._card(revision)
+        kept = list(engine._cards)
+    assert kept == revisions[1:]
+
+
+async def test_a_stored_card_is_parsed_whatever_its_size(store: EventStore) -> None:
+    # A snapshot was bounded when it was read; a card read under a larger limit is shown all
+    # the same (the default limit of a read is 1 MiB).
+    revision = _snapshot(store, "large", "x" * 2_000_000)
+    async with engine_on(store) as engine:
+        card = engine._card(revision)
+    assert card is not None
+    assert card.name == "large"
