@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,7 @@ from cardfence.engine.engine import Engine, EngineConfig, base
 from cardfence.engine.engine.base import _authorization_failed, _unreachable
 from cardfence.engine.errors import AuthorizationFailedError, EndpointUnreachableError
 from cardfence.engine.tasklog import AsOf
-from cardfence.store import CardSnapshot, EventStore
+from cardfence.store import CardSnapshot, EventStore, LeaseLostError
 from cardfence.store.chain import content_hash
 
 
@@ -168,3 +169,38 @@ async def test_a_stored_card_is_parsed_whatever_its_size(store: EventStore) -> N
         card = engine._card(revision)
     assert card is not None
     assert card.name == "large"
+
+
+async def test_a_background_decision_whose_lease_was_lost_is_logged_as_such_and_kept_as_no_error(
+    store: EventStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    lost = LeaseLostError("task:k-1", "driver-a", 3, "driver-b")
+
+    async def decided() -> None:
+        raise lost
+
+    caplog.set_level(logging.INFO, logger="cardfence")
+    async with engine_on(store) as engine:
+        await engine._contained(decided())
+    (record,) = [r for r in caplog.records if getattr(r, "event", None) == "LeaseLost"]
+    assert record.getMessage() == "background decision not recorded: the lease was lost"
+    assert record.levelno == logging.INFO
+    assert (record.task, record.reason) == ("k-1", str(lost))  # type: ignore[attr-defined]
+    assert engine.background_errors == []
+
+
+async def test_a_background_check_that_fails_is_logged_with_its_traceback_and_kept(
+    store: EventStore, caplog: pytest.LogCaptureFixture
+) -> None:
+    broken = RuntimeError("a bug")
+
+    async def check() -> None:
+        raise broken
+
+    caplog.set_level(logging.INFO, logger="cardfence")
+    async with engine_on(store) as engine:
+        await engine._contained(check())
+    (record,) = [r for r in caplog.records if r.exc_info]
+    assert record.getMessage() == "background card check failed"
+    assert record.levelno == logging.ERROR
+    assert engine.background_errors == [broken]
