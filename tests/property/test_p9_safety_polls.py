@@ -27,7 +27,6 @@ from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from typing import Any
 
-import httpx
 import pytest
 from harness import hunt
 from hypothesis import example, given, settings
@@ -35,12 +34,11 @@ from hypothesis import find as hypothesis_find
 from hypothesis import strategies as st
 from support.cards import ORIGIN
 from support.mocked import ScriptedAgent, answering
-from support.virtual_time import run_virtual, virtual_deadlines
+from support.virtual_time import run_virtual, virtual_deadlines, virtual_engine
 
 from cardfence.engine import events as ev
 from cardfence.engine.engine import Engine, EngineConfig, following
 from cardfence.engine.errors import DeadlineExceeded
-from cardfence.store import EventStore
 
 EPSILON = 1e-9
 TICK = 1e-3  # a poll that could only follow the last within this is not asked for
@@ -72,27 +70,22 @@ def _polls(scenario: Scenario, *, pushed: bool) -> tuple[list[float], float, str
         engine._wake(key)  # a push applied: the drive looks at the task again
 
     async def job() -> tuple[float, str]:
-        clock = asyncio.get_running_loop().time
-        with EventStore.open("sqlite://") as store:
-            async with (
-                httpx.AsyncClient(transport=agent.transport()) as client,
-                Engine(store, client, config, clock=clock) as engine,
-            ):
-                key = (await engine.start_task(ORIGIN, skill="echo", text="hi")).task
-                wakes = [
-                    asyncio.ensure_future(wake(engine, key, share * timeout))
-                    for share in (pushes if pushed else ())
-                ]
-                with suppress(DeadlineExceeded):
-                    await engine.drive(key, until="terminal", timeout=timeout)
-                ended = clock()
-                for job in wakes:
-                    job.cancel()
-                await asyncio.gather(*wakes, return_exceptions=True)
-                return ended, store.read_stream(f"task:{key}")[-1].type
+        async with virtual_engine(agent.transport(), config) as engine:
+            key = (await engine.start_task(ORIGIN, skill="echo", text="hi")).task
+            wakes = [
+                asyncio.ensure_future(wake(engine, key, share * timeout))
+                for share in (pushes if pushed else ())
+            ]
+            with suppress(DeadlineExceeded):
+                await engine.drive(key, until="terminal", timeout=timeout)
+            ended = engine._clock()
+            for job in wakes:
+                job.cancel()
+            await asyncio.gather(*wakes, return_exceptions=True)
+            return ended, engine.store.read_stream(f"task:{key}")[-1].type
 
     with virtual_deadlines(pytest.MonkeyPatch()):
-        ended, last = run_virtual(job())[0]
+        ended, last = run_virtual(job())
     return agent.times("GetTask"), ended, last
 
 

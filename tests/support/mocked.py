@@ -196,3 +196,17 @@ class ScriptedAgent:
     def times(self, method: str) -> list[float]:
         """When each ``method`` request came, by the loop's clock."""
         return [when for asked, when in self.at if asked == method]
+
+
+def task_card_as(engine: Engine, card: Any, failure: Any, unread: Any) -> list[bool]:
+    """From now on, ``engine``'s reads of a task's card (``_task_card``) give ``(card, failure,
+    unread)``, as when the extended card could not be read again and the public one stands in.
+    Returns the ``fresh`` asked for by each read, as they come."""
+    fresh_asked: list[bool] = []
+
+    async def read(_state: Any, *, fresh: bool, share: bool = False) -> tuple[Any, Any, Any]:
+        fresh_asked.append(fresh)
+        return card, failure, unread
+
+    engine._task_card = read  # type: ignore[method-assign]
+    return fresh_asked

@@ -20,12 +20,15 @@ import asyncio
 import contextlib
 import selectors
 import types
-from collections.abc import Awaitable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Iterator
 from typing import Any, TypeVar
 
+import httpx
 import pytest
 
 from cardfence.engine import deadline
+from cardfence.engine.engine import Engine, EngineConfig
+from cardfence.store import EventStore
 
 _T = TypeVar("_T")
 
@@ -66,16 +69,29 @@ class VirtualTimeLoop(asyncio.SelectorEventLoop):
         return self.now
 
 
-def run_virtual(job: Awaitable[_T]) -> tuple[_T, float]:
-    """Run ``job`` to its end on a fresh :class:`VirtualTimeLoop`; its result and the virtual
-    seconds it took."""
+def run_virtual(job: Awaitable[_T]) -> _T:
+    """Run ``job`` to its end on a fresh :class:`VirtualTimeLoop`; its result."""
     loop = VirtualTimeLoop()
     try:
-        result = loop.run_until_complete(job)
-        return result, loop.now
+        return loop.run_until_complete(job)
     finally:
         loop.run_until_complete(loop.shutdown_asyncgens())
         loop.close()
+
+
+@contextlib.asynccontextmanager
+async def virtual_engine(
+    agent: httpx.AsyncBaseTransport, config: EngineConfig
+) -> AsyncIterator[Engine]:
+    """An engine on an in-memory store (its calls inline: no thread takes real time),
+    scheduling by the running loop's clock, its requests answered by ``agent``."""
+    clock = asyncio.get_running_loop().time
+    with EventStore.open("sqlite://") as store:
+        async with (
+            httpx.AsyncClient(transport=agent) as client,
+            Engine(store, client, config, clock=clock) as engine,
+        ):
+            yield engine
 
 
 @contextlib.contextmanager

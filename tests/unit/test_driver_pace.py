@@ -21,11 +21,10 @@ import httpx
 import pytest
 from support.cards import ORIGIN, card_document
 from support.mocked import rpc_result, task_answer
-from support.virtual_time import run_virtual, virtual_deadlines
+from support.virtual_time import run_virtual, virtual_deadlines, virtual_engine
 
 from cardfence.engine.driver import Driver
 from cardfence.engine.engine import Engine, EngineConfig
-from cardfence.store import EventStore
 
 CONFIG = EngineConfig(first_poll_interval=0.5, max_poll_interval=4.0, follow_streams=False)
 
@@ -69,19 +68,14 @@ def _driving(agent: Agent, seconds: float, meanwhile: Callable[[Engine], Awaitab
     beside the driver from its start."""
 
     async def job() -> None:
-        clock = asyncio.get_running_loop().time
-        with EventStore.open("sqlite://") as store:
-            async with (
-                httpx.AsyncClient(transport=agent.transport()) as client,
-                Engine(store, client, CONFIG, clock=clock) as engine,
-            ):
-                driver = Driver(engine, workers=8, scan_interval=0.5)
-                running = asyncio.ensure_future(driver.run())
-                await driver.ready()
-                await meanwhile(engine)
-                await asyncio.sleep(seconds - clock())
-                driver.stop()
-                await running
+        async with virtual_engine(agent.transport(), CONFIG) as engine:
+            driver = Driver(engine, workers=8, scan_interval=0.5)
+            running = asyncio.ensure_future(driver.run())
+            await driver.ready()
+            await meanwhile(engine)
+            await asyncio.sleep(seconds - engine._clock())
+            driver.stop()
+            await running
 
     run_virtual(job())
 

@@ -24,6 +24,7 @@ from support.mocked import (
     rpc_error,
     rpc_result,
     task_answer,
+    task_card_as,
 )
 
 from cardfence.engine import events as ev
@@ -317,22 +318,11 @@ async def test_a_bare_404_of_a_task_under_the_extended_card_has_the_public_card_
     async with engine_on(store, ScriptedAgent().transport(), config) as engine:
         key = await _started(engine)
         for card, failed in ((None, failure), (public, None)):
-
-            async def stand_in(
-                _state: Any,
-                *,
-                fresh: bool,
-                share: bool = False,
-                card: Any = card,
-                failed: Any = failed,
-            ) -> tuple[Any, Any, Any]:
-                assert fresh  # R9 reads the card again
-                return card, failed, unread
-
-            engine._task_card = stand_in  # type: ignore[method-assign]
+            fresh = task_card_as(engine, card, failed, unread)
             state = await engine._state(key)
             mark = len(store.read_stream(f"task:{key}"))
             await engine._reconcile_endpoint(key)
+            assert fresh == [True]  # R9 reads the card again
             recorded = store.read_stream(f"task:{key}")[mark:]
             plan = guards.resume_stand_in(state, card, failed, unread, allow_insecure=True)
             assert [(e.type, e.data) for e in recorded] == list(plan.events)

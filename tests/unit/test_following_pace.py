@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 import httpx
@@ -19,7 +19,7 @@ import pytest
 from support.cards import ORIGIN
 from support.hostile import completed_event, working_event
 from support.mocked import ScriptedAgent, answering, events_streamed, rpc_result, task_answer
-from support.virtual_time import run_virtual, virtual_deadlines
+from support.virtual_time import run_virtual, virtual_deadlines, virtual_engine
 
 from cardfence.engine import deadline
 from cardfence.engine import events as ev
@@ -28,7 +28,6 @@ from cardfence.engine.errors import DeadlineExceeded, EndpointUnreachableError
 from cardfence.engine.observations import from_update
 from cardfence.engine.views import TaskView
 from cardfence.engine.webhook import decode
-from cardfence.store import EventStore
 
 _T = TypeVar("_T")
 
@@ -42,19 +41,6 @@ def _deadlines_on_the_virtual_clock(monkeypatch: pytest.MonkeyPatch) -> Any:
         yield
 
 
-@asynccontextmanager
-async def _engine(agent: ScriptedAgent, config: EngineConfig) -> AsyncIterator[Engine]:
-    """An engine on an in-memory store (its calls inline: no thread takes real time), scheduling
-    by the loop's clock, its requests answered by ``agent``."""
-    clock = asyncio.get_running_loop().time
-    with EventStore.open("sqlite://") as store:
-        async with (
-            httpx.AsyncClient(transport=agent.transport()) as client,
-            Engine(store, client, config, clock=clock) as engine,
-        ):
-            yield engine
-
-
 def _driven(
     agent: ScriptedAgent,
     config: EngineConfig,
@@ -64,7 +50,7 @@ def _driven(
     the virtual time it ended at, and the task's last event (type, data)."""
 
     async def job() -> tuple[_T | BaseException, float, tuple[str, dict[str, Any]]]:
-        async with _engine(agent, config) as engine:
+        async with virtual_engine(agent.transport(), config) as engine:
             key = (await engine.start_task(ORIGIN, skill="echo", text="hi")).task
             started = asyncio.get_running_loop().time()
             assert started == 0.0
@@ -76,7 +62,7 @@ def _driven(
             last = engine.store.read_stream(f"task:{key}")[-1]
             return outcome, ended, (last.type, dict(last.data))
 
-    return run_virtual(job())[0]
+    return run_virtual(job())
 
 
 # -- the safety polls (R5) -----------------------------------------------------------------------
@@ -121,9 +107,7 @@ def test_a_short_drive_gives_its_last_poll_a_quarter_of_the_timeout() -> None:
 
 
 def test_the_last_poll_is_given_no_more_than_the_request_timeout() -> None:
-    config = EngineConfig(
-        first_poll_interval=1.0, max_poll_interval=8.0, request_timeout=0.25, follow_streams=False
-    )
+    config = dataclasses.replace(POLLS, request_timeout=0.25)
     agent = ScriptedAgent(answering("working"))
     _driven(agent, config, lambda engine, key: engine.drive(key, until="terminal", timeout=10))
     # The poll due at 15 starts at 9.75: a request ends within 0.25 s, by the deadline.
@@ -204,9 +188,7 @@ def test_after_the_last_poll_a_push_still_ends_the_drive() -> None:
 
 
 def test_revalidation_falls_due_every_max_card_age_at_the_next_step() -> None:
-    config = EngineConfig(
-        first_poll_interval=1.0, max_poll_interval=8.0, max_card_age=10.0, follow_streams=False
-    )
+    config = dataclasses.replace(POLLS, max_card_age=10.0)
     agent = ScriptedAgent(answering("working"))
     _driven(agent, config, lambda engine, key: engine.drive(key, until="terminal", timeout=40))
     assert agent.times("GetTask") == [0.0, 1.0, 3.0, 7.0, 15.0, 23.0, 31.0, 39.0]
@@ -216,9 +198,7 @@ def test_revalidation_falls_due_every_max_card_age_at_the_next_step() -> None:
 
 
 def test_a_push_between_polls_starts_a_revalidation_that_is_due() -> None:
-    config = EngineConfig(
-        first_poll_interval=1.0, max_poll_interval=8.0, max_card_age=10.0, follow_streams=False
-    )
+    config = dataclasses.replace(POLLS, max_card_age=10.0)
     agent = ScriptedAgent(answering("working"))
     _driven(agent, config, _drive_with_push(12.0, "working", timeout=14))
     assert agent.times("GetTask") == [0.0, 1.0, 3.0, 7.0, 13.0]
@@ -343,9 +323,7 @@ def test_a_drive_leaves_no_task_of_its_own_running() -> None:
 
 
 def test_revalidation_due_at_a_poll_is_made_at_that_poll() -> None:
-    config = EngineConfig(
-        first_poll_interval=1.0, max_poll_interval=3.0, max_card_age=9.0, follow_streams=False
-    )
+    config = dataclasses.replace(POLLS, max_poll_interval=3.0, max_card_age=9.0)
     agent = ScriptedAgent(answering("working"))
     _driven(agent, config, lambda engine, key: engine.drive(key, until="terminal", timeout=30))
     assert agent.times("GetTask")[:6] == [0.0, 1.0, 3.0, 6.0, 9.0, 12.0]
@@ -355,9 +333,7 @@ def test_revalidation_due_at_a_poll_is_made_at_that_poll() -> None:
 def test_a_bare_404_at_the_first_poll_checks_the_endpoint_at_once_then_once_per_max_card_age() -> (
     None
 ):
-    config = EngineConfig(
-        first_poll_interval=1.0, max_poll_interval=8.0, max_card_age=20.0, follow_streams=False
-    )
+    config = dataclasses.replace(POLLS, max_card_age=20.0)
     agent = ScriptedAgent(lambda call: httpx.Response(404))
     _driven(agent, config, lambda engine, key: engine.drive(key, until="terminal", timeout=30))
     # The card read at creation, R9's check at the first 404 (at once), then at the first 404
@@ -459,10 +435,9 @@ def test_a_drive_under_a_second_ends_at_its_timeout_not_at_the_second_it_gives_i
     # 0.9 s: the command's deadline is a second (a poll is given that long), the last poll's
     # share a quarter of 0.9 (0.225 s): the poll due at 1 starts at 0.775, then the drive ends
     # at 0.9 -- its own timeout, not the command's second.
-    config = EngineConfig(first_poll_interval=1.0, max_poll_interval=8.0, follow_streams=False)
     agent = ScriptedAgent(answering("working"))
     outcome, ended, _ = _driven(
-        agent, config, lambda engine, key: engine.drive(key, until="terminal", timeout=0.9)
+        agent, POLLS, lambda engine, key: engine.drive(key, until="terminal", timeout=0.9)
     )
     assert isinstance(outcome, DeadlineExceeded)
     assert agent.times("GetTask") == [0.0, 0.775]

@@ -15,7 +15,7 @@ import httpx
 import pytest
 import sqlalchemy as sa
 from support.cards import ORIGIN, card_document
-from support.mocked import engine_on, task_agent
+from support.mocked import engine_on, task_agent, task_card_as
 
 from cardfence.engine import deadline, guards, webhook
 from cardfence.engine import events as ev
@@ -297,18 +297,7 @@ async def test_an_extended_card_not_read_again_has_the_public_card_stand_in(
         state = await engine._state(view.task)
         decided = []
         for card, failed in ((public, None), (None, failure)):
-
-            async def stand_in(
-                _state: Any,
-                *,
-                fresh: bool,
-                share: bool = False,
-                card: Any = card,
-                failed: Any = failed,
-            ) -> tuple[Any, Any, Any]:
-                return card, failed, unread
-
-            engine._task_card = stand_in  # type: ignore[method-assign]
+            task_card_as(engine, card, failed, unread)
             mark = len(store.read_stream(f"task:{view.task}"))
             await engine._revalidate(view.task)
             recorded = store.read_stream(f"task:{view.task}")[mark:]
