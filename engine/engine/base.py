@@ -177,13 +177,16 @@ class EngineBase:
         return cls(store, client, config, owns_client=own)
 
     async def aclose(self) -> None:
-        # Closing reads fetch what a terminal task ended with: let them finish (bounded).
+        # Closing reads fetch what a terminal task ended with: let them finish (bounded). Those
+        # still waiting their turn then are stopped with the background jobs, before the client
+        # and the store they need are closed.
         closing = list(self._closing.values())
         if closing:
             await asyncio.wait(closing, timeout=self.config.request_timeout)
-        for job in list(self._background):
+        jobs = [*self._background, *self._closing.values()]
+        for job in jobs:
             job.cancel()
-        await asyncio.gather(*self._background, return_exceptions=True)
+        await asyncio.gather(*jobs, return_exceptions=True)
         if self._owns_client:
             await self.client.aclose()
         for tls_client in self._tls_clients.values():
@@ -258,7 +261,7 @@ class EngineBase:
         return card, failure, None
 
     async def _read(
-        self, agent_url: str, *, fresh: bool, share: bool = False
+        self, agent_url: str, *, fresh: bool, share: bool
     ) -> tuple[AgentCard | None, DiscoveryError | None]:
         try:
             read: CardRead = await self.discovery.read(agent_url, fresh=fresh, share=share)

@@ -4,9 +4,12 @@ without a store read, and the annotations of a refused or unreached request."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime as dt
+import hashlib
 import json
 import logging
+from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -15,12 +18,22 @@ import httpx
 import pytest
 from support import make_tls
 from support.cards import ORIGIN, card_document
-from support.mocked import ScriptedAgent, answering, engine_on
+from support.mocked import (
+    ScriptedAgent,
+    answering,
+    engine_on,
+    rpc_result,
+    submitted_task,
+    task_answer,
+)
+from support.virtual_time import run_virtual, virtual_deadlines, virtual_engine
 
 from cardfence.engine import events as ev
+from cardfence.engine.cards.fetch import CardLimits
 from cardfence.engine.engine import Engine, EngineConfig, base
 from cardfence.engine.engine.base import _authorization_failed, _unreachable
 from cardfence.engine.errors import AuthorizationFailedError, EndpointUnreachableError
+from cardfence.engine.observations import Observation
 from cardfence.engine.tasklog import AsOf
 from cardfence.store import CardSnapshot, EventStore, LeaseLostError
 from cardfence.store.chain import content_hash
@@ -68,11 +81,87 @@ async def test_an_engine_opened_on_a_url_owns_its_client_and_closes_it() -> None
     assert client.is_closed
 
 
-async def test_an_engine_opened_with_a_client_leaves_it_open() -> None:
+async def test_an_engine_opened_with_a_client_leaves_it_open(store: EventStore) -> None:
     async with httpx.AsyncClient() as client:
         engine = Engine.open("sqlite://", client=client)
         await engine.aclose()
         assert not client.is_closed
+        async with Engine(store, client):  # made directly: the client is the caller's too
+            pass
+        assert not client.is_closed
+
+
+async def test_an_engines_token_source_follows_its_configuration(
+    store: EventStore, tmp_path: Path
+) -> None:
+    limits = CardLimits(allow_insecure=True)
+    config = EngineConfig(request_timeout=2.5, card_limits=limits, ca_file=str(tmp_path / "ca"))
+    async with engine_on(store, None, config) as engine, engine_on(store) as default:
+        tokens = engine.tokens
+        assert engine.authorizer.tokens is tokens
+        assert (tokens.timeout, tokens.allow_insecure) == (2.5, True)
+        assert (tokens._verify, default.tokens._verify) == (str(tmp_path / "ca"), True)
+        assert default.tokens.allow_insecure is False
+        # An OpenID Connect discovery document the token source reads is recorded for the tasks
+        # it serves: its URL, digest and token endpoint.
+        url = "https://login.example/.well-known/openid-configuration"
+        body = b'{"token_endpoint": "https://login.example/token"}'
+        assert tokens._on_discovery is not None
+        await tokens._on_discovery(url, body)
+    assert engine._oidc == {
+        url: {
+            "url": url,
+            "sha256": hashlib.sha256(body).hexdigest(),
+            "token_endpoint": "https://login.example/token",
+        }
+    }
+
+
+async def test_secrets_are_fingerprinted_under_the_configured_key_or_one_of_the_engines_own(
+    store: EventStore,
+) -> None:
+    key = b"k" * 32
+    async with (
+        engine_on(store, None, EngineConfig(fingerprint_key=key)) as keyed,
+        engine_on(store) as one,
+        engine_on(store) as other,
+    ):
+        assert keyed.authorizer.key == key
+        assert len({keyed.authorizer.key, one.authorizer.key, other.authorizer.key}) == 3
+
+
+async def test_requests_are_bounded_per_agent_and_in_all_card_reads_included(
+    store: EventStore,
+) -> None:
+    in_flight: Counter[str] = Counter()
+    most: Counter[str] = Counter()
+
+    async def agent(request: httpx.Request) -> httpx.Response:
+        host = request.url.host
+        in_flight[host] += 1
+        in_flight["all"] += 1
+        most[host] = max(most[host], in_flight[host])
+        most["all"] = max(most["all"], in_flight["all"])
+        await asyncio.sleep(0.01)
+        in_flight[host] -= 1
+        in_flight["all"] -= 1
+        if request.method == "GET":
+            card = card_document()
+            card["supportedInterfaces"][0]["url"] = f"https://{host}/a2a"
+            return httpx.Response(200, json=card)
+        return rpc_result(json.loads(request.content), task_answer("working"))
+
+    config = EngineConfig(requests_per_agent=1, requests_in_flight=2)
+    hosts = ("one.example", "two.example", "three.example")
+    async with engine_on(store, httpx.MockTransport(agent), config) as engine:
+        endpoints = [
+            {"url": f"https://{host}/a2a", "binding": "JSONRPC", "protocol_version": "1.0"}
+            for host in hosts
+        ]
+        polls = [engine._transport(endpoint).get_task("r-1") for endpoint in endpoints * 2]
+        reads = [engine.discovery.read(f"https://{host}", fresh=True) for host in hosts * 2]
+        await asyncio.gather(*polls, *reads)
+    assert most == {"one.example": 1, "two.example": 1, "three.example": 1, "all": 2}
 
 
 async def test_an_engine_opened_on_a_url_trusts_only_the_configured_authorities(
@@ -105,6 +194,25 @@ async def test_a_task_is_shown_as_it_is_or_as_it_was(store: EventStore) -> None:
     assert now.updated_at == head.updated_at
     assert then.updated_at is not None
     assert then.updated_at <= now.updated_at
+
+
+async def test_every_task_is_listed_as_it_is_or_as_it_was_and_by_state(store: EventStore) -> None:
+    agent = ScriptedAgent(answering("completed"))
+    async with engine_on(store, agent.transport()) as engine:
+        ended = (await engine.start_task(ORIGIN, skill="echo", text="one")).task
+        between = store.last_position()
+        await engine.poll(ended)
+        live = (await engine.start_task(ORIGIN, skill="echo", text="two")).task
+    now = {view.task: view.state for view in engine.tasks()}
+    assert now == {ended: "completed", live: "submitted"}
+    assert [view.task for view in engine.tasks("completed")] == [ended]
+    assert [view.task for view in engine.tasks("submitted")] == [live]
+    then = engine.tasks(as_of=AsOf.parse(f"@{between}"))
+    assert [(view.task, view.state) for view in then] == [(ended, "submitted")]
+    assert engine.tasks("completed", as_of=AsOf.parse(f"@{between}")) == []
+    head = store.stream(f"task:{ended}")
+    assert head is not None
+    assert [view.updated_at for view in engine.tasks("completed")] == [head.updated_at]
 
 
 async def test_a_follow_up_starts_from_the_state_the_engine_last_wrote_with_no_store_read(
@@ -204,3 +312,85 @@ async def test_a_background_check_that_fails_is_logged_with_its_traceback_and_ke
     assert record.getMessage() == "background card check failed"
     assert record.levelno == logging.ERROR
     assert engine.background_errors == [broken]
+
+
+async def test_settling_waits_for_every_background_job_and_a_cancelled_one_is_no_error(
+    store: EventStore,
+) -> None:
+    finished: list[str] = []
+
+    async def job(name: str, seconds: float) -> None:
+        await asyncio.sleep(seconds)
+        finished.append(name)
+
+    async with engine_on(store) as engine:
+        engine._spawn(job("quick", 0))
+        engine._spawn(job("later", 0.01))
+        started = set(engine._background)
+        engine._spawn(job("never", 60))
+        (stopped,) = engine._background - started
+        await asyncio.sleep(0)  # every job has started
+        stopped.cancel()
+        await engine.settle()
+        assert engine._background == set()
+    assert finished == ["quick", "later"]
+
+
+def _answering_get_task_after(seconds: float) -> httpx.MockTransport:
+    """An agent whose card and ``SendMessage`` are answered at once, and ``GetTask`` with the
+    task completed ``seconds`` later."""
+
+    async def agent(request: httpx.Request) -> httpx.Response:
+        if request.method == "GET":
+            return httpx.Response(200, json=card_document())
+        call = json.loads(request.content)
+        if call["method"] == "SendMessage":
+            return submitted_task(call)
+        await asyncio.sleep(seconds)
+        return rpc_result(call, task_answer("completed"))
+
+    return httpx.MockTransport(agent)
+
+
+async def _ended_by_a_push(engine: Engine) -> str:
+    """A new task a push of one status update ended: its closing read is started."""
+    key = (await engine.start_task(ORIGIN, skill="echo", text="hi")).task
+    state = await engine._state(key)
+    pushed = Observation(source="push", state="completed")
+    engine._observed(key, pushed, state, {**state, "state": "completed"}, whole=False)
+    assert key in engine._closing
+    return key
+
+
+async def test_closing_an_engine_lets_the_closing_reads_in_flight_finish(store: EventStore) -> None:
+    # The closing read is still in flight as the engine closes.
+    async with engine_on(store, _answering_get_task_after(0.05)) as engine:
+        key = await _ended_by_a_push(engine)
+    assert engine.task(key).state == "completed"
+    assert store.read_stream(f"task:{key}")[-1].data["source"] == "poll"
+
+
+def test_closing_an_engine_waits_for_its_closing_reads_no_longer_than_the_request_timeout(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Sixteen closing reads whose agent never answers: eight at a time (the engine's bound on
+    # closing reads), each cut at the 2 s request timeout. Closing the engine half a second in
+    # waits 2 s for them, not the 3.5 s they all take: the first eight end meanwhile, and the
+    # other eight are stopped before the client and the store they use are closed.
+    async def scenario() -> tuple[float, list[bool]]:
+        loop = asyncio.get_running_loop()
+        config = EngineConfig(request_timeout=2.0, requests_per_agent=32)
+        async with virtual_engine(_answering_get_task_after(3600), config) as engine:
+            for _ in range(16):
+                await _ended_by_a_push(engine)
+            await asyncio.sleep(0.5)  # the first eight end at 2 s, the others would at 4 s
+            started = loop.time()
+            left = list(engine._closing.values())
+            assert len(left) == 16
+        return loop.time() - started, [job.cancelled() for job in left]
+
+    with virtual_deadlines(monkeypatch):
+        closed, cancelled = run_virtual(scenario())
+    assert closed == 2.0
+    assert cancelled == [False] * 8 + [True] * 8
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING] == []
