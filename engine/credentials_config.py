@@ -34,8 +34,8 @@ from typing import Any, Final, TypeAlias
 
 import httpx
 
-from cardfence.engine.cards.fetch import card_urls
-from cardfence.engine.errors import CredentialsConfigError, DiscoveryError
+from cardfence.engine.cards.fetch import origin_of
+from cardfence.engine.errors import CredentialsConfigError
 
 __all__ = [
     "ENV_PREFIX",
@@ -210,9 +210,12 @@ def normalise_origin(url: str) -> str:
     Raises ``ValueError`` when ``url`` is not an http(s) URL.
     """
     try:
-        return card_urls(url)[0]
-    except (DiscoveryError, httpx.InvalidURL) as error:
+        parsed = httpx.URL(url)
+    except httpx.InvalidURL as error:
         raise ValueError(f"{url!r} is not an http(s) URL") from error
+    if parsed.scheme not in ("http", "https") or not parsed.host:
+        raise ValueError(f"{url!r} is not an http(s) URL")
+    return origin_of(parsed)
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,13 @@ import httpx
 
 from cardfence.engine import deadline
 from cardfence.engine.bodies import ACCEPT_ENCODING, BodyRefused, read_body
-from cardfence.engine.cards.interfaces import JSONRPC, V03, url_refusal
+from cardfence.engine.cards.interfaces import (
+    JSONRPC,
+    V03,
+    checked_url,
+    url_refusal,
+    without_userinfo,
+)
 from cardfence.engine.cards.model import Interface
 from cardfence.engine.cards.signature_policy import CardSignatures
 from cardfence.engine.errors import CardInvalidError, DiscoveryError
@@ -57,12 +63,22 @@ class CardResponse:
     location: str | None = None  # redirects only
 
 
+# Where an agent's credentials go instead of its URL (docs/cli.md, "The credentials file").
+CREDENTIALS_INSTEAD = (
+    "give them in the credentials file instead (--credentials FILE or $CARDFENCE_CREDENTIALS; "
+    "from Python, EngineConfig.credentials)"
+)
+
+
 def card_urls(agent_url: str) -> tuple[str, tuple[str, ...]]:
-    """The agent's origin and the card URLs to try, in order (docs/cli.md: ``AGENT_URL``)."""
-    url = httpx.URL(agent_url)
-    if url.scheme not in ("http", "https") or not url.host:
-        raise DiscoveryError(agent_url, "network", "not an http(s) URL")
-    origin = _origin(url)
+    """The agent's origin and the card URLs to try, in order (docs/cli.md: ``AGENT_URL``).
+
+    Every agent URL passes here first, so this is where one the user gave is refused
+    (:class:`UsageError`, nothing read or sent): not ``http(s)`` with a host, a port outside
+    1-65535, credentials in it (they would be sent as Basic and recorded with the URL: R15 has
+    them in the credentials file), a fragment."""
+    url = checked_url(agent_url, "agent URL", instead=CREDENTIALS_INSTEAD)
+    origin = origin_of(url)
     if url.path.endswith(".json"):
         return origin, (str(url.copy_with(query=None, fragment=None)),)
     base = str(url.copy_with(query=None, fragment=None)).rstrip("/")
@@ -78,7 +94,8 @@ def extended_card_url(interface: Interface) -> str:
     return interface.url.rstrip("/") + path
 
 
-def _origin(url: httpx.URL) -> str:
+def origin_of(url: httpx.URL) -> str:
+    """``scheme://host[:port]``, the default port left out: the key an agent is known by."""
     default = {"http": 80, "https": 443}[url.scheme]
     port = url.port or default
     host = f"[{url.host}]" if ":" in url.host else url.host
@@ -134,8 +151,8 @@ async def _get_following(
     current = httpx.URL(url)
     for _ in range(limits.max_redirects + 1):
         refusal = url_refusal(str(current), allow_insecure=limits.allow_insecure)
-        if refusal is not None:
-            raise DiscoveryError(str(current), "insecure", refusal)
+        if refusal is not None:  # a redirect's credentials are neither sent nor recorded
+            raise DiscoveryError(without_userinfo(str(current)), "insecure", refusal)
         headers = {
             "Accept": "application/json",
             "Accept-Encoding": ACCEPT_ENCODING,  # what engine.bodies decodes
@@ -149,9 +166,10 @@ async def _get_following(
         if response.status not in _REDIRECTS:
             return response
         target = current.join(response.location or "")
-        if not response.location or _origin(target) != _origin(current):
+        if not response.location or origin_of(target) != origin_of(current):
+            shown = without_userinfo(str(target))
             raise DiscoveryError(
-                str(current), "redirect", f"redirect to {target} refused (another origin)"
+                str(current), "redirect", f"redirect to {shown} refused (another origin)"
             )
         current = target
     raise DiscoveryError(url, "redirect", f"more than {limits.max_redirects} redirects")

@@ -4,7 +4,9 @@ What cardfence speaks: two bindings (``JSONRPC``, ``HTTP+JSON``, which 0.3 also 
 two A2A versions (:data:`V10` for any 1.x, :data:`V03` for 0.3 and 0.2: :func:`spoken_version`),
 and the media types a skill's modes name (0.3's bare words name the kind of part:
 :func:`part_kind`). Where it may speak: :func:`url_refusal`, the one rule for card, interface and
-webhook URLs (R16: plain ``http`` only to loopback, else ``https``). :func:`select_interface`
+webhook URLs (R16: a URL that parses, with a port in 1-65535 and no credentials in it
+(:func:`url_fault`); plain ``http`` only to loopback, else ``https``); :func:`checked_url`, the
+same rule for a URL the user gives, as a usage error. :func:`select_interface`
 chooses, among a card's interfaces, one that cardfence speaks and may use. The card and its
 parsing are :mod:`.model`, which re-exports the public names here.
 """
@@ -16,7 +18,9 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Final
 from urllib.parse import urlsplit
 
-from cardfence.engine.errors import CardInvalidError, ProtocolUnsupportedError
+import httpx
+
+from cardfence.engine.errors import CardInvalidError, ProtocolUnsupportedError, UsageError
 
 if TYPE_CHECKING:  # for annotations only: the model imports what is here
     from cardfence.engine.cards.model import AgentCard, Interface
@@ -27,12 +31,15 @@ __all__ = [
     "SPOKEN_BINDINGS",
     "V03",
     "V10",
+    "checked_url",
     "dialect_of",
     "is_loopback",
     "part_kind",
     "select_interface",
     "spoken_version",
+    "url_fault",
     "url_refusal",
+    "without_userinfo",
 ]
 
 JSONRPC: Final = "JSONRPC"
@@ -56,15 +63,73 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def url_refusal(url: str, *, allow_insecure: bool = False) -> str | None:
-    """Why a remote URL may not be used, or None when it may: the one rule for card, interface
-    and webhook URLs (R16): plain ``http`` only to loopback, else ``https``. ``allow_insecure``
-    lifts the loopback condition (CLI: ``--allow-insecure-http``)."""
+_INVALID: Final = "not a valid URL"
+_BAD_PORT: Final = "its port is not a number from 1 to 65535"
+_CREDENTIALS: Final = "it carries credentials (user:password@)"
+
+
+def url_fault(url: str) -> str | None:
+    """What makes ``url`` unusable whatever its scheme, or None: it does not parse (as the
+    standard library and httpx both read it), its port is not in 1-65535 (the client would fail
+    below its own errors), or it carries credentials (``user:password@``: httpx would send them
+    as Basic, and every record of the URL would keep them). The reason never repeats the URL."""
     try:
         parts = urlsplit(url)
-        host = parts.hostname or ""
-    except ValueError:
-        return "not a valid URL"
+        port = parts.port
+    except ValueError as error:
+        return _BAD_PORT if str(error).startswith("Port") else _INVALID
+    if port == 0:
+        return _BAD_PORT
+    if "@" in parts.netloc:
+        return _CREDENTIALS
+    try:
+        httpx.URL(url)
+    except httpx.InvalidURL:
+        return _INVALID
+    return None
+
+
+def without_userinfo(url: str) -> str:
+    """``url`` as it may be shown or recorded: any ``user:password@`` left out of its
+    authority (read as :func:`urllib.parse.urlsplit` reads it; the URL need not be valid)."""
+    scheme, slashes, rest = url.partition("//")
+    if not slashes:
+        return url
+    end = min((i for i in map(rest.find, "/?#") if i >= 0), default=len(rest))
+    userinfo, at, _ = rest[:end].rpartition("@")
+    return f"{scheme}//{rest[len(userinfo) + 1 :]}" if at else url
+
+
+def checked_url(
+    url: str, what: str, *, instead: str = "", consequence: str = "nothing was read or sent"
+) -> httpx.URL:
+    """A URL the user gives (an agent's, a webhook's), parsed; else :class:`UsageError`: it
+    must be ``http`` or ``https`` with a host, a port in 1-65535, no credentials and no
+    fragment (which is never sent). The message shows the URL without its credentials;
+    ``instead`` says where credentials go, ``consequence`` what was (not) done."""
+    fault = url_fault(url)
+    if fault == _CREDENTIALS and instead:
+        fault = f"{fault}: {instead}"
+    if fault is None:
+        parsed = httpx.URL(url)
+        if parsed.scheme not in ("http", "https") or not parsed.host:
+            fault = "not an http(s) URL with a host"
+        elif parsed.fragment:
+            fault = "it has a fragment (#...), which is never sent"
+        else:
+            return parsed
+    raise UsageError(f"{what} {without_userinfo(url)!r}: {fault}; {consequence}")
+
+
+def url_refusal(url: str, *, allow_insecure: bool = False) -> str | None:
+    """Why a remote URL may not be used, or None when it may: the one rule for card, interface
+    and webhook URLs (R16): no :func:`url_fault`, and plain ``http`` only to loopback, else
+    ``https``. ``allow_insecure`` lifts the loopback condition (CLI: ``--allow-insecure-http``)."""
+    fault = url_fault(url)
+    if fault is not None:
+        return fault
+    parts = urlsplit(url)
+    host = parts.hostname or ""
     scheme = parts.scheme.lower()
     if scheme == "https" and host:
         return None

@@ -42,7 +42,9 @@ from cardfence.engine.cards.interfaces import (
     part_kind,
     select_interface,
     spoken_version,
+    url_fault,
     url_refusal,
+    without_userinfo,
 )
 from cardfence.engine.errors import CardInvalidError
 
@@ -298,11 +300,14 @@ def _build(doc: object, url: str) -> AgentCard:
 
 def _interfaces(doc: dict[str, Any]) -> tuple[Interface, ...]:
     found = [
-        Interface(
-            url=_required_str(item, "url", at),
-            binding=_binding(_str(item, "protocolBinding", at)),
-            protocol_version=_str(item, "protocolVersion", at),
-            tenant=_str(item, "tenant", at),
+        (
+            Interface(
+                url=_required_str(item, "url", at),
+                binding=_binding(_str(item, "protocolBinding", at)),
+                protocol_version=_str(item, "protocolVersion", at),
+                tenant=_str(item, "tenant", at),
+            ),
+            at,
         )
         for item, at in fields.objects(doc, "supportedInterfaces", "")
     ]
@@ -311,19 +316,25 @@ def _interfaces(doc: dict[str, Any]) -> tuple[Interface, ...]:
         # all at the card's protocolVersion.
         version = _str(doc, "protocolVersion", "")
         found.append(
-            Interface(
-                _required_str(doc, "url", ""),
-                _binding(_str(doc, "preferredTransport", "") or JSONRPC),
-                version,
-                legacy_card=True,
+            (
+                Interface(
+                    _required_str(doc, "url", ""),
+                    _binding(_str(doc, "preferredTransport", "") or JSONRPC),
+                    version,
+                    legacy_card=True,
+                ),
+                "",
             )
         )
         found.extend(
-            Interface(
-                _required_str(item, "url", at),
-                _binding(_str(item, "transport", at)),
-                version,
-                legacy_card=True,
+            (
+                Interface(
+                    _required_str(item, "url", at),
+                    _binding(_str(item, "transport", at)),
+                    version,
+                    legacy_card=True,
+                ),
+                at,
             )
             for item, at in fields.objects(doc, "additionalInterfaces", "")
         )
@@ -332,7 +343,15 @@ def _interfaces(doc: dict[str, Any]) -> tuple[Interface, ...]:
             "supportedInterfaces", "required: at least one interface (or a 0.3 top-level url)"
         )
     unique: dict[tuple[str, str, str], Interface] = {}
-    for interface in found:  # 0.3 additionalInterfaces SHOULD repeat the main url
+    for interface, at in found:
+        # R16: a URL no request could be sent to, or one that carries credentials (they would
+        # be sent as Basic, and kept wherever the card is), makes the card invalid: refused at
+        # creation, a failed read mid-task (R8), never an endpoint to move to (R9).
+        fault = url_fault(interface.url)
+        if fault is not None:
+            where = fields.join(at, "url")
+            raise fields.FieldError(where, f"{fault}: {without_userinfo(interface.url)}")
+        # 0.3 additionalInterfaces SHOULD repeat the main url
         unique.setdefault((interface.url, interface.binding, interface.tenant), interface)
     return tuple(unique.values())
 

@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
+import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -16,7 +18,7 @@ from cardfence.engine import errors
 from cardfence.engine.answers import TaskState
 from cardfence.engine.audit import audit as audit_store
 from cardfence.engine.audit import rebuild_projections as rebuild_store
-from cardfence.engine.cards.fetch import CardLimits
+from cardfence.engine.cards.fetch import CardLimits, card_urls
 from cardfence.engine.cli import signals
 from cardfence.engine.cli.app import (
     MIN_POLL_INTERVAL,
@@ -48,6 +50,7 @@ from cardfence.engine.cli.render import (
 )
 from cardfence.engine.deadline import until as requests_until
 from cardfence.engine.engine import UNTIL, Engine, EngineConfig
+from cardfence.engine.engine.creation import check_webhook_url
 from cardfence.engine.lifecycle import STATES, TERMINAL
 from cardfence.engine.pool import engine_client, tls_context
 from cardfence.engine.tasklog import AsOf, TaskLog, task_stream_id
@@ -137,11 +140,12 @@ def _left_every(_engine: Engine) -> str:
     return "the tasks are left as recorded; `cardfence resume --all` continues them"
 
 
-async def _caught(job: Awaitable[TaskView]) -> TaskView | errors.CardfenceError:
-    """``job``'s view, or the error of ours it raised (anything else is raised on)."""
+async def _caught(job: Awaitable[TaskView]) -> TaskView | Exception:
+    """``job``'s view, or the error it raised: one task's failure, even a bug, never stops the
+    tasks driven beside it."""
     try:
         return await job
-    except errors.CardfenceError as failure:
+    except Exception as failure:
         return failure
 
 
@@ -232,6 +236,9 @@ def run(
     check_seconds("--card-timeout", card_timeout)
     check_positive("--max-card-bytes", max_card_bytes)
     _check_media_type(media_type)
+    card_urls(agent_url)  # a URL that cannot be used is a usage error before anything is opened
+    if webhook_url:
+        check_webhook_url(webhook_url)
     checked_store_url(options)
     deadline = time.monotonic() + timeout
     key = uuid.uuid4().hex  # chosen here, so an interruption can name the task
@@ -377,9 +384,7 @@ def resume(
         _finish(options, _engine_run(options, config, single, deadline, left=left))
         return
 
-    async def every(
-        engine: Engine,
-    ) -> tuple[list[TaskView], list[str], list[errors.CardfenceError]]:
+    async def every(engine: Engine) -> tuple[list[TaskView], list[str], list[Exception]]:
         # Every task at once, not one after another: a task that waits long (for its agent, or
         # for an answer under `--until terminal`) holds up no other. The engine bounds what is
         # in flight to each agent; the documents keep the store's order of the tasks.
@@ -391,7 +396,7 @@ def resume(
         )
         views: list[TaskView] = []
         orphaned: list[str] = []
-        failures: list[errors.CardfenceError] = [*unreadable]
+        failures: list[Exception] = [*unreadable]
         for key, outcome in zip(pending, outcomes, strict=True):
             if isinstance(outcome, TaskView):
                 views.append(outcome)
@@ -400,6 +405,10 @@ def resume(
                 orphaned.append(key)
             else:
                 failures.append(outcome)
+            if not isinstance(outcome, errors.CardfenceError):  # a bug: named, the others go on
+                said = " ".join(f"task {key}: {type(outcome).__name__}: {outcome}".split())
+                with contextlib.suppress(OSError):
+                    sys.stderr.write(f"{said} (a bug)\n")
             if not isinstance(outcome, errors.CorruptRecordError):
                 views.append(engine.task(key))
         return views, orphaned, failures
@@ -408,6 +417,9 @@ def resume(
     document: dict[str, Any] = {"tasks": [v.to_json() for v in views], "orphaned": orphaned}
     human = "\n".join(task_line(v) for v in views) or "no task to resume"
     emit(options, document, human)
+    bugs = [failure for failure in failures if not isinstance(failure, errors.CardfenceError)]
+    if bugs:  # exit 1 says one happened, whatever else did
+        raise bugs[0]
     if orphaned:
         raise errors.TaskOrphanedError(orphaned[0], "", "", f"{len(orphaned)} task(s) orphaned")
     if failures:

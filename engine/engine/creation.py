@@ -20,7 +20,7 @@ from cardfence.engine import guards, webhook
 from cardfence.engine.answers import PushConfig, RemoteTask
 from cardfence.engine.authorization import Grant
 from cardfence.engine.cards.discovery import CardRead
-from cardfence.engine.cards.interfaces import V03, select_interface, url_refusal
+from cardfence.engine.cards.interfaces import V03, checked_url, select_interface, url_refusal
 from cardfence.engine.cards.model import AgentCard
 from cardfence.engine.engine.base import (
     _EXTENDED_FAILURES,
@@ -50,6 +50,19 @@ from cardfence.engine.replay import State
 from cardfence.engine.transport import A2ATransport
 from cardfence.engine.views import TaskView
 from cardfence.store import CorruptRecordError
+
+
+def check_webhook_url(url: str) -> None:
+    """A webhook URL the caller gives, refused (:class:`UsageError`, nothing recorded or
+    registered) when it is no usable URL: not http(s) with a host, a port outside 1-65535,
+    credentials in it (stored with the URL, and sent by the agent with every push; the
+    webhook's token is what authenticates a delivery, R15), a fragment."""
+    checked_url(
+        url,
+        "webhook URL",
+        instead="a delivery is authenticated by the webhook's token (--webhook-token) instead",
+        consequence="nothing was recorded or registered",
+    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +97,9 @@ class Creation(Observing):
         """Create a task: fresh card read, skill, media-type and extension check, contract
         check, freeze, record, send. Nothing is sent on any refusal (``DiscoveryError``,
         ``CardInvalidError``, ``SkillUnavailableError``, ``ExtensionRequiredError``,
-        ``ContractChangedError``), and the refusal is recorded.
+        ``ContractChangedError``), and the refusal is recorded. An ``agent_url`` that cannot be
+        used (``card_urls``: credentials or a fragment in it, a port outside 1-65535, not
+        http(s)) is the caller's error, :class:`UsageError`: nothing read, recorded or sent.
 
         ``extensions``: the URIs of the A2A extensions the caller activates (it complies with
         them): named on every request of the task (``A2A-Extensions``), frozen with it. A card
@@ -305,7 +320,11 @@ class Creation(Observing):
         When the read fails or says no push, or ``url`` is plain http to a host other than
         loopback (R16), nothing is registered, ``DeliveryDowngraded`` is recorded and the task
         goes on by polling; the outcome says why. The state is untouched.
+
+        A ``url`` that is no usable URL is the caller's error (:func:`check_webhook_url`:
+        :class:`UsageError`, nothing recorded or sent).
         """
+        check_webhook_url(url)
         key = await self._find(ref)
         state = await self._state(key)
         if not state.get("remote_task_id"):

@@ -23,6 +23,7 @@ import httpx
 import pytest
 import sqlalchemy as sa
 from engine_fixtures import audited_engine, types
+from support import Peer
 from support.hostile import SKILL, HostileAgent, Reply, SilentListener, zeros_gzip
 
 from cardfence.engine import deadline
@@ -521,6 +522,51 @@ async def test_a_plain_http_webhook_to_a_remote_host_is_not_registered_and_polli
         assert len([r for r in agent.requests if r.method == "GET"]) == card_reads
         assert types(engine.store, view.task)[-1] == ev.DELIVERY_DOWNGRADED
         assert engine.task(view.task).delivery_mode == "polling"
+
+
+def test_run_on_a_card_naming_an_interface_on_port_99999_exits_3_and_sends_nothing(
+    agent: HostileAgent, db: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    agent.interfaces = ["http://127.0.0.1:99999/rpc"]
+
+    code = cli(["run", agent.url, "--skill", SKILL, "--text", "hi", "--db", db])
+
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert code == 3, last
+    assert last.startswith("CardInvalidError: ")
+    assert "supportedInterfaces[0].url: its port is not a number from 1 to 65535" in last
+    assert last.endswith("(nothing was sent)")
+    assert agent.posts("SendMessage") == []
+
+
+def test_resume_all_keeps_a_task_whose_card_moved_it_to_port_99999_and_drives_the_others(
+    agent: HostileAgent, peer: Peer, db: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    async def start() -> tuple[str, str]:
+        async with audited_engine(db, CONFIG) as engine:
+            stayed = await engine.start_task(agent.url, skill=SKILL, text="hi")
+            other = await engine.start_task(peer.base_url, skill="slow", text="slow 0.5")
+            return stayed.task, other.task
+
+    stayed, other = asyncio.run(start())
+    agent.interfaces = ["http://127.0.0.1:99999/rpc"]  # an invalid card: a failed read (R8, R9)
+    done = {"state": "TASK_STATE_COMPLETED", "timestamp": "2026-01-01T00:00:01Z"}
+    result = {"id": "t-1", "contextId": "c-1", "status": done}
+    agent.rpc["GetTask"] = lambda rid: Reply(
+        body=json.dumps({"jsonrpc": "2.0", "id": rid, "result": result}).encode()
+    )
+
+    code = cli(["resume", "--all", "--until", "terminal", "--timeout", "20",
+                "--max-poll-interval", "0.2", "--json", "--db", db])  # fmt: skip
+
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    states = {t["task"]: t["state"] for t in json.loads(out)["tasks"]}
+    assert states == {stayed: "completed", other: "completed"}
+    with EventStore.open(db) as store:
+        assert ev.DISCOVERY_UNAVAILABLE in types(store, stayed)
+        assert ev.ENDPOINT_MOVED not in types(store, stayed)
+        assert store.stream(f"task:{stayed}").state["endpoint"]["url"] == agent.rpc_url
 
 
 async def test_resume_does_not_move_a_task_to_a_plain_http_remote_interface(

@@ -9,7 +9,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from support import Peer
+
+from cardfence.engine.cli.main import run as cli
 
 CARDFENCE = shutil.which("cardfence", path=str(Path(sys.executable).parent)) or "cardfence"
 
@@ -92,3 +95,21 @@ def test_cards_on_an_invalid_card_exits_3_with_card_invalid_error(
     failed = _cards(peer, f"sqlite:///{tmp_path / 'c.db'}")
     assert failed.returncode == 3
     assert failed.stderr.strip().splitlines()[-1].startswith("CardInvalidError: ")
+
+
+@pytest.mark.parametrize(
+    "url", ["http://127.0.0.1:99999", "http://[::1", "http://svc:PASS@127.0.0.1:9"]
+)
+def test_cards_with_an_agent_url_that_cannot_be_used_exits_2_and_opens_nothing(
+    url: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    db = tmp_path / "never.db"
+
+    code = cli(["cards", url, "--db", f"sqlite:///{db}"])
+
+    err = capsys.readouterr().err
+    shown = url.replace("svc:PASS@", "")
+    assert code == 2
+    assert err.strip().splitlines()[-1].startswith(f"UsageError: agent URL {shown!r}: ")
+    assert "PASS" not in err
+    assert not db.exists()

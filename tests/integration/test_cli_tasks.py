@@ -31,7 +31,9 @@ from engine_fixtures import (
 from support import Peer
 
 from cardfence.engine import events as ev
+from cardfence.engine.cli.main import run as cli
 from cardfence.engine.demo.executor import FORM
+from cardfence.engine.engine import Engine
 from cardfence.engine.tasklog import TaskLog, task_stream_id
 from cardfence.store import EventStore, RecordedEvent
 
@@ -148,6 +150,34 @@ def test_run_prints_the_task_as_json_and_exits_0_when_completed(peer: Peer, db: 
     assert task["flags"] == []
     assert [p["text"] for a in task["artifacts"] for p in a["parts"]] == ["hi"]
     assert stored(db, task["task"])["remote_task_id"] == task["remote_task_id"]
+
+
+@pytest.mark.parametrize(
+    ("url", "fault"),
+    [
+        ("http://127.0.0.1:99999", "its port is not a number from 1 to 65535"),
+        ("http://[::1", "not a valid URL"),
+        ("http://svc:PASS@127.0.0.1:9", "it carries credentials (user:password@): "),
+    ],
+)
+@pytest.mark.parametrize("webhook", [False, True])
+def test_run_with_a_url_that_cannot_be_used_exits_2_before_anything_is_opened_or_sent(
+    url: str, fault: str, webhook: bool, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    what, urls = ("webhook URL", ["http://127.0.0.1:9", "--webhook-url", url]) if webhook else (
+        "agent URL", [url])  # fmt: skip
+    db = tmp_path / "never.db"
+
+    code = cli(["run", *urls, "--skill", "echo", "--text", "hi", "--db", f"sqlite:///{db}"])
+
+    out, err = capsys.readouterr()
+    shown = url.replace("svc:PASS@", "")
+    assert code == 2
+    assert err.strip().splitlines()[-1].startswith(f"UsageError: {what} {shown!r}: {fault}")
+    assert "PASS" not in out + err
+    if "PASS" in url:  # where credentials go instead
+        assert ("--webhook-token" if webhook else "--credentials FILE") in err
+    assert not db.exists()
 
 
 def test_run_stops_at_input_required_and_reply_by_prefix_completes_it(peer: Peer, db: str) -> None:
@@ -394,6 +424,27 @@ def test_resume_all_drives_every_task_at_once_so_one_waiting_holds_up_no_other(
         ended = [e.position for e in events_of(store, ending[-1], ev.STATE_CHANGED)]
     assert len(deadline) == 1
     assert ended[-1] < deadline[0]  # seen completed while the waiting one was still waited on
+
+
+def test_resume_all_drives_the_other_tasks_past_a_bug_in_one_and_names_it(
+    peer: Peer, db: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    broken, other = started(db, peer, "slow", "slow 0.3"), started(db, peer, "slow", "slow 0.3")
+    resume = Engine.resume
+
+    async def resume_but_one(engine: Engine, key: str, **options: Any) -> Any:
+        if key == broken:
+            raise ExceptionGroup("unhandled errors in a TaskGroup", [OverflowError("a bug")])
+        return await resume(engine, key, **options)
+
+    monkeypatch.setattr(Engine, "resume", resume_but_one)
+    code = cli(["resume", "--all", "--until", "terminal", "--timeout", "20", *POLL, "--db", db])
+
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 1
+    assert f"task {broken}: ExceptionGroup: unhandled errors in a TaskGroup" in err[0]
+    assert err[-1].startswith("ExceptionGroup: ")
+    assert stored(db, other)["state"] == "completed"  # the broken one is left as recorded
 
 
 def started(db: str, peer: Peer, skill: str, text: str) -> str:

@@ -37,12 +37,18 @@ from cardfence.engine.credentials_config import (
     OAuthClient,
 )
 from cardfence.engine.engine import Engine
-from cardfence.engine.errors import AuthorizationFailedError, DeadlineExceeded
+from cardfence.engine.errors import (
+    AuthorizationFailedError,
+    CardInvalidError,
+    DeadlineExceeded,
+    UsageError,
+)
 
 KEYS = {"header": "sk-header-7f3a9c", "query": "sk-query-51be02", "cookie": "sk-cookie-c0ffee"}
 BEARER = "tok-bearer-9d8e7f6a"
 PASSWORD = "pw-basic-4b5c6d"
 CLIENT_SECRET = "oauth-client-secret-2e1f"
+URL_PASSWORD = "pw-in-a-url-8a7b6c"
 
 
 @pytest.fixture
@@ -190,3 +196,29 @@ async def test_no_secret_used_is_in_the_database_or_the_logs(
     assert found == [], "secrets in the database"
     assert b"hmac-sha256:" in stored  # fingerprints were recorded in their place
     assert [s for s in secrets if s in logged] == [], "secrets in the logs"
+
+
+async def test_credentials_written_into_a_url_are_refused_and_never_stored_or_sent(
+    db_url: str, peer: AuthPeer, tmp_path: Path
+) -> None:
+    def with_password(url: str) -> str:
+        return url.replace("//", f"//svc:{URL_PASSWORD}@", 1)
+
+    async with Engine.open(db_url, config=FAST) as engine:
+        with pytest.raises(UsageError, match="credentials file"):  # the agent's URL
+            await engine.start_task(with_password(peer.base_url), skill="echo", text="echo")
+        view = await engine.start_task(peer.base_url, skill="echo", text="echo")
+        with pytest.raises(UsageError, match="webhook"):  # a webhook's
+            await engine.register_webhook(view.task, with_password("http://127.0.0.1:9/hook"))
+        peer.mutate_card(
+            lambda c: [i.update(url=with_password(i["url"])) for i in c["supportedInterfaces"]]
+        )
+        with pytest.raises(CardInvalidError) as invalid:  # an interface the card names
+            await engine.start_task(peer.base_url, skill="echo", text="echo")
+        assert_audit_ok(engine.store)
+
+    basic = base64.b64encode(f"svc:{URL_PASSWORD}".encode()).decode()  # as httpx would send it
+    assert URL_PASSWORD not in str(invalid.value)
+    stored = _database_bytes(db_url, tmp_path)
+    assert [s for s in (URL_PASSWORD, basic) if s.encode() in stored] == []
+    assert [hit.path for hit in peer.auth_log if basic in repr(hit)] == []

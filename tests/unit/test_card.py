@@ -339,6 +339,37 @@ def test_hostile_body_is_refused_naming_the_field(body: bytes, field: str) -> No
     assert f"{field}: " in str(refused.value)
 
 
+def _rpc(url: str) -> dict[str, Any]:
+    return {"url": url, "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}
+
+
+@pytest.mark.parametrize(
+    ("doc", "field", "fault"),
+    [
+        (minimal(supportedInterfaces=[_rpc("http://a.test:99999/rpc")]),
+         "supportedInterfaces[0].url", "its port is not a number from 1 to 65535"),
+        (minimal(supportedInterfaces=[_rpc("https://a.test/rpc"), _rpc("http://[::1/rpc")]),
+         "supportedInterfaces[1].url", "not a valid URL"),
+        (minimal(supportedInterfaces=[_rpc("https://svc:PASS@a.test/rpc")]),
+         "supportedInterfaces[0].url", "it carries credentials (user:password@)"),
+        ({"name": "a", "url": "https://svc:PASS@a.test/rpc"}, "url", "it carries credentials"),
+        ({"name": "a", "url": "https://a.test/rpc", "additionalInterfaces": [
+            {"url": "https://a.test:0/rest", "transport": "HTTP+JSON"}]},
+         "additionalInterfaces[0].url", "its port is not a number"),
+    ],
+    ids=["port-99999", "unparseable", "userinfo", "0.3-userinfo", "0.3-port-0"],
+)  # fmt: skip
+def test_an_interface_url_no_request_could_use_or_carrying_credentials_makes_the_card_invalid(
+    doc: dict[str, Any], field: str, fault: str
+) -> None:
+    with pytest.raises(CardInvalidError) as refused:
+        parse(doc)
+
+    assert (refused.value.field, refused.value.kind) == (field, "invalid_card")
+    assert f"{field}: {fault}" in str(refused.value)
+    assert "PASS" not in str(refused.value)  # shown without its credentials
+
+
 def test_body_over_the_size_limit_is_refused_before_parsing() -> None:
     with pytest.raises(CardInvalidError) as refused:
         parse_card(b"x" * 101, url=CARD_URL, max_bytes=100)  # not JSON: never looked at

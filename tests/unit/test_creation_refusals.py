@@ -27,6 +27,7 @@ from cardfence.engine.errors import (
     ExtensionRequiredError,
     SkillUnavailableError,
     TokenRequestError,
+    UsageError,
 )
 from cardfence.store import EventStore, RecordedEvent
 
@@ -157,14 +158,24 @@ async def test_a_refusal_the_agents_altered_record_cannot_take_still_refuses_as_
     assert raised.value.consequence == "nothing was sent"
 
 
-async def test_an_agent_url_that_is_no_url_is_refused_for_what_it_is_and_nothing_recorded(
-    store: EventStore,
+@pytest.mark.parametrize(
+    ("url", "fault"),
+    [
+        ("ftp://agent.example", "not an http(s) URL with a host"),
+        ("https://agent.example:99999", "its port is not a number from 1 to 65535"),
+        ("https://svc:PASS@agent.example", "it carries credentials (user:password@): give them "
+         "in the credentials file instead"),
+    ],
+)  # fmt: skip
+async def test_an_agent_url_that_is_no_url_is_a_usage_error_and_nothing_recorded_or_sent(
+    store: EventStore, url: str, fault: str
 ) -> None:
     async with engine_on(store, task_agent(_unanswered)) as engine:
-        with pytest.raises(DiscoveryError) as raised:
-            await engine.start_task("ftp://agent.example", skill="echo", text="hi")
-    assert str(raised.value) == "GET ftp://agent.example -> not an http(s) URL (nothing was sent)"
-    assert store.read_stream(ev.agent_stream_id("ftp://agent.example")) == []
+        with pytest.raises(UsageError) as raised:
+            await engine.start_task(url, skill="echo", text="hi")
+    shown = url.replace("svc:PASS@", "")
+    assert str(raised.value).startswith(f"agent URL {shown!r}: {fault}")
+    assert store.streams() == []
 
 
 async def test_a_creation_whose_card_cannot_be_read_is_refused_naming_the_read(

@@ -30,7 +30,12 @@ from cardfence.engine.cards.agent_stream import agent_head, append_agent_events
 from cardfence.engine.cards.discovery import CardRead, ContractCheck, Discovery
 from cardfence.engine.cards.fetch import USER_AGENT, CardLimits, card_urls, fetch_card
 from cardfence.engine.cards.model import parse_card
-from cardfence.engine.errors import CardInvalidError, ContractChangedError, DiscoveryError
+from cardfence.engine.errors import (
+    CardInvalidError,
+    ContractChangedError,
+    DiscoveryError,
+    UsageError,
+)
 from cardfence.engine.replay import initial_agent_state
 from cardfence.store import (
     ConcurrencyError,
@@ -130,7 +135,7 @@ def closed_port() -> int:
 
 
 def test_an_agent_url_names_its_origin_and_the_two_well_known_card_paths_under_it() -> None:
-    assert card_urls("http://a.test/agents/x/?q=1#top") == (
+    assert card_urls("http://a.test/agents/x/?q=1") == (
         "http://a.test",
         ("http://a.test/agents/x/.well-known/agent-card.json", "http://a.test/agents/x" + LEGACY),
     )
@@ -142,7 +147,7 @@ def test_an_agent_url_names_its_origin_and_the_two_well_known_card_paths_under_i
 
 
 def test_a_card_url_ending_in_json_is_the_only_url_tried() -> None:
-    assert card_urls("https://a.test:8443/cards/me.json?v=2#x") == (
+    assert card_urls("https://a.test:8443/cards/me.json?v=2") == (
         "https://a.test:8443",
         ("https://a.test:8443/cards/me.json",),
     )
@@ -167,15 +172,26 @@ def test_an_origin_leaves_out_the_default_port_only_and_brackets_ipv6(
     assert card_urls(url)[0] == origin
 
 
-@pytest.mark.parametrize("url", ["ftp://a.test/card", "file:///tmp/card.json", "http://"])
-def test_a_url_that_is_not_http_with_a_host_is_refused_as_a_network_failure(url: str) -> None:
-    with pytest.raises(DiscoveryError) as refused:
+@pytest.mark.parametrize(
+    ("url", "shown", "fault"),
+    [
+        ("ftp://a.test/card", "ftp://a.test/card", "not an http(s) URL with a host"),
+        ("file:///tmp/card.json", "file:///tmp/card.json", "not an http(s) URL with a host"),
+        ("http://", "http://", "not an http(s) URL with a host"),
+        ("http://127.0.0.1:99999", "http://127.0.0.1:99999", "its port is not a number"),
+        ("http://[::1", "http://[::1", "not a valid URL"),
+        ("https://a.test/#top", "https://a.test/#top", "it has a fragment"),
+        ("https://svc:PASS@a.test/x", "https://a.test/x", "it carries credentials"),
+    ],
+)
+def test_an_agent_url_that_cannot_be_used_is_a_usage_error_shown_without_credentials(
+    url: str, shown: str, fault: str
+) -> None:
+    with pytest.raises(UsageError) as refused:
         card_urls(url)
-    assert (refused.value.url, refused.value.kind, refused.value.detail) == (
-        url,
-        "network",
-        "not an http(s) URL",
-    )
+    assert str(refused.value).startswith(f"agent URL {shown!r}: {fault}")
+    assert str(refused.value).endswith("; nothing was read or sent")
+    assert "PASS" not in str(refused.value)
 
 
 # -- one read on the wire --------------------------------------------------------------------------
@@ -328,6 +344,20 @@ async def test_a_redirect_to_another_origin_is_refused_naming_the_target(
         "redirect",
         f"redirect to {elsewhere} refused (another origin)",
     )
+
+
+async def test_a_redirect_carrying_credentials_is_refused_unfollowed_and_never_names_them(
+    server: RoutedServer, client: httpx.AsyncClient
+) -> None:
+    server.routes[CARD] = redirect(302, server.url.replace("//", "//svc:PASS@") + "/card.json")
+    server.routes["/card.json"] = card_reply()
+
+    with pytest.raises(DiscoveryError) as refused:
+        await fetch_card(client, [server.url + CARD], limits=FAST)
+
+    assert (refused.value.url, refused.value.kind) == (server.url + "/card.json", "insecure")
+    assert refused.value.detail == "it carries credentials (user:password@)"
+    assert server.paths() == [CARD]  # nothing sent there, Basic or otherwise
 
 
 async def test_a_client_that_follows_redirects_still_has_another_origin_refused(

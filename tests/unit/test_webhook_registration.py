@@ -220,6 +220,33 @@ async def test_a_plain_http_webhook_on_loopback_is_registered(store: EventStore,
     assert agent.calls[-1]["params"]["url"] == url
 
 
+@pytest.mark.parametrize(
+    ("url", "fault"),
+    [
+        ("https://hook:PASS@hooks.example/w", "it carries credentials (user:password@): a "
+         "delivery is authenticated by the webhook's token (--webhook-token) instead"),
+        ("https://hooks.example:99999/w", "its port is not a number from 1 to 65535"),
+        ("http://[::1/w", "not a valid URL"),
+        ("https://hooks.example/w#x", "it has a fragment (#...), which is never sent"),
+    ],
+)  # fmt: skip
+async def test_a_webhook_url_that_cannot_be_used_is_a_usage_error_recording_and_sending_nothing(
+    store: EventStore, url: str, fault: str
+) -> None:
+    agent = Agent(_pushing())
+    async with engine_on(store, agent.transport()) as engine:
+        key = await _task(engine)
+        recorded, reads = len(store.read_stream(f"task:{key}")), agent.card_reads
+        with pytest.raises(UsageError) as raised:
+            await engine.register_webhook(key, url)
+    shown = url.replace("hook:PASS@", "")
+    assert str(raised.value) == (
+        f"webhook URL {shown!r}: {fault}; nothing was recorded or registered"
+    )
+    assert len(store.read_stream(f"task:{key}")) == recorded
+    assert (agent.methods(), agent.card_reads) == (["SendMessage"], reads)
+
+
 async def test_an_engine_allowing_insecure_urls_registers_plain_http_anywhere(
     store: EventStore,
 ) -> None:
