@@ -46,9 +46,18 @@ class JsonLines(logging.Formatter):
             value = getattr(record, name, None)
             if value is not None:
                 line[name] = value
-        if record.exc_info:
-            line["error"] = self.formatException(record.exc_info).splitlines()[-1]
+        if record.exc_info and record.exc_info[1] is not None:
+            line["error"] = _error_line(record.exc_info[1])
         return json.dumps(line, default=str)
+
+
+def _error_line(error: BaseException) -> str:
+    """``Type: message`` on one line; a group's (a task group that failed) with its members',
+    which say what went wrong (the traceback's last line of a group is only its frame)."""
+    line = " ".join("".join(traceback.format_exception_only(error)).split())
+    if isinstance(error, BaseExceptionGroup):
+        line += " [" + "; ".join(map(_error_line, error.exceptions)) + "]"
+    return line
 
 
 class DecisionLog:

@@ -70,6 +70,26 @@ def test_each_decision_is_one_json_line_with_its_fields_in_order(logger: logging
     assert written[3]["status"] == 400
 
 
+def test_a_failure_of_a_task_group_is_logged_as_the_errors_it_holds(
+    logger: logging.Logger,
+) -> None:
+    stream = io.StringIO()
+    decisions = DecisionLog(stream)
+    logger.handlers[:] = [decisions.handler]
+    decisions.start()
+    try:
+        raise ExceptionGroup("unhandled errors in a TaskGroup", [OverflowError("port 0-65535")])
+    except ExceptionGroup:
+        logger.exception("step failed", extra={"task": "t-1", "event": "StepFailed"})
+    assert decisions.stop()
+
+    [written] = lines(stream.getvalue())
+    assert written["error"] == (
+        "ExceptionGroup: unhandled errors in a TaskGroup (1 sub-exception) "
+        "[OverflowError: port 0-65535]"
+    )  # not the group's last traceback line, "+------------------------------------"
+
+
 class Writes(io.StringIO):
     """A stream that counts the writes and flushes made to it."""
 
