@@ -35,6 +35,7 @@ from typing import Any, Final, TypeAlias
 import httpx
 
 from cardfence.engine.cards.fetch import origin_of
+from cardfence.engine.cards.interfaces import without_userinfo
 from cardfence.engine.errors import CredentialsConfigError
 
 __all__ = [
@@ -320,15 +321,16 @@ def _config(document: dict[str, Any], where: str) -> CredentialsConfig:
 
 
 def _origin_key(written: str, where: str) -> str:
+    shown = without_userinfo(written)  # a password written into the key is never repeated
     try:
         url = httpx.URL(written)
         origin = normalise_origin(written)
     except (ValueError, httpx.InvalidURL):
-        detail = f"agents key {written!r} is not an http(s) origin such as https://agent.example"
+        detail = f"agents key {shown!r} is not an http(s) origin such as https://agent.example"
         raise CredentialsConfigError(where, detail) from None
     if url.userinfo or url.path not in ("", "/") or url.query or url.fragment:
         detail = (
-            f"agents key {written!r} must be an origin (scheme://host[:port]), without user, "
+            f"agents key {shown!r} must be an origin (scheme://host[:port]), without user, "
             "path, query or fragment"
         )
         raise CredentialsConfigError(where, detail)

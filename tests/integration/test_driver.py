@@ -6,6 +6,7 @@ decided by a card (R1). SQLite and PostgreSQL."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import logging
 from typing import Any
@@ -32,6 +33,7 @@ from cardfence.engine import events as ev
 from cardfence.engine.audit import rebuild_projections
 from cardfence.engine.driver import Driver, is_live
 from cardfence.engine.engine import Engine
+from cardfence.engine.errors import CardInvalidError
 from cardfence.store import EventStore, StreamRecord
 
 SLOW = [("submitted", "working"), ("working", "completed")]
@@ -166,6 +168,23 @@ async def test_a_task_whose_endpoint_moved_while_nobody_drove_it_follows_the_mov
             assert state.state["endpoint"]["url"] == peer.jsonrpc_url
             recorded = types(store, view.task)
             assert recorded.index(ev.ENDPOINT_MOVED) < recorded.index(ev.STATE_CHANGED)
+
+
+async def test_a_card_moving_a_task_to_port_99999_is_a_failed_read_and_serve_completes_it_in_place(
+    peer: Peer, db_url: str
+) -> None:
+    """The card is invalid (R16), so it is no move (R9): the task is polled where it was."""
+    async with Engine.open(db_url, config=FAST) as starter:
+        view = await starter.start_task(peer.base_url, skill="slow", text="slow 0.5")
+        peer.mutate_card(point_jsonrpc_at("http://127.0.0.1:99999/"))
+        with contextlib.suppress(CardInvalidError):
+            await starter.discovery.read(peer.base_url, fresh=True)  # someone read the card
+
+    async with driving(db_url) as driver:
+        await wait_until(lambda: driver.followed == 0, timeout=10, what="the task to end")
+        assert state_of(driver.engine, view.task)["state"] == "completed"
+        assert state_of(driver.engine, view.task)["endpoint"]["url"] == peer.jsonrpc_url
+        assert ev.ENDPOINT_MOVED not in types(driver.store, view.task)
 
 
 async def test_an_orphaned_task_is_polled_on_at_its_recorded_endpoint_and_never_cancelled(

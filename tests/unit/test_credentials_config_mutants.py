@@ -182,8 +182,21 @@ def test_each_entry_names_its_origin_and_an_oauth_client_without_scopes_has_none
             "agents key 'https://a.example?x=1' must be an origin (scheme://host[:port]), "
             "without user, path, query or fragment",
         ),
+        (
+            '[agents."https://svc:PASS@a.example"]\n',
+            "",
+            "agents key 'https://a.example' must be an origin (scheme://host[:port]), "
+            "without user, path, query or fragment",
+        ),
     ],
-    ids=["unknown-keys", "agents-not-a-table", "entry-not-a-table", "origin-twice", "query"],
+    ids=[
+        "unknown-keys",
+        "agents-not-a-table",
+        "entry-not-a-table",
+        "origin-twice",
+        "query",
+        "userinfo",
+    ],
 )
 def test_a_file_of_the_wrong_shape_is_refused_naming_where_and_what(
     tmp_path: Path, text: str, origin: str, detail: str
