@@ -41,7 +41,7 @@ from cardfence.engine import deadline, wire03
 from cardfence.engine.bodies import ACCEPT_ENCODING, BodyRefused, read_body
 from cardfence.engine.cards.interfaces import HTTP_JSON, JSONRPC, V03, V10
 from cardfence.engine.cards.model import Interface
-from cardfence.engine.credentials import RequestAuth, redact
+from cardfence.engine.credentials import RequestAuth
 from cardfence.engine.errors import (
     AuthorizationFailedError,
     EndpointUnreachableError,
@@ -51,6 +51,7 @@ from cardfence.engine.errors import (
     UsageError,
 )
 from cardfence.engine.pool import REPLAYABLE, RequestSlots
+from cardfence.engine.redaction import Redaction, redaction
 from cardfence.engine.remote import loads as remote_loads
 
 __all__ = ["A2A_VERSION", "DEFAULT_MAX_BYTES", "A2AErrorCode", "Exchange", "RequestCredentials"]
@@ -161,11 +162,14 @@ class Exchange:
         body: Mapping[str, Any] | None = None,
         query: Mapping[str, str] | None = None,
         task: str = "",
+        secrets: tuple[str, ...] = (),
     ) -> tuple[str, object]:
         """One operation on this binding; returns the URL asked and the decoded result.
 
         ``method``, ``params``, ``path`` and ``body`` are 1.0's; on a 0.3 interface they are
         translated here (:meth:`_dialect`), and the result by the caller (:meth:`_answer`).
+        ``secrets``: what the request carries besides its credentials (a webhook's token and
+        authorization), hidden from the answer as the credentials are (:mod:`engine.redaction`).
         """
         operation = method
         replay = operation in READS
@@ -174,11 +178,12 @@ class Exchange:
             request_id = next(self._ids)
             envelope = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
             url = self.interface.url
-            status, raw = await self._exchange("POST", url, _encode(envelope), None, task, replay)
+            sent = _encode(envelope)
+            status, raw = await self._exchange("POST", url, sent, None, task, replay, secrets)
             return url, self._jsonrpc_result(url, status, raw, request_id, task, operation)
         url = self.interface.url.rstrip("/") + path
         content = None if body is None else _encode(body)
-        status, raw = await self._exchange(verb, url, content, query, task, replay)
+        status, raw = await self._exchange(verb, url, content, query, task, replay, secrets)
         if 200 <= status < 300:
             return url, self._decode(url, raw)
         raise self._failure(url, status, raw, task, operation)
@@ -252,10 +257,13 @@ class Exchange:
         query: Mapping[str, str] | None,
         task: str,
         replay: bool,
+        secrets: tuple[str, ...] = (),
     ) -> tuple[int, bytes | None]:
         """Status and body; the body is ``None`` when it is over ``max_bytes`` once decoded, or
         when the body of a non-2xx cannot be decoded (R16). ``replay``: the request is a read,
-        asked again when a kept-alive connection closes under it (:mod:`engine.pool`).
+        asked again when a kept-alive connection closes under it (:mod:`engine.pool`). Every
+        secret the request carried (``secrets`` and the credentials') is hidden from the body
+        as it arrives, in whatever form the remote repeats it (:mod:`engine.redaction`).
 
         With credentials, a 401/403 is asked once more with refreshed ones when a token is
         involved (R15: the token may have expired early or been revoked and reissued).
@@ -263,12 +271,12 @@ class Exchange:
         credentials = self.credentials
         ask = (verb, url, content, query, task, replay)
         if credentials is None:
-            return await self._exchange_once(*ask, None)
+            return await self._exchange_once(*ask, None, secrets)
         auth = await credentials.prepare()
-        status, body = await self._exchange_once(*ask, auth)
+        status, body = await self._exchange_once(*ask, auth, secrets)
         if status in _REFUSED_AUTH and credentials.refreshable:
             auth = await credentials.prepare(refresh=True)
-            status, body = await self._exchange_once(*ask, auth)
+            status, body = await self._exchange_once(*ask, auth, secrets)
         return status, body
 
     async def _exchange_once(
@@ -280,11 +288,13 @@ class Exchange:
         task: str,
         replay: bool,
         auth: RequestAuth | None,
+        secrets: tuple[str, ...],
     ) -> tuple[int, bytes | None]:
         """One request, with ``auth`` added. The whole exchange, body included, ends within
         ``timeout`` and by the deadline in force (:mod:`engine.deadline`): a body that drips is
         cut there."""
         headers, query = _with_auth(self._headers, query, auth)
+        hide = hiding(auth, secrets)
         budget = deadline.left(self.timeout)
         if budget <= 0:
             detail = "timeout: the deadline passed before the request could be sent (not sent)"
@@ -314,7 +324,7 @@ class Exchange:
                         if ok and refused.kind != "too_large":
                             raise InvalidAgentResponseError(url, refused.detail) from None
                         return response.status_code, None  # no body (R11: no A2A error)
-                    return response.status_code, body
+                    return response.status_code, hide.body(body)
         except (TimeoutError, httpx.TimeoutException):
             cut = "" if budget == self.timeout else " (the deadline)"
             if not started:
@@ -326,7 +336,7 @@ class Exchange:
                 detail = f"timeout: no complete answer within {budget:.3g}s{cut}"
             raise EndpointUnreachableError(url, detail, task=task) from None
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
-            detail = _redacted(f"network error: {str(exc) or type(exc).__name__}", auth)
+            detail = hide.text(f"network error: {str(exc) or type(exc).__name__}")
             raise EndpointUnreachableError(url, detail, task=task) from None
 
     def _jsonrpc_result(
@@ -465,8 +475,9 @@ def _with_auth(
     return headers, {**(query or {}), **dict(auth.params)}
 
 
-def _redacted(text: str, auth: RequestAuth | None) -> str:
-    return text if auth is None else redact(text, auth.secrets)
+def hiding(auth: RequestAuth | None, secrets: tuple[str, ...] = ()) -> Redaction:
+    """What hides every secret one request carries: its credentials' and ``secrets``."""
+    return redaction(secrets if auth is None else (*auth.secrets, *secrets))
 
 
 def _encode(payload: Mapping[str, Any]) -> bytes:

@@ -34,6 +34,7 @@ import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Hashable
 from dataclasses import dataclass, field
 from typing import Any, Final, Generic, TypeVar
+from urllib.parse import quote_plus
 
 import authlib.deprecate
 import httpx
@@ -45,6 +46,7 @@ from cardfence.engine.cards.interfaces import url_refusal
 from cardfence.engine.credentials import TokenNeeded, redact
 from cardfence.engine.credentials_config import OAuthClient
 from cardfence.engine.errors import TokenRequestError
+from cardfence.engine.redaction import redaction
 
 with warnings.catch_warnings():
     # Recent Authlib warns on import that it would rather drive the httpx2 fork; it still drives
@@ -392,7 +394,8 @@ def _check_answer(url: str, secrets: tuple[str, ...], response: httpx.Response) 
     """Authlib's ``access_token_response`` hook: refuse an answer that is not a usable bearer
     token before Authlib reads it (its reading raises stray errors on hostile values)."""
     status = response.status_code
-    document = _json_object(response.content)
+    # What the endpoint repeats of the client's secret is hidden before any of it is read or cut.
+    document = _json_object(redaction(secrets).body(response.content))
     if not 200 <= status < 300:
         raise _Failure(url, redact(_status(response, document), secrets), status)
     if document is None:
@@ -478,9 +481,15 @@ def _first_url(needed: TokenNeeded) -> str:
 
 
 def _secrets_of(client: OAuthClient) -> tuple[str, ...]:
-    """What a message must never show: the secret, and the Basic credentials carrying it."""
-    pair = f"{client.client_id}:{client.client_secret}".encode("latin-1", "replace")
-    return (client.client_secret, base64.b64encode(pair).decode())
+    """What a message must never show: the secret, and the Basic credentials carrying it (as
+    sent, and form-encoded first as RFC 6749 section 2.3.1 says; :mod:`engine.redaction` adds
+    the other forms each may take)."""
+    pairs = (
+        f"{client.client_id}:{client.client_secret}",
+        f"{quote_plus(client.client_id)}:{quote_plus(client.client_secret)}",
+    )
+    encoded = (base64.b64encode(p.encode("latin-1", "replace")).decode() for p in pairs)
+    return (client.client_secret, *dict.fromkeys(encoded))
 
 
 def _one_line(text: str, limit: int = 300) -> str:

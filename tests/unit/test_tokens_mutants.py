@@ -378,7 +378,8 @@ async def test_an_answer_in_an_encoding_we_do_not_decode_is_refused_naming_its_u
 
 def test_a_client_secret_beyond_latin_1_is_still_hidden_in_its_basic_credentials() -> None:
     hidden = tokens._secrets_of(OAuthClient("id", "s€"))
-    assert hidden == ("s€", base64.b64encode(b"id:s?").decode())
+    form_encoded = base64.b64encode(b"id:s%E2%82%AC").decode()  # RFC 6749 section 2.3.1
+    assert hidden == ("s€", base64.b64encode(b"id:s?").decode(), form_encoded)
 
 
 # -- the token request -----------------------------------------------------------------------------
