@@ -2,8 +2,9 @@
 
 A small A2A agent on 127.0.0.1 (``tests/support/hostile.py``) answers SendMessage and GetTask with
 what a careless or hostile remote sends: an artifact of 7 MB, 20,000 artifacts in one answer, a
-status message of 2 MB, a first answer stamped 9999-12-31, the same answer on every poll, the same
-push 200 times. Every test ends with the audit (R13: every projection equals its replay).
+status message of 2 MB, a first answer stamped 9999-12-31 or of generation 10^30, the same answer
+on every poll (restamped or not), one artifactId twice in one answer, the same push 200 times.
+Every test ends with the audit (R13: every projection equals its replay).
 """
 
 from __future__ import annotations
