@@ -203,8 +203,9 @@ def _kept(
     # R12: the state the task is in, its status message again and no new or changed artifact is
     # a repeat whatever its timestamp (or generation): an agent restamping its status on every
     # poll must not add an event per poll. Counted, not appended (Engine._apply).
-    said = event[1].get("said")
-    return not (reason == IGNORED_SAME_STATE and not received and said == task.get("last_said"))
+    data = event[1]
+    restamped = data.get("said") == task.get("last_said") and "remote_task_id" not in data
+    return not (reason == IGNORED_SAME_STATE and not received and restamped)
 
 
 def _artifact_events(

@@ -245,6 +245,8 @@ def test_a_restamped_status_is_a_repeat_whatever_its_timestamp() -> None:
         apply_observation(later, Observation("poll", "working", _at(4), message="half way")) == []
     )
     assert len(apply_observation(replied, Observation("poll", "working", _at(4), 4, "busy"))) == 1
+    binding = Observation("poll", "working", _at(2), 2, "busy", remote_task_id="r-1")
+    assert [d["remote_task_id"] for _, d in apply_observation(task, binding)] == ["r-1"]
 
 
 def test_a_state_left_and_reported_again_is_applied_however_like_it_was() -> None:
