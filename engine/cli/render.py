@@ -196,6 +196,10 @@ def _artifact_received(d: Mapping[str, Any]) -> str:
     count = d.get("chunks")
     chunks = f"{count} chunks" if isinstance(count, int) and count > 1 else "a chunk"
     chunk = f", {chunks} appended" if d.get("append") else ""
+    dropped = d.get("dropped")
+    others = len(dropped) if isinstance(dropped, list) else 0
+    if others:  # R12: the same report named this id with other contents too
+        chunk += f", {others} other version{'s' if others > 1 else ''} in the report dropped"
     return f"{d.get('name') or d.get('artifact_id')} via {d.get('source')}{chunk}{shown}"
 
 

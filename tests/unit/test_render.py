@@ -221,6 +221,15 @@ def test_a_chunk_of_an_artifact_says_it_was_appended() -> None:
     )
 
 
+def test_an_artifact_kept_over_another_version_in_its_report_says_so() -> None:
+    kept = {"artifact_id": "a1", "name": None, "parts": [{"kind": "text", "text": "final"}],
+            "source": "poll", "dropped": [{"bytes": 70, "sha256": "ab" * 32}]}  # fmt: skip
+
+    assert summary(recorded(ev.ARTIFACT_RECEIVED, kept)) == (
+        "a1 via poll, 1 other version in the report dropped: final"
+    )
+
+
 def test_a_task_submitted_with_extensions_names_each_one() -> None:
     plain = summary(recorded(ev.TASK_SUBMITTED, PAYLOADS[ev.TASK_SUBMITTED]))
     uris = ["https://ext.example/trace/v1", "https://ext.example/geo/v2"]
