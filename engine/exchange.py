@@ -39,6 +39,7 @@ import httpx
 
 from cardfence.engine import deadline, wire03
 from cardfence.engine.bodies import ACCEPT_ENCODING, BodyRefused, read_body
+from cardfence.engine.cards.canonical import loads
 from cardfence.engine.cards.interfaces import HTTP_JSON, JSONRPC, V03, V10
 from cardfence.engine.cards.model import Interface
 from cardfence.engine.credentials import RequestAuth
@@ -50,9 +51,9 @@ from cardfence.engine.errors import (
     RemoteRefusedError,
     UsageError,
 )
+from cardfence.engine.fields import FieldError
 from cardfence.engine.pool import REPLAYABLE, RequestSlots
 from cardfence.engine.redaction import Redaction, redaction
-from cardfence.engine.remote import loads as remote_loads
 
 __all__ = ["A2A_VERSION", "DEFAULT_MAX_BYTES", "A2AErrorCode", "Exchange", "RequestCredentials"]
 
@@ -403,9 +404,9 @@ class Exchange:
         if raw is None:
             raise InvalidAgentResponseError(url, f"body over the limit of {self.max_bytes} bytes")
         try:
-            return remote_loads(raw)
-        except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError
-            raise InvalidAgentResponseError(url, f"body is not JSON ({str(exc)[:80]})") from None
+            return loads(raw)  # I-JSON: a duplicate member name is refused, never the last kept
+        except FieldError as exc:
+            raise InvalidAgentResponseError(url, str(exc)[:_MAX_DETAIL]) from None
 
 
 def _a2a_error(doc: object, *, jsonrpc: bool) -> tuple[int | str, str] | None:
@@ -454,8 +455,8 @@ def _loads(raw: bytes | None) -> object:
     if not raw:
         return None
     try:
-        return remote_loads(raw)
-    except (ValueError, RecursionError):
+        return loads(raw)
+    except FieldError:
         return None
 
 

@@ -24,7 +24,6 @@ import base64
 import binascii
 import functools
 import hashlib
-import json
 import math
 import os
 import re
@@ -41,11 +40,13 @@ import httpx
 
 from cardfence.engine import deadline
 from cardfence.engine.bodies import ACCEPT_ENCODING, BodyRefused, BoundedDecoder, read_body
+from cardfence.engine.cards.canonical import loads
 from cardfence.engine.cards.fetch import USER_AGENT
 from cardfence.engine.cards.interfaces import url_refusal
 from cardfence.engine.credentials import TokenNeeded, redact
 from cardfence.engine.credentials_config import OAuthClient
 from cardfence.engine.errors import TokenRequestError
+from cardfence.engine.fields import FieldError
 from cardfence.engine.redaction import redaction
 
 with warnings.catch_warnings():
@@ -260,8 +261,8 @@ class TokenSource:
             except (httpx.HTTPError, httpx.InvalidURL) as exc:
                 raise _Failure(url, f"unreachable ({_one_line(str(exc) or _name(exc))})") from None
         document = _json_object(body)
-        if document is None:
-            raise _Failure(url, "discovery document is not a JSON object", status)
+        if isinstance(document, str):
+            raise _Failure(url, f"discovery document {document}", status)
         endpoint = document.get("token_endpoint")
         if not isinstance(endpoint, str) or not endpoint:
             raise _Failure(url, "discovery document names no token_endpoint", status)
@@ -397,9 +398,10 @@ def _check_answer(url: str, secrets: tuple[str, ...], response: httpx.Response) 
     # What the endpoint repeats of the client's secret is hidden before any of it is read or cut.
     document = _json_object(redaction(secrets).body(response.content))
     if not 200 <= status < 300:
-        raise _Failure(url, redact(_status(response, document), secrets), status)
-    if document is None:
-        raise _Failure(url, f"HTTP {status}: the answer is not a JSON object", status)
+        said = None if isinstance(document, str) else document
+        raise _Failure(url, redact(_status(response, said), secrets), status)
+    if isinstance(document, str):
+        raise _Failure(url, redact(f"HTTP {status}: the answer {document}", secrets), status)
     if "error" in document:
         raise _Failure(url, redact(_status(response, document), secrets), status)
     value = document.get("access_token")
@@ -437,12 +439,15 @@ def _status(response: httpx.Response, document: dict[str, Any] | None = None) ->
     return text
 
 
-def _json_object(body: bytes) -> dict[str, Any] | None:
+def _json_object(body: bytes) -> dict[str, Any] | str:
+    """The JSON object ``body`` holds, else why not (``is not a JSON object``). Read as I-JSON
+    (R16): Authlib reads the answer again keeping a repeated member's last value, so a repeated
+    member must be refused here, before it does."""
     try:
-        document = json.loads(body)
-    except (ValueError, RecursionError):
-        return None
-    return document if isinstance(document, dict) else None
+        document = loads(body)
+    except FieldError as exc:
+        return f"is not a JSON object ({_one_line(str(exc), _TEXT_LIMIT)})"
+    return document if isinstance(document, dict) else "is not a JSON object"
 
 
 def _seconds(value: object) -> float | None:
@@ -460,8 +465,8 @@ def _kid(token: str) -> str | None:
         return None
     head = token.split(".", 1)[0]
     try:
-        header = json.loads(base64.urlsafe_b64decode(head + "=" * (-len(head) % 4)))
-    except (ValueError, binascii.Error):
+        header = loads(base64.urlsafe_b64decode(head + "=" * (-len(head) % 4)))
+    except (FieldError, binascii.Error):
         return None
     kid = header.get("kid") if isinstance(header, dict) else None
     return kid if isinstance(kid, str) else None

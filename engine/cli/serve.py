@@ -194,11 +194,18 @@ def _started(url: str) -> None:
 
 
 def _log_decisions(debug: bool) -> DecisionLog:
-    """Decisions (one JSON line each) to stderr, written by a thread of their own."""
+    """Decisions (one JSON line each) to stderr, written by a thread of their own; so are the
+    warnings and errors of every other logger (uvicorn's ``Invalid HTTP request received.``,
+    asyncio's), which would otherwise reach stderr as plain text between the JSON lines.
+    uvicorn's info lines (started, waiting for startup) only repeat serve's own and are left
+    out."""
     log = DecisionLog(sys.stderr)
-    root = logging.getLogger("cardfence")
-    root.handlers[:] = [log.handler]
-    root.setLevel(logging.DEBUG if debug else logging.INFO)
-    root.propagate = False
+    cardfence = logging.getLogger("cardfence")
+    cardfence.handlers[:] = [log.handler]
+    cardfence.setLevel(logging.DEBUG if debug else logging.INFO)
+    cardfence.propagate = False
+    others = logging.getLogger()
+    others.handlers[:] = [log.handler]
+    others.setLevel(logging.WARNING)
     log.start()
     return log

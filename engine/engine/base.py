@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import hashlib
-import json
 import logging
 import ssl
 import threading
@@ -29,6 +28,7 @@ import httpx
 from cardfence.engine import events as ev
 from cardfence.engine import guards
 from cardfence.engine.authorization import Authorizer, Grant, TaskCredentials
+from cardfence.engine.cards.canonical import loads
 from cardfence.engine.cards.discovery import CardRead, Discovery
 from cardfence.engine.cards.fetch import CardLimits
 from cardfence.engine.cards.model import AgentCard, Interface, parse_card
@@ -220,7 +220,8 @@ class EngineBase:
     async def _oidc_discovered(self, url: str, body: bytes) -> None:
         """R15: an OpenID Connect discovery document was read (bounded, by the token source);
         the tasks it serves record its URL, digest and token endpoint."""
-        document = json.loads(body)
+        document = loads(body)  # the token source read it as I-JSON already (R16)
+        assert isinstance(document, dict)
         self._oidc[url] = {
             "url": url,
             "sha256": hashlib.sha256(body).hexdigest(),

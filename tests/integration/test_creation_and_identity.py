@@ -7,6 +7,7 @@
   rotates its contract).
 - Remote task ids are unique per agent only: two small agents answering the same task id.
 - A GetTask answer about another task, or in another context.
+- A send answered with a member given twice (I-JSON, R16): bound to neither task id.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from cardfence.engine.errors import (
     ContractChangedError,
     CreationRefusedError,
     EndpointUnreachableError,
+    InvalidAgentResponseError,
     UsageError,
     WrongTaskAnswerError,
 )
@@ -211,6 +213,29 @@ async def test_resend_of_an_unknown_outcome_is_gated_by_the_frozen_contract_at_a
         [again] = sent_messages(other_agent)
         assert again["messageId"] == first["messageId"]
         assert again["contextId"] == first["contextId"]
+
+
+# -- R16: an answer is I-JSON ----------------------------------------------------------------------
+
+
+async def test_a_send_answered_with_two_task_members_binds_neither_and_is_an_invalid_answer(
+    agent: HostileAgent, engine: Engine
+) -> None:
+    at = datetime.now(UTC)
+    first, second = (json.dumps(wire_task(t, "c", "working", at)) for t in ("t-1", "t-2"))
+    agent.rpc["SendMessage"] = lambda rid: Reply(
+        body=f'{{"jsonrpc": "2.0", "id": {json.dumps(rid)}, '
+        f'"result": {{"task": {first}, "task": {second}}}}}'.encode()
+    )
+
+    with pytest.raises(InvalidAgentResponseError, match=r"result\.task: duplicate member name"):
+        await engine.start_task(agent.url, skill=SKILL, text="hi")
+
+    [key] = [v.task for v in engine.tasks()]
+    assert state_of(engine, key)["remote_task_id"] is None  # bound to neither id
+    assert engine.task(key).state == "submitted"  # the outcome unknown: resume looks for it
+    [unknown] = data_of(engine.store, key, ev.ENDPOINT_UNREACHABLE)
+    assert "result.task: duplicate member name" in unknown["detail"]
 
 
 # -- R16: a remote task id is unique per agent, not globally -------------------------------------

@@ -253,7 +253,7 @@ TASK = {"id": "t-1", "contextId": "c-1", "status": {"state": "TASK_STATE_WORKING
         (HTTP_JSON, lambda r: httpx.Response(200, content=b'{"id": "t-1", '), "body is not JSON"),
         (HTTP_JSON, lambda r: httpx.Response(200, json=[TASK]), "body: must be an object"),
         (HTTP_JSON, lambda r: httpx.Response(200, json={"task": TASK}), "id: required"),
-        (HTTP_JSON, lambda r: httpx.Response(200, content=b"\xff\xfe\x00"), "body is not JSON"),
+        (HTTP_JSON, lambda r: httpx.Response(200, content=b"\xff\xfe\x00"), "body is not UTF-8"),
     ],
 )
 async def test_a_malformed_2xx_reply_is_an_invalid_agent_response(

@@ -157,7 +157,9 @@ def test_an_answer_that_is_not_a_json_object_is_refused_naming_the_url() -> None
     with pytest.raises(tokens._Failure) as refused:
         tokens._check_answer(URL, (), response)
     assert (refused.value.url, refused.value.status) == (URL, 200)
-    assert refused.value.detail == "HTTP 200: the answer is not a JSON object"
+    assert refused.value.detail == (
+        "HTTP 200: the answer is not a JSON object (body is not JSON (Expecting value at line 1))"
+    )
 
 
 def test_a_200_answer_naming_an_error_is_refused_even_with_a_token() -> None:
