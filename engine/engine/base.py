@@ -33,6 +33,7 @@ from cardfence.engine.cards.discovery import CardRead, Discovery
 from cardfence.engine.cards.fetch import CardLimits
 from cardfence.engine.cards.model import AgentCard, Interface, parse_card
 from cardfence.engine.credentials_config import CredentialsProvider
+from cardfence.engine.deadline import left as time_left
 from cardfence.engine.errors import (
     AuthorizationFailedError,
     CardInvalidError,
@@ -43,6 +44,7 @@ from cardfence.engine.errors import (
     EndpointUnreachableError,
     InvalidAgentResponseError,
     RemoteRefusedError,
+    ThrottledError,
 )
 from cardfence.engine.observations import DEFAULT_MAX_CLOCK_SKEW, Event
 from cardfence.engine.offload import StoreCalls
@@ -83,6 +85,8 @@ class EngineConfig:
     """Bounds the engine works within (CLI: ``--max-poll-interval``, ``--max-card-age``, …)."""
 
     max_poll_interval: float = 30.0
+    # R5: the longest wait an agent's Retry-After (a 429, or a 503 with it) is honoured for.
+    max_retry_after: float = 300.0
     first_poll_interval: float = 0.1
     max_card_age: float = 120.0
     card_limits: CardLimits = CardLimits()
@@ -377,6 +381,20 @@ class EngineBase:
     async def _decide(self, key: str, decide: Callable[[State], Sequence[Event]]) -> None:
         """Append what ``decide`` makes of the task's current state."""
         await self._calls.run(self.log.record, key, decide)
+
+    def _throttle_wait(self, throttled: ThrottledError) -> float:
+        """R5: the seconds before the next request to an endpoint that asked for time: what it
+        asked, capped by ``max_retry_after`` and by the time left before the deadline."""
+        asked = throttled.retry_after or 0.0
+        return max(min(asked, self.config.max_retry_after, time_left()), 0.0)
+
+    async def _record_throttled(
+        self, key: str, throttled: ThrottledError, during: str, wait: float | None
+    ) -> None:
+        """``Throttled`` on the task, unless it was recorded already (R5: once per task);
+        ``wait``: the seconds waited before the next request (None: none is made)."""
+        asked, url, status = throttled.retry_after, throttled.url, throttled.status
+        await self._decide(key, lambda s: guards.throttled(s, url, status, asked, wait, during))
 
     async def _record(self, key: str, events: Sequence[Event]) -> None:
         if events:
