@@ -52,13 +52,19 @@ class Engine(Following, Creation):
         transport = await self._task_transport(state)
         await self._record(key, [(ev.REPLY_SENT, {"message_id": message_id, "chars": len(text)})])
         async with self._failures_recorded(key, "reply", wrong_source="send"):
-            answer = await transport.send_message(
-                text=text,
-                message_id=message_id,
-                context_id=state.get("remote_context_id") or state["context_id"],
-                task_id=state["remote_task_id"],
-                metadata={"skillId": state["skill"]},
-                media_type=media_type,
+            # R5: a reply answered 429 was not taken: the same one goes again after the wait.
+            answer = await self._asked_again(
+                key,
+                "reply",
+                lambda: transport.send_message(
+                    text=text,
+                    message_id=message_id,
+                    context_id=state.get("remote_context_id") or state["context_id"],
+                    task_id=state["remote_task_id"],
+                    metadata={"skillId": state["skill"]},
+                    media_type=media_type,
+                ),
+                "the reply was not taken: `cardfence reply` sends it again",
             )
         if isinstance(answer, RemoteTask):
             return await self._observe(key, from_task(answer, "send"))
@@ -74,7 +80,12 @@ class Engine(Following, Creation):
         await self._record(key, [(ev.CANCEL_REQUESTED, {"at": _now_iso()})])
         async with self._failures_recorded(key, "cancel", wrong_source="send"):
             try:
-                answer = await transport.cancel_task(state["remote_task_id"])
+                answer = await self._asked_again(
+                    key,
+                    "cancel",
+                    lambda: transport.cancel_task(state["remote_task_id"]),
+                    "the cancel was not taken: `cardfence cancel` asks again",
+                )
             except RemoteRefusedError as refusal:
                 refused = {"code": refusal.code, "detail": str(refusal)}
                 await self._record(key, [(ev.CANCEL_REFUSED, refused)])

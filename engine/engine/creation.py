@@ -7,7 +7,6 @@ read failing or without push), or refused by the agent, is recorded in the task'
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import dataclasses
 import secrets
@@ -23,9 +22,9 @@ from cardfence.engine.authorization import Grant
 from cardfence.engine.cards.discovery import CardRead
 from cardfence.engine.cards.interfaces import V03, select_interface, url_refusal
 from cardfence.engine.cards.model import AgentCard
-from cardfence.engine.deadline import left as time_left
 from cardfence.engine.engine.base import (
     _EXTENDED_FAILURES,
+    ASK_AGAIN_AFTER,
     _authorization_failed,
     _now_iso,
     _unreachable,
@@ -39,7 +38,6 @@ from cardfence.engine.errors import (
     CreationRefusedError,
     CredentialsConfigError,
     CredentialsMissingError,
-    DeadlineExceeded,
     DiscoveryError,
     EndpointUnreachableError,
     ExtensionRequiredError,
@@ -54,12 +52,6 @@ from cardfence.engine.replay import State
 from cardfence.engine.transport import A2ATransport
 from cardfence.engine.views import TaskView
 from cardfence.store import CorruptRecordError
-
-# R5: a throttled send waits at least this long before it goes again (doubling each time): an
-# agent asking for no wait, or for none it names, is not asked again at once.
-_SEND_AGAIN = 1.0
-# Seconds a send made again is given at least, before the deadline, to be answered in.
-_SEND_ROOM = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,30 +245,21 @@ class Creation(Observing):
         once. Raises :class:`DeadlineExceeded` when the wait asked for (at least a second,
         doubling) would leave no time to send again, and the :class:`ThrottledError` itself once
         the waits add up to more than ``max_retry_after``."""
-        pause, waited = _SEND_AGAIN, 0.0
+        pause, waited = ASK_AGAIN_AFTER, 0.0
         while True:
             try:
                 return await self._send_once(
                     key, transport, text, message_id, context_id, skill, media_type
                 )
             except ThrottledError as throttled:
-                wait = max(min(throttled.retry_after or 0.0, self.config.max_retry_after), pause)
-                left = time_left()
-                room = min(_SEND_ROOM, self.config.request_timeout)
-                late = wait + room > left
-                spent = not late and waited + wait > self.config.max_retry_after
-                await self._record_throttled(
-                    key, throttled, "send", None if late or spent else wait
-                )
-                if late:
-                    raise DeadlineExceeded(
-                        key, "submitted", left, reason=_out_of_time(key, throttled, wait, left)
-                    ) from None
-                if spent:
-                    raise
                 unknown = throttled.status != 429  # R3: a 503 may come after the task was made
-            await asyncio.sleep(wait)
-            waited, pause = waited + wait, min(pause * 2, self.config.max_retry_after)
+                outcome = (
+                    "the send's outcome is unknown: `cardfence resume` looks for it first"
+                    if unknown
+                    else "nothing was created: `cardfence resume` sends it again"
+                )
+                waited += await self._wait_asked(key, throttled, "send", pause, waited, outcome)
+            pause = min(pause * 2, self.config.max_retry_after)
             state = await self._state(key)
             if unknown and await self._found_sent(key, state):
                 return await self._state(key)
@@ -460,20 +443,6 @@ class Creation(Observing):
         }
         await self._record(key, [(ev.WEBHOOK_REGISTERED, registered)])
         return WebhookOutcome(True, "registered", "", config_id, token, auth)
-
-
-def _out_of_time(key: str, throttled: ThrottledError, wait: float, left: float) -> str:
-    """Why a throttled send was not made again: the wait asked for reaches past the deadline."""
-    outcome = (
-        "nothing was created"
-        if throttled.status == 429
-        else "the send's outcome is unknown: resume looks for it first"
-    )
-    return (
-        f"the agent answered HTTP {throttled.status} and the wait before sending again "
-        f"({wait:.3g}s) leaves no time to send within the {max(left, 0.0):.3g}s left; "
-        f"{outcome} (`cardfence resume {key}` sends it again)"
-    )
 
 
 def _activated(extensions: Sequence[str]) -> tuple[str, ...]:

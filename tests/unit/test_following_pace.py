@@ -18,7 +18,14 @@ import httpx
 import pytest
 from support.cards import ORIGIN
 from support.hostile import completed_event, working_event
-from support.mocked import ScriptedAgent, answering, events_streamed, rpc_result, task_answer
+from support.mocked import (
+    ScriptedAgent,
+    answering,
+    events_streamed,
+    rpc_result,
+    submitted_task,
+    task_answer,
+)
 from support.virtual_time import run_virtual, virtual_deadlines, virtual_engine
 
 from cardfence.engine import deadline
@@ -404,6 +411,31 @@ def test_a_wait_asked_below_the_backoff_leaves_the_backoff_in_force() -> None:
     agent = ScriptedAgent(lambda call: next(answers, None) or answering("working")(call))
     _driven(agent, POLLS, lambda engine, key: engine.drive(key, until="terminal", timeout=10))
     assert agent.times("GetTask") == [0.0, 1.0, 3.0, 7.0, 9.0]
+
+
+def test_a_reply_or_a_cancel_answered_429_goes_again_after_the_wait() -> None:
+    def busy(seconds: str) -> Callable[[dict[str, Any]], httpx.Response]:
+        return lambda call: httpx.Response(429, headers={"Retry-After": seconds})
+
+    def done(state: str) -> Callable[[dict[str, Any]], httpx.Response]:
+        return lambda call: rpc_result(call, {"task": task_answer(state)})
+
+    sends = [submitted_task, busy("5"), done("working")]
+    cancels = [busy("3"), lambda call: rpc_result(call, task_answer("canceled"))]
+    agent = ScriptedAgent(lambda call: cancels.pop(0)(call), send=lambda c: sends.pop(0)(c))
+
+    async def act(engine: Engine, key: str) -> TaskView:
+        asked = {"from": "submitted", "to": "input-required", "source": "poll"}
+        engine.log.record(key, lambda state: [(ev.STATE_CHANGED, asked)])
+        await engine.reply(key, "yes")
+        return await engine.cancel(key)
+
+    outcome, _, _ = _driven(agent, POLLS, act)
+    assert isinstance(outcome, TaskView)
+    assert outcome.state == "canceled"
+    assert agent.times("SendMessage") == [0.0, 0.0, 5.0]  # the creation, the reply twice
+    assert agent.times("CancelTask") == [5.0, 8.0]
+    assert "throttled" in outcome.flags
 
 
 # -- where a drive stops ---------------------------------------------------------------------------
