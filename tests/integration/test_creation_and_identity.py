@@ -254,6 +254,24 @@ async def test_a_send_answered_429_goes_again_after_the_wait_and_creates_one_tas
     assert ev.ENDPOINT_UNREACHABLE not in types(engine.store, view.task)
 
 
+def test_cli_run_whose_send_is_answered_429_then_taken_exits_0_with_one_task(
+    agent: HostileAgent, db: str
+) -> None:
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    done = rpc_result({"task": wire_task("t-1", "c-1", "completed", at)})
+    agent.rpc["SendMessage"] = in_turn(busy(429, "1"), done)
+
+    run = subprocess.run(
+        [CARDFENCE, "run", agent.url, "--skill", SKILL, "--text", "hi", "--json", "--db", db],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout)["remote_task_id"] == "t-1"
+    first, again = sent_messages(agent)
+    assert again["messageId"] == first["messageId"]
+
+
 @pytest.mark.parametrize("found", [True, False], ids=["created", "not-created"])
 async def test_a_send_answered_503_asks_list_tasks_before_sending_again(
     agent: HostileAgent, engine: Engine, found: bool

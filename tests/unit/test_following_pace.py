@@ -413,6 +413,23 @@ def test_a_wait_asked_below_the_backoff_leaves_the_backoff_in_force() -> None:
     assert agent.times("GetTask") == [0.0, 1.0, 3.0, 7.0, 9.0]
 
 
+def test_a_card_endpoint_asking_for_time_never_delays_the_polls() -> None:
+    config = dataclasses.replace(POLLS, max_card_age=10.0)
+    agent = ScriptedAgent(answering("working"))
+    honest = agent.transport().handler
+
+    def answer(request: httpx.Request) -> Any:
+        answered = honest(request)  # counted
+        if request.method == "GET" and asyncio.get_running_loop().time() > 0:  # R7's reads
+            return httpx.Response(429, headers={"Retry-After": "100"})
+        return answered
+
+    agent.transport = lambda: httpx.MockTransport(answer)  # type: ignore[method-assign]
+    _driven(agent, config, lambda engine, key: engine.drive(key, until="terminal", timeout=40))
+    assert agent.times("GetTask") == [0.0, 1.0, 3.0, 7.0, 15.0, 23.0, 31.0, 39.0]
+    assert agent.times("card") == [0.0, 15.0, 31.0]  # asked, answered 429, and kept to its pace
+
+
 def test_a_reply_or_a_cancel_answered_429_goes_again_after_the_wait() -> None:
     def busy(seconds: str) -> Callable[[dict[str, Any]], httpx.Response]:
         return lambda call: httpx.Response(429, headers={"Retry-After": seconds})
