@@ -324,8 +324,8 @@ class Creation(Observing):
         return await self._observe_state(key, observation)
 
     async def _resend_gate(self, key: str, state: State) -> None:
-        """R2 and R3 for a re-send by ``resume``; raises (nothing sent) and records the refusal
-        in the agent's stream."""
+        """R2 and R3 for a re-send (by ``resume``, or after the agent asked for time); raises
+        (nothing sent) and records the refusal in the agent's stream."""
         agent_url, skill = str(state["agent_url"]), str(state["skill"])
         try:
             read = await self.discovery.read(agent_url, fresh=True)
