@@ -13,6 +13,8 @@ told apart (R11):
 - HTTP 404 *without* such a body (a route that is not there), any other non-2xx without one, a
   network error or a timeout -> :class:`EndpointUnreachableError`: the endpoint could not be
   reached as an A2A agent, which changes nothing and prompts an R9 check — never TaskNotFound;
+  a 429, or a 503 whose ``Retry-After`` says when to come back, is :class:`ThrottledError` (R5):
+  the agent asked for time, which its ``Retry-After`` (seconds or an HTTP-date) says;
 - a 2xx that is not valid JSON, not the expected shape, over the size cap, or a JSON-RPC envelope
   with a wrong id or without result/error, or whose content encoding is refused (stacked,
   unknown or corrupt) -> :class:`InvalidAgentResponseError`.
@@ -25,12 +27,15 @@ is asked once more with refreshed ones when a token is involved, then raised as
 from __future__ import annotations
 
 import asyncio
+import email.utils
 import itertools
 import json
+import re
 from collections.abc import Mapping
 from contextlib import (
     nullcontext,
 )
+from datetime import UTC, datetime
 from enum import IntEnum
 from typing import Any, Final, Protocol
 from urllib.parse import quote
@@ -49,19 +54,32 @@ from cardfence.engine.errors import (
     InvalidAgentResponseError,
     ProtocolMismatchError,
     RemoteRefusedError,
+    ThrottledError,
     UsageError,
 )
 from cardfence.engine.fields import FieldError
 from cardfence.engine.pool import REPLAYABLE, RequestSlots
 from cardfence.engine.redaction import Redaction, redaction
 
-__all__ = ["A2A_VERSION", "DEFAULT_MAX_BYTES", "A2AErrorCode", "Exchange", "RequestCredentials"]
+__all__ = [
+    "A2A_VERSION",
+    "DEFAULT_MAX_BYTES",
+    "A2AErrorCode",
+    "Exchange",
+    "RequestCredentials",
+    "retry_after_seconds",
+]
 
 
 A2A_VERSION: Final = "1.0"
 DEFAULT_MAX_BYTES: Final = 8 * 1024 * 1024
 _USER_AGENT: Final = "cardfence/0.1"
 _MAX_DETAIL: Final = 200  # characters of a remote error message kept in ours
+# R5: a Retry-After is read only this long (an HTTP-date is 29 characters), and asks for no more
+# than a day; the engine caps it further (``max_retry_after``).
+_RETRY_AFTER_CHARS: Final = 64
+_RETRY_AFTER_BOUND: Final = 86_400.0
+_DELAY_SECONDS: Final = re.compile(r"[0-9]{1,12}")
 
 
 class A2AErrorCode(IntEnum):
@@ -180,14 +198,14 @@ class Exchange:
             envelope = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
             url = self.interface.url
             sent = _encode(envelope)
-            status, raw = await self._exchange("POST", url, sent, None, task, replay, secrets)
-            return url, self._jsonrpc_result(url, status, raw, request_id, task, operation)
+            status, raw, wait = await self._exchange("POST", url, sent, None, task, replay, secrets)
+            return url, self._jsonrpc_result(url, status, raw, request_id, task, operation, wait)
         url = self.interface.url.rstrip("/") + path
         content = None if body is None else _encode(body)
-        status, raw = await self._exchange(verb, url, content, query, task, replay, secrets)
+        status, raw, wait = await self._exchange(verb, url, content, query, task, replay, secrets)
         if 200 <= status < 300:
             return url, self._decode(url, raw)
-        raise self._failure(url, status, raw, task, operation)
+        raise self._failure(url, status, raw, task, operation, wait)
 
     def _dialect(
         self, method: str, params: dict[str, Any], path: str, body: Mapping[str, Any] | None
@@ -259,12 +277,13 @@ class Exchange:
         task: str,
         replay: bool,
         secrets: tuple[str, ...] = (),
-    ) -> tuple[int, bytes | None]:
-        """Status and body; the body is ``None`` when it is over ``max_bytes`` once decoded, or
-        when the body of a non-2xx cannot be decoded (R16). ``replay``: the request is a read,
-        asked again when a kept-alive connection closes under it (:mod:`engine.pool`). Every
-        secret the request carried (``secrets`` and the credentials') is hidden from the body
-        as it arrives, in whatever form the remote repeats it (:mod:`engine.redaction`).
+    ) -> tuple[int, bytes | None, str | None]:
+        """Status, body and ``Retry-After``; the body is ``None`` when it is over ``max_bytes``
+        once decoded, or when the body of a non-2xx cannot be decoded (R16). ``replay``: the
+        request is a read, asked again when a kept-alive connection closes under it
+        (:mod:`engine.pool`). Every secret the request carried (``secrets`` and the
+        credentials') is hidden from the body as it arrives, in whatever form the remote repeats
+        it (:mod:`engine.redaction`).
 
         With credentials, a 401/403 is asked once more with refreshed ones when a token is
         involved (R15: the token may have expired early or been revoked and reissued).
@@ -274,11 +293,11 @@ class Exchange:
         if credentials is None:
             return await self._exchange_once(*ask, None, secrets)
         auth = await credentials.prepare()
-        status, body = await self._exchange_once(*ask, auth, secrets)
-        if status in _REFUSED_AUTH and credentials.refreshable:
+        answer = await self._exchange_once(*ask, auth, secrets)
+        if answer[0] in _REFUSED_AUTH and credentials.refreshable:
             auth = await credentials.prepare(refresh=True)
-            status, body = await self._exchange_once(*ask, auth, secrets)
-        return status, body
+            answer = await self._exchange_once(*ask, auth, secrets)
+        return answer
 
     async def _exchange_once(
         self,
@@ -290,7 +309,7 @@ class Exchange:
         replay: bool,
         auth: RequestAuth | None,
         secrets: tuple[str, ...],
-    ) -> tuple[int, bytes | None]:
+    ) -> tuple[int, bytes | None, str | None]:
         """One request, with ``auth`` added. The whole exchange, body included, ends within
         ``timeout`` and by the deadline in force (:mod:`engine.deadline`): a body that drips is
         cut there."""
@@ -318,14 +337,15 @@ class Exchange:
                     follow_redirects=False,
                     extensions={REPLAYABLE: True} if replay else None,
                 ) as response:
+                    wait = response.headers.get("retry-after")  # R5: read on a 429/503
                     try:
                         body = await read_body(response, self.max_bytes)
                     except BodyRefused as refused:
                         ok = 200 <= response.status_code < 300
                         if ok and refused.kind != "too_large":
                             raise InvalidAgentResponseError(url, refused.detail) from None
-                        return response.status_code, None  # no body (R11: no A2A error)
-                    return response.status_code, hide.body(body)
+                        return response.status_code, None, wait  # no body (R11: no A2A error)
+                    return response.status_code, hide.body(body), wait
         except (TimeoutError, httpx.TimeoutException):
             cut = "" if budget == self.timeout else " (the deadline)"
             if not started:
@@ -348,9 +368,10 @@ class Exchange:
         request_id: int,
         task: str,
         operation: str,
+        retry_after: str | None = None,
     ) -> object:
         if not 200 <= status < 300:
-            raise self._failure(url, status, raw, task, operation)
+            raise self._failure(url, status, raw, task, operation, retry_after)
         doc = self._decode(url, raw)
         if not isinstance(doc, dict) or doc.get("jsonrpc") != "2.0":
             raise InvalidAgentResponseError(url, "not a JSON-RPC 2.0 response object")
@@ -375,10 +396,17 @@ class Exchange:
         raise self._refusal(url, code, message, task, operation)
 
     def _failure(
-        self, url: str, status: int, raw: bytes | None, task: str, operation: str
+        self,
+        url: str,
+        status: int,
+        raw: bytes | None,
+        task: str,
+        operation: str,
+        retry_after: str | None = None,
     ) -> Exception:
         """The error for a non-2xx answer: the agent's A2A error (or a protocol mismatch it
-        shows), else unreachable (R11)."""
+        shows), else unreachable (R11) -- throttled when it asked for time (R5: a 429, or a 503
+        with a usable ``Retry-After``)."""
         doc = _loads(raw)
         jsonrpc = self.binding == JSONRPC
         refused = _a2a_error(doc, jsonrpc=jsonrpc)
@@ -394,6 +422,9 @@ class Exchange:
         if status in _REFUSED_AUTH:  # R15: an annotation mid-task, never a transition
             schemes = self.credentials.schemes if self.credentials is not None else ()
             return AuthorizationFailedError(url, status, task=task, schemes=schemes)
+        asked = retry_after_seconds(retry_after)
+        if status == 429 or (status == 503 and asked is not None):
+            return ThrottledError(url, status, asked, task=task)
         if status == 404:  # R11: a missing route, not a missing task
             detail = "HTTP 404 without an A2A error body: endpoint gone or moved"
         else:
@@ -407,6 +438,25 @@ class Exchange:
             return loads(raw)  # I-JSON: a duplicate member name is refused, never the last kept
         except FieldError as exc:
             raise InvalidAgentResponseError(url, str(exc)[:_MAX_DETAIL]) from None
+
+
+def retry_after_seconds(value: str | None, now: datetime | None = None) -> float | None:
+    """The seconds a ``Retry-After`` value asks for (RFC 9110: delay-seconds, or an HTTP-date,
+    a date past counting as 0), at most :data:`_RETRY_AFTER_BOUND`; ``None`` when there is none
+    or it is neither (an agent's garbage asks for nothing)."""
+    if value is None or len(value) > _RETRY_AFTER_CHARS:
+        return None
+    value = value.strip()
+    if _DELAY_SECONDS.fullmatch(value):
+        return min(float(value), _RETRY_AFTER_BOUND)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    if when.tzinfo is None:  # "-0000": UTC, said without a zone
+        when = when.replace(tzinfo=UTC)
+    seconds = (when - (now or datetime.now(UTC))).total_seconds()
+    return min(max(seconds, 0.0), _RETRY_AFTER_BOUND)
 
 
 def _a2a_error(doc: object, *, jsonrpc: bool) -> tuple[int | str, str] | None:

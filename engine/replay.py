@@ -91,6 +91,7 @@ _FLAG_FOR_EVENT = {
     ev.DEADLINE_EXCEEDED: "deadline_exceeded",
     ev.TASK_CREATION_REFUSED: "never_created",
     ev.AUTHORIZATION_FAILED: "credentials_rejected",
+    ev.THROTTLED: "throttled",
 }
 
 

@@ -415,7 +415,7 @@ class A2ATransport(Exchange):
             raw = None  # no A2A error to read in it
         jsonrpc = self.binding == JSONRPC
         if not ok:
-            raise self._failure(url, status, raw, task, method)
+            raise self._failure(url, status, raw, task, method, response.headers.get("retry-after"))
         # JSON-RPC refuses with HTTP 200 and a JSON error object, a stream's opening too.
         refused = _a2a_error(_loads(raw), jsonrpc=True) if jsonrpc else None
         if refused is None:

@@ -20,7 +20,7 @@ from cardfence.engine.cards.model import AgentCard, parse_card
 from cardfence.engine.cli.render import describe, summary, task_path, task_table, timeline
 from cardfence.engine.engine.base import _authorization_failed
 from cardfence.engine.errors import AuthorizationFailedError, DiscoveryError
-from cardfence.engine.guards import downgrade, reconcile_card, resume_check, unavailable
+from cardfence.engine.guards import downgrade, reconcile_card, resume_check, throttled, unavailable
 from cardfence.engine.lifecycle import mermaid as lifecycle_mermaid
 from cardfence.engine.observations import ArtifactRecord, Observation, apply_observation
 from cardfence.engine.replay import fold_task, initial_task_state
@@ -152,6 +152,9 @@ def representative_payloads() -> dict[str, dict[str, Any]]:
         ev.AUTHORIZATION_FAILED: _authorization_failed(
             AuthorizationFailedError("http://a.test/rpc", 401, schemes=("bearer",)), "poll"
         )[1],
+        ev.THROTTLED: throttled(
+            {"flags": []}, "http://a.test/rpc", 429, 20.0, 20.0, "poll"
+        )[0][1],
         ev.CREDENTIALS_MOVED: {
             "old": "http://a.test", "new": "http://b.test", "revision": "r" * 64,
             "at": T0.isoformat(),
