@@ -183,6 +183,11 @@ class PushConfig:
     auth_scheme: str | None = None
     auth_credentials: str | None = field(default=None, repr=False)
 
+    @property
+    def secrets(self) -> tuple[str, ...]:
+        """What a delivery presents, which no answer may show (:mod:`engine.redaction`)."""
+        return tuple(s for s in (self.token, self.auth_credentials) if s)
+
     def to_json(self) -> dict[str, Any]:
         """The 1.0 ``TaskPushNotificationConfig`` fields, without ``taskId``."""
         body: dict[str, Any] = {"id": self.id, "url": self.url}

@@ -45,6 +45,7 @@ from cardfence.engine.credentials_config import (
     normalise_origin,
 )
 from cardfence.engine.errors import CredentialsConfigError
+from cardfence.engine.redaction import redaction
 
 __all__ = [
     "ENV_PREFIX",
@@ -353,8 +354,7 @@ def fingerprint(secret_value: str, key: bytes) -> str:
 
 
 def redact(text: str, secrets: Iterable[str]) -> str:
-    """``text`` with every occurrence of every (non-empty) secret replaced by ``***``; longer
-    secrets first, so one containing another is hidden whole."""
-    for secret in sorted({s for s in secrets if s}, key=len, reverse=True):
-        text = text.replace(secret, "***")
-    return text
+    """``text`` with every form of every (non-empty) secret replaced by ``***`` (as sent,
+    percent-encoded, JSON-escaped, base64: :mod:`engine.redaction`); longer forms first, so one
+    containing another is hidden whole."""
+    return redaction(tuple(secrets)).text(text)

@@ -356,6 +356,9 @@ class Driver:
         self._schedule(key, when)
 
     def _schedule(self, key: str, when: float) -> None:
+        pace = self._paces.get(key)
+        if pace is not None:  # R5: never before the time the agent asked for, whatever prompts
+            when = max(when, pace.throttled_until)
         current = self._scheduled.get(key)
         if current is not None and current <= when:
             return

@@ -28,6 +28,7 @@ done.
     ├── TaskOrphanedError               the card in force no longer carries the task's skill
     ├── EndpointUnreachableError        network error or bare HTTP 404 at the task's endpoint
     │   ├── StreamDroppedError          an event stream ended before its task reached a final state
+    │   ├── ThrottledError              the agent answered 429 (or 503 with Retry-After): wait
     │   └── AuthorizationFailedError    the agent answered 401/403: credentials refused
     │       └── TokenRequestError       no access token could be had from the token endpoint
     ├── RemoteRefusedError              the agent answered with an A2A error
@@ -91,6 +92,7 @@ __all__ = [
     "StreamDroppedError",
     "TaskEndedError",
     "TaskOrphanedError",
+    "ThrottledError",
     "TokenRequestError",
     "UsageError",
     "WrongTaskAnswerError",
@@ -281,6 +283,19 @@ class StreamDroppedError(EndpointUnreachableError):
         )
 
 
+class ThrottledError(EndpointUnreachableError):
+    """The agent asked for time (R5): HTTP 429 (too many requests: nothing was done), or 503
+    with a ``Retry-After`` (unavailable: a send's outcome is unknown, R3), without an A2A error
+    body. ``retry_after``: the seconds its ``Retry-After`` asked for (``None``: none, or not
+    readable). Recorded once per task as ``Throttled``, never a transition."""
+
+    def __init__(self, url: str, status: int, retry_after: float | None, *, task: str = "") -> None:
+        self.retry_after = retry_after
+        asked = "no wait named" if retry_after is None else f"Retry-After {retry_after:g}s"
+        why = "too many requests" if status == 429 else "unavailable"
+        super().__init__(url, f"HTTP {status} ({why}; {asked})", task=task, status=status)
+
+
 class AuthorizationFailedError(EndpointUnreachableError):
     """The agent answered 401 or 403 without an A2A error: the credentials sent were refused
     (R15). Mid-task this is an annotation (``AuthorizationFailed``, flag
@@ -435,13 +450,14 @@ class WrongTaskAnswerError(InvalidAgentResponseError):
 class DeadlineExceeded(CardfenceError):
     """The task did not reach the requested point in time; it is NOT marked failed."""
 
-    def __init__(self, task: str, state: str, seconds: float) -> None:
+    def __init__(self, task: str, state: str, seconds: float, *, reason: str = "") -> None:
         self.task = task
         self.state = state
         self.seconds = seconds
+        self.reason = reason
+        said = f": {reason} (" if reason else f" ({seconds:.1f}s; "
         super().__init__(
-            f"task {task} still {state} at the deadline ({seconds:.1f}s; "
-            "the task is not marked failed)"
+            f"task {task} still {state} at the deadline{said}the task is not marked failed)"
         )
 
 

@@ -53,6 +53,9 @@ DEADLINE_EXCEEDED: Final = "DeadlineExceeded"
 ARTIFACT_RECEIVED: Final = "ArtifactReceived"
 # R15: the agent answered 401/403 to a request of the task; an annotation, never a transition.
 AUTHORIZATION_FAILED: Final = "AuthorizationFailed"
+# R5: the agent answered 429 (or 503 with Retry-After): the wait it asked for and the one taken,
+# once per task; an annotation, never a transition.
+THROTTLED: Final = "Throttled"
 # R15: the caller accepted the origin the task's endpoint moved to; its credentials go there now.
 CREDENTIALS_MOVED: Final = "CredentialsMoved"
 # Also on the task stream (R3): the agent refused the creation with an A2A error; final.
@@ -81,6 +84,7 @@ TASK_EVENTS: Final = frozenset(
         AUTHORIZATION_FAILED,
         CREDENTIALS_MOVED,
         TASK_CREATION_REFUSED,
+        THROTTLED,
     }
 )
 

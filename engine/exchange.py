@@ -13,6 +13,8 @@ told apart (R11):
 - HTTP 404 *without* such a body (a route that is not there), any other non-2xx without one, a
   network error or a timeout -> :class:`EndpointUnreachableError`: the endpoint could not be
   reached as an A2A agent, which changes nothing and prompts an R9 check — never TaskNotFound;
+  a 429, or a 503 whose ``Retry-After`` says when to come back, is :class:`ThrottledError` (R5):
+  the agent asked for time, which its ``Retry-After`` (seconds or an HTTP-date) says;
 - a 2xx that is not valid JSON, not the expected shape, over the size cap, or a JSON-RPC envelope
   with a wrong id or without result/error, or whose content encoding is refused (stacked,
   unknown or corrupt) -> :class:`InvalidAgentResponseError`.
@@ -25,12 +27,15 @@ is asked once more with refreshed ones when a token is involved, then raised as
 from __future__ import annotations
 
 import asyncio
+import email.utils
 import itertools
 import json
+import re
 from collections.abc import Mapping
 from contextlib import (
     nullcontext,
 )
+from datetime import UTC, datetime
 from enum import IntEnum
 from typing import Any, Final, Protocol
 from urllib.parse import quote
@@ -39,27 +44,42 @@ import httpx
 
 from cardfence.engine import deadline, wire03
 from cardfence.engine.bodies import ACCEPT_ENCODING, BodyRefused, read_body
+from cardfence.engine.cards.canonical import loads
 from cardfence.engine.cards.interfaces import HTTP_JSON, JSONRPC, V03, V10
 from cardfence.engine.cards.model import Interface
-from cardfence.engine.credentials import RequestAuth, redact
+from cardfence.engine.credentials import RequestAuth
 from cardfence.engine.errors import (
     AuthorizationFailedError,
     EndpointUnreachableError,
     InvalidAgentResponseError,
     ProtocolMismatchError,
     RemoteRefusedError,
+    ThrottledError,
     UsageError,
 )
+from cardfence.engine.fields import FieldError
 from cardfence.engine.pool import REPLAYABLE, RequestSlots
-from cardfence.engine.remote import loads as remote_loads
+from cardfence.engine.redaction import Redaction, redaction
 
-__all__ = ["A2A_VERSION", "DEFAULT_MAX_BYTES", "A2AErrorCode", "Exchange", "RequestCredentials"]
+__all__ = [
+    "A2A_VERSION",
+    "DEFAULT_MAX_BYTES",
+    "A2AErrorCode",
+    "Exchange",
+    "RequestCredentials",
+    "retry_after_seconds",
+]
 
 
 A2A_VERSION: Final = "1.0"
 DEFAULT_MAX_BYTES: Final = 8 * 1024 * 1024
 _USER_AGENT: Final = "cardfence/0.1"
 _MAX_DETAIL: Final = 200  # characters of a remote error message kept in ours
+# R5: a Retry-After is read only this long (an HTTP-date is 29 characters), and asks for no more
+# than a day; the engine caps it further (``max_retry_after``).
+_RETRY_AFTER_CHARS: Final = 64
+_RETRY_AFTER_BOUND: Final = 86_400.0
+_DELAY_SECONDS: Final = re.compile(r"[0-9]{1,12}")
 
 
 class A2AErrorCode(IntEnum):
@@ -161,11 +181,14 @@ class Exchange:
         body: Mapping[str, Any] | None = None,
         query: Mapping[str, str] | None = None,
         task: str = "",
+        secrets: tuple[str, ...] = (),
     ) -> tuple[str, object]:
         """One operation on this binding; returns the URL asked and the decoded result.
 
         ``method``, ``params``, ``path`` and ``body`` are 1.0's; on a 0.3 interface they are
         translated here (:meth:`_dialect`), and the result by the caller (:meth:`_answer`).
+        ``secrets``: what the request carries besides its credentials (a webhook's token and
+        authorization), hidden from the answer as the credentials are (:mod:`engine.redaction`).
         """
         operation = method
         replay = operation in READS
@@ -174,14 +197,15 @@ class Exchange:
             request_id = next(self._ids)
             envelope = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
             url = self.interface.url
-            status, raw = await self._exchange("POST", url, _encode(envelope), None, task, replay)
-            return url, self._jsonrpc_result(url, status, raw, request_id, task, operation)
+            sent = _encode(envelope)
+            status, raw, wait = await self._exchange("POST", url, sent, None, task, replay, secrets)
+            return url, self._jsonrpc_result(url, status, raw, request_id, task, operation, wait)
         url = self.interface.url.rstrip("/") + path
         content = None if body is None else _encode(body)
-        status, raw = await self._exchange(verb, url, content, query, task, replay)
+        status, raw, wait = await self._exchange(verb, url, content, query, task, replay, secrets)
         if 200 <= status < 300:
             return url, self._decode(url, raw)
-        raise self._failure(url, status, raw, task, operation)
+        raise self._failure(url, status, raw, task, operation, wait)
 
     def _dialect(
         self, method: str, params: dict[str, Any], path: str, body: Mapping[str, Any] | None
@@ -252,10 +276,14 @@ class Exchange:
         query: Mapping[str, str] | None,
         task: str,
         replay: bool,
-    ) -> tuple[int, bytes | None]:
-        """Status and body; the body is ``None`` when it is over ``max_bytes`` once decoded, or
-        when the body of a non-2xx cannot be decoded (R16). ``replay``: the request is a read,
-        asked again when a kept-alive connection closes under it (:mod:`engine.pool`).
+        secrets: tuple[str, ...] = (),
+    ) -> tuple[int, bytes | None, str | None]:
+        """Status, body and ``Retry-After``; the body is ``None`` when it is over ``max_bytes``
+        once decoded, or when the body of a non-2xx cannot be decoded (R16). ``replay``: the
+        request is a read, asked again when a kept-alive connection closes under it
+        (:mod:`engine.pool`). Every secret the request carried (``secrets`` and the
+        credentials') is hidden from the body as it arrives, in whatever form the remote repeats
+        it (:mod:`engine.redaction`).
 
         With credentials, a 401/403 is asked once more with refreshed ones when a token is
         involved (R15: the token may have expired early or been revoked and reissued).
@@ -263,13 +291,13 @@ class Exchange:
         credentials = self.credentials
         ask = (verb, url, content, query, task, replay)
         if credentials is None:
-            return await self._exchange_once(*ask, None)
+            return await self._exchange_once(*ask, None, secrets)
         auth = await credentials.prepare()
-        status, body = await self._exchange_once(*ask, auth)
-        if status in _REFUSED_AUTH and credentials.refreshable:
+        answer = await self._exchange_once(*ask, auth, secrets)
+        if answer[0] in _REFUSED_AUTH and credentials.refreshable:
             auth = await credentials.prepare(refresh=True)
-            status, body = await self._exchange_once(*ask, auth)
-        return status, body
+            answer = await self._exchange_once(*ask, auth, secrets)
+        return answer
 
     async def _exchange_once(
         self,
@@ -280,11 +308,13 @@ class Exchange:
         task: str,
         replay: bool,
         auth: RequestAuth | None,
-    ) -> tuple[int, bytes | None]:
+        secrets: tuple[str, ...],
+    ) -> tuple[int, bytes | None, str | None]:
         """One request, with ``auth`` added. The whole exchange, body included, ends within
         ``timeout`` and by the deadline in force (:mod:`engine.deadline`): a body that drips is
         cut there."""
         headers, query = _with_auth(self._headers, query, auth)
+        hide = hiding(auth, secrets)
         budget = deadline.left(self.timeout)
         if budget <= 0:
             detail = "timeout: the deadline passed before the request could be sent (not sent)"
@@ -307,14 +337,15 @@ class Exchange:
                     follow_redirects=False,
                     extensions={REPLAYABLE: True} if replay else None,
                 ) as response:
+                    wait = response.headers.get("retry-after")  # R5: read on a 429/503
                     try:
                         body = await read_body(response, self.max_bytes)
                     except BodyRefused as refused:
                         ok = 200 <= response.status_code < 300
                         if ok and refused.kind != "too_large":
                             raise InvalidAgentResponseError(url, refused.detail) from None
-                        return response.status_code, None  # no body (R11: no A2A error)
-                    return response.status_code, body
+                        return response.status_code, None, wait  # no body (R11: no A2A error)
+                    return response.status_code, hide.body(body), wait
         except (TimeoutError, httpx.TimeoutException):
             cut = "" if budget == self.timeout else " (the deadline)"
             if not started:
@@ -326,7 +357,7 @@ class Exchange:
                 detail = f"timeout: no complete answer within {budget:.3g}s{cut}"
             raise EndpointUnreachableError(url, detail, task=task) from None
         except (httpx.HTTPError, httpx.InvalidURL) as exc:
-            detail = _redacted(f"network error: {str(exc) or type(exc).__name__}", auth)
+            detail = hide.text(f"network error: {str(exc) or type(exc).__name__}")
             raise EndpointUnreachableError(url, detail, task=task) from None
 
     def _jsonrpc_result(
@@ -337,9 +368,10 @@ class Exchange:
         request_id: int,
         task: str,
         operation: str,
+        retry_after: str | None = None,
     ) -> object:
         if not 200 <= status < 300:
-            raise self._failure(url, status, raw, task, operation)
+            raise self._failure(url, status, raw, task, operation, retry_after)
         doc = self._decode(url, raw)
         if not isinstance(doc, dict) or doc.get("jsonrpc") != "2.0":
             raise InvalidAgentResponseError(url, "not a JSON-RPC 2.0 response object")
@@ -364,10 +396,17 @@ class Exchange:
         raise self._refusal(url, code, message, task, operation)
 
     def _failure(
-        self, url: str, status: int, raw: bytes | None, task: str, operation: str
+        self,
+        url: str,
+        status: int,
+        raw: bytes | None,
+        task: str,
+        operation: str,
+        retry_after: str | None = None,
     ) -> Exception:
         """The error for a non-2xx answer: the agent's A2A error (or a protocol mismatch it
-        shows), else unreachable (R11)."""
+        shows), else unreachable (R11) -- throttled when it asked for time (R5: a 429, or a 503
+        with a usable ``Retry-After``)."""
         doc = _loads(raw)
         jsonrpc = self.binding == JSONRPC
         refused = _a2a_error(doc, jsonrpc=jsonrpc)
@@ -383,6 +422,9 @@ class Exchange:
         if status in _REFUSED_AUTH:  # R15: an annotation mid-task, never a transition
             schemes = self.credentials.schemes if self.credentials is not None else ()
             return AuthorizationFailedError(url, status, task=task, schemes=schemes)
+        asked = retry_after_seconds(retry_after)
+        if status == 429 or (status == 503 and asked is not None):
+            return ThrottledError(url, status, asked, task=task)
         if status == 404:  # R11: a missing route, not a missing task
             detail = "HTTP 404 without an A2A error body: endpoint gone or moved"
         else:
@@ -393,9 +435,28 @@ class Exchange:
         if raw is None:
             raise InvalidAgentResponseError(url, f"body over the limit of {self.max_bytes} bytes")
         try:
-            return remote_loads(raw)
-        except (ValueError, RecursionError) as exc:  # JSONDecodeError, UnicodeDecodeError
-            raise InvalidAgentResponseError(url, f"body is not JSON ({str(exc)[:80]})") from None
+            return loads(raw)  # I-JSON: a duplicate member name is refused, never the last kept
+        except FieldError as exc:
+            raise InvalidAgentResponseError(url, str(exc)[:_MAX_DETAIL]) from None
+
+
+def retry_after_seconds(value: str | None, now: datetime | None = None) -> float | None:
+    """The seconds a ``Retry-After`` value asks for (RFC 9110: delay-seconds, or an HTTP-date,
+    a date past counting as 0), at most :data:`_RETRY_AFTER_BOUND`; ``None`` when there is none
+    or it is neither (an agent's garbage asks for nothing)."""
+    if value is None or len(value) > _RETRY_AFTER_CHARS:
+        return None
+    value = value.strip()
+    if _DELAY_SECONDS.fullmatch(value):
+        return min(float(value), _RETRY_AFTER_BOUND)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    if when.tzinfo is None:  # "-0000": UTC, said without a zone
+        when = when.replace(tzinfo=UTC)
+    seconds = (when - (now or datetime.now(UTC))).total_seconds()
+    return min(max(seconds, 0.0), _RETRY_AFTER_BOUND)
 
 
 def _a2a_error(doc: object, *, jsonrpc: bool) -> tuple[int | str, str] | None:
@@ -444,8 +505,8 @@ def _loads(raw: bytes | None) -> object:
     if not raw:
         return None
     try:
-        return remote_loads(raw)
-    except (ValueError, RecursionError):
+        return loads(raw)
+    except FieldError:
         return None
 
 
@@ -465,8 +526,9 @@ def _with_auth(
     return headers, {**(query or {}), **dict(auth.params)}
 
 
-def _redacted(text: str, auth: RequestAuth | None) -> str:
-    return text if auth is None else redact(text, auth.secrets)
+def hiding(auth: RequestAuth | None, secrets: tuple[str, ...] = ()) -> Redaction:
+    """What hides every secret one request carries: its credentials' and ``secrets``."""
+    return redaction(secrets if auth is None else (*auth.secrets, *secrets))
 
 
 def _encode(payload: Mapping[str, Any]) -> bytes:

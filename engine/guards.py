@@ -107,6 +107,26 @@ def refused_creation(code: int | str, message: str, url: str) -> Event:
     }
 
 
+def throttled(
+    task: Mapping[str, Any],
+    url: str,
+    status: int | None,
+    asked: float | None,
+    wait: float | None,
+    during: str,
+) -> list[Event]:
+    """``Throttled``: the agent asked for time (R5); an annotation, never a transition, recorded
+    once per task (the flag it sets says it was), so an agent throttling every request does not
+    grow the log by an event a request. ``wait``: what the engine waits before its next request
+    to the endpoint (``asked`` capped by ``max_retry_after`` and the deadline; None: the deadline
+    comes first, and none is made)."""
+    if "throttled" in task.get("flags", ()):
+        return []
+    waited = None if wait is None else round(wait, 3)
+    data = {"url": url, "status": status, "asked": asked, "wait": waited, "during": during}
+    return [(ev.THROTTLED, data)]
+
+
 # -- R4: webhook registration is gated by an unconditional fresh read ----------------------------
 
 

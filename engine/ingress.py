@@ -49,7 +49,6 @@ import asyncio
 import contextlib
 import logging
 import math
-import re
 from collections import Counter
 from collections.abc import AsyncGenerator, Iterable, Mapping
 from typing import Protocol
@@ -63,6 +62,7 @@ from starlette.routing import Route
 from cardfence.engine import webhook
 from cardfence.engine.engine import Engine
 from cardfence.engine.metrics import CONTENT_TYPE, Family, render
+from cardfence.engine.redaction import redaction
 from cardfence.engine.shedding import RefusalBudget
 from cardfence.engine.webhook import MAX_DELIVERY_BYTES, TOKEN_HEADER, Delivery, IngressLimits
 from cardfence.store import CorruptRecordError, StoreUnavailableError
@@ -84,10 +84,6 @@ _OTHER_PATHS = (HEALTH_PATH, READY_PATH, METRICS_PATH)
 _SINGLE_HEADERS = ("content-type", TOKEN_HEADER, "authorization")
 _SECRET_HEADERS = (TOKEN_HEADER, "authorization")
 _REDACTED = "[redacted]"
-# A presented secret this long is redacted wherever it appears in an answer; a shorter one only
-# where it stands alone (not inside a word: a token "t" must not blank every "t" of the answer).
-_REDACTED_ANYWHERE = 8
-_TOKEN_CHARACTER = r"[\w.~+/=-]"  # RFC 7235 token68, and word characters
 _RETRY_AFTER = "1"  # seconds, in a 503's Retry-After
 _READY_SECONDS = 2.0  # how long GET /readyz waits for the event store
 _STORE_DOWN = "the event store is unavailable: nothing written; retry later"
@@ -363,23 +359,16 @@ def _json(answer: dict[str, str], status: int, *, retry_after: str | None = None
 
 
 def _scrub(text: str, headers: Mapping[str, str]) -> str:
-    """``text`` without the token or ``Authorization`` credentials this request presented: a
-    secret of :data:`_REDACTED_ANYWHERE` characters or more wherever it appears, a shorter one
-    where it stands alone. The longest first, whichever header presented it: a shorter secret
-    redacted inside a longer one would leave the rest of the longer one to be read."""
-    secrets = set()
+    """``text`` without the token or ``Authorization`` credentials this request presented, in
+    any form (:mod:`engine.redaction`: a long secret wherever it appears, a short one where it
+    stands alone, the longest first whichever header presented it)."""
+    secrets = []
     for name in _SECRET_HEADERS:
         presented = headers.get(name)
         if presented is None:
             continue
         value = presented.strip()
-        secrets.add(value)
+        secrets.append(value)
         if name == "authorization" and " " in value:
-            secrets.add(value.partition(" ")[2].strip())  # the credentials without the scheme
-    for secret in sorted(secrets, key=len, reverse=True):
-        if len(secret) >= _REDACTED_ANYWHERE:
-            text = text.replace(secret, _REDACTED)
-        elif secret:
-            alone = rf"(?<!{_TOKEN_CHARACTER}){re.escape(secret)}(?!{_TOKEN_CHARACTER})"
-            text = re.sub(alone, _REDACTED, text)
-    return text
+            secrets.append(value.partition(" ")[2].strip())  # the credentials without the scheme
+    return redaction(tuple(secrets), _REDACTED).text(text)

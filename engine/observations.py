@@ -39,9 +39,16 @@ IGNORED_ILLEGAL = "illegal"  # not a transition the lifecycle allows (e.g. back 
 # Task flags raised by what an observation carried (FlaggedForReview reason, recorded once).
 FLAG_CLOCK_SKEW = "clock_skew"  # a status timestamp too far ahead was not used for ordering
 FLAG_PAYLOAD_TRUNCATED = "payload_truncated"  # an oversize part was kept as size + SHA-256
+FLAG_GENERATION_SKEW = "generation_skew"  # a generation too far ahead was not used for ordering
+FLAG_ARTIFACT_DROPPED = "artifact_dropped"  # one answer named an artifactId twice: one was kept
 
 DEFAULT_MAX_CLOCK_SKEW: Final = 300.0
 """Seconds a status timestamp may be ahead of local receipt and still order reports (R12)."""
+MAX_GENERATION: Final = 2**53
+"""The largest generation that orders reports (R12): past it, JSON numbers stop being exact."""
+MAX_GENERATION_STEP: Final = 10**6
+"""How far above the last generation applied (0 when none) a generation may be and still order
+reports (R12): one far ahead would make every later report stale."""
 
 # R16: what one event keeps of a remote report. Anything larger is kept as its size and SHA-256
 # (flag ``payload_truncated``), so no event nears the store's 1 MiB per-event limit
@@ -133,36 +140,87 @@ def apply_observation(
     One state event (``StateChanged`` or ``ObservationIgnored`` with its reason) when the
     observation carries a state, plus one ``ArtifactReceived`` per artifact not seen before (by
     ``artifactId`` and content), plus a ``FlaggedForReview`` the first time a task meets a
-    timestamp too far ahead (``clock_skew``) or a part too large to keep (``payload_truncated``).
+    timestamp or a generation too far ahead (``clock_skew``, ``generation_skew``), a part too
+    large to keep (``payload_truncated``) or a report naming one artifact twice with different
+    contents (``artifact_dropped``).
 
     Repeats never grow the log without bound (R12): a report that is exactly one already
     recorded since the last reply records one ``ObservationIgnored`` (``duplicate``,
-    ``repeat: true``) the first time it comes back — nothing for a poll — and nothing ever after.
+    ``repeat: true``) the first time it comes back — nothing for a poll — and nothing ever after;
+    a newer one saying the state and status message already applied again, with no new or changed
+    artifact, records nothing.
     """
     usable = _usable_timestamp(observation, max_clock_skew)
-    # One record per artifactId, the last one reported winning: a report naming one id twice
-    # must not flip-flop between the two versions, appending both, every time it is read again.
     held = {a["artifact_id"]: a for a in task.get("artifacts") or ()}
-    reported = (a for a in observation.artifacts if a.parts or not a.append)  # an empty chunk: none
-    records = list({a.artifact_id: _recorded(a, held) for a in reported}.values())
+    reported = [a for a in observation.artifacts if a.parts or not a.append]  # empty chunk: none
+    records, dropped = _one_per_id(reported, held)
     report = _fingerprint(observation, records)
-    out: list[Event] = []
+    flags = task.get("flags") or ()
+    state_event: Event | None = None
     if observation.state is not None:
         if _is_repeat(task, report):
-            if observation.source == "poll" or report in task.get("reports_repeated", ()):
-                return []  # the same report read again: recorded once, then counted out
-            return [(ev.OBSERVATION_IGNORED, _repeat(observation, report))]
-        event = _state_event(task, observation, usable)
-        event[1]["report"] = report
+            out: list[Event] = []
+            if not (observation.source == "poll" or report in task.get("reports_repeated", ())):
+                out.append((ev.OBSERVATION_IGNORED, _repeat(observation, report)))
+            # Otherwise the same report read again: recorded once, then counted out.
+            return out + _dropped_flag(dropped, flags)
+        state_event = _state_event(task, observation, usable)
+        state_event[1]["report"] = report
+    received = _artifact_events(task, observation, records, dropped, held)
+    out = [state_event] if state_event and _kept(task, observation, state_event, received) else []
+    out += received
+    if _skewed(observation, max_clock_skew) and FLAG_CLOCK_SKEW not in flags:
+        detail = (
+            f"status timestamp {_iso(observation.remote_timestamp)} is more than "
+            f"{max_clock_skew:g} s ahead of its receipt at {_iso(observation.received_at)}; "
+            "not used for ordering"
+        )
+        out.append((ev.FLAGGED_FOR_REVIEW, {"reason": FLAG_CLOCK_SKEW, "detail": detail}))
+    if _generation_skewed(task, observation) and FLAG_GENERATION_SKEW not in flags:
+        detail = (
+            f"generation {observation.generation} is above 2^53 or more than "
+            f"{MAX_GENERATION_STEP:,} above the last one applied ({_last_generation(task)}); "
+            "not used for ordering"
+        )
+        out.append((ev.FLAGGED_FOR_REVIEW, {"reason": FLAG_GENERATION_SKEW, "detail": detail}))
+    truncated = any(data.get("truncated") for _, data in received)
+    message_cut = any(data.get("payload_truncated") for _, data in out)
+    if (truncated or message_cut) and FLAG_PAYLOAD_TRUNCATED not in flags:
+        detail = "an oversize part of a remote report was kept as its size and SHA-256"
+        out.append((ev.FLAGGED_FOR_REVIEW, {"reason": FLAG_PAYLOAD_TRUNCATED, "detail": detail}))
+    return out + _dropped_flag(dropped, flags)
+
+
+def _kept(
+    task: Mapping[str, Any], observation: Observation, event: Event, received: list[Event]
+) -> bool:
+    """Whether the state event of a report that is not a repeat of a recorded one is appended."""
+    reason = event[1].get("reason")
+    if observation.source == "poll" and reason == IGNORED_DUPLICATE:
         # A poll that reads back exactly what was already applied is the same report read
         # again, not a new one: recording it would add an event per safety poll for hours.
-        if not (observation.source == "poll" and event[1].get("reason") == IGNORED_DUPLICATE):
-            out.append(event)
+        return False
+    # R12: the state the task is in, its status message again and no new or changed artifact is
+    # a repeat whatever its timestamp (or generation): an agent restamping its status on every
+    # poll must not add an event per poll. Counted, not appended (Engine._apply).
+    data = event[1]
+    restamped = data.get("said") == task.get("last_said") and "remote_task_id" not in data
+    return not (reason == IGNORED_SAME_STATE and not received and restamped)
+
+
+def _artifact_events(
+    task: Mapping[str, Any],
+    observation: Observation,
+    records: list[dict[str, Any]],
+    dropped: Mapping[str, list[dict[str, Any]]],
+    held: Mapping[str, Mapping[str, Any]],
+) -> list[Event]:
+    """One ``ArtifactReceived`` per record not held already, nor a version replaced before."""
     seen = {artifact_id: a.get("sha256") for artifact_id, a in held.items()}
     # Versions a later one replaced: never appended again (R12), or an agent alternating two
     # versions of one artifact would grow the log on every read.
     superseded = task.get(ev.SUPERSEDED_ARTIFACTS) or {}
-    truncated = False
+    out: list[Event] = []
     for record in records:
         artifact_id, digest = record["artifact_id"], record["sha256"]
         if seen.get(artifact_id) == digest:
@@ -173,22 +231,52 @@ def apply_observation(
             data = {**record, "source": observation.source}
             if replaces:
                 data["replaces"] = True
+            if artifact_id in dropped:
+                data["dropped"] = dropped[artifact_id]
             out.append((ev.ARTIFACT_RECEIVED, data))
             seen[artifact_id] = digest
-            truncated = truncated or bool(record.get("truncated"))
-    flags = task.get("flags") or ()
-    if _skewed(observation, max_clock_skew) and FLAG_CLOCK_SKEW not in flags:
-        detail = (
-            f"status timestamp {_iso(observation.remote_timestamp)} is more than "
-            f"{max_clock_skew:g} s ahead of its receipt at {_iso(observation.received_at)}; "
-            "not used for ordering"
-        )
-        out.append((ev.FLAGGED_FOR_REVIEW, {"reason": FLAG_CLOCK_SKEW, "detail": detail}))
-    message_cut = any(data.get("payload_truncated") for _, data in out)
-    if (truncated or message_cut) and FLAG_PAYLOAD_TRUNCATED not in flags:
-        detail = "an oversize part of a remote report was kept as its size and SHA-256"
-        out.append((ev.FLAGGED_FOR_REVIEW, {"reason": FLAG_PAYLOAD_TRUNCATED, "detail": detail}))
     return out
+
+
+def _one_per_id(
+    reported: Iterable[ArtifactRecord], held: Mapping[str, Mapping[str, Any]]
+) -> tuple[list[dict[str, Any]], dict[str, list[dict[str, Any]]]]:
+    """One record per artifactId, the last one reported winning (in the place of the first), and
+    by id the size and SHA-256 of the other versions the same report gave and that were dropped.
+
+    A report naming one id twice must not flip-flop between the two versions, appending both,
+    every time it is read again; and what it dropped is said, so the audit can tell (R12)."""
+    records: dict[str, dict[str, Any]] = {}
+    earlier: dict[str, list[dict[str, Any]]] = {}
+    for artifact in reported:
+        record = _recorded(artifact, held)
+        before = records.get(artifact.artifact_id)
+        if before is not None:
+            version = {"bytes": before["bytes"], "sha256": before["sha256"]}
+            earlier.setdefault(artifact.artifact_id, []).append(version)
+        records[artifact.artifact_id] = record
+    dropped: dict[str, list[dict[str, Any]]] = {}
+    for artifact_id, versions in earlier.items():
+        kept = records[artifact_id]["sha256"]
+        digests = {v["sha256"]: v for v in versions if v["sha256"] != kept}  # each once
+        if digests:
+            dropped[artifact_id] = list(digests.values())
+    return list(records.values()), dropped
+
+
+def _dropped_flag(dropped: Mapping[str, list[dict[str, Any]]], flags: Iterable[str]) -> list[Event]:
+    """The ``artifact_dropped`` flag, the first time a report of the task dropped a version."""
+    if not dropped or FLAG_ARTIFACT_DROPPED in flags:
+        return []
+    artifact_id, versions = next(iter(dropped.items()))
+    more = sum(len(v) for v in dropped.values()) - 1
+    detail = (
+        f"one report named artifactId {artifact_id[:MAX_RECORDED_NAME_CHARS]!r} more than once "
+        f"with different contents; the last was kept, and the one of {versions[0]['bytes']} "
+        f"bytes with SHA-256 {versions[0]['sha256']} dropped"
+        + (f" (and {more} more)" if more else "")
+    )
+    return [(ev.FLAGGED_FOR_REVIEW, {"reason": FLAG_ARTIFACT_DROPPED, "detail": detail})]
 
 
 def _usable_timestamp(observation: Observation, max_clock_skew: float) -> datetime | None:
@@ -204,6 +292,32 @@ def _skewed(observation: Observation, max_clock_skew: float) -> bool:
     if stamp is None or received is None:
         return False
     return stamp - received > timedelta(seconds=max_clock_skew)
+
+
+def _generation_skewed(task: Mapping[str, Any], observation: Observation) -> bool:
+    """Whether the report's generation is too far ahead to order reports (R12): above
+    :data:`MAX_GENERATION`, or more than :data:`MAX_GENERATION_STEP` above the last applied."""
+    generation = observation.generation
+    if generation is None:
+        return False
+    return generation > MAX_GENERATION or generation - _last_generation(task) > MAX_GENERATION_STEP
+
+
+def _last_generation(task: Mapping[str, Any]) -> int:
+    applied = task.get("generation")
+    return applied if isinstance(applied, int) else 0
+
+
+def _usable_generation(task: Mapping[str, Any], observation: Observation) -> int | None:
+    """The report's generation if it may order reports (R12)."""
+    return None if _generation_skewed(task, observation) else observation.generation
+
+
+def _said(observation: Observation) -> str:
+    """What a report says of the task's status, whenever it says it: its state and status
+    message (R12: said again later with no new or changed artifact, it is a repeat)."""
+    said = [observation.state, observation.message, list(observation.message_parts)]
+    return _sha256(stored_json(said))[:32]
 
 
 def _fingerprint(observation: Observation, records: list[dict[str, Any]]) -> str:
@@ -288,8 +402,13 @@ def _state_event(
         # R12: too far ahead of its receipt to order anything; kept as reported, not as order.
         base["reported_timestamp"] = _iso(observation.remote_timestamp)
         base["clock_skew"] = True
-    if observation.generation is not None:
-        base["generation"] = observation.generation
+    generation = _usable_generation(task, observation)
+    if generation is not None:
+        base["generation"] = generation
+    elif observation.generation is not None:
+        # R12: too far ahead to order anything; kept as reported, as a skewed timestamp is.
+        base["reported_generation"] = observation.generation
+        base["generation_skew"] = True
     if observation.remote_task_id and not task.get("remote_task_id"):
         # The observation that first names the remote task binds it (crash safety: docs/cli.md,
         # `run`).
@@ -297,9 +416,12 @@ def _state_event(
         base["remote_context_id"] = observation.remote_context_id
 
     reason = _ignored_reason(task, observation, usable)
+    if reason == IGNORED_SAME_STATE:
+        return ev.OBSERVATION_IGNORED, {"reason": reason, "state": state, **base,
+                                        "said": _said(observation)}  # fmt: skip
     if reason is not None:
         return ev.OBSERVATION_IGNORED, {"reason": reason, "state": state, **base}
-    changed = {"from": current, "to": state, **base}
+    changed = {"from": current, "to": state, **base, "said": _said(observation)}
     if observation.message is not None:
         parts = list(observation.message_parts)
         said = {"message": observation.message, "message_parts": parts}
@@ -342,8 +464,15 @@ def _ignored_reason(
 def _compare(task: Mapping[str, Any], observation: Observation, usable: datetime | None) -> int:
     """-1 older than what was applied, 0 the same moment, 1 newer (or unordered: by arrival)."""
     applied_generation = task.get("generation")
-    if observation.generation is not None and applied_generation is not None:
-        return _sign(observation.generation - applied_generation)
+    generation = _usable_generation(task, observation)
+    # An applied generation past MAX_GENERATION (recorded before R12 bounded them) orders
+    # nothing either: it would make every later report stale.
+    if (
+        generation is not None
+        and applied_generation is not None
+        and applied_generation <= MAX_GENERATION
+    ):
+        return _sign(generation - applied_generation)
     applied = task.get("remote_timestamp")
     observed = _iso(usable)
     if observed is None or not isinstance(applied, str):

@@ -5,7 +5,8 @@ too); what is here is the reading.
 
 Every report a remote makes about a task — a SendMessage, GetTask or CancelTask answer, a ListTasks
 page, a push delivery, a stream event — is read here, whatever its source (R12: observations are
-applied the same way). The input is untrusted decoded JSON; each parser returns a value or raises
+applied the same way). The input is untrusted JSON, decoded as I-JSON by
+:func:`engine.cards.canonical.loads` (R16); each parser returns a value or raises
 :class:`InvalidAgentResponseError` naming the field (``task.status.state: must be a string, not a
 list``), never another exception, for any input. Linear time; nothing recurses on the input.
 
@@ -29,7 +30,6 @@ fields are ignored; ``history`` and ``metadata`` are not read.
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, timezone
@@ -448,23 +448,6 @@ def _is_utf8(value: str) -> bool:
     except UnicodeEncodeError:
         return False
     return True
-
-
-def loads(raw: bytes) -> object:
-    """JSON as I-JSON reads it: NaN, Infinity and numbers out of the float range are refused
-    (they cannot be stored as JSON again), as is nesting deep enough to exhaust the stack."""
-    return json.loads(raw, parse_constant=_refuse_constant, parse_float=_finite_float)
-
-
-def _refuse_constant(name: str) -> object:
-    raise ValueError(f"{name} is not JSON")
-
-
-def _finite_float(text: str) -> float:
-    value = float(text)
-    if value in (float("inf"), float("-inf")):
-        raise ValueError(f"number {text[:20]} is out of range")
-    return value
 
 
 def _req_str(doc: dict[str, Any], key: str, path: str, *, allow_empty: bool = False) -> str:

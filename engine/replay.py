@@ -91,6 +91,7 @@ _FLAG_FOR_EVENT = {
     ev.DEADLINE_EXCEEDED: "deadline_exceeded",
     ev.TASK_CREATION_REFUSED: "never_created",
     ev.AUTHORIZATION_FAILED: "credentials_rejected",
+    ev.THROTTLED: "throttled",
 }
 
 
@@ -128,8 +129,11 @@ def initial_task_state(key: str) -> State:
     # existed replay to exactly their stored projections: `last_report` (the fingerprint of the
     # last report recorded), `reports_seen` (those of every report recorded since the last
     # reply), `reports_repeated` (those recorded once as a repeat; later repeats are not
-    # recorded at all). A `ReplySent` clears them. `repeats_ignored` (how many later repeats
-    # were counted, not appended) is added by the first event that carries such a count.
+    # recorded at all). A `ReplySent` clears them. `last_said` (what the last report applied
+    # said of the status, whenever: a newer one saying it again with no new artifact is a
+    # repeat) is added by the first event that carries `said`, and a `ReplySent` removes it.
+    # `repeats_ignored` (how many later repeats were counted, not appended) is added by the
+    # first event that carries such a count.
 
 
 # What every projection of each kind holds from its first event on (none was added since the
@@ -274,6 +278,7 @@ def _apply_in_place(out: State, type_: str, data: Mapping[str, Any]) -> None:
     elif type_ == ev.REPLY_SENT and "last_report" in out:
         # R12: after a reply the remote may rightly report again what it reported before.
         out.update(last_report=None, reports_seen=[], reports_repeated=[])
+        out.pop("last_said", None)
     elif type_ == ev.TASK_CREATION_REFUSED:
         # R3: the agent refused the creation with an A2A error. The task is closed as never
         # created; its lifecycle state stays what the remote reported (nothing: `submitted`).
@@ -284,6 +289,8 @@ def _apply_in_place(out: State, type_: str, data: Mapping[str, Any]) -> None:
 
 
 def _apply_observation_event(out: State, type_: str, data: Mapping[str, Any]) -> None:
+    if data.get("said") is not None:  # on transitions and same-state reports only (R12)
+        out["last_said"] = data["said"]
     report = data.get("report")
     if report is not None:
         out["last_report"] = report

@@ -24,7 +24,6 @@ import base64
 import binascii
 import functools
 import hashlib
-import json
 import math
 import os
 import re
@@ -34,17 +33,21 @@ import warnings
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Hashable
 from dataclasses import dataclass, field
 from typing import Any, Final, Generic, TypeVar
+from urllib.parse import quote_plus
 
 import authlib.deprecate
 import httpx
 
 from cardfence.engine import deadline
 from cardfence.engine.bodies import ACCEPT_ENCODING, BodyRefused, BoundedDecoder, read_body
+from cardfence.engine.cards.canonical import loads
 from cardfence.engine.cards.fetch import USER_AGENT
 from cardfence.engine.cards.interfaces import url_refusal
 from cardfence.engine.credentials import TokenNeeded, redact
 from cardfence.engine.credentials_config import OAuthClient
 from cardfence.engine.errors import TokenRequestError
+from cardfence.engine.fields import FieldError
+from cardfence.engine.redaction import redaction
 
 with warnings.catch_warnings():
     # Recent Authlib warns on import that it would rather drive the httpx2 fork; it still drives
@@ -258,8 +261,8 @@ class TokenSource:
             except (httpx.HTTPError, httpx.InvalidURL) as exc:
                 raise _Failure(url, f"unreachable ({_one_line(str(exc) or _name(exc))})") from None
         document = _json_object(body)
-        if document is None:
-            raise _Failure(url, "discovery document is not a JSON object", status)
+        if isinstance(document, str):
+            raise _Failure(url, f"discovery document {document}", status)
         endpoint = document.get("token_endpoint")
         if not isinstance(endpoint, str) or not endpoint:
             raise _Failure(url, "discovery document names no token_endpoint", status)
@@ -392,11 +395,13 @@ def _check_answer(url: str, secrets: tuple[str, ...], response: httpx.Response) 
     """Authlib's ``access_token_response`` hook: refuse an answer that is not a usable bearer
     token before Authlib reads it (its reading raises stray errors on hostile values)."""
     status = response.status_code
-    document = _json_object(response.content)
+    # What the endpoint repeats of the client's secret is hidden before any of it is read or cut.
+    document = _json_object(redaction(secrets).body(response.content))
     if not 200 <= status < 300:
-        raise _Failure(url, redact(_status(response, document), secrets), status)
-    if document is None:
-        raise _Failure(url, f"HTTP {status}: the answer is not a JSON object", status)
+        said = None if isinstance(document, str) else document
+        raise _Failure(url, redact(_status(response, said), secrets), status)
+    if isinstance(document, str):
+        raise _Failure(url, redact(f"HTTP {status}: the answer {document}", secrets), status)
     if "error" in document:
         raise _Failure(url, redact(_status(response, document), secrets), status)
     value = document.get("access_token")
@@ -434,12 +439,15 @@ def _status(response: httpx.Response, document: dict[str, Any] | None = None) ->
     return text
 
 
-def _json_object(body: bytes) -> dict[str, Any] | None:
+def _json_object(body: bytes) -> dict[str, Any] | str:
+    """The JSON object ``body`` holds, else why not (``is not a JSON object``). Read as I-JSON
+    (R16): Authlib reads the answer again keeping a repeated member's last value, so a repeated
+    member must be refused here, before it does."""
     try:
-        document = json.loads(body)
-    except (ValueError, RecursionError):
-        return None
-    return document if isinstance(document, dict) else None
+        document = loads(body)
+    except FieldError as exc:
+        return f"is not a JSON object ({_one_line(str(exc), _TEXT_LIMIT)})"
+    return document if isinstance(document, dict) else "is not a JSON object"
 
 
 def _seconds(value: object) -> float | None:
@@ -457,8 +465,8 @@ def _kid(token: str) -> str | None:
         return None
     head = token.split(".", 1)[0]
     try:
-        header = json.loads(base64.urlsafe_b64decode(head + "=" * (-len(head) % 4)))
-    except (ValueError, binascii.Error):
+        header = loads(base64.urlsafe_b64decode(head + "=" * (-len(head) % 4)))
+    except (FieldError, binascii.Error):
         return None
     kid = header.get("kid") if isinstance(header, dict) else None
     return kid if isinstance(kid, str) else None
@@ -478,9 +486,15 @@ def _first_url(needed: TokenNeeded) -> str:
 
 
 def _secrets_of(client: OAuthClient) -> tuple[str, ...]:
-    """What a message must never show: the secret, and the Basic credentials carrying it."""
-    pair = f"{client.client_id}:{client.client_secret}".encode("latin-1", "replace")
-    return (client.client_secret, base64.b64encode(pair).decode())
+    """What a message must never show: the secret, and the Basic credentials carrying it (as
+    sent, and form-encoded first as RFC 6749 section 2.3.1 says; :mod:`engine.redaction` adds
+    the other forms each may take)."""
+    pairs = (
+        f"{client.client_id}:{client.client_secret}",
+        f"{quote_plus(client.client_id)}:{quote_plus(client.client_secret)}",
+    )
+    encoded = (base64.b64encode(p.encode("latin-1", "replace")).decode() for p in pairs)
+    return (client.client_secret, *dict.fromkeys(encoded))
 
 
 def _one_line(text: str, limit: int = 300) -> str:

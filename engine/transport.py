@@ -66,10 +66,11 @@ from cardfence.engine.exchange import (
     _a2a_error,
     _encode,
     _loads,
-    _redacted,
     _with_auth,
+    hiding,
 )
 from cardfence.engine.pool import REPLAYABLE
+from cardfence.engine.redaction import Redaction
 from cardfence.engine.remote import (
     parse_push_config,
     parse_send_response,
@@ -131,7 +132,13 @@ class A2ATransport(Exchange):
             media_type=media_type,
         )
         url, result = await self._call(
-            "SendMessage", params, "POST", "/message:send", body=params, task=task_id or ""
+            "SendMessage",
+            params,
+            "POST",
+            "/message:send",
+            body=params,
+            task=task_id or "",
+            secrets=push_config.secrets if push_config is not None else (),
         )
         answer = parse_send_response(self._answer("send", result), url=url)
         if task_id and isinstance(answer, RemoteTask):
@@ -163,7 +170,8 @@ class A2ATransport(Exchange):
         return _same_task(url, task_id, parse_task(self._answer("task", result), url=url))
 
     async def create_push_config(self, task_id: str, config: PushConfig) -> PushConfig:
-        """CreateTaskPushNotificationConfig; returns the config as the agent stored it."""
+        """CreateTaskPushNotificationConfig; returns the config as the agent stored it, with the
+        token and credentials it repeats hidden (``***``) as every secret in an answer is."""
         body = config.to_json()
         url, result = await self._call(
             "CreateTaskPushNotificationConfig",
@@ -172,6 +180,7 @@ class A2ATransport(Exchange):
             f"/tasks/{_segment(task_id)}/pushNotificationConfigs",
             body=body,
             task=task_id,
+            secrets=config.secrets,  # an agent may answer with the config it stored, token and all
         )
         return parse_push_config(self._answer("push_config", result), url=url)
 
@@ -353,6 +362,7 @@ class A2ATransport(Exchange):
         timeout = httpx.Timeout(budget, connect=min(budget, 10.0), read=max(budget, idle))
         auth = await self.credentials.prepare() if self.credentials is not None else None
         headers, query = _with_auth(self._headers, None, auth)
+        hide = hiding(auth)
         async with AsyncExitStack() as stack:
             try:
                 async with asyncio.timeout(budget):
@@ -369,36 +379,43 @@ class A2ATransport(Exchange):
                             extensions={REPLAYABLE: True} if method in READS else None,
                         )
                     )
-                    await self._open(source.response, url, method, request_id, task)
+                    await self._open(source.response, url, method, request_id, task, hide)
             except (TimeoutError, httpx.TimeoutException):
                 cut = "" if budget == self.timeout else " (the deadline)"
                 detail = f"timeout: the event stream did not open within {budget:.3g}s{cut}"
                 raise EndpointUnreachableError(url, detail, task=task) from None
             except (httpx.HTTPError, httpx.InvalidURL) as exc:
-                detail = _redacted(f"network error: {str(exc) or type(exc).__name__}", auth)
+                detail = hide.text(f"network error: {str(exc) or type(exc).__name__}")
                 raise EndpointUnreachableError(url, detail, task=task) from None
             updates = self._updates(
-                source.response, url, request_id, task=task, idle=idle, operation=method
+                source.response, url, request_id, task=task, idle=idle, operation=method, hide=hide
             )
             async with aclosing(updates):
                 yield updates
 
     async def _open(
-        self, response: httpx.Response, url: str, method: str, request_id: int | None, task: str
+        self,
+        response: httpx.Response,
+        url: str,
+        method: str,
+        request_id: int | None,
+        task: str,
+        hide: Redaction,
     ) -> None:
-        """Returns when ``response`` opens an event stream; raises the error it is otherwise."""
+        """Returns when ``response`` opens an event stream; raises the error it is otherwise
+        (read with the request's secrets hidden: ``hide``)."""
         status = response.status_code
         ok = 200 <= status < 300
         media_type = response.headers.get("content-type", "").partition(";")[0].strip().lower()
         if ok and media_type == EVENT_STREAM:
             return
         try:
-            raw: bytes | None = await read_body(response, self.max_bytes)
+            raw: bytes | None = hide.body(await read_body(response, self.max_bytes))
         except BodyRefused:
             raw = None  # no A2A error to read in it
         jsonrpc = self.binding == JSONRPC
         if not ok:
-            raise self._failure(url, status, raw, task, method)
+            raise self._failure(url, status, raw, task, method, response.headers.get("retry-after"))
         # JSON-RPC refuses with HTTP 200 and a JSON error object, a stream's opening too.
         refused = _a2a_error(_loads(raw), jsonrpc=True) if jsonrpc else None
         if refused is None:
@@ -416,8 +433,10 @@ class A2ATransport(Exchange):
         task: str,
         idle: float,
         operation: str,
+        hide: Redaction,
     ) -> AsyncGenerator[StreamUpdate, None]:
-        """The stream's updates, until a final one (see :meth:`subscribe`)."""
+        """The stream's updates, until a final one (see :meth:`subscribe`); each event read with
+        the request's secrets hidden (``hide``)."""
         body = BoundedEvents(response, self.max_bytes, idle, url, task)
         expected = task or None  # SendStreamingMessage: the first event names the task
         events = EventSource(body.as_response()).aiter_sse()
@@ -425,7 +444,7 @@ class A2ATransport(Exchange):
             async for event in events:
                 if event.event not in ("message", "error") or not event.data:
                     continue  # another event type, or no data: not an A2A event (SSE ignores it)
-                raw = event.data.encode()
+                raw = hide.body(event.data.encode())
                 if len(raw) > self.max_bytes:
                     raise InvalidAgentResponseError(
                         url,

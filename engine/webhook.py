@@ -15,8 +15,10 @@ from typing import Any
 
 from cardfence.engine import wire03
 from cardfence.engine.answers import StreamUpdate
+from cardfence.engine.cards.canonical import loads
 from cardfence.engine.errors import InvalidAgentResponseError
-from cardfence.engine.remote import loads, parse_stream_response
+from cardfence.engine.fields import FieldError
+from cardfence.engine.remote import parse_stream_response
 
 MAX_DELIVERY_BYTES = 256 * 1024
 TOKEN_HEADER = "x-a2a-notification-token"
@@ -87,9 +89,9 @@ def decode(body: bytes, headers: Mapping[str, str]) -> StreamUpdate:
         raise Refused(413, f"body of {len(body)} bytes is over {MAX_DELIVERY_BYTES}")
     check_content_type(headers)
     try:
-        document: Any = loads(body)
-    except (ValueError, RecursionError) as exc:
-        raise Refused(400, f"body is not JSON: {str(exc)[:80]}") from None
+        document: Any = loads(body)  # I-JSON (R16): a repeated member is refused, not guessed at
+    except FieldError as exc:
+        raise Refused(400, str(exc)[:200]) from None
     try:
         return parse_stream_response(wire03.push_body(document), url="webhook")
     except InvalidAgentResponseError as exc:

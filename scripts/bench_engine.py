@@ -7,7 +7,8 @@ by this section. In one process:
    guards, the fold, one event and the new projection appended in one transaction), round-robin
    over 200 tasks that already exist, alternating per task between a poll that sees a new
    state (``working`` <-> ``input-required``, so ``StateChanged``) and one that sees the same state
-   with a newer status timestamp (``ObservationIgnored``, reason ``same_state``): one event each,
+   with a newer status timestamp and a new progress message (``ObservationIgnored``, reason
+   ``same_state``): one event each,
    like the baseline's one row. (A snapshot read back unchanged, ``duplicate``, records nothing;
    its cost — a head read and the decision — is printed as a note.) Beside it, a raw
    SQLAlchemy Core insert + commit of one row per transaction carrying exactly the payloads those
@@ -197,7 +198,7 @@ def submitted_event(key: str, agent_url: str) -> Event:
 
 class RemoteTaskScript:
     """One remote task as successive polls see it: alternately a new state, and the same state
-    again with a newer status timestamp (the agent touched its status, e.g. a progress message).
+    again with a newer status timestamp and a new progress message.
 
     ``next()`` alternates between a snapshot in the other one of ``working`` / ``input-required``
     (``StateChanged``) and :meth:`again` (``ObservationIgnored``, reason ``same_state``). Both
@@ -211,15 +212,22 @@ class RemoteTaskScript:
         self.state = "working"
         self.last: Observation | None = None
         self.polls = 0
+        self.touched = 0
 
-    def snapshot(self, state: str, *, artifacts: tuple[ArtifactRecord, ...] = ()) -> Observation:
+    def snapshot(
+        self,
+        state: str,
+        *,
+        artifacts: tuple[ArtifactRecord, ...] = (),
+        message: str | None = None,
+    ) -> Observation:
         self.moment += timedelta(milliseconds=7)
         self.state = state
         self.last = Observation(
             source="poll",
             state=state,
             remote_timestamp=self.moment,
-            message=QUESTION if state == "input-required" else None,
+            message=message or (QUESTION if state == "input-required" else None),
             artifacts=artifacts,
             remote_task_id=self.remote_task_id,
             remote_context_id=self.remote_context_id,
@@ -227,7 +235,10 @@ class RemoteTaskScript:
         return self.last
 
     def again(self) -> Observation:
-        return self.snapshot(self.state)
+        # A new progress message: the same status restamped with nothing new is a repeat (R12),
+        # counted and not recorded.
+        self.touched += 1
+        return self.snapshot(self.state, message=f"progress {self.touched}")
 
     def next(self) -> Observation:
         self.polls += 1

@@ -73,7 +73,7 @@ def parse_keys(
     try:
         document = decode(body, 16)
     except FieldError as error:
-        raise CardSignatureError(card_url, f"{where}: not JSON ({error.detail})") from None
+        raise CardSignatureError(card_url, f"{where}: not JSON ({error})") from None
     listed = document.get("keys") if isinstance(document, dict) else None
     if isinstance(document, dict) and "kty" in document:
         listed = [document]

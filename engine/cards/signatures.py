@@ -39,7 +39,7 @@ from joserfc.errors import JoseError
 from joserfc.jwk import Key
 from joserfc.jws import JWSRegistry
 
-from cardfence.engine.cards.canonical import canonical
+from cardfence.engine.cards.canonical import canonical, loads
 from cardfence.engine.cards.keys import CardKeys, parse_keys, read_key_file
 from cardfence.engine.cards.model import AgentCard, parse_card
 from cardfence.engine.cards.signature_policy import (
@@ -52,6 +52,7 @@ from cardfence.engine.cards.signature_policy import (
     load_card_signatures,
 )
 from cardfence.engine.errors import CardInvalidError, CardSignatureError
+from cardfence.engine.fields import FieldError
 
 __all__ = [
     "ALGORITHMS",
@@ -151,9 +152,11 @@ def _entry(index: int, item: object, card_url: str) -> Entry:
     if not isinstance(unprotected, dict | None):
         raise CardSignatureError(card_url, f"{at}: header must be an object")
     try:
-        header = json.loads(_b64decode(protected))
+        header = loads(_b64decode(protected))  # RFC 7515 §4: a repeated header name is refused
         signed = _b64decode(signature)
-    except (ValueError, UnicodeDecodeError, RecursionError):
+    except FieldError as exc:
+        raise CardSignatureError(card_url, f"{at}: protected header: {exc}") from None
+    except ValueError:
         raise CardSignatureError(card_url, f"{at}: not base64url JSON") from None
     if not isinstance(header, dict):
         raise CardSignatureError(card_url, f"{at}: the protected header is not a JSON object")

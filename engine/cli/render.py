@@ -162,6 +162,17 @@ def _authorization_failed(d: Mapping[str, Any]) -> str:
     )
 
 
+def _throttled(d: Mapping[str, Any]) -> str:
+    asked = d.get("asked")
+    said = "named no wait" if asked is None else f"asked for {asked:g}s"
+    wait = d.get("wait")
+    then = "no request before the deadline" if wait is None else f"the next request after {wait:g}s"
+    return (
+        f"{d.get('url')} answered HTTP {d.get('status')} during {d.get('during')} and {said}: "
+        f"{then} (recorded once)"
+    )
+
+
 def _credentials_moved(d: Mapping[str, Any]) -> str:
     return f"credentials moved from {d.get('old')} to {d.get('new')} (contract accepted)"
 
@@ -196,6 +207,10 @@ def _artifact_received(d: Mapping[str, Any]) -> str:
     count = d.get("chunks")
     chunks = f"{count} chunks" if isinstance(count, int) and count > 1 else "a chunk"
     chunk = f", {chunks} appended" if d.get("append") else ""
+    dropped = d.get("dropped")
+    others = len(dropped) if isinstance(dropped, list) else 0
+    if others:  # R12: the same report named this id with other contents too
+        chunk += f", {others} other version{'s' if others > 1 else ''} in the report dropped"
     return f"{d.get('name') or d.get('artifact_id')} via {d.get('source')}{chunk}{shown}"
 
 
@@ -255,6 +270,7 @@ _DESCRIBE: Final[Mapping[str, Describe]] = {
     ev.ARTIFACT_RECEIVED: _artifact_received,
     ev.AUTHORIZATION_FAILED: _authorization_failed,
     ev.CREDENTIALS_MOVED: _credentials_moved,
+    ev.THROTTLED: _throttled,
 }
 
 

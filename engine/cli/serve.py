@@ -27,7 +27,7 @@ from cardfence.engine.cli.app import (
     open_store,
     options_of,
 )
-from cardfence.engine.cli.tasks import CardAgeOption, PollOption
+from cardfence.engine.cli.tasks import CardAgeOption, PollOption, RetryAfterOption
 from cardfence.engine.engine import Engine, EngineConfig
 from cardfence.engine.logs import DecisionLog
 from cardfence.engine.pool import engine_client, tls_context
@@ -49,6 +49,7 @@ def serve_command(
         int, typer.Option("--port", min=0, max=65535, help="Port (0: any free port).")
     ] = 8080,
     max_poll_interval: PollOption = 30.0,
+    max_retry_after: RetryAfterOption = 300.0,
     max_card_age: CardAgeOption = 120.0,
     workers: Annotated[
         int, typer.Option("--workers", min=1, help="Polls in flight at once, at most.")
@@ -132,6 +133,7 @@ def serve_command(
 
     options = options_of(ctx, db, json_, debug, credentials)
     check_seconds("--max-poll-interval", max_poll_interval, minimum=MIN_POLL_INTERVAL)
+    check_seconds("--max-retry-after", max_retry_after)
     check_seconds("--max-card-age", max_card_age)
     check_seconds("--lease-ttl", lease_ttl)
     check_seconds("--body-timeout", body_timeout)
@@ -139,6 +141,7 @@ def serve_command(
     tls = _server_tls(tls_cert, tls_key)
     config = EngineConfig(
         max_poll_interval=max_poll_interval,
+        max_retry_after=max_retry_after,
         max_card_age=max_card_age,
         card_limits=CardLimits(allow_insecure=allow_insecure_http),
         requests_per_agent=agent_requests,
@@ -194,11 +197,18 @@ def _started(url: str) -> None:
 
 
 def _log_decisions(debug: bool) -> DecisionLog:
-    """Decisions (one JSON line each) to stderr, written by a thread of their own."""
+    """Decisions (one JSON line each) to stderr, written by a thread of their own; so are the
+    warnings and errors of every other logger (uvicorn's ``Invalid HTTP request received.``,
+    asyncio's), which would otherwise reach stderr as plain text between the JSON lines.
+    uvicorn's info lines (started, waiting for startup) only repeat serve's own and are left
+    out."""
     log = DecisionLog(sys.stderr)
-    root = logging.getLogger("cardfence")
-    root.handlers[:] = [log.handler]
-    root.setLevel(logging.DEBUG if debug else logging.INFO)
-    root.propagate = False
+    cardfence = logging.getLogger("cardfence")
+    cardfence.handlers[:] = [log.handler]
+    cardfence.setLevel(logging.DEBUG if debug else logging.INFO)
+    cardfence.propagate = False
+    others = logging.getLogger()
+    others.handlers[:] = [log.handler]
+    others.setLevel(logging.WARNING)
     log.start()
     return log

@@ -68,6 +68,13 @@ PollOption = Annotated[
     float,
     typer.Option("--max-poll-interval", help="Safety polls are never further apart (seconds)."),
 ]
+RetryAfterOption = Annotated[
+    float,
+    typer.Option(
+        "--max-retry-after",
+        help="The longest wait an agent's Retry-After (429, 503) is honoured for (seconds).",
+    ),
+]
 CardAgeOption = Annotated[
     float,
     typer.Option("--max-card-age", help="Re-validate the card at most this often (seconds)."),
@@ -149,12 +156,15 @@ async def _caught(job: Awaitable[TaskView]) -> TaskView | Exception:
         return failure
 
 
-def _check_drive_options(until: str, timeout: float, max_poll_interval: float) -> None:
+def _check_drive_options(
+    until: str, timeout: float, max_poll_interval: float, max_retry_after: float
+) -> None:
     """Checked before anything is opened or sent (exit 2)."""
     if until not in UNTIL:
         raise errors.UsageError(f"--until must be one of {', '.join(UNTIL)}, not {until!r}")
     check_seconds("--timeout", timeout)
     check_seconds("--max-poll-interval", max_poll_interval, minimum=MIN_POLL_INTERVAL)
+    check_seconds("--max-retry-after", max_retry_after)
 
 
 def _human(options: Globals, render: Callable[[], str]) -> str:
@@ -208,6 +218,7 @@ def run(
     until: UntilOption = "interrupted",
     timeout: TimeoutOption = 300.0,
     max_poll_interval: PollOption = 30.0,
+    max_retry_after: RetryAfterOption = 300.0,
     max_card_age: CardAgeOption = 120.0,
     card_timeout: CardTimeoutOption = 10.0,
     max_card_bytes: MaxCardBytesOption = 1_048_576,
@@ -231,7 +242,7 @@ def run(
 ) -> None:
     """Discover the agent, check skill and contract, send the message, then drive the task."""
     options = options_of(ctx, db, json_, debug, credentials)
-    _check_drive_options(until, timeout, max_poll_interval)
+    _check_drive_options(until, timeout, max_poll_interval, max_retry_after)
     check_seconds("--max-card-age", max_card_age)
     check_seconds("--card-timeout", card_timeout)
     check_positive("--max-card-bytes", max_card_bytes)
@@ -244,6 +255,7 @@ def run(
     key = uuid.uuid4().hex  # chosen here, so an interruption can name the task
     config = EngineConfig(
         max_poll_interval=max_poll_interval,
+        max_retry_after=max_retry_after,
         max_card_age=max_card_age,
         card_limits=CardLimits(
             timeout=min(card_timeout, timeout),
@@ -287,6 +299,7 @@ def reply(
     until: UntilOption = "interrupted",
     timeout: TimeoutOption = 300.0,
     max_poll_interval: PollOption = 30.0,
+    max_retry_after: RetryAfterOption = 300.0,
     credentials: CredentialsOption = None,
     db: DbOption = None,
     json_: JsonOption = False,
@@ -294,7 +307,7 @@ def reply(
 ) -> None:
     """Answer an input-required task, then drive it."""
     options = options_of(ctx, db, json_, debug, credentials)
-    _check_drive_options(until, timeout, max_poll_interval)
+    _check_drive_options(until, timeout, max_poll_interval, max_retry_after)
     _check_media_type(media_type)
     deadline = time.monotonic() + timeout
     found: list[str] = []
@@ -307,7 +320,7 @@ def reply(
     def left(engine: Engine) -> str:
         return _left_task(found[0])(engine) if found else "nothing was sent"
 
-    config = EngineConfig(max_poll_interval=max_poll_interval)
+    config = EngineConfig(max_poll_interval=max_poll_interval, max_retry_after=max_retry_after)
     _finish(options, _engine_run(options, config, job, deadline, left=left))
 
 
@@ -351,6 +364,7 @@ def resume(
     until: UntilOption = "interrupted",
     timeout: TimeoutOption = 300.0,
     max_poll_interval: PollOption = 30.0,
+    max_retry_after: RetryAfterOption = 300.0,
     credentials: CredentialsOption = None,
     db: DbOption = None,
     json_: JsonOption = False,
@@ -360,9 +374,9 @@ def resume(
     options = options_of(ctx, db, json_, debug, credentials)
     if (task is None) == (not all_):
         raise errors.UsageError("name one TASK or pass --all")
-    _check_drive_options(until, timeout, max_poll_interval)
+    _check_drive_options(until, timeout, max_poll_interval, max_retry_after)
     deadline = time.monotonic() + timeout
-    config = EngineConfig(max_poll_interval=max_poll_interval)
+    config = EngineConfig(max_poll_interval=max_poll_interval, max_retry_after=max_retry_after)
 
     async def one(engine: Engine, key: str, *, report: bool) -> TaskView:
         view = await engine.resume(key, accept_contract=accept_contract)

@@ -19,18 +19,13 @@ import uuid
 from cardfence.engine import events as ev
 from cardfence.engine import guards
 from cardfence.engine.answers import RemoteTask
-from cardfence.engine.cards.model import AgentCard
 from cardfence.engine.credentials_config import normalise_origin
 from cardfence.engine.engine.base import EngineConfig, _now_iso
 from cardfence.engine.engine.creation import Creation, WebhookOutcome
 from cardfence.engine.engine.following import UNTIL, Following, Pace, reached
 from cardfence.engine.errors import (
-    ContractChangedError,
     CredentialsMissingError,
-    DiscoveryError,
-    ExtensionRequiredError,
     RemoteRefusedError,
-    SkillUnavailableError,
     UsageError,
 )
 from cardfence.engine.lifecycle import INTERRUPTED, TERMINAL
@@ -57,13 +52,19 @@ class Engine(Following, Creation):
         transport = await self._task_transport(state)
         await self._record(key, [(ev.REPLY_SENT, {"message_id": message_id, "chars": len(text)})])
         async with self._failures_recorded(key, "reply", wrong_source="send"):
-            answer = await transport.send_message(
-                text=text,
-                message_id=message_id,
-                context_id=state.get("remote_context_id") or state["context_id"],
-                task_id=state["remote_task_id"],
-                metadata={"skillId": state["skill"]},
-                media_type=media_type,
+            # R5: a reply answered 429 was not taken: the same one goes again after the wait.
+            answer = await self._asked_again(
+                key,
+                "reply",
+                lambda: transport.send_message(
+                    text=text,
+                    message_id=message_id,
+                    context_id=state.get("remote_context_id") or state["context_id"],
+                    task_id=state["remote_task_id"],
+                    metadata={"skillId": state["skill"]},
+                    media_type=media_type,
+                ),
+                "the reply was not taken: `cardfence reply` sends it again",
             )
         if isinstance(answer, RemoteTask):
             return await self._observe(key, from_task(answer, "send"))
@@ -79,7 +80,12 @@ class Engine(Following, Creation):
         await self._record(key, [(ev.CANCEL_REQUESTED, {"at": _now_iso()})])
         async with self._failures_recorded(key, "cancel", wrong_source="send"):
             try:
-                answer = await transport.cancel_task(state["remote_task_id"])
+                answer = await self._asked_again(
+                    key,
+                    "cancel",
+                    lambda: transport.cancel_task(state["remote_task_id"]),
+                    "the cancel was not taken: `cardfence cancel` asks again",
+                )
             except RemoteRefusedError as refusal:
                 refused = {"code": refusal.code, "detail": str(refusal)}
                 await self._record(key, [(ev.CANCEL_REFUSED, refused)])
@@ -130,12 +136,7 @@ class Engine(Following, Creation):
 
     async def _rebind(self, key: str, state: State) -> None:
         """The send may or may not have reached the agent: ask it for our context's tasks."""
-        transport = await self._task_transport(state)
-        found = await transport.list_tasks(context_id=state["context_id"])
-        if found:
-            # ListTasks may leave artifacts out (a2a-sdk does by default): read the whole task.
-            whole = await transport.get_task(found[0].id)
-            await self._observe(key, from_task(whole, "poll"))
+        if await self._found_sent(key, state):
             return
         # Never reached the agent: sending it now is a creation (R3), gated like one: a fresh
         # card (R2) that still offers the skill for the media type, under the task's frozen
@@ -154,29 +155,3 @@ class Engine(Following, Creation):
             state["skill"],
             state.get("media_type") or "text/plain",
         )
-
-    async def _resend_gate(self, key: str, state: State) -> None:
-        """R2 and R3 for a re-send by ``resume``; raises (nothing sent) and records the refusal
-        in the agent's stream."""
-        agent_url, skill = str(state["agent_url"]), str(state["skill"])
-        try:
-            read = await self.discovery.read(agent_url, fresh=True)
-        except DiscoveryError as failure:
-            failure.consequence = "nothing was sent"
-            await self._refuse(agent_url, "discovery_failed", str(failure), skill, key)
-            raise
-        extended: AgentCard | None = None
-        if state.get("extended"):  # R15: its skill is on the authenticated extended card
-            extended, _, _ = await self._task_card(state, fresh=True)
-        decision = guards.resend_check(state, read.card, extended)
-        if decision.allowed:
-            return
-        await self._refuse(agent_url, decision.reason, decision.detail, skill, key)
-        if decision.reason == "contract_changed":
-            raise ContractChangedError(
-                read.agent, str(state["contract_hash"]), read.card.contract_hash,
-                f"task {key} was created under the first; a re-send is a creation under it",
-            )  # fmt: skip
-        if decision.reason == guards.EXTENSION_REQUIRED:
-            raise ExtensionRequiredError(read.agent, decision.extensions)
-        raise SkillUnavailableError(read.agent, skill, decision.detail)

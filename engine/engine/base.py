@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import hashlib
-import json
 import logging
 import ssl
 import threading
@@ -22,27 +21,31 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 
 import httpx
 
 from cardfence.engine import events as ev
 from cardfence.engine import guards
 from cardfence.engine.authorization import Authorizer, Grant, TaskCredentials
+from cardfence.engine.cards.canonical import loads
 from cardfence.engine.cards.discovery import CardRead, Discovery
 from cardfence.engine.cards.fetch import CardLimits
 from cardfence.engine.cards.model import AgentCard, Interface, parse_card
 from cardfence.engine.credentials_config import CredentialsProvider
+from cardfence.engine.deadline import left as time_left
 from cardfence.engine.errors import (
     AuthorizationFailedError,
     CardInvalidError,
     CardSignatureError,
     CredentialsConfigError,
     CredentialsMissingError,
+    DeadlineExceeded,
     DiscoveryError,
     EndpointUnreachableError,
     InvalidAgentResponseError,
     RemoteRefusedError,
+    ThrottledError,
 )
 from cardfence.engine.observations import DEFAULT_MAX_CLOCK_SKEW, Event
 from cardfence.engine.offload import StoreCalls
@@ -55,6 +58,12 @@ from cardfence.engine.views import TaskView
 from cardfence.store import EventStore, LeaseLostError
 
 _CARDS_KEPT = 64  # parsed card revisions kept in memory
+# R5: a request the agent answered 429 (or a send answered 503) waits at least this long before
+# it goes again, doubling each time: an agent naming no wait is not asked again at once.
+ASK_AGAIN_AFTER = 1.0
+# Seconds a request asked again is given at least, before the deadline, to be answered in.
+_ASK_AGAIN_ROOM = 1.0
+_T = TypeVar("_T")
 # Closing GetTasks in flight at once, the others waiting their turn: many at once grew httpx's
 # pool past its 20 kept-alive connections, and its bookkeeping scans every one per request.
 _CLOSING_READS = 8
@@ -83,6 +92,8 @@ class EngineConfig:
     """Bounds the engine works within (CLI: ``--max-poll-interval``, ``--max-card-age``, …)."""
 
     max_poll_interval: float = 30.0
+    # R5: the longest wait an agent's Retry-After (a 429, or a 503 with it) is honoured for.
+    max_retry_after: float = 300.0
     first_poll_interval: float = 0.1
     max_card_age: float = 120.0
     card_limits: CardLimits = CardLimits()
@@ -220,7 +231,8 @@ class EngineBase:
     async def _oidc_discovered(self, url: str, body: bytes) -> None:
         """R15: an OpenID Connect discovery document was read (bounded, by the token source);
         the tasks it serves record its URL, digest and token endpoint."""
-        document = json.loads(body)
+        document = loads(body)  # the token source read it as I-JSON already (R16)
+        assert isinstance(document, dict)
         self._oidc[url] = {
             "url": url,
             "sha256": hashlib.sha256(body).hexdigest(),
@@ -377,6 +389,69 @@ class EngineBase:
     async def _decide(self, key: str, decide: Callable[[State], Sequence[Event]]) -> None:
         """Append what ``decide`` makes of the task's current state."""
         await self._calls.run(self.log.record, key, decide)
+
+    def _throttle_wait(self, throttled: ThrottledError) -> float:
+        """R5: the seconds before the next request to an endpoint that asked for time: what it
+        asked, capped by ``max_retry_after`` and by the time left before the deadline."""
+        asked = throttled.retry_after or 0.0
+        return max(min(asked, self.config.max_retry_after, time_left()), 0.0)
+
+    async def _wait_asked(
+        self,
+        key: str,
+        throttled: ThrottledError,
+        during: str,
+        pause: float,
+        waited: float,
+        outcome: str,
+    ) -> float:
+        """R5: wait as the agent asked before a request it answered with ``throttled`` goes
+        again: its ``Retry-After`` capped by ``max_retry_after``, ``pause`` at least (the caller
+        doubles it); ``Throttled`` recorded (once per task). Returns the seconds waited. Raises
+        :class:`DeadlineExceeded` (saying ``outcome``) when the wait leaves no second to ask
+        again before the deadline, and ``throttled`` once the waits, ``waited`` so far, would
+        add up to more than ``max_retry_after``: nothing is asked again then."""
+        config = self.config
+        wait = max(min(throttled.retry_after or 0.0, config.max_retry_after), pause)
+        left = time_left()
+        late = wait + min(_ASK_AGAIN_ROOM, config.request_timeout) > left
+        spent = not late and waited + wait > config.max_retry_after
+        await self._record_throttled(key, throttled, during, None if late or spent else wait)
+        if late:
+            state = str((await self._state(key))["state"])
+            reason = (
+                f"the agent answered HTTP {throttled.status} to the {during} and asked to wait; "
+                f"waiting {wait:.3g}s leaves no time to ask again within the "
+                f"{max(left, 0.0):.3g}s left; {outcome}"
+            )
+            raise DeadlineExceeded(key, state, max(left, 0.0), reason=reason) from None
+        if spent:
+            raise throttled
+        await asyncio.sleep(wait)
+        return wait
+
+    async def _asked_again(
+        self, key: str, during: str, request: Callable[[], Awaitable[_T]], outcome: str
+    ) -> _T:
+        """``request()``, made again after the wait the agent asked for while it answers 429:
+        a request answered so was not taken (R5). A 503's outcome is unknown: raised."""
+        pause, waited = ASK_AGAIN_AFTER, 0.0
+        while True:
+            try:
+                return await request()
+            except ThrottledError as throttled:
+                if throttled.status != 429:
+                    raise
+                waited += await self._wait_asked(key, throttled, during, pause, waited, outcome)
+            pause = min(pause * 2, self.config.max_retry_after)
+
+    async def _record_throttled(
+        self, key: str, throttled: ThrottledError, during: str, wait: float | None
+    ) -> None:
+        """``Throttled`` on the task, unless it was recorded already (R5: once per task);
+        ``wait``: the seconds waited before the next request (None: none is made)."""
+        asked, url, status = throttled.retry_after, throttled.url, throttled.status
+        await self._decide(key, lambda s: guards.throttled(s, url, status, asked, wait, during))
 
     async def _record(self, key: str, events: Sequence[Event]) -> None:
         if events:

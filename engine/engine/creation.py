@@ -24,6 +24,7 @@ from cardfence.engine.cards.interfaces import V03, checked_url, select_interface
 from cardfence.engine.cards.model import AgentCard
 from cardfence.engine.engine.base import (
     _EXTENDED_FAILURES,
+    ASK_AGAIN_AFTER,
     _authorization_failed,
     _now_iso,
     _unreachable,
@@ -43,6 +44,7 @@ from cardfence.engine.errors import (
     InvalidAgentResponseError,
     RemoteRefusedError,
     SkillUnavailableError,
+    ThrottledError,
     UsageError,
 )
 from cardfence.engine.observations import Event, from_message, from_task
@@ -249,7 +251,60 @@ class Creation(Observing):
         """Send a creation that passed its gates (R2, R3) and record what came of it. An A2A
         error is final: the task is closed as never created (:class:`CreationRefusedError`). A
         network error, a timeout, a 5xx without an A2A error or an unusable answer leaves the
-        outcome unknown: ``resume`` looks for the task by its context before sending again."""
+        outcome unknown: ``resume`` looks for the task by its context before sending again.
+
+        An agent asking for time (:class:`ThrottledError`, R3, R5) is given it, within the
+        deadline: after a 429 nothing was created, and the send goes again through the gate
+        (:meth:`_resend_gate`) with the same ``messageId``; after a 503 its outcome is unknown,
+        so ``ListTasks`` on its context comes first, as for ``resume``. ``Throttled`` is recorded
+        once. Raises :class:`DeadlineExceeded` when the wait asked for (at least a second,
+        doubling) would leave no time to send again, and the :class:`ThrottledError` itself once
+        the waits add up to more than ``max_retry_after``."""
+        pause, waited = ASK_AGAIN_AFTER, 0.0
+        while True:
+            try:
+                return await self._send_once(
+                    key, transport, text, message_id, context_id, skill, media_type
+                )
+            except ThrottledError as throttled:
+                unknown = throttled.status != 429  # R3: a 503 may come after the task was made
+                outcome = (
+                    "the send's outcome is unknown: `cardfence resume` looks for it first"
+                    if unknown
+                    else "nothing was created: `cardfence resume` sends it again"
+                )
+                waited += await self._wait_asked(key, throttled, "send", pause, waited, outcome)
+            pause = min(pause * 2, self.config.max_retry_after)
+            state = await self._state(key)
+            if unknown and await self._found_sent(key, state):
+                return await self._state(key)
+            await self._resend_gate(key, state)
+            transport = await self._task_transport(await self._state(key))
+
+    async def _found_sent(self, key: str, state: State) -> bool:
+        """Whether a send whose outcome is unknown reached the agent: ``ListTasks`` on the
+        task's context (R3); the task found is read whole and applied."""
+        transport = await self._task_transport(state)
+        found = await transport.list_tasks(context_id=state["context_id"])
+        if not found:
+            return False
+        # ListTasks may leave artifacts out (a2a-sdk does by default): read the whole task.
+        whole = await transport.get_task(found[0].id)
+        await self._observe(key, from_task(whole, "poll"))
+        return True
+
+    async def _send_once(
+        self,
+        key: str,
+        transport: A2ATransport,
+        text: str,
+        message_id: str,
+        context_id: str,
+        skill: str,
+        media_type: str,
+    ) -> State:
+        """One SendMessage of a creation, and what came of it (see :meth:`_send_creation`); a
+        :class:`ThrottledError` is raised unrecorded."""
         try:
             answer = await transport.send_message(
                 text=text,
@@ -261,6 +316,8 @@ class Creation(Observing):
             )
         except AuthorizationFailedError as refused:
             await self._record(key, [_authorization_failed(refused, "send")])
+            raise
+        except ThrottledError:
             raise
         except (EndpointUnreachableError, InvalidAgentResponseError) as failure:
             await self._record(key, [(ev.ENDPOINT_UNREACHABLE, _unreachable(failure, "send"))])
@@ -280,6 +337,32 @@ class Creation(Observing):
             else from_message(answer, "send")
         )
         return await self._observe_state(key, observation)
+
+    async def _resend_gate(self, key: str, state: State) -> None:
+        """R2 and R3 for a re-send (by ``resume``, or after the agent asked for time); raises
+        (nothing sent) and records the refusal in the agent's stream."""
+        agent_url, skill = str(state["agent_url"]), str(state["skill"])
+        try:
+            read = await self.discovery.read(agent_url, fresh=True)
+        except DiscoveryError as failure:
+            failure.consequence = "nothing was sent"
+            await self._refuse(agent_url, "discovery_failed", str(failure), skill, key)
+            raise
+        extended: AgentCard | None = None
+        if state.get("extended"):  # R15: its skill is on the authenticated extended card
+            extended, _, _ = await self._task_card(state, fresh=True)
+        decision = guards.resend_check(state, read.card, extended)
+        if decision.allowed:
+            return
+        await self._refuse(agent_url, decision.reason, decision.detail, skill, key)
+        if decision.reason == "contract_changed":
+            raise ContractChangedError(
+                read.agent, str(state["contract_hash"]), read.card.contract_hash,
+                f"task {key} was created under the first; a re-send is a creation under it",
+            )  # fmt: skip
+        if decision.reason == guards.EXTENSION_REQUIRED:
+            raise ExtensionRequiredError(read.agent, decision.extensions)
+        raise SkillUnavailableError(read.agent, skill, decision.detail)
 
     async def _refuse(
         self,

@@ -32,6 +32,7 @@ from cardfence.engine.errors import (
     InvalidAgentResponseError,
     RemoteRefusedError,
     TaskOrphanedError,
+    ThrottledError,
     UsageError,
     WrongTaskAnswerError,
 )
@@ -60,13 +61,15 @@ _TICK = 1e-3
 @dataclass(slots=True)
 class Pace:
     """Where one followed task stands between polls: the backoff (R5: never beyond
-    ``max_poll_interval``), when R7's re-validation and R9's endpoint check are next due, and
-    the last poll's failure to reach the agent."""
+    ``max_poll_interval``), when R7's re-validation and R9's endpoint check are next due, the
+    last poll's failure to reach the agent, and the time before which the agent asked not to
+    be polled again (R5: its ``Retry-After``, capped)."""
 
     delay: float
     next_revalidation: float
     next_endpoint_check: float
     unreachable: EndpointUnreachableError | None = None
+    throttled_until: float = 0.0
 
     @classmethod
     def start(cls, config: EngineConfig, now: float) -> Pace:
@@ -206,12 +209,15 @@ class Following(Observing):
                     raise pace.unreachable  # the cause the caller can act on (CLI exit 9)
                 raise DeadlineExceeded(key, state["state"], timeout)
             if polled:
-                backoff = pace.backoff(self.config.max_poll_interval)
+                held = pace.throttled_until - now  # R5: the wait the agent asked for, capped
+                backoff = max(pace.backoff(self.config.max_poll_interval), held)
                 # The next poll starts by the drive's deadline, while it still has `last_poll`
                 # seconds; after the last one, the rest of the time is waited out for pushes.
                 # One that could only follow this one within a tick would read the same moment.
+                # An agent that asked for more time than that is not asked again: the poll it
+                # answered so was the last (R5 over R10's last poll).
                 room_to_poll = min(deadline - now, room - last_poll)
-                if room_to_poll > _TICK:  # (and never past the deadline by a rounding)
+                if room_to_poll > _TICK and held <= room_to_poll:  # (never past the deadline)
                     next_poll = min(now + min(backoff, room_to_poll), deadline)
                 else:
                     next_poll = math.inf
@@ -227,11 +233,16 @@ class Following(Observing):
     async def follow_step(self, key: str, state: State, pace: Pace) -> State:
         """One step of following a live task (``drive``, and ``serve`` for every task): a poll
         on its recorded endpoint, applied; a bare 404 prompts R9's endpoint check (R11, once per
-        ``max_card_age``); R7's re-validation is started off the critical path when due. Returns
-        the state after the poll. Raises :class:`TaskOrphanedError` from the endpoint check."""
+        ``max_card_age``); an agent asking for time sets when it may be polled again (R5); R7's
+        re-validation is started off the critical path when due. Returns the state after the
+        poll. Raises :class:`TaskOrphanedError` from the endpoint check."""
         try:
             state = await self._poll(key, state)
             pace.unreachable = None
+        except ThrottledError as throttled:
+            # R5: the agent was reached and asked for time; no poll before it has passed.
+            pace.unreachable = None
+            pace.throttled_until = self._clock() + self._throttle_wait(throttled)
         except EndpointUnreachableError as failure:
             pace.unreachable = _unwound(failure)
             if failure.status == 404 and self._clock() >= pace.next_endpoint_check:
@@ -325,6 +336,10 @@ class Following(Observing):
                     "stream ended early; polling goes on",
                     extra={"task": key, "event": "StreamDropped", "reason": str(reason)},
                 )
+                if isinstance(failure, ThrottledError):  # R5: not asked again before its time
+                    throttle = self._throttle_wait(failure)
+                    await self._record_throttled(key, failure, "subscribe", throttle)
+                    wait = max(wait, throttle)
             finally:
                 if after_each is not None:
                     after_each()

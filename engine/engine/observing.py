@@ -27,6 +27,7 @@ from cardfence.engine.engine.base import (
 from cardfence.engine.errors import (
     AuthorizationFailedError,
     EndpointUnreachableError,
+    ThrottledError,
     WrongTaskAnswerError,
 )
 from cardfence.engine.lifecycle import TERMINAL
@@ -235,12 +236,16 @@ class Observing(EngineBase):
         self, key: str, during: str, *, wrong_source: str
     ) -> AsyncIterator[None]:
         """Around one request of a live task (a poll, a reply, a cancel): a 401/403 is recorded
-        as ``AuthorizationFailed`` (R15), an endpoint not reached as ``EndpointUnreachable``, an
-        answer about another task as R12 says (from ``wrong_source``); each is raised on."""
+        as ``AuthorizationFailed`` (R15), an agent asking for time as ``Throttled`` (R5: once per
+        task), an endpoint not reached as ``EndpointUnreachable``, an answer about another task
+        as R12 says (from ``wrong_source``); each is raised on."""
         try:
             yield
         except AuthorizationFailedError as refused:
             await self._record(key, [_authorization_failed(refused, during)])
+            raise
+        except ThrottledError as throttled:
+            await self._record_throttled(key, throttled, during, self._throttle_wait(throttled))
             raise
         except EndpointUnreachableError as failure:
             await self._record(key, [(ev.ENDPOINT_UNREACHABLE, _unreachable(failure, during))])

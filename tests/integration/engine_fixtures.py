@@ -21,6 +21,8 @@ Plain functions and classes, no pytest fixtures: the test modules define their f
 - :class:`MovableEndpoint` — a JSON-RPC endpoint of its own that relays to the agent's until it is
   retired (then a plain 404, incident 002): the old endpoint of an agent that moved.
 - Crafted push bodies: :func:`status_update_body`, :data:`JSON`, :func:`push_headers`.
+- :func:`database_bytes` — a store as it lies on disk (the SQLite files, a ``pg_dump`` of the
+  PostgreSQL schema), to search for what must never be stored.
 - :class:`LoopWatch` — functions patched to wait, at each call, for the event loop to run
   meanwhile: proof that work on a large input does not stall the loop.
 """
@@ -30,15 +32,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import copy
+import glob
 import json
+import shutil
 import subprocess
 import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 import sqlalchemy as sa
 from starlette.applications import Starlette
 from starlette.requests import Request
@@ -556,3 +562,37 @@ class LoopWatch:
             watcher.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await watcher
+
+
+# -- what a store holds, byte for byte ------------------------------------------------------------
+
+
+def database_bytes(url: str, tmp_path: Path) -> bytes:
+    """The database as stored: the SQLite file (and its journal) or a pg_dump of the schema."""
+    parsed = sa.make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        database = Path(str(parsed.database))
+        files = [database, *(Path(p) for p in glob.glob(f"{database}-*"))]
+        return b"".join(f.read_bytes() for f in files if f.exists())
+    pg_dump = shutil.which("pg_dump") or next(
+        iter(sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_dump"), reverse=True)), None
+    )
+    if pg_dump is None:
+        pytest.fail("pg_dump is not installed beside the PostgreSQL server")
+    options = str(parsed.query.get("options", ""))
+    schema = options.split("search_path=", 1)[1]
+    out = tmp_path / "dump.sql"
+    subprocess.run(
+        [
+            pg_dump,
+            "--host", str(parsed.host), "--port", str(parsed.port or 5432),
+            "--username", str(parsed.username), "--schema", schema,
+            "--file", str(out), str(parsed.database),
+        ],
+        check=True,
+        env={"PGPASSWORD": parsed.password or ""},
+        timeout=60,
+    )  # fmt: skip
+    dumped = out.read_bytes()
+    assert b"CardFetched" in dumped  # the dump holds the log: an empty one would prove nothing
+    return dumped

@@ -2,8 +2,9 @@
 
 A small A2A agent on 127.0.0.1 (``tests/support/hostile.py``) answers SendMessage and GetTask with
 what a careless or hostile remote sends: an artifact of 7 MB, 20,000 artifacts in one answer, a
-status message of 2 MB, a first answer stamped 9999-12-31, the same answer on every poll, the same
-push 200 times. Every test ends with the audit (R13: every projection equals its replay).
+status message of 2 MB, a first answer stamped 9999-12-31 or of generation 10^30, the same answer
+on every poll (restamped or not), one artifactId twice in one answer, the same push 200 times.
+Every test ends with the audit (R13: every projection equals its replay).
 """
 
 from __future__ import annotations
@@ -317,6 +318,75 @@ async def test_repeats_beyond_the_first_are_counted_on_the_next_event_not_append
         assert done.repeats_ignored == engine.task(view.task).repeats_ignored == 5
         assert len(types(engine.store, view.task)) == len(before) + 1
         # the audit at the end of the block proves the fold reproduces the count (R13)
+
+
+async def test_a_generation_far_ahead_never_wedges_the_task_and_its_reply_is_accepted(
+    agent: HostileAgent, db_url: str
+) -> None:
+    agent.rpc["SendMessage"] = answering(
+        {**task_json("working", None), "generation": 10**30}, send=True
+    )
+    later = iter(range(7, 1000))
+    agent.rpc["GetTask"] = lambda rid: answering(
+        {**task_json("input-required", None, message="Which one?"), "generation": next(later)},
+        send=False,
+    )(rid)
+    async with audited_engine(db_url, CONFIG) as engine:
+        view = await engine.start_task(agent.url, skill=SKILL, text="hi")
+        asked = await engine.drive(view.task, until="interrupted", timeout=5)
+        agent.rpc["SendMessage"] = answering(
+            {**task_json("working", None), "generation": 1000}, send=True
+        )
+        replied = await engine.reply(view.task, "the blue one")
+
+        assert asked.state == "input-required"
+        assert replied.state == "working"
+        first = data_of(engine.store, view.task, ev.STATE_CHANGED)[0]
+        assert (first["reported_generation"], first["generation_skew"]) == (10**30, True)
+        flagged = data_of(engine.store, view.task, ev.FLAGGED_FOR_REVIEW)
+        assert [f["reason"] for f in flagged] == ["generation_skew"]
+
+
+async def test_an_agent_restamping_its_status_on_every_poll_adds_no_event_per_poll(
+    agent: HostileAgent, db_url: str
+) -> None:
+    agent.rpc["SendMessage"] = answering(task_json("working", now_stamp()), send=True)
+    agent.rpc["GetTask"] = lambda rid: answering(
+        task_json("working", now_stamp(), message="busy"), send=False
+    )(rid)
+    async with audited_engine(db_url, CONFIG) as engine:
+        view = await engine.start_task(agent.url, skill=SKILL, text="hi")
+        for _ in range(20):
+            await engine.poll(view.task)
+        logged = types(engine.store, view.task)
+        agent.rpc["GetTask"] = answering(task_json("completed", now_stamp()), send=False)
+        done = await engine.poll(view.task)
+
+        assert logged.count(ev.OBSERVATION_IGNORED) == 1  # the first "busy", a new message
+        assert done.repeats_ignored == 19
+        assert data_of(engine.store, view.task, ev.STATE_CHANGED)[-1]["repeats_ignored"] == 19
+
+
+async def test_an_answer_naming_one_artifact_twice_records_what_it_dropped(
+    agent: HostileAgent, db_url: str
+) -> None:
+    twice = [text_artifact("a1", "draft"), text_artifact("a1", "final")]
+    agent.rpc["SendMessage"] = answering(task_json("working"), send=True)
+    agent.rpc["GetTask"] = answering(task_json("working", artifacts=twice), send=False)
+    async with audited_engine(db_url, CONFIG) as engine:
+        view = await engine.start_task(agent.url, skill=SKILL, text="hi")
+        for _ in range(3):
+            await engine.poll(view.task)
+
+        [received] = data_of(engine.store, view.task, ev.ARTIFACT_RECEIVED)
+        draft = stored_json({"artifact_id": "a1", "name": None,
+                             "parts": [{"kind": "text", "text": "draft"}]})  # fmt: skip
+        dropped = {"bytes": len(draft), "sha256": hashlib.sha256(draft.encode()).hexdigest()}
+        assert received["parts"] == [{"kind": "text", "text": "final"}]
+        assert received["dropped"] == [dropped]
+        [flagged] = data_of(engine.store, view.task, ev.FLAGGED_FOR_REVIEW)
+        assert flagged["reason"] == "artifact_dropped"
+        assert engine.task(view.task).flags == ("artifact_dropped",)
 
 
 # -- R16: applying an answer never starts past the command's deadline ----------------------------

@@ -40,6 +40,7 @@ RUN_BAD = [
     (("--max-poll-interval", "0"), "--max-poll-interval"),
     (("--max-poll-interval", "0.001"), "--max-poll-interval"),
     (("--max-card-age", "0"), "--max-card-age"),
+    (("--max-retry-after", "0"), "--max-retry-after"),
     (("--card-timeout", "-1"), "--card-timeout"),
     (("--max-card-bytes", "0"), "--max-card-bytes"),
     (("--until", "bogus"), "--until"),

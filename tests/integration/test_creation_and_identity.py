@@ -7,6 +7,7 @@
   rotates its contract).
 - Remote task ids are unique per agent only: two small agents answering the same task id.
 - A GetTask answer about another task, or in another context.
+- A send answered with a member given twice (I-JSON, R16): bound to neither task id.
 """
 
 from __future__ import annotations
@@ -37,13 +38,16 @@ from engine_fixtures import (
 from support import Peer
 from support.hostile import SKILL, HostileAgent, Reply
 
+from cardfence.engine import deadline
 from cardfence.engine import events as ev
 from cardfence.engine.cli.app import exit_code_for
 from cardfence.engine.engine import Engine
 from cardfence.engine.errors import (
     ContractChangedError,
     CreationRefusedError,
+    DeadlineExceeded,
     EndpointUnreachableError,
+    InvalidAgentResponseError,
     UsageError,
     WrongTaskAnswerError,
 )
@@ -211,6 +215,128 @@ async def test_resend_of_an_unknown_outcome_is_gated_by_the_frozen_contract_at_a
         [again] = sent_messages(other_agent)
         assert again["messageId"] == first["messageId"]
         assert again["contextId"] == first["contextId"]
+
+
+# -- R16: an answer is I-JSON ----------------------------------------------------------------------
+
+
+async def test_a_send_answered_with_two_task_members_binds_neither_and_is_an_invalid_answer(
+    agent: HostileAgent, engine: Engine
+) -> None:
+    at = datetime.now(UTC)
+    first, second = (json.dumps(wire_task(t, "c", "working", at)) for t in ("t-1", "t-2"))
+    agent.rpc["SendMessage"] = lambda rid: Reply(
+        body=f'{{"jsonrpc": "2.0", "id": {json.dumps(rid)}, '
+        f'"result": {{"task": {first}, "task": {second}}}}}'.encode()
+    )
+
+    with pytest.raises(InvalidAgentResponseError, match=r"result\.task: duplicate member name"):
+        await engine.start_task(agent.url, skill=SKILL, text="hi")
+
+    [key] = [v.task for v in engine.tasks()]
+    assert state_of(engine, key)["remote_task_id"] is None  # bound to neither id
+    assert engine.task(key).state == "submitted"  # the outcome unknown: resume looks for it
+    [unknown] = data_of(engine.store, key, ev.ENDPOINT_UNREACHABLE)
+    assert "result.task: duplicate member name" in unknown["detail"]
+
+
+# -- R3, R5: a send the agent asked to wait -------------------------------------------------------
+
+
+def in_turn(*answers: Callable[[object], Reply]) -> Callable[[object], Reply]:
+    """Each request answered by the next of ``answers``, the last for ever after."""
+    left = list(answers)
+    return lambda rid: (left.pop(0) if len(left) > 1 else left[0])(rid)
+
+
+def busy(status: int, retry_after: str) -> Callable[[object], Reply]:
+    headers = {"Content-Type": "text/plain", "Retry-After": retry_after}
+    return lambda rid: Reply(status=status, body=b"busy", headers=headers)
+
+
+def created(rid: object) -> Reply:
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    return rpc_result({"task": wire_task("t-1", "c-1", "working", at)})(rid)
+
+
+async def test_a_send_answered_429_goes_again_after_the_wait_and_creates_one_task(
+    agent: HostileAgent, engine: Engine
+) -> None:
+    agent.rpc["SendMessage"] = in_turn(busy(429, "1"), created)
+
+    view = await engine.start_task(agent.url, skill=SKILL, text="hi")
+
+    assert (view.remote_task_id, view.state) == ("t-1", "working")
+    first, again = sent_messages(agent)
+    assert again["messageId"] == first["messageId"]  # nothing was created: the same send
+    assert agent.posts("ListTasks") == []
+    # Through the gate again: a fresh card read before the second send.
+    gets = [r.method if r.method == "GET" else r.rpc_method for r in agent.requests]
+    assert gets[-3:] == ["SendMessage", "GET", "SendMessage"]
+    assert [v.task for v in engine.tasks()] == [view.task]
+    [throttled] = data_of(engine.store, view.task, ev.THROTTLED)
+    assert (throttled["status"], throttled["asked"], throttled["during"]) == (429, 1.0, "send")
+    assert ev.ENDPOINT_UNREACHABLE not in types(engine.store, view.task)
+
+
+def test_cli_run_whose_send_is_answered_429_then_taken_exits_0_with_one_task(
+    agent: HostileAgent, db: str
+) -> None:
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    done = rpc_result({"task": wire_task("t-1", "c-1", "completed", at)})
+    agent.rpc["SendMessage"] = in_turn(busy(429, "1"), done)
+
+    run = subprocess.run(
+        [CARDFENCE, "run", agent.url, "--skill", SKILL, "--text", "hi", "--json", "--db", db],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout)["remote_task_id"] == "t-1"
+    first, again = sent_messages(agent)
+    assert again["messageId"] == first["messageId"]
+
+
+@pytest.mark.parametrize("found", [True, False], ids=["created", "not-created"])
+async def test_a_send_answered_503_asks_list_tasks_before_sending_again(
+    agent: HostileAgent, engine: Engine, found: bool
+) -> None:
+    at = datetime(2026, 1, 1, tzinfo=UTC)
+    agent.rpc["SendMessage"] = in_turn(busy(503, "1"), created)
+    tasks = [wire_task("t-1", "c-1", "working", at)] if found else []
+    agent.rpc["ListTasks"] = rpc_result({"tasks": tasks})
+    agent.rpc["GetTask"] = rpc_result(wire_task("t-1", "c-1", "working", at))
+
+    view = await engine.start_task(agent.url, skill=SKILL, text="hi")
+
+    assert view.remote_task_id == "t-1"
+    methods = [r.rpc_method for r in agent.requests if r.method == "POST"]
+    if found:  # a proxy answered 503 after the agent created the task: bound, not sent again
+        assert methods == ["SendMessage", "ListTasks", "GetTask"]
+    else:
+        assert methods == ["SendMessage", "ListTasks", "SendMessage"]
+        first, again = sent_messages(agent)
+        assert again["messageId"] == first["messageId"]
+    [listed] = agent.posts("ListTasks")
+    assert json.loads(listed.body)["params"]["contextId"] == sent_messages(agent)[0]["contextId"]
+
+
+async def test_a_send_asked_to_wait_past_the_deadline_is_not_sent_again_and_exits_6(
+    agent: HostileAgent, engine: Engine
+) -> None:
+    agent.rpc["SendMessage"] = busy(429, "100")
+
+    with deadline.within(3), pytest.raises(DeadlineExceeded) as caught:
+        await engine.start_task(agent.url, skill=SKILL, text="hi")
+
+    assert exit_code_for(caught.value) == 6
+    assert "HTTP 429" in str(caught.value)
+    assert "nothing was created" in str(caught.value)
+    assert len(agent.posts("SendMessage")) == 1
+    key = caught.value.task
+    [throttled] = data_of(engine.store, key, ev.THROTTLED)
+    assert (throttled["asked"], throttled["wait"]) == (100.0, None)
+    assert engine.task(key).state == "submitted"
 
 
 # -- R16: a remote task id is unique per agent, not globally -------------------------------------

@@ -9,16 +9,12 @@ from __future__ import annotations
 import base64
 import contextlib
 import dataclasses
-import glob
 import logging
-import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import sqlalchemy as sa
-from engine_fixtures import FAST, assert_audit_ok, data_of
+from engine_fixtures import FAST, assert_audit_ok, data_of, database_bytes
 from support import AuthPeer, TokenServer
 from support.auth_peer import (
     api_key_scheme,
@@ -146,37 +142,6 @@ async def _run_everything(url: str, peer: AuthPeer, tokens: TokenServer) -> list
     return secrets
 
 
-def _database_bytes(url: str, tmp_path: Path) -> bytes:
-    """The database as stored: the SQLite file (and its journal) or a pg_dump of the schema."""
-    parsed = sa.make_url(url)
-    if parsed.get_backend_name() == "sqlite":
-        database = Path(str(parsed.database))
-        files = [database, *(Path(p) for p in glob.glob(f"{database}-*"))]
-        return b"".join(f.read_bytes() for f in files if f.exists())
-    pg_dump = shutil.which("pg_dump") or next(
-        iter(sorted(glob.glob("/usr/lib/postgresql/*/bin/pg_dump"), reverse=True)), None
-    )
-    if pg_dump is None:
-        pytest.fail("pg_dump is not installed beside the PostgreSQL server")
-    options = str(parsed.query.get("options", ""))
-    schema = options.split("search_path=", 1)[1]
-    out = tmp_path / "dump.sql"
-    subprocess.run(
-        [
-            pg_dump,
-            "--host", str(parsed.host), "--port", str(parsed.port or 5432),
-            "--username", str(parsed.username), "--schema", schema,
-            "--file", str(out), str(parsed.database),
-        ],
-        check=True,
-        env={"PGPASSWORD": parsed.password or ""},
-        timeout=60,
-    )  # fmt: skip
-    dumped = out.read_bytes()
-    assert b"TaskSubmitted" in dumped  # the dump holds the log: an empty one would prove nothing
-    return dumped
-
-
 async def test_no_secret_used_is_in_the_database_or_the_logs(
     db_url: str,
     peer: AuthPeer,
@@ -187,7 +152,7 @@ async def test_no_secret_used_is_in_the_database_or_the_logs(
     caplog.set_level(logging.DEBUG, logger="cardfence")
 
     secrets = await _run_everything(db_url, peer, tokens)
-    stored = _database_bytes(db_url, tmp_path)
+    stored = database_bytes(db_url, tmp_path)
     logged = "\n".join(
         f"{r.getMessage()} {r.__dict__}" for r in caplog.records if r.name.startswith("cardfence")
     )
@@ -219,6 +184,6 @@ async def test_credentials_written_into_a_url_are_refused_and_never_stored_or_se
 
     basic = base64.b64encode(f"svc:{URL_PASSWORD}".encode()).decode()  # as httpx would send it
     assert URL_PASSWORD not in str(invalid.value)
-    stored = _database_bytes(db_url, tmp_path)
+    stored = database_bytes(db_url, tmp_path)
     assert [s for s in (URL_PASSWORD, basic) if s.encode() in stored] == []
     assert [hit.path for hit in peer.auth_log if basic in repr(hit)] == []

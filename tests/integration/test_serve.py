@@ -562,6 +562,25 @@ async def test_serve_keeps_an_idle_connection_longer_than_an_agents_httpx_client
         await _stopped(process)
 
 
+async def test_garbage_sent_to_serve_is_logged_as_a_json_line_like_every_other(
+    tmp_path: Path,
+) -> None:
+    with _serve_running(f"sqlite:///{tmp_path / 'c.db'}") as process:
+        url = httpx.URL(webhook_url(process))
+        reader, writer = await asyncio.open_connection(url.host, url.port)
+        writer.write(b"\x16\x03\x01 not HTTP at all\r\n\r\n")
+        assert await asyncio.wait_for(reader.read(), 10)  # uvicorn's 400, then the close
+        writer.close()
+        stderr = await _stopped(process)
+
+    # The one line that is no decision: the URL, announced as docs/cli.md says.
+    lines = [line for line in stderr.splitlines() if not line.startswith("cardfence serve: ")]
+    logged = [json.loads(line) for line in lines]  # each line one JSON object
+    assert {"logger": "uvicorn.error", "level": "warning"}.items() <= next(
+        line for line in logged if line["message"] == "Invalid HTTP request received."
+    ).items()
+
+
 @pytest.mark.parametrize(
     ("option", "value"),
     [("--max-deliveries", "0"), ("--body-timeout", "0"), ("--max-refusals", "-1")],

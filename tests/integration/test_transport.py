@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import socket
 import uuid
@@ -157,11 +158,13 @@ async def test_fail_reaches_failed_with_no_diagnostic(transport: A2ATransport) -
     assert "fail-diag" in diagnosed.message.text
 
 
-async def test_push_config_echoes_our_id_and_token(transport: A2ATransport) -> None:
+async def test_push_config_echoes_our_id_and_the_secrets_it_repeats_are_hidden(
+    transport: A2ATransport,
+) -> None:
     task = await send(transport, "echo x", return_immediately=False)  # terminal: no deliveries
     ours = PushConfig(f"cfg-{uuid.uuid4()}", "http://127.0.0.1:9/hook", "tok-1", "Bearer", "s3")
     stored = await transport.create_push_config(task.id, ours)
-    assert stored == ours
+    assert stored == dataclasses.replace(ours, token="***", auth_credentials="***")
 
 
 async def test_list_tasks_by_context_follows_pages(transport: A2ATransport) -> None:
@@ -250,7 +253,7 @@ TASK = {"id": "t-1", "contextId": "c-1", "status": {"state": "TASK_STATE_WORKING
         (HTTP_JSON, lambda r: httpx.Response(200, content=b'{"id": "t-1", '), "body is not JSON"),
         (HTTP_JSON, lambda r: httpx.Response(200, json=[TASK]), "body: must be an object"),
         (HTTP_JSON, lambda r: httpx.Response(200, json={"task": TASK}), "id: required"),
-        (HTTP_JSON, lambda r: httpx.Response(200, content=b"\xff\xfe\x00"), "body is not JSON"),
+        (HTTP_JSON, lambda r: httpx.Response(200, content=b"\xff\xfe\x00"), "body is not UTF-8"),
     ],
 )
 async def test_a_malformed_2xx_reply_is_an_invalid_agent_response(

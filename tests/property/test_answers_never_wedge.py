@@ -3,17 +3,18 @@ at most linearly in the number of DISTINCT reports.
 
 Any sequence of answers (sends, polls, pushes) drawn from a small pool of reports, so that repeats
 are frequent: arbitrary states, timestamps far in the future, far in the past, close to receipt or
-absent, generations, status messages small and oversize, artifacts new, changed, repeated and
-oversize. Applied through the one path every remote report takes (``apply_observation``) and
-folded by the replay fold (``apply_task_events``), exactly as ``TaskLog.record`` does.
+absent, generations small and far ahead, status messages small and oversize, artifacts new,
+changed, repeated (in one report too) and oversize. Applied through the one path every remote
+report takes (``apply_observation``) and folded by the replay fold (``apply_task_events``),
+exactly as ``TaskLog.record`` does.
 
 Proved for every sequence:
 
 - the first terminal state the remote reports is the task's state at the end (R10, R12: no
   agent clock blocks it);
 - events appended <= C * distinct + C0, with C = 2 + MAX_ARTIFACTS = 4 (a report's state event,
-  its one recorded repeat, and its at most two artifacts) and C0 = 2 (the ``clock_skew`` and
-  ``payload_truncated`` flags, each recorded once);
+  its one recorded repeat, and its at most two artifacts) and C0 = 4 (the ``clock_skew``,
+  ``generation_skew``, ``payload_truncated`` and ``artifact_dropped`` flags, each recorded once);
 - the projection after each report equals the fold of all events so far (R13).
 
 Teeth: a planted engine that orders by an unbounded timestamp, and one that records every repeat,
@@ -44,7 +45,7 @@ from cardfence.engine.replay import apply_task_events, fold_task, initial_task_s
 
 MAX_ARTIFACTS = 2
 C = 2 + MAX_ARTIFACTS
-C0 = 2
+C0 = 4
 RECEIVED = datetime(2026, 6, 1, 12, 0, tzinfo=UTC)
 FAR_FUTURE = datetime(9999, 12, 31, 23, 59, 59, tzinfo=UTC)
 STATES = ("submitted", "working", "input-required", "auth-required", "unknown", *sorted(TERMINAL))
@@ -68,7 +69,7 @@ reports = st.builds(
     lambda state, stamp, generation, message, found: (state, stamp, generation, message, found),
     st.sampled_from(STATES),
     timestamps,
-    st.one_of(st.none(), st.integers(0, 3)),
+    st.one_of(st.none(), st.integers(0, 3), st.sampled_from([10**30, 2**53 + 1, 10**6 + 4])),
     st.sampled_from([None, "hello", BIG_MESSAGE]),
     st.lists(artifacts, max_size=MAX_ARTIFACTS),
 )

@@ -10,14 +10,16 @@ command line with its own ``asyncio.run``) can run in the test's thread.
 from __future__ import annotations
 
 import asyncio
+import base64
 import functools
 import json
 import socket
 import threading
 import zlib
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Self
+from urllib.parse import quote, quote_plus, unquote, unquote_plus
 
 SKILL = "echo"
 RPC_PATH = "/rpc"
@@ -356,3 +358,87 @@ class StreamingAgent(HostileServer):
         else:
             return Reply(status=404, body=b"not here", headers={"Content-Type": "text/plain"})
         return self.script(frame)
+
+
+# -- an agent that repeats the request's secrets ---------------------------------------------------
+
+
+def echoed(request: Request) -> str:
+    """What ``request`` carried that a careless agent repeats, in every form it may take: the
+    ``Authorization`` header and its credentials as sent, in base64 and percent-encoded, the
+    query string decoded and not, and the body (a registration's webhook token and
+    authorization, a token request's form)."""
+    authorization = request.headers.get("authorization", "")
+    credentials = authorization.partition(" ")[2]
+    query = request.path.partition("?")[2]
+    decoded = (
+        base64.b64decode(credentials + "==").decode("latin-1") if "Basic" in authorization else ""
+    )
+    pieces = [
+        authorization,
+        credentials,
+        decoded,
+        base64.b64encode(credentials.encode()).decode(),
+        base64.urlsafe_b64encode(credentials.encode()).decode().rstrip("="),
+        quote(credentials, safe=""),
+        quote(credentials, safe="").lower(),
+        query,
+        unquote(query),
+        quote_plus(unquote(query)),
+        request.body.decode("utf-8", "replace"),
+        unquote_plus(request.body.decode("utf-8", "replace")),
+    ]
+    return "you sent: " + " | ".join(piece for piece in pieces if piece)
+
+
+def escaped(text: str) -> bytes:
+    """``text`` as a JSON string whose every character is a ``\\u`` escape (valid JSON that no
+    search for the plain text finds)."""
+    return b'"' + "".join(f"\\u{ord(c):04X}" for c in text).encode() + b'"'
+
+
+class EchoingAgent(HostileAgent):
+    """:class:`HostileAgent` whose card requires a bearer token and an API key in the query (or,
+    with ``token_url`` set, an OAuth 2.0 client-credentials token from there), and which repeats
+    what each request carried (:func:`echoed`) in its answers: to the JSON-RPC methods in
+    ``refusing`` as an error whose message holds the echo with every character escaped and whose
+    data holds it plain; to a GetTask (unless refused) as the status message of a task in
+    ``state``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refusing: set[str] = set()
+        self.state = "TASK_STATE_WORKING"
+        self.token_url: str | None = None
+
+    def card_document(self) -> dict[str, Any]:
+        card = super().card_document()
+        if self.token_url is not None:
+            flow = {"clientCredentials": {"tokenUrl": self.token_url, "scopes": {}}}
+            card["securitySchemes"] = {"oauth": {"oauth2SecurityScheme": {"flows": flow}}}
+            card["securityRequirements"] = [{"schemes": {"oauth": {"list": []}}}]
+            return card
+        card["securitySchemes"] = {
+            "bearer": {"httpAuthSecurityScheme": {"scheme": "bearer"}},
+            "key": {"apiKeySecurityScheme": {"location": "query", "name": "agent_key"}},
+        }
+        card["securityRequirements"] = [{"schemes": {"bearer": {"list": []}, "key": {"list": []}}}]
+        return card
+
+    def _answer(self, request: Request) -> Reply:
+        if request.method != "POST" or request.path.partition("?")[0] != RPC_PATH:
+            return super()._answer(request)
+        envelope = json.loads(request.body)
+        rid, method = envelope.get("id"), envelope.get("method")
+        echo = echoed(request)
+        if method in self.refusing:
+            data = json.dumps({"echo": echo}).encode()
+            error = b'{"code":-32603,"message":' + escaped(echo) + b',"data":' + data + b"}"
+            head = b'{"jsonrpc":"2.0","id":' + json.dumps(rid).encode()
+            return Reply(body=head + b',"error":' + error + b"}")
+        if method != "GetTask":
+            return super()._answer(replace(request, path=RPC_PATH))
+        message = {"messageId": "m-echo", "role": "ROLE_AGENT", "parts": [{"text": echo}]}
+        status = {"state": self.state, "timestamp": "2026-01-01T00:00:01Z", "message": message}
+        task = {"id": "t-1", "contextId": "c", "status": status}
+        return Reply(body=json.dumps({"jsonrpc": "2.0", "id": rid, "result": task}).encode())

@@ -1,26 +1,52 @@
-"""Card bytes to JSON, limit by limit, and the RFC 8785 hashes (R2, R3, R16).
+"""Remote JSON bytes to a JSON value, limit by limit, and the RFC 8785 hashes (R2, R3, R16).
 
 Written to kill the mutants of ``engine/cards/canonical.py`` that ``scripts/mutation`` found
 alive: each refusal names the field it is about and says what is wrong with it, and each limit
-holds exactly at its bound.
+holds exactly at its bound. Every remote document (card, key set, answer, stream event, push
+body, token answer, discovery document) is read by its ``loads``: a repeated member name is
+refused by each, naming it.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
+from collections.abc import Awaitable, Callable
 
+import httpx
 import pytest
+from support.cards import card_document
+from support.hostile import Reply, RoutedServer, completed_event, sse, working_event
+from support.mocked import Body, mocked_agents
 
+from cardfence.engine import tokens
 from cardfence.engine.cards.canonical import (
+    DUPLICATE,
+    NON_FINITE,
     SAFE_INTEGER,
     canonical,
     check_tree,
     decode,
+    loads,
     object_pairs,
     path_of,
     sha256,
 )
+from cardfence.engine.cards.interfaces import HTTP_JSON, JSONRPC
+from cardfence.engine.cards.keys import parse_keys
+from cardfence.engine.cards.model import parse_card
+from cardfence.engine.credentials import TokenNeeded
+from cardfence.engine.credentials_config import OAuthClient
+from cardfence.engine.errors import (
+    CardInvalidError,
+    CardSignatureError,
+    InvalidAgentResponseError,
+    TokenRequestError,
+)
 from cardfence.engine.fields import FieldError
+from cardfence.engine.transport import A2ATransport
+from cardfence.engine.webhook import Refused
+from cardfence.engine.webhook import decode as push_body
 
 
 def refusal(body: bytes, max_depth: int = 8) -> tuple[str, str]:
@@ -61,8 +87,8 @@ def test_the_depth_limit_holds_exactly_at_its_bound_and_names_the_field() -> Non
 
 
 def test_a_repeated_key_is_refused_at_its_path() -> None:
-    assert refusal(b'{"skills": [{"id": 1, "id": 2}]}') == ("skills[0].id", "duplicate key")
-    assert refusal(b'{"a": 1, "b": 2, "a": 3}') == ("a", "duplicate key")
+    assert refusal(b'{"skills": [{"id": 1, "id": 2}]}') == ("skills[0].id", DUPLICATE)
+    assert refusal(b'{"a": 1, "b": 2, "a": 3}') == ("a", DUPLICATE)
 
 
 def test_the_first_repeated_key_is_the_one_named() -> None:
@@ -137,3 +163,189 @@ def test_a_value_rfc_8785_cannot_write_is_refused_at_the_given_path(value: objec
             call(value, "skills[0]")
         assert caught.value.path == "skills[0]"
         assert caught.value.detail.startswith("cannot be canonicalised (RFC 8785): ")
+
+
+# -- loads: I-JSON (RFC 7493) for every remote document --------------------------------------------
+
+
+def test_a_repeated_member_name_is_refused_at_any_depth_naming_it() -> None:
+    for body, path in [
+        (b'{"result": {"task": {"id": "a"}, "task": {"id": "b"}}}', "result.task"),
+        (b'[{"a": 1}, {"b": {"c": [{"d": 1, "d": 1}]}}]', "[1].b.c[0].d"),
+        (b'{"a": 1, "a": 1}', "a"),  # even with the same value
+    ]:
+        with pytest.raises(FieldError) as caught:
+            loads(body)
+        assert (caught.value.path, caught.value.detail) == (path, DUPLICATE)
+    assert loads(b'{"a": {"a": 1}, "b": [{"a": 2}, {"a": 3}]}') == {
+        "a": {"a": 1},
+        "b": [{"a": 2}, {"a": 3}],
+    }
+
+
+@pytest.mark.parametrize("number", [b"NaN", b"Infinity", b"-Infinity", b"1e400", b"-1e400"])
+def test_a_number_no_double_holds_is_refused_at_its_path(number: bytes) -> None:
+    with pytest.raises(FieldError) as caught:
+        loads(b'{"a": [1.5, ' + number + b"]}")
+    assert (caught.value.path, caught.value.detail) == ("a[1]", NON_FINITE)
+    assert loads(b'{"a": 1.5, "b": -2e3, "c": 7, "d": 1e308}') == {
+        "a": 1.5,
+        "b": -2000.0,
+        "c": 7,
+        "d": 1e308,
+    }
+
+
+def test_a_refused_document_that_is_not_json_further_on_is_refused_as_not_json() -> None:
+    with pytest.raises(FieldError, match=r"^body is not JSON \(Expecting value at line 2\)$"):
+        loads(b'[{"a": 1, "a": 2},\n x]')
+
+
+def test_only_utf8_is_read_the_offset_of_a_bad_byte_counting_a_leading_bom() -> None:
+    assert loads(b'\xef\xbb\xbf{"a": 1}') == {"a": 1}
+    with pytest.raises(FieldError, match=r"^body is not UTF-8 \(byte 10\)$"):
+        loads(b'\xef\xbb\xbf{"a": "\xff"}')
+    with pytest.raises(FieldError, match=r"^body is not UTF-8 \(byte 0\)$"):
+        loads('{"a": 1}'.encode("utf-16"))
+
+
+def test_nesting_past_the_parsers_stack_is_refused_naming_the_limit_when_given() -> None:
+    bomb = b"[" * 100_000 + b"]" * 100_000
+    with pytest.raises(FieldError, match=r"^nested deeper than the parser's stack$"):
+        loads(bomb)
+    with pytest.raises(FieldError, match=r"^nested deeper than 9 levels$"):
+        loads(bomb, max_depth=9)
+
+
+def _twice(doc: object, member: str, first: object) -> bytes:
+    """``doc`` as JSON with its first member ``member`` given twice: ``first``, then its own."""
+    text = json.dumps(doc)
+    name = json.dumps(member) + ": "
+    assert name in text
+    return text.replace(name, name + json.dumps(first) + ", " + name, 1).encode()
+
+
+def _rpc(request: httpx.Request, result: object) -> dict[str, object]:
+    return {"jsonrpc": "2.0", "id": json.loads(request.content)["id"], "result": result}
+
+
+def _events(*frames: bytes) -> httpx.Response:
+    return httpx.Response(200, stream=Body(*frames), headers={"content-type": "text/event-stream"})
+
+
+async def _card(body: bytes) -> str:
+    with pytest.raises(CardInvalidError) as refused:
+        parse_card(body, url="https://agent.test/card")
+    return str(refused.value)
+
+
+async def _keys(body: bytes) -> str:
+    with pytest.raises(CardSignatureError) as refused:
+        parse_keys(body, source="jku", url="https://agent.test/keys", card_url="")
+    return str(refused.value)
+
+
+async def _answer(binding: str, answer: Callable[[httpx.Request], bytes]) -> str:
+    async with mocked_agents() as make:
+        transport = make(lambda r: httpx.Response(200, content=answer(r)), binding)
+        with pytest.raises(InvalidAgentResponseError) as refused:
+            await transport.get_task("t-1")
+    return str(refused.value)
+
+
+async def _events_of(binding: str, answer: Callable[[httpx.Request], httpx.Response]) -> str:
+    async def drained(transport: A2ATransport) -> None:
+        async with transport.subscribe("t-1") as updates:
+            async for _ in updates:
+                pass
+
+    async with mocked_agents() as make:
+        with pytest.raises(InvalidAgentResponseError) as refused:
+            await drained(make(answer, binding))
+    return str(refused.value)
+
+
+async def _push(body: bytes) -> str:
+    with pytest.raises(Refused) as refused:
+        push_body(body, {"content-type": "application/json"})
+    return refused.value.delivery.detail
+
+
+async def _token(body: bytes) -> str:
+    answer = httpx.Response(200, content=body, request=httpx.Request("POST", "https://a.test/t"))
+    with pytest.raises(tokens._Failure) as refused:
+        tokens._check_answer("https://a.test/t", (), answer)
+    return refused.value.detail
+
+
+async def _discovery(body: bytes) -> str:
+    with RoutedServer() as server:
+        url = server.url + "/.well-known/openid-configuration"
+        server.routes["/.well-known/openid-configuration"] = Reply(body=body)
+        needed = TokenNeeded("openIdConnect", OAuthClient("id", "s"), (), discovery_url=url)
+        async with tokens.TokenSource() as source:
+            with pytest.raises(TokenRequestError) as refused:
+                await source.token(needed)
+    return refused.value.token_detail
+
+
+_TASK = working_event()["task"]
+_DONE = "TASK_STATE_COMPLETED"
+_BEARER = {"access_token": "a", "token_type": "Bearer", "expires_in": 60}
+_OIDC = {"issuer": "https://id.test", "token_endpoint": "https://id.test/token"}
+
+
+@pytest.mark.parametrize(
+    ("read", "path"),
+    [
+        pytest.param(
+            lambda: _card(_twice(card_document(), "id", "other")), "skills[0].id", id="card"
+        ),
+        pytest.param(
+            lambda: _keys(_twice({"keys": [{"kty": "EC"}]}, "kty", "oct")),
+            "keys[0].kty",
+            id="key set",
+        ),
+        pytest.param(
+            lambda: _answer(JSONRPC, lambda r: _twice(_rpc(r, _TASK), "state", _DONE)),
+            "result.status.state",
+            id="JSON-RPC answer",
+        ),
+        pytest.param(
+            lambda: _answer(HTTP_JSON, lambda r: _twice(_TASK, "state", _DONE)),
+            "status.state",
+            id="HTTP+JSON answer",
+        ),
+        pytest.param(
+            lambda: _events_of(
+                JSONRPC, lambda r: _events(sse(_twice(_rpc(r, working_event()), "task", _TASK)))
+            ),
+            "result.task",
+            id="JSON-RPC stream event",
+        ),
+        pytest.param(
+            lambda: _events_of(
+                HTTP_JSON, lambda r: _events(sse(_twice(completed_event(), "taskId", "t-2")))
+            ),
+            "statusUpdate.taskId",
+            id="HTTP+JSON stream event",
+        ),
+        pytest.param(
+            lambda: _push(_twice(completed_event(), "state", "TASK_STATE_WORKING")),
+            "statusUpdate.status.state",
+            id="push body",
+        ),
+        pytest.param(
+            lambda: _token(_twice(_BEARER, "access_token", "b")), "access_token", id="token answer"
+        ),
+        pytest.param(
+            lambda: _discovery(_twice(_OIDC, "token_endpoint", "https://elsewhere.test/token")),
+            "token_endpoint",
+            id="discovery document",
+        ),
+    ],
+)
+async def test_every_remote_document_refuses_a_repeated_member_naming_it(
+    read: Callable[[], Awaitable[str]], path: str
+) -> None:
+    assert f"{path}: {DUPLICATE}" in await read()

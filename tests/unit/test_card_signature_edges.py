@@ -110,6 +110,11 @@ def protected_of(header: object) -> str:
             "signature 0: the protected header is not a JSON object",
         ),
         (
+            # RFC 7515 §4: a header name given twice is refused, not read as its last value.
+            [entry(protected=signatures._b64encode(b'{"alg": "ES256", "alg": "none"}'))],
+            "signature 0: protected header: alg: duplicate member name",
+        ),
+        (
             [entry(protected=protected_of({"alg": ""}))],
             "signature 0: the protected header names no alg",
         ),
@@ -418,7 +423,8 @@ def test_a_key_set_nested_past_its_depth_is_refused() -> None:
     refused = refusal(
         parse_keys, jwks(public(ec_key(), ext=[nested])), source="url", url=KEYS_URL, card_url=URL
     )
-    assert refused.detail == f"keys at {KEYS_URL}: not JSON (nested deeper than 16 levels)"
+    where = "keys[0].ext" + "[0]" * 13
+    assert refused.detail == f"keys at {KEYS_URL}: not JSON ({where}: nested deeper than 16 levels)"
 
 
 def test_the_same_key_listed_under_two_kids_is_read_as_both() -> None:

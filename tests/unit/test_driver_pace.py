@@ -23,6 +23,7 @@ from support.cards import ORIGIN, card_document
 from support.mocked import rpc_result, task_answer
 from support.virtual_time import run_virtual, virtual_deadlines, virtual_engine
 
+from cardfence.engine import events as ev
 from cardfence.engine.driver import Driver
 from cardfence.engine.engine import Engine, EngineConfig
 
@@ -37,9 +38,11 @@ def _deadlines_on_the_virtual_clock(monkeypatch: pytest.MonkeyPatch) -> Any:
 
 class Agent:
     """A mock agent whose every task stays `working`: a new remote id per send; each GetTask
-    answered for the task asked about, its time kept (:attr:`polls`, by remote id)."""
+    answered for the task asked about (``retry_after``: answered 429 with it), its time kept
+    (:attr:`polls`, by remote id)."""
 
-    def __init__(self) -> None:
+    def __init__(self, retry_after: str | None = None) -> None:
+        self.retry_after = retry_after
         self.ids = (f"r-{n}" for n in itertools.count())
         self.polls: defaultdict[str, list[float]] = defaultdict(list)
 
@@ -58,6 +61,8 @@ class Agent:
                 return rpc_result(call, call["params"])  # stored as asked
             remote = call["params"]["id"]
             self.polls[remote].append(asyncio.get_running_loop().time())
+            if self.retry_after is not None:
+                return httpx.Response(429, headers={"Retry-After": self.retry_after})
             return rpc_result(call, {**task_answer("working"), "id": remote})
 
         return httpx.MockTransport(handler)
@@ -161,6 +166,25 @@ def test_a_task_whose_pushes_arrive_every_second_is_still_polled_at_the_bound() 
     for times in agent.polls.values():
         assert max(_gaps(times)) <= CONFIG.max_poll_interval
         assert times[-1] >= 121.0 - CONFIG.max_poll_interval
+
+
+def test_an_agent_asking_for_time_is_polled_no_sooner_even_when_news_prompts_a_poll() -> None:
+    # R5: its Retry-After (10 s) outweighs the bound (4 s), and the news of a registration.
+    agent = Agent(retry_after="10")
+    keys: list[str] = []
+
+    async def later(engine: Engine) -> None:
+        keys.append((await engine.start_task(ORIGIN, skill="echo", text="hi")).task)
+        await asyncio.sleep(15.0)  # between two polls, 10 s apart
+        await engine.register_webhook(keys[0], "https://hooks.example/w")
+        await asyncio.sleep(44.0)
+        stream = engine.store.read_stream(f"task:{keys[0]}")
+        assert [e.type for e in stream].count(ev.THROTTLED) == 1
+
+    _driving(agent, 60.0, later)
+    polls = agent.polls["r-0"]
+    assert len(polls) == 6
+    assert set(_gaps(polls)) == {10.0}
 
 
 def test_a_webhook_registered_elsewhere_prompts_a_poll_and_the_backoff_starts_over() -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx
@@ -30,8 +31,10 @@ from cardfence.engine.errors import (
     InvalidAgentResponseError,
     ProtocolMismatchError,
     RemoteRefusedError,
+    ThrottledError,
     UsageError,
 )
+from cardfence.engine.exchange import retry_after_seconds
 from cardfence.engine.pool import REPLAYABLE
 from cardfence.engine.transport import A2ATransport
 
@@ -85,18 +88,14 @@ async def test_a_malformed_envelope_is_an_invalid_answer_saying_what_is_wrong(
         assert str(caught.value) == _invalid(RPC, detail)
 
 
-async def test_a_body_that_is_not_json_is_named_with_80_characters_of_the_reason(
+async def test_a_body_that_is_not_i_json_is_named_with_200_characters_of_the_reason(
     agent: Make,
 ) -> None:
-    body = "{" + " " * 100_000 + "x"  # the parser's reason names column 100002: over 80
+    name = "k" * 300  # a repeated member name is quoted in the refusal: a long one is cut
+    body = f'{{"{name}": 1, "{name}": 2}}'
     with pytest.raises(InvalidAgentResponseError) as caught:
         await agent(lambda r: httpx.Response(200, content=body.encode())).get_task("t")
-    try:
-        json.loads(body)
-    except ValueError as error:
-        reason = str(error)
-    assert len(reason) > 80
-    assert str(caught.value) == _invalid(RPC, f"body is not JSON ({reason[:80]})")
+    assert str(caught.value) == _invalid(RPC, f"{name}: duplicate member name"[:200])
 
 
 async def test_a_body_over_the_limit_is_named_with_the_limit(agent: Make) -> None:
@@ -205,6 +204,68 @@ async def test_a_refused_credential_names_the_url_task_and_status(agent: Make, s
         f"{REST}/tasks/t-3:cancel", "t-3", status,
     )  # fmt: skip
     assert caught.value.detail == f"HTTP {status}: the agent refused no credentials"
+
+
+# -- R5: an agent asking for time -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("status", "said", "asked"),
+    [(429, "20", 20.0), (429, None, None), (429, "soon", None), (503, "7", 7.0)],
+)
+async def test_a_429_or_a_503_naming_a_wait_is_throttled_with_the_seconds_asked(
+    agent: Make, status: int, said: str | None, asked: float | None
+) -> None:
+    headers = {} if said is None else {"Retry-After": said}
+    answer = httpx.Response(status, headers=headers, text="busy")
+    with pytest.raises(ThrottledError) as caught:
+        await agent(lambda r: answer, HTTP_JSON).get_task("t-1")
+    assert (caught.value.status, caught.value.retry_after) == (status, asked)
+    why = "too many requests" if status == 429 else "unavailable"
+    named = "no wait named" if asked is None else f"Retry-After {asked:g}s"
+    assert caught.value.detail == f"HTTP {status} ({why}; {named})"
+
+
+async def test_a_503_without_a_readable_wait_is_unreachable_not_throttled(agent: Make) -> None:
+    answer = httpx.Response(503, headers={"Retry-After": "later"})
+    with pytest.raises(EndpointUnreachableError) as caught:
+        await agent(lambda r: answer).get_task("t-1")
+    assert not isinstance(caught.value, ThrottledError)
+    assert caught.value.detail == "HTTP 503 without an A2A error body"
+
+
+async def test_an_event_stream_refused_with_a_429_is_throttled(agent: Make) -> None:
+    answer = httpx.Response(429, headers={"Retry-After": "3"})
+    with pytest.raises(ThrottledError) as caught:
+        async with agent(lambda r: answer).subscribe("t-1"):
+            pass
+    assert caught.value.retry_after == 3.0
+
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [
+        ("0", 0.0),
+        (" 120 ", 120.0),
+        ("9" * 12, 86_400.0),  # a day at most
+        ("Thu, 01 Jan 2026 00:00:30 GMT", 30.0),
+        ("Wed, 31 Dec 2025 23:00:00 GMT", 0.0),  # a date past: now
+        ("Thu, 01 Jan 2026 00:01:00 -0000", 60.0),
+        ("-5", None),
+        ("1.5", None),
+        ("tomorrow", None),
+        ("", None),
+        ("1" * 65, None),
+        (None, None),
+    ],
+)
+def test_retry_after_is_seconds_or_an_http_date_bounded_and_garbage_asks_nothing(
+    value: str | None, seconds: float | None
+) -> None:
+    assert retry_after_seconds(value, NOW) == seconds
 
 
 # -- protocol mismatches --------------------------------------------------------------------------

@@ -18,7 +18,14 @@ import httpx
 import pytest
 from support.cards import ORIGIN
 from support.hostile import completed_event, working_event
-from support.mocked import ScriptedAgent, answering, events_streamed, rpc_result, task_answer
+from support.mocked import (
+    ScriptedAgent,
+    answering,
+    events_streamed,
+    rpc_result,
+    submitted_task,
+    task_answer,
+)
 from support.virtual_time import run_virtual, virtual_deadlines, virtual_engine
 
 from cardfence.engine import deadline
@@ -339,6 +346,113 @@ def test_a_bare_404_at_the_first_poll_checks_the_endpoint_at_once_then_once_per_
     # The card read at creation, R9's check at the first 404 (at once), then at the first 404
     # 20 s or more after it (R7's re-validation, due at 20 too, takes the card it read).
     assert agent.times("card") == [0.0, 0.0, 23.0]
+
+
+# -- an agent asking for time (R5) ---------------------------------------------------------------
+
+
+def _throttling(seconds: str) -> ScriptedAgent:
+    """Every GetTask answered 429 with ``Retry-After: seconds``."""
+    return ScriptedAgent(lambda call: httpx.Response(429, headers={"Retry-After": seconds}))
+
+
+def _recording(
+    timeout: float, seen: list[tuple[str, dict[str, Any]]]
+) -> Callable[[Engine, str], Awaitable[TaskView]]:
+    """A drive until terminal; the task's events, after it, put in ``seen``."""
+
+    async def drive(engine: Engine, key: str) -> TaskView:
+        try:
+            return await engine.drive(key, until="terminal", timeout=timeout)
+        finally:
+            seen.extend((e.type, dict(e.data)) for e in engine.store.read_stream(f"task:{key}"))
+
+    return drive
+
+
+def test_polls_answered_429_wait_as_asked_and_the_wait_is_recorded_once() -> None:
+    agent, seen = _throttling("20"), []
+    outcome, ended, _ = _driven(agent, POLLS, _recording(70, seen))
+    # 20 s apart (the backoff alone would have polled at 1, 3, 7, ...); the next after 60 would
+    # start at 80, past the last poll's second (69): none.
+    assert agent.times("GetTask") == [0.0, 20.0, 40.0, 60.0]
+    assert isinstance(outcome, DeadlineExceeded)  # the agent was reached: not unreachable
+    assert ended == 70.0
+    # One annotation for four 429s; the state is the send's, untouched.
+    assert [t for t, _ in seen] == [
+        ev.TASK_SUBMITTED, ev.OBSERVATION_IGNORED, ev.THROTTLED, ev.DEADLINE_EXCEEDED
+    ]  # fmt: skip
+    throttled = {"url": f"{ORIGIN}/a2a", "status": 429, "asked": 20.0, "wait": 20.0}
+    assert seen[2][1] == {**throttled, "during": "poll"}
+    assert seen[3][1]["state"] == "submitted"
+
+
+def test_a_wait_asked_beyond_max_retry_after_is_cut_to_it() -> None:
+    config = dataclasses.replace(POLLS, max_retry_after=30.0)
+    agent, seen = _throttling("1000"), []
+    _driven(agent, config, _recording(100, seen))
+    assert agent.times("GetTask") == [0.0, 30.0, 60.0, 90.0]
+    [throttled] = [d for t, d in seen if t == ev.THROTTLED]
+    assert (throttled["asked"], throttled["wait"]) == (1000.0, 30.0)
+
+
+def test_a_wait_asked_past_the_deadline_makes_the_throttled_poll_the_last() -> None:
+    agent, seen = _throttling("20"), []
+    outcome, ended, _ = _driven(agent, POLLS, _recording(10, seen))
+    assert agent.times("GetTask") == [0.0]
+    assert isinstance(outcome, DeadlineExceeded)
+    assert ended == 10.0
+    [throttled] = [d for t, d in seen if t == ev.THROTTLED]
+    assert throttled["wait"] == 10.0  # what was left of the drive
+
+
+def test_a_wait_asked_below_the_backoff_leaves_the_backoff_in_force() -> None:
+    answers = iter([httpx.Response(429, headers={"Retry-After": "0"})])
+    agent = ScriptedAgent(lambda call: next(answers, None) or answering("working")(call))
+    _driven(agent, POLLS, lambda engine, key: engine.drive(key, until="terminal", timeout=10))
+    assert agent.times("GetTask") == [0.0, 1.0, 3.0, 7.0, 9.0]
+
+
+def test_a_card_endpoint_asking_for_time_never_delays_the_polls() -> None:
+    config = dataclasses.replace(POLLS, max_card_age=10.0)
+    agent = ScriptedAgent(answering("working"))
+    honest = agent.transport().handler
+
+    def answer(request: httpx.Request) -> Any:
+        answered = honest(request)  # counted
+        if request.method == "GET" and asyncio.get_running_loop().time() > 0:  # R7's reads
+            return httpx.Response(429, headers={"Retry-After": "100"})
+        return answered
+
+    agent.transport = lambda: httpx.MockTransport(answer)  # type: ignore[method-assign]
+    _driven(agent, config, lambda engine, key: engine.drive(key, until="terminal", timeout=40))
+    assert agent.times("GetTask") == [0.0, 1.0, 3.0, 7.0, 15.0, 23.0, 31.0, 39.0]
+    assert agent.times("card") == [0.0, 15.0, 31.0]  # asked, answered 429, and kept to its pace
+
+
+def test_a_reply_or_a_cancel_answered_429_goes_again_after_the_wait() -> None:
+    def busy(seconds: str) -> Callable[[dict[str, Any]], httpx.Response]:
+        return lambda call: httpx.Response(429, headers={"Retry-After": seconds})
+
+    def done(state: str) -> Callable[[dict[str, Any]], httpx.Response]:
+        return lambda call: rpc_result(call, {"task": task_answer(state)})
+
+    sends = [submitted_task, busy("5"), done("working")]
+    cancels = [busy("3"), lambda call: rpc_result(call, task_answer("canceled"))]
+    agent = ScriptedAgent(lambda call: cancels.pop(0)(call), send=lambda c: sends.pop(0)(c))
+
+    async def act(engine: Engine, key: str) -> TaskView:
+        asked = {"from": "submitted", "to": "input-required", "source": "poll"}
+        engine.log.record(key, lambda state: [(ev.STATE_CHANGED, asked)])
+        await engine.reply(key, "yes")
+        return await engine.cancel(key)
+
+    outcome, _, _ = _driven(agent, POLLS, act)
+    assert isinstance(outcome, TaskView)
+    assert outcome.state == "canceled"
+    assert agent.times("SendMessage") == [0.0, 0.0, 5.0]  # the creation, the reply twice
+    assert agent.times("CancelTask") == [5.0, 8.0]
+    assert "throttled" in outcome.flags
 
 
 # -- where a drive stops ---------------------------------------------------------------------------

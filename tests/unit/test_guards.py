@@ -17,8 +17,9 @@ from cardfence.engine.guards import (
     reconcile_card,
     registration_check,
     resume_check,
+    throttled,
 )
-from cardfence.engine.replay import initial_task_state
+from cardfence.engine.replay import fold_task, initial_task_state
 
 BASE: dict[str, Any] = {
     "name": "agent",
@@ -166,3 +167,16 @@ def test_a_bare_failure_after_a_revision_change_is_flagged_as_possible_skew() ->
     assert failure_review(task, "failed", "out of memory", "f" * 64) == []
     assert failure_review(task, "failed", None, fresh.revision) == []
     assert failure_review(task, "completed", None, "f" * 64) == []
+
+
+def test_an_agent_asking_for_time_is_recorded_once_as_a_flag_and_nothing_else() -> None:
+    task = initial_task_state("k")
+    [event] = throttled(task, "http://a.test/rpc", 429, 20.0, 12.3456, "poll")
+    assert event == (
+        ev.THROTTLED,
+        {"url": "http://a.test/rpc", "status": 429, "asked": 20.0, "wait": 12.346,
+         "during": "poll"},
+    )  # fmt: skip
+    after = fold_task("k", [event], task)
+    assert after == {**task, "flags": ["throttled"]}  # an annotation: no state, no transition
+    assert throttled(after, "http://a.test/rpc", 503, None, None, "send") == []

@@ -67,7 +67,7 @@ def test_a_redelivered_report_is_a_duplicate() -> None:
 
 def test_a_newer_same_state_report_moves_the_watermark_so_a_late_older_one_is_stale() -> None:
     task = _after(_task(), Observation("poll", "working", _at(1)))
-    task = _after(task, Observation("poll", "working", _at(3)))
+    task = _after(task, Observation("poll", "working", _at(3), message="half way"))
     assert task["remote_timestamp"] == _at(3).isoformat(timespec="microseconds")
     [(kind, data)] = apply_observation(task, Observation("push", "input-required", _at(2)))
     assert (kind, data["reason"]) == (ev.OBSERVATION_IGNORED, "stale")
@@ -183,3 +183,99 @@ def test_status_message_rides_on_the_state_change() -> None:
         _task("working"), Observation("poll", "input-required", _at(1), message="Which one?")
     )
     assert data["message"] == "Which one?"
+
+
+# -- R12: what a remote reports must not wedge the task, bloat its log or vanish -----------------
+
+
+def test_a_generation_far_ahead_is_flagged_once_and_orders_nothing() -> None:
+    ahead = Observation("poll", "working", None, generation=10**30)
+    [(kind, data), (flag, flagged)] = apply_observation(_task(), ahead)
+    task = _after(_task(), ahead)
+
+    assert kind == ev.STATE_CHANGED
+    assert (data["reported_generation"], data["generation_skew"]) == (10**30, True)
+    assert "generation" not in data
+    assert (flag, flagged["reason"]) == (ev.FLAGGED_FOR_REVIEW, "generation_skew")
+    assert task["generation"] is None  # the watermark did not move
+    [(kind, _)] = apply_observation(task, Observation("poll", "input-required", None, 7, "Q?"))
+    assert kind == ev.STATE_CHANGED  # not stale: ordered by arrival
+    again = apply_observation(
+        task, Observation("poll", "input-required", None, generation=2**53 + 1)
+    )
+    assert [k for k, _ in again] == [ev.STATE_CHANGED]  # flagged once per task
+
+
+@pytest.mark.parametrize(("step", "skewed"), [(10**6, False), (10**6 + 1, True)])
+def test_a_generation_more_than_a_million_above_the_last_applied_is_skewed(
+    step: int, skewed: bool
+) -> None:
+    task = _after(_task(), Observation("poll", "working", _at(1), generation=5))
+    events = apply_observation(
+        task, Observation("poll", "input-required", _at(2), generation=5 + step)
+    )
+    assert [d.get("reason") for _, d in events][1:] == (["generation_skew"] if skewed else [])
+    assert ("generation" in events[0][1]) is not skewed
+
+
+def test_a_generation_past_2_53_applied_before_it_was_bounded_orders_nothing() -> None:
+    wedged = _task("working", generation=10**30, remote_timestamp=_at(1).isoformat())
+    [(kind, data)] = apply_observation(wedged, Observation("poll", "input-required", _at(2), 7))
+    assert (kind, data["generation"]) == (ev.STATE_CHANGED, 7)
+
+
+def test_a_restamped_status_is_a_repeat_whatever_its_timestamp() -> None:
+    task = _after(_task(), Observation("poll", "working", _at(1), 1, "busy"))
+    for source in ("poll", "push"):
+        assert apply_observation(task, Observation(source, "working", _at(2), 2, "busy")) == []
+
+    news = Observation("poll", "working", _at(3), message="half way")
+    [(_, said)] = apply_observation(task, news)
+    artifact = ArtifactRecord("a1", None, ({"kind": "text", "text": "x"},))
+    with_artifact = Observation("poll", "working", _at(3), message="busy", artifacts=(artifact,))
+    later = _after(task, news)
+    replied = apply_task_event(task, ev.REPLY_SENT, {"message_id": "m"})
+
+    assert said["reason"] == "same_state"
+    assert [k for k, _ in apply_observation(task, with_artifact)] == [
+        ev.OBSERVATION_IGNORED,
+        ev.ARTIFACT_RECEIVED,
+    ]
+    assert (
+        apply_observation(later, Observation("poll", "working", _at(4), message="half way")) == []
+    )
+    assert len(apply_observation(replied, Observation("poll", "working", _at(4), 4, "busy"))) == 1
+    binding = Observation("poll", "working", _at(2), 2, "busy", remote_task_id="r-1")
+    assert [d["remote_task_id"] for _, d in apply_observation(task, binding)] == ["r-1"]
+
+
+def test_a_state_left_and_reported_again_is_applied_however_like_it_was() -> None:
+    task = _after(_task(), Observation("poll", "working", _at(1)))
+    task = _after(task, Observation("poll", "auth-required", _at(2)))
+    [(kind, _)] = apply_observation(task, Observation("poll", "working", _at(3)))
+    assert kind == ev.STATE_CHANGED
+
+
+def _text(artifact_id: str, text: str) -> ArtifactRecord:
+    return ArtifactRecord(artifact_id, None, ({"kind": "text", "text": text},))
+
+
+def test_a_report_naming_one_artifact_twice_records_the_last_and_what_it_dropped() -> None:
+    first, last = _text("a1", "draft"), _text("a1", "final")
+    report = Observation("poll", "working", _at(1), artifacts=(first, last, last))
+    [_, (kind, received), (_, flagged)] = apply_observation(_task(), report)
+    dropped = {"bytes": first.to_json()["bytes"], "sha256": first.to_json()["sha256"]}
+
+    assert (kind, received["parts"]) == (ev.ARTIFACT_RECEIVED, [{"kind": "text", "text": "final"}])
+    assert received["dropped"] == [dropped]
+    assert flagged["reason"] == "artifact_dropped"
+    assert flagged["detail"] == (
+        "one report named artifactId 'a1' more than once with different contents; the last was "
+        f"kept, and the one of {dropped['bytes']} bytes with SHA-256 {dropped['sha256']} dropped"
+    )
+    held = _after(_task(), Observation("poll", "working", _at(1), artifacts=(last,)))
+    again = Observation("poll", "working", _at(1), artifacts=(first, last))
+    assert [d["reason"] for _, d in apply_observation(held, again)] == ["artifact_dropped"]
+    assert apply_observation(_after(_task(), report), again) == []  # flagged once per task
+    same = apply_observation(_task(), Observation("poll", "working", artifacts=(last, last)))
+    assert [sorted(d) for _, d in same][1] == sorted({**last.to_json(), "source": "poll"})

@@ -17,7 +17,6 @@ import pytest
 from cardfence.engine.answers import Part, RemoteMessage, StatusMessage
 from cardfence.engine.errors import InvalidAgentResponseError
 from cardfence.engine.remote import (
-    loads,
     parse_push_config,
     parse_send_response,
     parse_stream_response,
@@ -51,25 +50,6 @@ def refused(call: Any, document: object, url: str = URL) -> str:
 
 def detail(text: str, url: str = URL) -> str:
     return f"{url}: invalid agent response: {text} (nothing was changed)"
-
-
-# --- loads ---------------------------------------------------------------------------------------
-
-
-def test_numbers_are_read_as_json_numbers() -> None:
-    assert loads(b'{"a": 1.5, "b": -2e3, "c": 7}') == {"a": 1.5, "b": -2000.0, "c": 7}
-
-
-@pytest.mark.parametrize("number", [b"1e400", b"-1e400"])
-def test_a_number_out_of_the_float_range_is_refused(number: bytes) -> None:
-    with pytest.raises(ValueError, match=f"^number {number.decode()} is out of range$"):
-        loads(b"[" + number + b"]")
-
-
-@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
-def test_non_finite_constants_are_refused_by_name(constant: str) -> None:
-    with pytest.raises(ValueError, match=f"^{constant} is not JSON$"):
-        loads(f"[{constant}]".encode())
 
 
 # --- the url and the path of a refusal ------------------------------------------------------------
@@ -226,11 +206,6 @@ def test_an_artifact_event_carries_its_ids_generation_and_artifact() -> None:
 )
 def test_a_broken_stream_event_is_refused_at_its_path(event: object, problem: str) -> None:
     assert refused(parse_stream_response, event) == detail(problem)
-
-
-def test_an_out_of_range_number_is_shown_by_its_first_20_characters() -> None:
-    with pytest.raises(ValueError, match=r"^number 12345678901234567890 is out of range$"):
-        loads(b"[1234567890123456789012345e400]")
 
 
 def test_an_artifact_keeps_its_description_and_refuses_a_wrong_one_at_its_path() -> None:

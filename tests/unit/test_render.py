@@ -20,7 +20,7 @@ from cardfence.engine.cards.model import AgentCard, parse_card
 from cardfence.engine.cli.render import describe, summary, task_path, task_table, timeline
 from cardfence.engine.engine.base import _authorization_failed
 from cardfence.engine.errors import AuthorizationFailedError, DiscoveryError
-from cardfence.engine.guards import downgrade, reconcile_card, resume_check, unavailable
+from cardfence.engine.guards import downgrade, reconcile_card, resume_check, throttled, unavailable
 from cardfence.engine.lifecycle import mermaid as lifecycle_mermaid
 from cardfence.engine.observations import ArtifactRecord, Observation, apply_observation
 from cardfence.engine.replay import fold_task, initial_task_state
@@ -152,6 +152,9 @@ def representative_payloads() -> dict[str, dict[str, Any]]:
         ev.AUTHORIZATION_FAILED: _authorization_failed(
             AuthorizationFailedError("http://a.test/rpc", 401, schemes=("bearer",)), "poll"
         )[1],
+        ev.THROTTLED: throttled(
+            {"flags": []}, "http://a.test/rpc", 429, 20.0, 20.0, "poll"
+        )[0][1],
         ev.CREDENTIALS_MOVED: {
             "old": "http://a.test", "new": "http://b.test", "revision": "r" * 64,
             "at": T0.isoformat(),
@@ -218,6 +221,15 @@ def test_a_chunk_of_an_artifact_says_it_was_appended() -> None:
     burst = {**chunk, "parts": [{"kind": "text", "text": "beta gamma "}], "chunks": 2}
     assert summary(recorded(ev.ARTIFACT_RECEIVED, burst)) == (
         "text via stream, 2 chunks appended: beta gamma "
+    )
+
+
+def test_an_artifact_kept_over_another_version_in_its_report_says_so() -> None:
+    kept = {"artifact_id": "a1", "name": None, "parts": [{"kind": "text", "text": "final"}],
+            "source": "poll", "dropped": [{"bytes": 70, "sha256": "ab" * 32}]}  # fmt: skip
+
+    assert summary(recorded(ev.ARTIFACT_RECEIVED, kept)) == (
+        "a1 via poll, 1 other version in the report dropped: final"
     )
 
 

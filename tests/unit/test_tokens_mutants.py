@@ -157,7 +157,9 @@ def test_an_answer_that_is_not_a_json_object_is_refused_naming_the_url() -> None
     with pytest.raises(tokens._Failure) as refused:
         tokens._check_answer(URL, (), response)
     assert (refused.value.url, refused.value.status) == (URL, 200)
-    assert refused.value.detail == "HTTP 200: the answer is not a JSON object"
+    assert refused.value.detail == (
+        "HTTP 200: the answer is not a JSON object (body is not JSON (Expecting value at line 1))"
+    )
 
 
 def test_a_200_answer_naming_an_error_is_refused_even_with_a_token() -> None:
@@ -378,7 +380,8 @@ async def test_an_answer_in_an_encoding_we_do_not_decode_is_refused_naming_its_u
 
 def test_a_client_secret_beyond_latin_1_is_still_hidden_in_its_basic_credentials() -> None:
     hidden = tokens._secrets_of(OAuthClient("id", "s€"))
-    assert hidden == ("s€", base64.b64encode(b"id:s?").decode())
+    form_encoded = base64.b64encode(b"id:s%E2%82%AC").decode()  # RFC 6749 section 2.3.1
+    assert hidden == ("s€", base64.b64encode(b"id:s?").decode(), form_encoded)
 
 
 # -- the token request -----------------------------------------------------------------------------
