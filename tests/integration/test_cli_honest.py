@@ -1,7 +1,8 @@
 """An honest command line, through the real ``cardfence`` console script: option values checked
 before anything is opened, written or sent (exit 2); no store made up for a read-only command or an
-in-memory ``--db``; Ctrl-C exits 130 with the task left for ``resume``; an endpoint that speaks
-another A2A version is named as such (docs/cli.md)."""
+in-memory ``--db``; a store that never answers ends the command by its ``--timeout``; Ctrl-C exits
+130 with the task left for ``resume``; an endpoint that speaks another A2A version is named as
+such (docs/cli.md)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pathlib import Path
 
 import pytest
 from support import Peer
-from support.hostile import SKILL, HostileAgent, Reply
+from support.hostile import SKILL, HostileAgent, Reply, SilentListener
 from test_cli_tasks import CARDFENCE, POLL, cardfence, document, failed_with, last_line
 
 from cardfence.engine.tasklog import TaskLog
@@ -112,6 +113,38 @@ def test_an_in_memory_empty_or_unparsable_db_is_refused(
 
     _usage_refused(result)
     assert list(tmp_path.iterdir()) == []  # not even the default ./cardfence.db
+    _nothing_reached(peer)
+
+
+# A store that never answers: commands that take --timeout end by it (here 2 s), the others by
+# their connect timeout (the URL's, 2 s here; 10 s by default), never by a fixed 10 s.
+SILENT_STORE = [
+    ("run", "AGENT", "--skill", "echo", "--text", "hi", "--timeout", "2"),
+    ("resume", "--all", "--timeout", "2"),
+    ("audit",),
+    ("serve", "--port", "0"),
+]
+
+
+@pytest.mark.parametrize("argv", SILENT_STORE, ids=lambda argv: argv[0])
+def test_a_store_that_never_answers_ends_the_command_by_its_timeout(
+    peer: Peer, argv: tuple[str, ...]
+) -> None:
+    pytest.importorskip("psycopg")
+    argv = tuple(peer.base_url if a == "AGENT" else a for a in argv)
+    with SilentListener() as silent:
+        url = f"postgresql+psycopg://cf:s3cret@127.0.0.1:{silent.port}/db"
+        if "--timeout" not in argv:
+            url += "?connect_timeout=2"
+        started = time.monotonic()
+        result = cardfence(url, *argv, "--json")
+        took = time.monotonic() - started
+
+    error = failed_with(result, 10, "StoreUnavailableError")["error"]
+    assert took < 8, f"ended after {took:.1f} s: the fixed 10 s connect timeout, not the 2 s bound"
+    assert error["message"].startswith(f"postgresql+psycopg://cf:***@127.0.0.1:{silent.port}/db")
+    assert "nothing was written" in error["message"]
+    assert "s3cret" not in result.stdout + result.stderr
     _nothing_reached(peer)
 
 
