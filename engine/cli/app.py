@@ -26,7 +26,7 @@ from cardfence.engine.cards.fetch import CardLimits
 from cardfence.engine.cards.signature_policy import load_card_signatures
 from cardfence.engine.credentials_config import CredentialsConfig, load_credentials
 from cardfence.store import EventStore, normalise_url
-from cardfence.store.database import DEFAULT_STATEMENT_TIMEOUT
+from cardfence.store.database import DEFAULT_CONNECT_TIMEOUT, DEFAULT_STATEMENT_TIMEOUT
 
 if TYPE_CHECKING:
     from cardfence.engine.engine import EngineConfig
@@ -289,8 +289,8 @@ def open_store(
     """Open (and migrate) the store the options name; ``existing``: only one already there.
 
     ``deadline`` (a ``time.monotonic`` value: a command's ``--timeout``) bounds the opening
-    whole, and every later connection and statement of the store by the time left then (R16:
-    no fixed timeout outlives ``--timeout``); without it, the store's own bounds hold."""
+    whole, and cuts the store's own bounds on every later connection and statement to the time
+    left then (R16: no fixed timeout outlives ``--timeout``)."""
     url = checked_store_url(options, existing=existing)
     if deadline is None:
         return EventStore.open(url)
@@ -338,7 +338,7 @@ class _Opening:
         try:
             store = EventStore.open(
                 url,
-                connect_timeout=left,
+                connect_timeout=min(DEFAULT_CONNECT_TIMEOUT, left),
                 statement_timeout=min(DEFAULT_STATEMENT_TIMEOUT, left),
             )
         except BaseException as failure:
