@@ -19,7 +19,6 @@ instead of with its exit code.
 
 from __future__ import annotations
 
-import _thread
 import signal
 import threading
 from collections.abc import Iterator
@@ -113,12 +112,13 @@ def _importing(frame: FrameType | None) -> bool:
 
 
 def _again_soon(signum: int) -> None:
-    """Call the handler again shortly (on the main thread, as a signal would), unless the
-    recorded signal was raised meanwhile."""
+    """Send the signal again to the main thread shortly (a real one, so a wait it is blocked in
+    ends too), unless the one recorded was raised meanwhile or the handlers have changed."""
+    main = threading.get_ident()  # the handler runs on the main thread
 
     def again() -> None:
-        if _State.pending:
-            _thread.interrupt_main(signal.Signals(signum))
+        if _State.pending and signal.getsignal(signum) is _on_signal:
+            signal.pthread_kill(main, signum)
 
     timer = threading.Timer(_RETRY_SECONDS, again)
     timer.daemon = True

@@ -22,6 +22,7 @@ from support import Peer
 from support.hostile import SKILL, HostileAgent, Reply, SilentListener
 from test_cli_tasks import CARDFENCE, POLL, cardfence, document, failed_with, last_line
 
+from cardfence.engine.cli import signals
 from cardfence.engine.tasklog import TaskLog
 from cardfence.store import EventStore
 
@@ -286,6 +287,29 @@ def test_ctrl_c_at_any_moment_of_the_start_ends_as_an_interruption(
                 assert (error["type"], error["exit_code"]) == ("Interrupted", 130), moment
             else:
                 assert result.stdout == "", moment
+
+
+def test_a_signal_inside_an_import_is_raised_once_the_import_is_done(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Raised inside the import, it could be swallowed by the import machinery's callbacks.
+    (tmp_path / "signalled_mid_import.py").write_text(
+        "import signal\nsignal.raise_signal(signal.SIGINT)\nDONE = True\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    imported: list[bool] = []
+
+    def import_then_wait() -> None:
+        import signalled_mid_import  # type: ignore[import-not-found]
+
+        imported.append(signalled_mid_import.DONE)
+        time.sleep(30)  # the signal, sent again, ends this wait
+
+    with pytest.raises(KeyboardInterrupt), signals.handled():
+        import_then_wait()
+
+    assert imported == [True]
+    assert signals.received() == "SIGINT"
 
 
 # -- an endpoint that speaks another A2A version ------------------------------------------------
