@@ -82,6 +82,8 @@ def handled() -> Iterator[None]:
             signal.signal(sig, handler)
         _State.loop = _State.task = None
         _State.raising = raising
+        if previous[signal.SIGINT] is not _on_signal:  # the caller's handlers are back
+            _State.pending = False
 
 
 def _on_signal(signum: int, frame: FrameType | None) -> None:
@@ -113,11 +115,12 @@ def _importing(frame: FrameType | None) -> bool:
 
 def _again_soon(signum: int) -> None:
     """Send the signal again to the main thread shortly (a real one, so a wait it is blocked in
-    ends too), unless the one recorded was raised meanwhile or the handlers have changed."""
+    ends too), unless the one recorded was raised meanwhile; to whichever handler is set then
+    (serve's, once it is serving), not to the default action of a process ending."""
     main = threading.get_ident()  # the handler runs on the main thread
 
     def again() -> None:
-        if _State.pending and signal.getsignal(signum) is _on_signal:
+        if _State.pending and callable(signal.getsignal(signum)):
             signal.pthread_kill(main, signum)
 
     timer = threading.Timer(_RETRY_SECONDS, again)
