@@ -10,57 +10,61 @@ the secrets it holds: :class:`ApiKey`, :class:`Bearer`, :class:`Basic`, :class:`
 :class:`CardfenceError`.
 """
 
-from cardfence.engine.audit import AuditReport, Violation, audit, rebuild_projections, replay
-from cardfence.engine.cards.fetch import CardLimits
-from cardfence.engine.cards.model import AgentCard, parse_card
-from cardfence.engine.credentials_config import (
-    ApiKey,
-    Basic,
-    Bearer,
-    CredentialsConfig,
-    MutualTls,
-    OAuthClient,
-    load_credentials,
-)
-from cardfence.engine.engine import Engine, EngineConfig, WebhookOutcome
-from cardfence.engine.errors import (
-    AuditViolation,
-    AuthorizationFailedError,
-    CardfenceError,
-    CardInvalidError,
-    CardSignatureError,
-    ConcurrencyError,
-    ContractChangedError,
-    CorruptRecordError,
-    CreationRefusedError,
-    CredentialsConfigError,
-    CredentialsMissingError,
-    DeadlineExceeded,
-    DiscoveryError,
-    EndpointUnreachableError,
-    ExtensionRequiredError,
-    InvalidAgentResponseError,
-    LeaseLostError,
-    OperationUnsupportedError,
-    PayloadError,
-    ProtocolMismatchError,
-    ProtocolUnsupportedError,
-    RemoteRefusedError,
-    SchemaTooNewError,
-    SkillUnavailableError,
-    SnapshotMismatchError,
-    StoreError,
-    StoreUnavailableError,
-    StreamDroppedError,
-    TaskEndedError,
-    TaskOrphanedError,
-    TokenRequestError,
-    UsageError,
-    WrongTaskAnswerError,
-)
-from cardfence.engine.tasklog import AsOf
-from cardfence.engine.views import TaskView
-from cardfence.engine.webhook import Delivery
+import importlib
+import typing as _typing
+
+if _typing.TYPE_CHECKING:
+    from cardfence.engine.audit import AuditReport, Violation, audit, rebuild_projections, replay
+    from cardfence.engine.cards.fetch import CardLimits
+    from cardfence.engine.cards.model import AgentCard, parse_card
+    from cardfence.engine.credentials_config import (
+        ApiKey,
+        Basic,
+        Bearer,
+        CredentialsConfig,
+        MutualTls,
+        OAuthClient,
+        load_credentials,
+    )
+    from cardfence.engine.engine import Engine, EngineConfig, WebhookOutcome
+    from cardfence.engine.errors import (
+        AuditViolation,
+        AuthorizationFailedError,
+        CardfenceError,
+        CardInvalidError,
+        CardSignatureError,
+        ConcurrencyError,
+        ContractChangedError,
+        CorruptRecordError,
+        CreationRefusedError,
+        CredentialsConfigError,
+        CredentialsMissingError,
+        DeadlineExceeded,
+        DiscoveryError,
+        EndpointUnreachableError,
+        ExtensionRequiredError,
+        InvalidAgentResponseError,
+        LeaseLostError,
+        OperationUnsupportedError,
+        PayloadError,
+        ProtocolMismatchError,
+        ProtocolUnsupportedError,
+        RemoteRefusedError,
+        SchemaTooNewError,
+        SkillUnavailableError,
+        SnapshotMismatchError,
+        StoreError,
+        StoreUnavailableError,
+        StreamDroppedError,
+        TaskEndedError,
+        TaskOrphanedError,
+        TokenRequestError,
+        UsageError,
+        WrongTaskAnswerError,
+    )
+    from cardfence.engine.tasklog import AsOf
+    from cardfence.engine.views import TaskView
+    from cardfence.engine.webhook import Delivery
 
 __version__ = "0.1.0"
 
@@ -121,3 +125,36 @@ __all__ = [
     "rebuild_projections",
     "replay",
 ]
+
+# Where each public name lives, imported on first use (PEP 562): importing cardfence is cheap,
+# so the console script and ``python -m cardfence`` set their signal handlers before the engine
+# loads (docs/cli.md, exit 130), and a host application loads only what it uses. The names not
+# listed here are the error tree's.
+_HOMES = {
+    "cardfence.engine.audit": (
+        "AuditReport", "Violation", "audit", "rebuild_projections", "replay",
+    ),
+    "cardfence.engine.cards.fetch": ("CardLimits",),
+    "cardfence.engine.cards.model": ("AgentCard", "parse_card"),
+    "cardfence.engine.credentials_config": (
+        "ApiKey", "Basic", "Bearer", "CredentialsConfig", "MutualTls", "OAuthClient",
+        "load_credentials",
+    ),
+    "cardfence.engine.engine": ("Engine", "EngineConfig", "WebhookOutcome"),
+    "cardfence.engine.tasklog": ("AsOf",),
+    "cardfence.engine.views": ("TaskView",),
+    "cardfence.engine.webhook": ("Delivery",),
+}  # fmt: skip
+_HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
+
+
+def __getattr__(name: str) -> _typing.Any:
+    if name not in __all__:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(_HOME_OF.get(name, "cardfence.engine.errors")), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

@@ -12,6 +12,8 @@ import math
 import os
 import secrets
 import sys
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -23,7 +25,8 @@ from cardfence.engine import errors
 from cardfence.engine.cards.fetch import CardLimits
 from cardfence.engine.cards.signature_policy import load_card_signatures
 from cardfence.engine.credentials_config import CredentialsConfig, load_credentials
-from cardfence.store import EventStore
+from cardfence.store import EventStore, normalise_url
+from cardfence.store.database import DEFAULT_CONNECT_TIMEOUT, DEFAULT_STATEMENT_TIMEOUT
 
 if TYPE_CHECKING:
     from cardfence.engine.engine import EngineConfig
@@ -280,9 +283,82 @@ def checked_store_url(options: Globals, *, existing: bool = False) -> str:
     return url
 
 
-def open_store(options: Globals, *, existing: bool = False) -> EventStore:
-    """Open (and migrate) the store the options name; ``existing``: only one already there."""
-    return EventStore.open(checked_store_url(options, existing=existing))
+def open_store(
+    options: Globals, *, existing: bool = False, deadline: float | None = None
+) -> EventStore:
+    """Open (and migrate) the store the options name; ``existing``: only one already there.
+
+    ``deadline`` (a ``time.monotonic`` value: a command's ``--timeout``) bounds the opening
+    whole, and cuts the store's own bounds on every later connection and statement to the time
+    left then (R16: no fixed timeout outlives ``--timeout``)."""
+    url = checked_store_url(options, existing=existing)
+    if deadline is None:
+        return EventStore.open(url)
+    return _open_by(url, deadline)
+
+
+def _open_by(url: str, deadline: float) -> EventStore:
+    """Open the store on a thread of its own and wait for it until ``deadline`` at most: libpq
+    counts its connect timeout in whole seconds, two at least, and a server that accepts the
+    connection and never answers a statement is not bounded by ``statement_timeout`` at all."""
+    left = max(deadline - time.monotonic(), 0.001)
+    opening = _Opening()
+    worker = threading.Thread(
+        target=opening.run,
+        args=(url, left),
+        name="cardfence-store-open",
+        daemon=True,  # one that never answers must not keep the process from exiting
+    )
+    worker.start()
+    try:
+        opening.done.wait(left)
+    finally:
+        store, failure = opening.settle()
+    if failure is not None:
+        raise failure
+    if store is None:
+        shown = normalise_url(url).render_as_string(hide_password=True)
+        raise errors.StoreUnavailableError(
+            shown, "no answer before --timeout ran out, while opening the store; nothing was sent"
+        )
+    return store
+
+
+class _Opening:
+    """A store being opened on a thread, and whether its waiter still wants it."""
+
+    def __init__(self) -> None:
+        self.done = threading.Event()
+        self._lock = threading.Lock()
+        self._store: EventStore | None = None
+        self._failure: BaseException | None = None
+        self._abandoned = False
+
+    def run(self, url: str, left: float) -> None:
+        try:
+            store = EventStore.open(
+                url,
+                connect_timeout=min(DEFAULT_CONNECT_TIMEOUT, left),
+                statement_timeout=min(DEFAULT_STATEMENT_TIMEOUT, left),
+            )
+        except BaseException as failure:
+            with self._lock:
+                self._failure = failure
+            self.done.set()
+            return
+        with self._lock:
+            abandoned = self._abandoned
+            if not abandoned:
+                self._store = store
+        if abandoned:  # opened too late: nobody will use or close it
+            store.close()
+        self.done.set()
+
+    def settle(self) -> tuple[EventStore | None, BaseException | None]:
+        """What the opening came to by now; from here on a late store is closed, unused."""
+        with self._lock:
+            self._abandoned = True
+            return self._store, self._failure
 
 
 def check_seconds(option: str, value: float, *, minimum: float = 0.0) -> None:

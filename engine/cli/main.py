@@ -54,7 +54,6 @@ __all__ = [
     "app",
     "demo_commands",
     "event_commands",
-    "main",
     "run",
     "serve_commands",
     "task_commands",
@@ -213,27 +212,26 @@ def run(argv: Sequence[str] | None = None) -> int:
     debug = "--debug" in args
     as_json = "--json" in args
     command = typer.main.get_command(app)
-    with signals.handled():
-        try:
+    try:
+        # A signal that came while the command line loaded (console script) is raised here.
+        with signals.handled():
             returned = command.main(args=args, prog_name="cardfence", standalone_mode=False)
-        except (KeyboardInterrupt, asyncio.CancelledError, typer.Abort) as stop:
-            if isinstance(stop, asyncio.CancelledError) and signals.received() is None:
-                return _bug(stop, as_json, debug)
-            return _interrupted(as_json)
-        except typer.Exit as stop:
-            code = int(stop.exit_code)
-        except Exception as exc:
-            return _failure(exc, as_json, debug)
-        else:
-            # typer returns the code of an Exit it caught: 130 for a KeyboardInterrupt.
-            code = returned if isinstance(returned, int) else EXIT_OK
+    except (KeyboardInterrupt, asyncio.CancelledError, typer.Abort) as stop:
+        if isinstance(stop, asyncio.CancelledError) and signals.received() is None:
+            return _bug(stop, as_json, debug)
+        return _interrupted(as_json)
+    except typer.Exit as stop:
+        code = int(stop.exit_code)
+    except Exception as exc:
+        return _failure(exc, as_json, debug)
+    else:
+        # typer returns the code of an Exit it caught: 130 for a KeyboardInterrupt.
+        code = returned if isinstance(returned, int) else EXIT_OK
     return _interrupted(as_json) if code == EXIT_INTERRUPTED else code
 
 
 def _interrupted(as_json: bool) -> int:
-    name = signals.received() or "SIGINT"
-    detail = f"{name} received; nothing was left half-written (the store writes whole transactions)"
-    return _failed(as_json, "Interrupted", detail, EXIT_INTERRUPTED)
+    return _failed(as_json, "Interrupted", signals.detail(), EXIT_INTERRUPTED)
 
 
 def _failure(exc: Exception, as_json: bool, debug: bool) -> int:
@@ -295,8 +293,3 @@ def _fail(line: str) -> None:
         sys.stderr.flush()
     except OSError:
         pass
-
-
-def main() -> None:
-    """Console-script entry point."""
-    raise SystemExit(run())

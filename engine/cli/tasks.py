@@ -107,11 +107,11 @@ def _engine_run(
     existing: bool = True,
 ) -> _T:
     """Run ``job`` on an engine (``existing``: of a store already there); every request it
-    makes ends by ``deadline`` (R16). On SIGINT/SIGTERM the job is cancelled at its next await
-    (the append in hand commits first) and :class:`Interrupted` says what ``left(engine)``
-    reports."""
+    makes, and the store's opening, connections and statements, end by ``deadline`` (R16). On
+    SIGINT/SIGTERM the job is cancelled at its next await (the append in hand commits first)
+    and :class:`Interrupted` says what ``left(engine)`` reports."""
     config = configured(options, config)
-    store = open_store(options, existing=existing)
+    store = open_store(options, existing=existing, deadline=deadline)
 
     async def main() -> _T:
         with signals.cancellable():
