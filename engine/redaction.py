@@ -35,8 +35,8 @@ ANYWHERE: Final = 8
 # RFC 7235's token68 and word characters: what a short secret must not touch to stand alone.
 _TOKEN_CHARACTER: Final = r"[\w.~+/=-]"
 _PERCENT: Final = re.compile(r"%[0-9A-F]{2}")
-# A JSON string literal; only those holding an escape are decoded and read again.
-_JSON_STRING: Final = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
+# An answer cut into its JSON strings and what lies between them (exact for a JSON document).
+_TOKENS: Final = re.compile(rb'"(?:[^"\\]|\\.)*"|[^"]+|"', re.DOTALL)
 
 
 def secret_forms(secret: str) -> frozenset[str]:
@@ -81,26 +81,29 @@ class Redaction:
         return text if self._text is None else self._text.sub(self._mark, text)
 
     def body(self, raw: bytes) -> bytes:
-        """An answer's bytes (JSON or not) with every form of every secret replaced by the mark;
-        a JSON string whose escapes spell a secret is decoded, hidden and encoded again (so the
-        document stays the same JSON but for the secret)."""
+        """An answer's bytes (JSON or not) with every form of every secret replaced by the mark.
+
+        Where the answer holds JSON escapes, each JSON string is read on its own: one holding an
+        escape is decoded, hidden and encoded again (its escapes may spell a secret no form
+        holds, and hiding a form in its escaped spelling could cut an escape in two), so a JSON
+        document stays the same JSON but for the secrets. Only a JSON string's content is ever
+        shown or kept; what does not decode is hidden as bytes."""
         if self._bytes is None:
             return raw
-        raw = self._bytes.sub(self._mark.encode(), raw)
         if b"\\" not in raw:
-            return raw
-        return _JSON_STRING.sub(self._literal, raw)
+            return self._bytes.sub(self._mark.encode(), raw)
+        return b"".join(self._piece(token.group()) for token in _TOKENS.finditer(raw))
 
-    def _literal(self, match: re.Match[bytes]) -> bytes:
-        literal = match.group()
-        if b"\\" not in literal:
-            return literal
-        try:
-            value = json.loads(literal)
-        except ValueError:  # not a string of a JSON document after all: left as it is
-            return literal
-        hidden = self.text(value)
-        return literal if hidden == value else json.dumps(hidden).encode()
+    def _piece(self, piece: bytes) -> bytes:
+        if len(piece) > 1 and piece[:1] == b'"' and b"\\" in piece:
+            try:
+                value = json.loads(piece)
+            except ValueError:  # not a string of a JSON document after all
+                value = None
+            if isinstance(value, str):
+                hidden = self.text(value)
+                return piece if hidden == value else json.dumps(hidden).encode()
+        return self._bytes.sub(self._mark.encode(), piece) if self._bytes else piece
 
 
 @functools.lru_cache(maxsize=256)

@@ -30,7 +30,7 @@ from cardfence.engine.cards.keys import CardKeys, parse_keys, read_key_file
 from cardfence.engine.cards.model import AgentCard
 from cardfence.engine.cards.signature_policy import IGNORED, SignaturePolicy
 from cardfence.engine.cards.signatures import SignatureCheck, apply_policy, entries
-from cardfence.engine.errors import CardSignatureError, DiscoveryError
+from cardfence.engine.errors import CardSignatureError, DiscoveryError, UsageError
 from cardfence.engine.offload import sized_work
 from cardfence.engine.pool import RequestSlots
 from cardfence.store import EventStore
@@ -98,7 +98,7 @@ class SignedReads:
             raise CardSignatureError(card_url, f"the signatures name {len(named)} jku URLs")
         try:
             jku_origin = card_urls(jku)[0]
-        except DiscoveryError:
+        except (DiscoveryError, UsageError):  # no URL a request could use: on no origin
             jku_origin = ""
         if jku_origin != origin:
             raise CardSignatureError(
