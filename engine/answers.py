@@ -125,7 +125,9 @@ class StatusMessage:
 @dataclass(frozen=True, slots=True)
 class RemoteTask:
     """A Task snapshot. ``timestamp`` is the status timestamp, aware UTC, when the agent sent one;
-    ``generation`` is the A2A 1.1 draft counter, when sent (R12 orders on both)."""
+    ``generation`` is the A2A 1.1 draft counter, when sent (R12 orders on both). ``history_ids``:
+    the ``messageId`` of each message of its ``history`` the agent sent, oldest first (R3 tells
+    our task by the creation's among them)."""
 
     id: str
     context_id: str | None
@@ -134,6 +136,7 @@ class RemoteTask:
     generation: int | None
     message: StatusMessage | None
     artifacts: tuple[Artifact, ...]
+    history_ids: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,7 +25,9 @@ Required: the ids the engine keys on (``Task.id``, ``messageId``, ``artifactId``
 ``taskId``) and ``Task.status``. Everything else may be absent: proto JSON omits fields at their
 default, and ListTasks prints them as ``""`` / ``[]``, so empty means absent. A wrong JSON type is
 always refused. An unknown state reads as ``unknown`` (it changes nothing downstream); unknown
-fields are ignored; ``history`` and ``metadata`` are not read.
+fields are ignored; ``metadata`` is not read, nor of a task's ``history`` anything but the
+``messageId`` of its first :data:`HISTORY_IDS_KEPT` messages (R3: a task found by ``ListTasks`` is
+ours only if the creation's is among them); an entry without a string one is passed over.
 """
 
 from __future__ import annotations
@@ -82,6 +84,9 @@ _RFC3339: Final = re.compile(
     r"(?:\.([0-9]+))?(?:([Zz])|([+-])([0-9]{2}):([0-9]{2}))"
 )
 _GENERATION: Final = re.compile(r"[0-9]{1,19}")
+# The messageIds of a task's history kept, the oldest first: the creation's is the first an agent
+# records, and ListTasks is asked for no more than these (engine.creation).
+HISTORY_IDS_KEPT: Final = 50
 
 
 # --- public parsers ------------------------------------------------------------------------------
@@ -173,7 +178,20 @@ def _task(obj: object, path: str) -> RemoteTask:
         generation=_first_generation(doc, path, status, status_at),
         message=message,
         artifacts=tuple(_artifact(item, at) for item, at in fields.items(doc, "artifacts", path)),
+        history_ids=_history_ids(doc, path),
     )
+
+
+def _history_ids(doc: dict[str, Any], path: str) -> tuple[str, ...]:
+    """The ``messageId`` of the first :data:`HISTORY_IDS_KEPT` messages of ``history`` (a list,
+    else refused). Leniently: the history never decided a task's state, so an entry that is not
+    an object with a string ``messageId`` is passed over, not refused; nothing else is read."""
+    found: list[str] = []
+    for item, _ in fields.items(doc, "history", path)[:HISTORY_IDS_KEPT]:
+        message_id = item.get("messageId") if isinstance(item, dict) else None
+        if isinstance(message_id, str) and message_id:
+            found.append(message_id)
+    return tuple(found)
 
 
 def _status(status: dict[str, Any], path: str) -> tuple[str, datetime | None, StatusMessage | None]:

@@ -184,9 +184,13 @@ class A2ATransport(Exchange):
         )
         return parse_push_config(self._answer("push_config", result), url=url)
 
-    async def list_tasks(self, *, context_id: str, page_size: int = 50) -> tuple[RemoteTask, ...]:
+    async def list_tasks(
+        self, *, context_id: str, page_size: int = 50, history_length: int | None = None
+    ) -> tuple[RemoteTask, ...]:
         """ListTasks of one context, following ``nextPageToken`` for at most ``max_pages`` pages
-        (a deliberate bound: what lies beyond is not returned).
+        (a deliberate bound: what lies beyond is not returned). ``history_length``, when given,
+        asks for at most that many messages of each task's history (none asked: the agent's
+        default).
 
         A2A 0.3 has no ListTasks: :class:`OperationUnsupportedError`, nothing sent.
         """
@@ -197,6 +201,8 @@ class A2ATransport(Exchange):
         seen: set[str] = set()
         for _ in range(self.max_pages):
             params: dict[str, Any] = {"contextId": context_id, "pageSize": page_size}
+            if history_length is not None:
+                params["historyLength"] = history_length
             if token:
                 params["pageToken"] = token
             url, result = await self._call(

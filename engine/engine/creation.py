@@ -48,6 +48,7 @@ from cardfence.engine.errors import (
     UsageError,
 )
 from cardfence.engine.observations import Event, from_message, from_task
+from cardfence.engine.remote import HISTORY_IDS_KEPT
 from cardfence.engine.replay import State
 from cardfence.engine.transport import A2ATransport
 from cardfence.engine.views import TaskView
@@ -283,15 +284,31 @@ class Creation(Observing):
 
     async def _found_sent(self, key: str, state: State) -> bool:
         """Whether a send whose outcome is unknown reached the agent: ``ListTasks`` on the
-        task's context (R3); the task found is read whole and applied."""
+        task's context (R3); the task found is read whole and applied. Several tasks may share
+        the context (a continued conversation): one is ours only if its history holds the
+        creation's ``messageId`` and no other task of this store (of this agent, R16) is bound
+        to its id. None ours: nothing found."""
         transport = await self._task_transport(state)
-        found = await transport.list_tasks(context_id=state["context_id"])
-        if not found:
+        found = await transport.list_tasks(
+            context_id=state["context_id"], history_length=HISTORY_IDS_KEPT
+        )
+        sent = [task.id for task in found if state["message_id"] in task.history_ids]
+        ours = await self._calls.run(self._unbound, key, state, sent)
+        if ours is None:
             return False
         # ListTasks may leave artifacts out (a2a-sdk does by default): read the whole task.
-        whole = await transport.get_task(found[0].id)
+        whole = await transport.get_task(ours)
         await self._observe(key, from_task(whole, "poll"))
         return True
+
+    def _unbound(self, key: str, state: State, remote_ids: Sequence[str]) -> str | None:
+        """The first of ``remote_ids`` no other task of this store is bound to at this agent
+        (R16: a remote task id is unique per agent only)."""
+        for remote_id in remote_ids:
+            heads = self.log.by_remote_id(remote_id)
+            if not any(h.key != key and h.state.get("agent") == state.get("agent") for h in heads):
+                return remote_id
+        return None
 
     async def _send_once(
         self,

@@ -40,6 +40,8 @@ from support.hostile import SKILL, HostileAgent, Reply
 
 from cardfence.engine import deadline
 from cardfence.engine import events as ev
+from cardfence.engine.cards.interfaces import JSONRPC
+from cardfence.engine.cards.model import Interface
 from cardfence.engine.cli.app import exit_code_for
 from cardfence.engine.engine import Engine
 from cardfence.engine.errors import (
@@ -51,6 +53,8 @@ from cardfence.engine.errors import (
     UsageError,
     WrongTaskAnswerError,
 )
+from cardfence.engine.remote import HISTORY_IDS_KEPT
+from cardfence.engine.transport import A2ATransport
 
 CARDFENCE = shutil.which("cardfence", path=str(Path(sys.executable).parent)) or "cardfence"
 CONTENT_TYPE_NOT_SUPPORTED = -32005
@@ -217,6 +221,39 @@ async def test_resend_of_an_unknown_outcome_is_gated_by_the_frozen_contract_at_a
         assert again["contextId"] == first["contextId"]
 
 
+async def test_resume_binds_the_task_of_its_context_whose_history_holds_the_creations_message_id(
+    peer: Peer, engine: Engine
+) -> None:
+    peer.set_endpoint_gone(True)
+    with pytest.raises(EndpointUnreachableError):
+        await engine.start_task(peer.base_url, skill="echo", text="echo ours")
+    [pending] = engine.tasks()
+    [recorded] = data_of(engine.store, pending.task, ev.TASK_SUBMITTED)
+    peer.set_endpoint_gone(False)
+    transport = A2ATransport(engine.client, Interface(peer.jsonrpc_url, JSONRPC, "1.0"))
+    context = recorded["context_id"]
+    # The crash fell between send and record: the creation reached the agent, its answer did
+    # not. Then the conversation went on in its context: a later task, which a2a-sdk lists first.
+    ours, later = [
+        await transport.send_message(
+            text=text, message_id=message_id, context_id=context,
+            metadata={"skillId": "echo"}, return_immediately=False,
+        )
+        for text, message_id in (("echo ours", recorded["message_id"]), ("echo on", "m-later"))
+    ]  # fmt: skip
+    sent = calls(peer, "SendMessage")
+
+    resumed = await engine.resume(pending.task)
+
+    assert resumed.remote_task_id == ours.id != later.id
+    assert calls(peer, "SendMessage") == sent  # found, not sent again
+    listed = await transport.list_tasks(context_id=context, history_length=HISTORY_IDS_KEPT)
+    assert [(t.id, t.history_ids[0]) for t in listed] == [
+        (later.id, "m-later"),
+        (ours.id, recorded["message_id"]),
+    ]
+
+
 # -- R16: an answer is I-JSON ----------------------------------------------------------------------
 
 
@@ -303,8 +340,10 @@ async def test_a_send_answered_503_asks_list_tasks_before_sending_again(
 ) -> None:
     at = datetime(2026, 1, 1, tzinfo=UTC)
     agent.rpc["SendMessage"] = in_turn(busy(503, "1"), created)
-    tasks = [wire_task("t-1", "c-1", "working", at)] if found else []
-    agent.rpc["ListTasks"] = rpc_result({"tasks": tasks})
+    task = wire_task("t-1", "c-1", "working", at)
+    agent.rpc["ListTasks"] = lambda rid: rpc_result(
+        {"tasks": [{**task, "history": sent_messages(agent)[:1]}] if found else []}
+    )(rid)
     agent.rpc["GetTask"] = rpc_result(wire_task("t-1", "c-1", "working", at))
 
     view = await engine.start_task(agent.url, skill=SKILL, text="hi")
@@ -318,7 +357,9 @@ async def test_a_send_answered_503_asks_list_tasks_before_sending_again(
         first, again = sent_messages(agent)
         assert again["messageId"] == first["messageId"]
     [listed] = agent.posts("ListTasks")
-    assert json.loads(listed.body)["params"]["contextId"] == sent_messages(agent)[0]["contextId"]
+    params = json.loads(listed.body)["params"]
+    assert params["contextId"] == sent_messages(agent)[0]["contextId"]
+    assert params["historyLength"] == HISTORY_IDS_KEPT  # the history tells our task (R3)
 
 
 async def test_a_send_asked_to_wait_past_the_deadline_is_not_sent_again_and_exits_6(

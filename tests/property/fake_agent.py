@@ -17,7 +17,8 @@
   message's text (:meth:`Remote.create`), else a new one (``t-1``, ``t-2`` …, submitted);
   ``GetTask`` the task's latest report; ``CancelTask`` the report the remote accepted the cancel
   with, or ``TASK_NOT_CANCELABLE``; ``CreateTaskPushNotificationConfig`` echoes the config;
-  ``ListTasks`` (1.0 only) the tasks of a context; a task it does not have is
+  ``ListTasks`` (1.0 only) the tasks of a context, each with the messageIds of the creations
+  sent to it as its history; a task it does not have is
   ``TASK_NOT_FOUND``. The test may make it serve A2A at one URL only (``only_at``: a bare 404
   elsewhere) and refuse every A2A request with a bare 401 or 403 (``refuse``), as a gateway
   refusing the credentials would. Every body streams in, as from a socket.
@@ -89,6 +90,7 @@ class RemoteTask:
     context_id: str
     history: list[Report] = field(default_factory=list)
     cancel_answer: int | None = None  # the report a CancelTask is answered with (None: refused)
+    said: list[str] = field(default_factory=list)  # the creations' messageIds: its history
 
     @property
     def current(self) -> Report:
@@ -608,7 +610,8 @@ class FakeAgent:
                 return self._error(rid, "TASK_NOT_FOUND")
             return self._result(rid, self._task(task, -1, sent=True))
         if operation == "ListTasks":
-            tasks = [task_body(V10, t) for t in self.remote.tasks.values()
+            tasks = [{**task_body(V10, t), "history": [{"messageId": m} for m in t.said]}
+                     for t in self.remote.tasks.values()
                      if t.context_id == params.get("contextId")]  # fmt: skip
             page = {"tasks": tasks, "nextPageToken": "", "pageSize": len(tasks),
                     "totalSize": len(tasks)}  # fmt: skip
@@ -640,6 +643,7 @@ class FakeAgent:
         task = self.remote.tasks.get(f"r-{parts[0].get('text')}") or self.remote.create()
         if message.get("contextId"):
             task.context_id = message["contextId"]
+        task.said.append(str(message.get("messageId")))
         return task
 
     def _task(self, task: RemoteTask, index: int, *, sent: bool = False) -> dict[str, Any]:

@@ -24,6 +24,7 @@ from cardfence.engine.answers import (
 )
 from cardfence.engine.errors import InvalidAgentResponseError
 from cardfence.engine.remote import (
+    HISTORY_IDS_KEPT,
     parse_push_config,
     parse_send_response,
     parse_stream_response,
@@ -184,6 +185,7 @@ def test_blocking_send_reads_the_completed_task_with_its_artifact() -> None:
         artifacts=(
             Artifact("aef7eeb6-ae83-45e6-88bb-518d6381f60c", "echo", (Part("text", text="hello"),)),
         ),
+        history_ids=("m-1795965980417905202",),
     )
 
 
@@ -235,10 +237,19 @@ def test_send_answered_with_a_bare_message() -> None:
 
 def test_list_tasks_page_treats_printed_defaults_as_absent() -> None:
     tasks, token = parse_task_page(LIST_PAGE)
-    assert [t.state for t in tasks] == ["failed"]
+    assert [(t.state, t.history_ids) for t in tasks] == [("failed", ("m2",))]
     assert token == LIST_PAGE["nextPageToken"]
     last = {**LIST_PAGE, "nextPageToken": "", "tasks": []}
     assert parse_task_page(last) == ((), None)
+
+
+def test_a_history_gives_its_first_message_ids_passing_over_what_is_not_a_message() -> None:
+    said = [{"messageId": f"m-{n}"} for n in range(HISTORY_IDS_KEPT + 5)]
+    history = ["…", {"messageId": 7}, {"role": "ROLE_USER"}, *said]
+    task = parse_task({**GET_TASK, "history": history})
+    assert task.history_ids == tuple(f"m-{n}" for n in range(HISTORY_IDS_KEPT - 3))
+    with pytest.raises(InvalidAgentResponseError, match="history: must be a list, not an object"):
+        parse_task({**GET_TASK, "history": {"messageId": "m-1"}})
 
 
 def test_push_bodies_read_as_stream_updates() -> None:

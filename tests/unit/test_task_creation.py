@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 import pytest
 from support.cards import ORIGIN, card_document
-from support.mocked import engine_on, rpc_error, rpc_result, submitted_task
+from support.mocked import ScriptedAgent, engine_on, rpc_error, rpc_result, submitted_task
 
 from cardfence.engine import events as ev
 from cardfence.engine import guards
@@ -486,3 +486,66 @@ async def test_a_task_started_without_a_media_type_is_plain_text(store: EventSto
     assert _first(store, view.task)["media_type"] == "text/plain"
     (part,) = json.loads(agent.sent[0].content)["params"]["message"]["parts"]
     assert part["mediaType"] == "text/plain"
+
+
+# -- R3: resume looks for a creation whose outcome is unknown ------------------------------------
+
+
+def _lost_creation(*listed: tuple[str, bool]) -> tuple[ScriptedAgent, list[dict[str, Any]]]:
+    """An agent the creation reached, its answer lost (a 500: the outcome unknown); every later
+    send is answered by task ``r-2``. ListTasks lists, in the creation's context, each
+    ``(remote id, whether its history holds the creation's messageId)``; GetTask answers the
+    task asked for. Returns the agent and the messages sent to it."""
+    sent: list[dict[str, Any]] = []
+
+    def task(remote_id: str, *history: str) -> dict[str, Any]:
+        status = {"state": "TASK_STATE_WORKING", "timestamp": "2026-01-01T00:00:01Z"}
+        said = [{"messageId": m, "role": "ROLE_USER", "parts": [{"text": "hi"}]} for m in history]
+        return {"id": remote_id, "contextId": sent[0]["contextId"], "status": status,
+                "history": said}  # fmt: skip
+
+    def send(call: dict[str, Any]) -> httpx.Response:
+        sent.append(call["params"]["message"])
+        return httpx.Response(500) if len(sent) == 1 else rpc_result(call, {"task": task("r-2")})
+
+    def get(call: dict[str, Any]) -> httpx.Response:
+        if call["method"] != "ListTasks":
+            return rpc_result(call, task(call["params"]["id"]))
+        ours = sent[0]["messageId"]
+        found = [task(r, "m-theirs", ours) if held else task(r, "m-theirs") for r, held in listed]
+        return rpc_result(call, {"tasks": found})
+
+    return ScriptedAgent(get, send=send), sent
+
+
+async def test_resume_binds_the_task_of_the_context_whose_history_holds_the_creations_message_id(
+    store: EventStore,
+) -> None:
+    agent, sent = _lost_creation(("r-9", False), ("r-1", True))  # another's first, then ours
+    async with engine_on(store, agent.transport()) as engine:
+        with pytest.raises(EndpointUnreachableError):
+            await engine.start_task(ORIGIN, skill="echo", text="hi", key="k-1")
+        resumed = await engine.resume("k-1")
+
+    assert resumed.remote_task_id == "r-1"
+    assert len(sent) == 1  # found: not sent again
+    assert agent.asked[-2:] == ["ListTasks", "GetTask"]
+
+
+async def test_resume_sends_again_when_the_task_found_is_bound_to_another_task_of_the_store(
+    db_url: str,
+) -> None:
+    agent, sent = _lost_creation(("r-1", True))
+    with EventStore.open(db_url) as store:
+        async with engine_on(store, ScriptedAgent().transport()) as engine:
+            await engine.start_task(ORIGIN, skill="echo", text="hi", key="k-0")  # bound to r-1
+        async with engine_on(store, agent.transport()) as engine:
+            with pytest.raises(EndpointUnreachableError):
+                await engine.start_task(ORIGIN, skill="echo", text="hi", key="k-1")
+            resumed = await engine.resume("k-1")
+            other = await engine._state("k-0")
+
+    assert (resumed.remote_task_id, other["remote_task_id"]) == ("r-2", "r-1")
+    first, again = sent
+    assert again["messageId"] == first["messageId"]  # nothing found: the same send, again
+    assert "GetTask" not in agent.asked
