@@ -14,10 +14,7 @@ import importlib
 import typing as _typing
 
 if _typing.TYPE_CHECKING:
-    from cardfence.engine.audit import AuditReport, Violation, audit, rebuild_projections, replay
-    from cardfence.engine.cards.fetch import CardLimits
-    from cardfence.engine.cards.model import AgentCard, parse_card
-    from cardfence.engine.credentials_config import (
+    from cardfence.engine.auth.config import (
         ApiKey,
         Basic,
         Bearer,
@@ -26,16 +23,25 @@ if _typing.TYPE_CHECKING:
         OAuthClient,
         load_credentials,
     )
-    from cardfence.engine.engine import Engine, EngineConfig, WebhookOutcome
+    from cardfence.engine.cards.model import AgentCard, parse_card
+    from cardfence.engine.client.audit import (
+        AuditReport,
+        Violation,
+        audit,
+        rebuild_projections,
+        replay,
+    )
+    from cardfence.engine.client.creation import WebhookOutcome
+    from cardfence.engine.client.engine import Engine, EngineConfig
+    from cardfence.engine.client.tasklog import AsOf
+    from cardfence.engine.core.views import TaskView
+    from cardfence.engine.discovery.fetch import CardLimits
     from cardfence.engine.errors import (
         AuditViolation,
         AuthorizationFailedError,
-        CardfenceError,
         CardInvalidError,
         CardSignatureError,
-        ConcurrencyError,
         ContractChangedError,
-        CorruptRecordError,
         CreationRefusedError,
         CredentialsConfigError,
         CredentialsMissingError,
@@ -44,17 +50,11 @@ if _typing.TYPE_CHECKING:
         EndpointUnreachableError,
         ExtensionRequiredError,
         InvalidAgentResponseError,
-        LeaseLostError,
         OperationUnsupportedError,
-        PayloadError,
         ProtocolMismatchError,
         ProtocolUnsupportedError,
         RemoteRefusedError,
-        SchemaTooNewError,
         SkillUnavailableError,
-        SnapshotMismatchError,
-        StoreError,
-        StoreUnavailableError,
         StreamDroppedError,
         TaskEndedError,
         TaskOrphanedError,
@@ -62,9 +62,18 @@ if _typing.TYPE_CHECKING:
         UsageError,
         WrongTaskAnswerError,
     )
-    from cardfence.engine.tasklog import AsOf
-    from cardfence.engine.views import TaskView
-    from cardfence.engine.webhook import Delivery
+    from cardfence.engine.wire.push import Delivery
+    from cardfence.store.errors import (
+        CardfenceError,
+        ConcurrencyError,
+        CorruptRecordError,
+        LeaseLostError,
+        PayloadError,
+        SchemaTooNewError,
+        SnapshotMismatchError,
+        StoreError,
+        StoreUnavailableError,
+    )
 
 __version__ = "0.1.0"
 
@@ -131,19 +140,19 @@ __all__ = [
 # loads (docs/cli.md, exit 130), and a host application loads only what it uses. The names not
 # listed here are the error tree's.
 _HOMES = {
-    "cardfence.engine.audit": (
+    "cardfence.engine.client.audit": (
         "AuditReport", "Violation", "audit", "rebuild_projections", "replay",
     ),
-    "cardfence.engine.cards.fetch": ("CardLimits",),
+    "cardfence.engine.discovery.fetch": ("CardLimits",),
     "cardfence.engine.cards.model": ("AgentCard", "parse_card"),
-    "cardfence.engine.credentials_config": (
+    "cardfence.engine.auth.config": (
         "ApiKey", "Basic", "Bearer", "CredentialsConfig", "MutualTls", "OAuthClient",
         "load_credentials",
     ),
-    "cardfence.engine.engine": ("Engine", "EngineConfig", "WebhookOutcome"),
-    "cardfence.engine.tasklog": ("AsOf",),
-    "cardfence.engine.views": ("TaskView",),
-    "cardfence.engine.webhook": ("Delivery",),
+    "cardfence.engine.client.engine": ("Engine", "EngineConfig", "WebhookOutcome"),
+    "cardfence.engine.client.tasklog": ("AsOf",),
+    "cardfence.engine.core.views": ("TaskView",),
+    "cardfence.engine.wire.push": ("Delivery",),
 }  # fmt: skip
 _HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
 

@@ -43,10 +43,10 @@ from typing import TYPE_CHECKING, Any
 import httpx
 from bench import BenchContext, Figure, Workload, median_rates, register
 
-from cardfence.engine.cards.discovery import Discovery
-from cardfence.engine.cards.fetch import CardLimits
 from cardfence.engine.cards.model import parse_card
-from cardfence.store import EventStore
+from cardfence.engine.discovery.fetch import CardLimits
+from cardfence.engine.discovery.reads import Discovery
+from cardfence.store.event_store import EventStore
 
 if TYPE_CHECKING:
     from support import Peer

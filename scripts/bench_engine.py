@@ -16,12 +16,13 @@ by this section. In one process:
    table (same columns and index as ours), one ``engine.begin()`` per row. Target >= 0.5 x raw.
 
    Also printed, with no target: the python-statemachine ``send`` on a live
-   ``engine.lifecycle.TaskLifecycle`` machine, and ``machine_at`` (restoring a machine from a
+   ``engine.core.lifecycle.TaskLifecycle`` machine, and ``machine_at`` (restoring a machine from a
    persisted state, as a stored task would need) + ``send``, each beside the ``is_legal`` lookup
    the hot path really uses (a frozenset membership test compiled from the declaration at import).
 
 2. **End to end**: 40 tasks a run, one after another, driven ask -> reply -> completed against a
-   real a2a-sdk agent on 127.0.0.1 (``tests/support``) by an :class:`~engine.engine.Engine` that
+   real a2a-sdk agent on 127.0.0.1 (``tests/support``) by an :class:`~engine.client.engine.Engine`
+   that
    persists everything (``start_task`` -> ``drive`` -> ``reply`` -> ``drive(until="terminal")``,
    ``EngineConfig(first_poll_interval=0.005, max_poll_interval=0.05)``), beside the a2a-sdk 1.3
    client (``ClientFactory(...).create(card)``, JSON-RPC, no streaming, nothing persisted) making
@@ -42,8 +43,8 @@ by this section. In one process:
    ``slow`` task under a short ``max_card_age`` to show R7's off-path re-validation staying within
    one card read per ``max_card_age``.
 
-4. **Replay** (what ``engine.audit`` does per stream: ``EventStore.read_stream`` then
-   ``engine.audit.replay``, the fold into the projection) over 100 task streams of 40
+4. **Replay** (what ``engine.client.audit`` does per stream: ``EventStore.read_stream`` then
+   ``engine.client.audit.replay``, the fold into the projection) over 100 task streams of 40
    realistic events (TaskSubmitted, then what polls, replies and artifacts record), beside the
    eventsourcing library rebuilding as many aggregates of as many events each with
    ``app.repository.get`` (its SQLite module, in the same database file, switched to
@@ -103,15 +104,16 @@ from bench_store import (
 )
 from eventsourcing.application import Application
 
-from cardfence.engine import events as ev
-from cardfence.engine.audit import replay
-from cardfence.engine.engine import Engine, EngineConfig, reached
-from cardfence.engine.lifecycle import TERMINAL, TaskLifecycle, is_legal, machine_at
-from cardfence.engine.observations import ArtifactRecord, Event, Observation, apply_observation
-from cardfence.engine.replay import apply_task_event, fold_task
-from cardfence.engine.tasklog import TaskLog, projection_of, task_stream_id
-from cardfence.store import EventStore, NewEvent
-from cardfence.store.records import RecordedEvent
+from cardfence.engine.client.audit import replay
+from cardfence.engine.client.engine import Engine, EngineConfig
+from cardfence.engine.client.following import reached
+from cardfence.engine.client.tasklog import TaskLog, projection_of, task_stream_id
+from cardfence.engine.core import events as ev
+from cardfence.engine.core.lifecycle import TERMINAL, TaskLifecycle, is_legal, machine_at
+from cardfence.engine.core.observations import ArtifactRecord, Event, Observation, apply_observation
+from cardfence.engine.core.replay import apply_task_event, fold_task
+from cardfence.store.event_store import EventStore
+from cardfence.store.records import NewEvent, RecordedEvent
 
 if TYPE_CHECKING:
     from support import Peer

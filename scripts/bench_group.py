@@ -40,10 +40,11 @@ from bench import BenchContext, Figure, Workload, median_rates, register
 from bench_engine import ObservationPlan, planned_task
 from bench_store import Database, durability, on_each_database
 
-from cardfence.engine.engine import Engine
-from cardfence.engine.observations import Observation
-from cardfence.engine.tasklog import task_stream_id
-from cardfence.store import EventStore, GroupCommit
+from cardfence.engine.client.engine import Engine
+from cardfence.engine.client.tasklog import task_stream_id
+from cardfence.engine.core.observations import Observation
+from cardfence.store.event_store import EventStore
+from cardfence.store.groupcommit import GroupCommit
 
 WRITERS = 64
 TASKS_PER_WRITER = 2

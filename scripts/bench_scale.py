@@ -45,8 +45,8 @@ from bench import BenchContext, Figure, register
 from bench_serve import BareAtOnce, _process, _wait_for, demo_agent
 from bench_store import postgres_database
 
-from cardfence.engine.engine import Engine, EngineConfig
-from cardfence.store import EventStore
+from cardfence.engine.client.engine import Engine, EngineConfig
+from cardfence.store.event_store import EventStore
 
 SLOW_SECONDS = "0.2"
 FIRST_POLL = EngineConfig().first_poll_interval  # serve's driver starts here

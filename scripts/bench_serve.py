@@ -51,13 +51,14 @@ Sections:
    and the verdict is a note.
 3. ``serve-e2e``: the demo agent in its own process (``python -m cardfence demo --agent-only``),
    ``Sizes.e2e_tasks`` tasks at once (``slow 0.1``: 0.1 s of work each) through one
-   :class:`~engine.engine.Engine` on SQLite (``start_task`` then ``drive(until="terminal")`` each,
+   :class:`~engine.client.engine.Engine` on SQLite (``start_task`` then ``drive(until="terminal")``
+   each,
    all gathered), against a bare a2a-sdk 1.3 client (JSON-RPC, no streaming, nothing persisted)
    sending the same messages at the same concurrency (SendMessage with returnImmediately, then
    GetTask with ``Engine.drive``'s backoff until terminal). Target >= 0.8 x the bare tasks/s.
    The engine's polls, like the bare client's, are never more than 0.05 s apart, so it follows
    no task stream beside them (a stream is followed only once polls are a second apart). The
-   engine runs on the client it makes for itself (:func:`~engine.pool.engine_client`: at most 8
+   engine runs on the client it makes for itself (:func:`~engine.http.pool.engine_client`: at most 8
    requests in flight to one agent, a pool per origin); the bare client on httpx's defaults, but
    for idle connections kept 2 s (not 5: the agent's uvicorn closes them at 5 s).
 
@@ -107,17 +108,19 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from cardfence.engine import events as ev
+from cardfence.engine.client.engine import Engine, EngineConfig
+from cardfence.engine.client.following import reached
+from cardfence.engine.client.tasklog import TaskLog, task_stream_id
+from cardfence.engine.core import events as ev
+from cardfence.engine.core.observations import Event, Observation, apply_observation
+from cardfence.engine.core.replay import fold_task
 from cardfence.engine.demo.server import ServerThread
-from cardfence.engine.engine import Engine, EngineConfig, reached
-from cardfence.engine.ingress import webhook_app
-from cardfence.engine.logs import DecisionLog
-from cardfence.engine.observations import Event, Observation, apply_observation
-from cardfence.engine.offload import StoreCalls
-from cardfence.engine.pool import engine_client
-from cardfence.engine.replay import fold_task
-from cardfence.engine.tasklog import TaskLog, task_stream_id
-from cardfence.store import EventStore, NewEvent
+from cardfence.engine.http.offload import StoreCalls
+from cardfence.engine.http.pool import engine_client
+from cardfence.engine.serve.decision_log import DecisionLog
+from cardfence.engine.serve.ingress import webhook_app
+from cardfence.store.event_store import EventStore
+from cardfence.store.records import NewEvent
 
 ROOT = Path(__file__).resolve().parents[1]
 HERE = Path(__file__).resolve()

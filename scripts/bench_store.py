@@ -46,8 +46,9 @@ from sqlalchemy import event as sa_event
 from sqlalchemy.engine import URL
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
-from cardfence.store import EventStore, NewEvent, Projection
 from cardfence.store.database import normalise_url
+from cardfence.store.event_store import EventStore
+from cardfence.store.records import NewEvent, Projection
 
 _T = TypeVar("_T")
 

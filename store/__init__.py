@@ -5,7 +5,6 @@ It knows nothing of A2A: streams, events, projections and content-addressed snap
 
 from cardfence.store.chain import ChainBreak, verify_chain
 from cardfence.store.database import normalise_url
-from cardfence.store.duework import DueRow, DueWork
 from cardfence.store.errors import (
     CardfenceError,
     ConcurrencyError,
@@ -17,8 +16,9 @@ from cardfence.store.errors import (
     StoreError,
     StoreUnavailableError,
 )
-from cardfence.store.eventlog import EventStore, iter_all
+from cardfence.store.event_store import EventStore, iter_all
 from cardfence.store.groupcommit import CommitStats, GroupCommit
+from cardfence.store.leases import DueRow, DueWork
 from cardfence.store.records import (
     GENESIS_HASH,
     CardSnapshot,

@@ -9,7 +9,8 @@ returns; the others (*followers*) block on their own event until settled or hand
 
 Two requests with the same key (the stream) never share a batch: the later one stays queued, in
 order, for the next. The commit function decides what a batch does and what each request gets;
-:class:`~cardfence.store.eventlog.EventStore` writes a batch in one transaction and, when anything
+:class:`~cardfence.store.event_store.EventStore` writes a batch in one transaction and, when
+anything
 but a request's own version check fails, rolls it back and writes its requests one by one.
 """
 

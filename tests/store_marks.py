@@ -6,7 +6,7 @@ a2a-sdk agents)."""
 
 from __future__ import annotations
 
-from cardfence.store import EventStore
+from cardfence.store.event_store import EventStore
 
 __all__ = ["write_marks"]
 

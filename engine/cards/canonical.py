@@ -24,7 +24,7 @@ from typing import Any, Final
 
 import rfc8785
 
-from cardfence.engine.fields import FieldError, join
+from cardfence.engine.cards.fields import FieldError, join
 
 SAFE_INTEGER: Final = 2**53 - 1  # beyond it an integer is written as the double nearest it
 DUPLICATE: Final = "duplicate member name"

@@ -23,8 +23,8 @@ from joserfc.errors import JoseError
 from joserfc.jwk import ECKey, JWKRegistry, Key, OKPKey, RSAKey
 
 from cardfence.engine.cards.canonical import canonical, decode
+from cardfence.engine.cards.fields import FieldError
 from cardfence.engine.errors import CardSignatureError
-from cardfence.engine.fields import FieldError
 
 __all__ = ["CardKeys", "parse_keys", "read_key_file"]
 

@@ -24,7 +24,7 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from cardfence.engine import fields
+from cardfence.engine.cards import fields
 from cardfence.engine.cards.canonical import canonical as _canonical
 from cardfence.engine.cards.canonical import decode as _decode
 from cardfence.engine.cards.canonical import sha256 as _sha256

@@ -40,6 +40,7 @@ from joserfc.jwk import Key
 from joserfc.jws import JWSRegistry
 
 from cardfence.engine.cards.canonical import canonical, loads
+from cardfence.engine.cards.fields import FieldError
 from cardfence.engine.cards.keys import CardKeys, parse_keys, read_key_file
 from cardfence.engine.cards.model import AgentCard, parse_card
 from cardfence.engine.cards.signature_policy import (
@@ -52,7 +53,6 @@ from cardfence.engine.cards.signature_policy import (
     load_card_signatures,
 )
 from cardfence.engine.errors import CardInvalidError, CardSignatureError
-from cardfence.engine.fields import FieldError
 
 __all__ = [
     "ALGORITHMS",

@@ -13,10 +13,11 @@ import importlib
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-from cardfence.engine.cli import signals
+from cardfence.engine.cli import _signals as signals
 
 if TYPE_CHECKING:
-    from cardfence.engine.cli.main import app, run
+    from cardfence.engine.cli._app import app
+    from cardfence.engine.cli.main import run
 
 __all__ = ["app", "main", "run"]
 

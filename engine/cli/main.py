@@ -17,16 +17,12 @@ import httpx
 import typer
 
 from cardfence.engine import errors
-from cardfence.engine import events as ev
-from cardfence.engine.cards.discovery import CardRead, Discovery
-from cardfence.engine.cards.fetch import CardLimits, card_urls
-from cardfence.engine.cards.history import RevisionEntry, revision_history, stored_card
-from cardfence.engine.cli import demo as demo_commands
-from cardfence.engine.cli import events as event_commands
-from cardfence.engine.cli import serve as serve_commands
-from cardfence.engine.cli import signals
-from cardfence.engine.cli import tasks as task_commands
-from cardfence.engine.cli.app import (
+from cardfence.engine.cli import _demo as demo_commands
+from cardfence.engine.cli import _events as event_commands
+from cardfence.engine.cli import _serve as serve_commands
+from cardfence.engine.cli import _signals as signals
+from cardfence.engine.cli import _tasks as task_commands
+from cardfence.engine.cli._app import (
     EXIT_INTERRUPTED,
     EXIT_OK,
     EXIT_UNEXPECTED,
@@ -48,7 +44,11 @@ from cardfence.engine.cli.app import (
     silence_stdout,
     with_card_signatures,
 )
-from cardfence.store import EventStore
+from cardfence.engine.core import events as ev
+from cardfence.engine.discovery.fetch import CardLimits, card_urls
+from cardfence.engine.discovery.history import RevisionEntry, revision_history, stored_card
+from cardfence.engine.discovery.reads import CardRead, Discovery
+from cardfence.store.event_store import EventStore
 
 __all__ = [
     "app",

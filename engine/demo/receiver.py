@@ -12,9 +12,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
+from cardfence.engine.client.engine import Engine
 from cardfence.engine.demo.server import ServerThread
-from cardfence.engine.engine import Engine
-from cardfence.engine.webhook import Delivery
+from cardfence.engine.wire.push import Delivery
 
 __all__ = ["WebhookReceiver"]
 

@@ -27,16 +27,16 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from cardfence.engine import events as ev
-from cardfence.engine.cards.fetch import CardLimits, card_urls
-from cardfence.engine.credentials_config import Bearer, CredentialsConfig
+from cardfence.engine.auth.config import Bearer, CredentialsConfig
+from cardfence.engine.client.engine import Engine, EngineConfig
+from cardfence.engine.client.tasklog import task_stream_id
+from cardfence.engine.core import events as ev
+from cardfence.engine.core.views import TaskView
 from cardfence.engine.demo.agent import DemoAgent
 from cardfence.engine.demo.receiver import WebhookReceiver
-from cardfence.engine.engine import Engine, EngineConfig
+from cardfence.engine.discovery.fetch import CardLimits, card_urls
 from cardfence.engine.errors import ContractChangedError, TaskOrphanedError
-from cardfence.engine.tasklog import task_stream_id
-from cardfence.engine.views import TaskView
-from cardfence.store import RecordedEvent
+from cardfence.store.records import RecordedEvent
 
 __all__ = ["DEMO_CONFIG", "SCENARIOS", "Played", "Scenario", "Stage", "play"]
 

@@ -11,8 +11,8 @@ import pytest
 from engine_fixtures import audited_engine, restored
 from support import AuthPeer, Peer, Peer03, Venv03Unavailable
 
-from cardfence.engine.engine import Engine
-from cardfence.store import EventStore
+from cardfence.engine.client.engine import Engine
+from cardfence.store.event_store import EventStore
 
 
 @pytest.fixture(scope="module")

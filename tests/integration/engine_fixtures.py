@@ -52,15 +52,17 @@ from starlette.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
 from support import Peer, Peer03, ServerThread
 
-from cardfence.engine import events as ev
-from cardfence.engine.audit import audit
-from cardfence.engine.cards.fetch import CardLimits, card_urls
+from cardfence.engine.client.audit import audit
+from cardfence.engine.client.creation import WebhookOutcome
+from cardfence.engine.client.engine import Engine, EngineConfig
+from cardfence.engine.client.tasklog import task_stream_id
+from cardfence.engine.core import events as ev
 from cardfence.engine.demo.receiver import WebhookReceiver
-from cardfence.engine.driver import Driver
-from cardfence.engine.engine import Engine, EngineConfig, WebhookOutcome
-from cardfence.engine.tasklog import task_stream_id
-from cardfence.store import EventStore, RecordedEvent
+from cardfence.engine.discovery.fetch import CardLimits, card_urls
+from cardfence.engine.serve.driver import Driver
 from cardfence.store.database import normalise_url
+from cardfence.store.event_store import EventStore
+from cardfence.store.records import RecordedEvent
 
 FAST = EngineConfig(
     max_poll_interval=0.2,

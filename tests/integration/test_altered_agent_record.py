@@ -15,10 +15,10 @@ import sqlalchemy as sa
 from engine_fixtures import FAST, calls, data_of, state_of
 from support import Peer
 
-from cardfence.engine import events as ev
-from cardfence.engine.engine import Engine
+from cardfence.engine.client.engine import Engine
+from cardfence.engine.core import events as ev
 from cardfence.engine.errors import DiscoveryError
-from cardfence.store import EventStore
+from cardfence.store.event_store import EventStore
 
 
 def _alter_agent(db_url: str, agent: str, state: str) -> None:

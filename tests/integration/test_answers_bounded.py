@@ -22,14 +22,14 @@ import pytest
 from engine_fixtures import audited_engine, data_of, headers_for, types
 from support.hostile import SKILL, HostileAgent, Reply
 
-from cardfence.engine import deadline
-from cardfence.engine import events as ev
-from cardfence.engine.answers import RemoteTask
-from cardfence.engine.cards.fetch import CardLimits
-from cardfence.engine.engine import EngineConfig
+from cardfence.engine.client.engine import EngineConfig
+from cardfence.engine.core import events as ev
+from cardfence.engine.core.answers import RemoteTask
+from cardfence.engine.core.observations import MAX_RECORDED_ARTIFACT_BYTES, stored_json
+from cardfence.engine.discovery.fetch import CardLimits
 from cardfence.engine.errors import DeadlineExceeded, WrongTaskAnswerError
-from cardfence.engine.observations import MAX_RECORDED_ARTIFACT_BYTES, stored_json
-from cardfence.engine.transport import A2ATransport
+from cardfence.engine.http import deadline
+from cardfence.engine.wire.transport import A2ATransport
 
 CONFIG = EngineConfig(
     max_poll_interval=0.05,

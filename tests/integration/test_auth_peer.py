@@ -28,8 +28,8 @@ from support.auth_peer import (
     requirement,
 )
 
+from cardfence.engine.auth.credentials import effective_requirements
 from cardfence.engine.cards.model import SecurityRequirement, parse_card
-from cardfence.engine.credentials import effective_requirements
 
 V1 = {"A2A-Version": "1.0"}
 SEND = ("JSONRPC", "SendMessage")

@@ -36,8 +36,7 @@ from support.auth_peer import (
     requirement,
 )
 
-from cardfence.engine import events as ev
-from cardfence.engine.credentials_config import (
+from cardfence.engine.auth.config import (
     ApiKey,
     Basic,
     Bearer,
@@ -46,7 +45,9 @@ from cardfence.engine.credentials_config import (
     OAuthClient,
     Secret,
 )
-from cardfence.engine.engine import Engine, EngineConfig
+from cardfence.engine.client.engine import Engine, EngineConfig
+from cardfence.engine.core import events as ev
+from cardfence.engine.core.views import TaskView
 from cardfence.engine.errors import (
     AuthorizationFailedError,
     ContractChangedError,
@@ -54,7 +55,6 @@ from cardfence.engine.errors import (
     DeadlineExceeded,
     TokenRequestError,
 )
-from cardfence.engine.views import TaskView
 
 BINDINGS = ("JSONRPC", "HTTP+JSON")
 SLOW = [("submitted", "working"), ("working", "completed")]

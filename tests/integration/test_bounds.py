@@ -26,14 +26,13 @@ from engine_fixtures import audited_engine, types
 from support import Peer
 from support.hostile import SKILL, HostileAgent, Reply, SilentListener, zeros_gzip
 
-from cardfence.engine import deadline
-from cardfence.engine import events as ev
-from cardfence.engine.cards.discovery import Discovery
-from cardfence.engine.cards.fetch import CardLimits, card_urls
 from cardfence.engine.cards.interfaces import JSONRPC, select_interface, url_refusal
 from cardfence.engine.cards.model import Interface, parse_card
 from cardfence.engine.cli import run as cli
-from cardfence.engine.engine import EngineConfig
+from cardfence.engine.client.engine import EngineConfig
+from cardfence.engine.core import events as ev
+from cardfence.engine.discovery.fetch import CardLimits, card_urls
+from cardfence.engine.discovery.reads import Discovery
 from cardfence.engine.errors import (
     CardInvalidError,
     DeadlineExceeded,
@@ -41,9 +40,12 @@ from cardfence.engine.errors import (
     EndpointUnreachableError,
     InvalidAgentResponseError,
 )
-from cardfence.engine.transport import A2ATransport
-from cardfence.store import EventStore, NewEvent, StoreUnavailableError
+from cardfence.engine.http import deadline
+from cardfence.engine.wire.transport import A2ATransport
 from cardfence.store.database import postgres_connect_args
+from cardfence.store.errors import StoreUnavailableError
+from cardfence.store.event_store import EventStore
+from cardfence.store.records import NewEvent
 
 MiB = 1 << 20
 GiB = 1 << 30

@@ -20,11 +20,11 @@ import pytest
 from engine_fixtures import Agent, data_of
 from support import Peer
 
-from cardfence.engine import events as ev
+from cardfence.engine.client.engine import Engine
+from cardfence.engine.core import events as ev
+from cardfence.engine.core.replay import State
+from cardfence.engine.core.views import TaskView
 from cardfence.engine.demo import executor
-from cardfence.engine.engine import Engine
-from cardfence.engine.replay import State
-from cardfence.engine.views import TaskView
 
 WORDS = "alpha beta gamma delta epsilon zeta eta theta"
 

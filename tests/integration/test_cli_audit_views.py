@@ -15,10 +15,10 @@ import test_cli_tasks as cli
 from engine_fixtures import audited_engine
 from support import Peer
 
-from cardfence.engine import events as ev
+from cardfence.engine.client.tasklog import AsOf, TaskLog
+from cardfence.engine.core import events as ev
 from cardfence.engine.errors import UsageError
-from cardfence.engine.tasklog import AsOf, TaskLog
-from cardfence.store import EventStore
+from cardfence.store.event_store import EventStore
 
 # The store fixture of test_cli_tasks.py: a SQLite store audited once the test is done.
 db = cli.db

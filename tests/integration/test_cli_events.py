@@ -15,7 +15,8 @@ from typing import Any
 import pytest
 from test_cli_tasks import CARDFENCE
 
-from cardfence.store import EventStore, NewEvent
+from cardfence.store.event_store import EventStore
+from cardfence.store.records import NewEvent
 from cardfence.store.schema import events
 
 WRITERS = 4

@@ -22,9 +22,9 @@ from support import Peer
 from support.hostile import SKILL, HostileAgent, Reply, SilentListener
 from test_cli_tasks import CARDFENCE, POLL, cardfence, document, failed_with, last_line
 
-from cardfence.engine.cli import signals
-from cardfence.engine.tasklog import TaskLog
-from cardfence.store import EventStore
+from cardfence.engine.cli import _signals as signals
+from cardfence.engine.client.tasklog import TaskLog
+from cardfence.store.event_store import EventStore
 
 
 def _usage_refused(result: subprocess.CompletedProcess[str]) -> None:

@@ -30,12 +30,13 @@ from engine_fixtures import (
 )
 from support import Peer
 
-from cardfence.engine import events as ev
 from cardfence.engine.cli.main import run as cli
+from cardfence.engine.client.engine import Engine
+from cardfence.engine.client.tasklog import TaskLog, task_stream_id
+from cardfence.engine.core import events as ev
 from cardfence.engine.demo.executor import FORM
-from cardfence.engine.engine import Engine
-from cardfence.engine.tasklog import TaskLog, task_stream_id
-from cardfence.store import EventStore, RecordedEvent
+from cardfence.store.event_store import EventStore
+from cardfence.store.records import RecordedEvent
 
 CARDFENCE = shutil.which("cardfence", path=str(Path(sys.executable).parent)) or "cardfence"
 POLL = ("--max-poll-interval", "0.2")

@@ -59,18 +59,18 @@ from support import Peer
 from support.crash_driver import PAUSE  # how long the child stands still after each probe line
 
 import cardfence.migrations as migrations
-from cardfence.engine import events as ev
-from cardfence.engine.answers import RemoteTask
-from cardfence.engine.audit import AuditReport, audit
 from cardfence.engine.cards.interfaces import JSONRPC
 from cardfence.engine.cards.model import Interface
-from cardfence.engine.engine import Engine
-from cardfence.engine.lifecycle import TERMINAL
-from cardfence.engine.tasklog import task_stream_id
-from cardfence.engine.transport import A2ATransport
-from cardfence.engine.views import TaskView
-from cardfence.store import EventStore, RecordedEvent
-from cardfence.store.eventlog import iter_all
+from cardfence.engine.client.audit import AuditReport, audit
+from cardfence.engine.client.engine import Engine
+from cardfence.engine.client.tasklog import task_stream_id
+from cardfence.engine.core import events as ev
+from cardfence.engine.core.answers import RemoteTask
+from cardfence.engine.core.lifecycle import TERMINAL
+from cardfence.engine.core.views import TaskView
+from cardfence.engine.wire.transport import A2ATransport
+from cardfence.store.event_store import EventStore, iter_all
+from cardfence.store.records import RecordedEvent
 
 ROOT = Path(__file__).resolve().parents[2]
 DRIVER = ROOT / "tests" / "support" / "crash_driver.py"

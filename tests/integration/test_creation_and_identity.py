@@ -38,12 +38,11 @@ from engine_fixtures import (
 from support import Peer
 from support.hostile import SKILL, HostileAgent, Reply
 
-from cardfence.engine import deadline
-from cardfence.engine import events as ev
 from cardfence.engine.cards.interfaces import JSONRPC
 from cardfence.engine.cards.model import Interface
-from cardfence.engine.cli.app import exit_code_for
-from cardfence.engine.engine import Engine
+from cardfence.engine.cli._app import exit_code_for
+from cardfence.engine.client.engine import Engine
+from cardfence.engine.core import events as ev
 from cardfence.engine.errors import (
     ContractChangedError,
     CreationRefusedError,
@@ -53,8 +52,9 @@ from cardfence.engine.errors import (
     UsageError,
     WrongTaskAnswerError,
 )
-from cardfence.engine.remote import HISTORY_IDS_KEPT
-from cardfence.engine.transport import A2ATransport
+from cardfence.engine.http import deadline
+from cardfence.engine.wire.transport import A2ATransport
+from cardfence.engine.wire.v10 import HISTORY_IDS_KEPT
 
 CARDFENCE = shutil.which("cardfence", path=str(Path(sys.executable).parent)) or "cardfence"
 CONTENT_TYPE_NOT_SUPPORTED = -32005

@@ -20,11 +20,11 @@ import httpx
 import pytest
 from engine_fixtures import data_of, events, transitions, types
 
-from cardfence.engine import events as ev
-from cardfence.engine.audit import audit
-from cardfence.engine.cards.fetch import card_urls
-from cardfence.engine.tasklog import TaskLog, task_stream_id
-from cardfence.store import EventStore
+from cardfence.engine.client.audit import audit
+from cardfence.engine.client.tasklog import TaskLog, task_stream_id
+from cardfence.engine.core import events as ev
+from cardfence.engine.discovery.fetch import card_urls
+from cardfence.store.event_store import EventStore
 
 CLI = (sys.executable, "-m", "cardfence")
 EXTRA_HINT = "pip install 'cardfence[demo]'"

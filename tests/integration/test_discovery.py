@@ -12,13 +12,14 @@ import pytest
 from engine_fixtures import LoopWatch
 from support import Peer
 
-from cardfence.engine import events as ev
-from cardfence.engine.cards import discovery as discovery_module
-from cardfence.engine.cards.discovery import Discovery
-from cardfence.engine.cards.fetch import CardLimits, card_urls
+from cardfence.engine.core import events as ev
+from cardfence.engine.discovery import reads as discovery_module
+from cardfence.engine.discovery.fetch import CardLimits, card_urls
+from cardfence.engine.discovery.reads import Discovery
 from cardfence.engine.errors import CardInvalidError, ContractChangedError, DiscoveryError
-from cardfence.engine.offload import StoreCalls
-from cardfence.store import ConcurrencyError, EventStore
+from cardfence.engine.http.offload import StoreCalls
+from cardfence.store.errors import ConcurrencyError
+from cardfence.store.event_store import EventStore
 
 FAST = CardLimits(timeout=1.0, connect_timeout=0.5)
 

@@ -29,12 +29,14 @@ from engine_fixtures import (
 )
 from support import Peer
 
-from cardfence.engine import events as ev
-from cardfence.engine.audit import rebuild_projections
-from cardfence.engine.driver import Driver, is_live
-from cardfence.engine.engine import Engine
+from cardfence.engine.client.audit import rebuild_projections
+from cardfence.engine.client.engine import Engine
+from cardfence.engine.core import events as ev
+from cardfence.engine.core.guards import is_live
 from cardfence.engine.errors import CardInvalidError
-from cardfence.store import EventStore, StreamRecord
+from cardfence.engine.serve.driver import Driver
+from cardfence.store.event_store import EventStore
+from cardfence.store.records import StreamRecord
 
 SLOW = [("submitted", "working"), ("working", "completed")]
 # Each transition once, in order; a task that worked and ended between two polls (on a loaded

@@ -25,11 +25,11 @@ from engine_fixtures import FAST, database_bytes
 from support.hostile import SKILL, EchoingAgent, Reply, RoutedServer, echoed
 from test_cli_tasks import CARDFENCE
 
-from cardfence.engine import exchange
-from cardfence.engine.credentials_config import ApiKey, Bearer, CredentialsConfig
-from cardfence.engine.engine import Engine
+from cardfence.engine.auth.config import ApiKey, Bearer, CredentialsConfig
+from cardfence.engine.auth.redaction import Redaction
+from cardfence.engine.client.engine import Engine
 from cardfence.engine.errors import RemoteRefusedError
-from cardfence.engine.redaction import Redaction
+from cardfence.engine.wire import exchange
 
 # Each holds characters that JSON escapes, percent-encoding changes and base64 hides.
 BEARER = 'tok/en+"bearer-9d8e7f6a'

@@ -30,21 +30,21 @@ from engine_fixtures import (
 )
 from support.extended_peer import EXTENDED_ONLY, ExtendedPeer
 
-from cardfence.engine import events as ev
-from cardfence.engine.cards.fetch import card_urls
+from cardfence.engine.auth.config import Bearer, CredentialsConfig
 from cardfence.engine.cards.interfaces import HTTP_JSON, JSONRPC
 from cardfence.engine.cards.model import parse_card
-from cardfence.engine.cli.app import exit_code_for
+from cardfence.engine.cli._app import exit_code_for
 from cardfence.engine.cli.main import run as cli
-from cardfence.engine.credentials_config import Bearer, CredentialsConfig
-from cardfence.engine.engine import EngineConfig
+from cardfence.engine.client.engine import EngineConfig
+from cardfence.engine.core import events as ev
+from cardfence.engine.discovery.fetch import card_urls
 from cardfence.engine.errors import (
     DeadlineExceeded,
     EndpointUnreachableError,
     SkillUnavailableError,
 )
-from cardfence.engine.transport import A2ATransport
-from cardfence.store import EventStore
+from cardfence.engine.wire.transport import A2ATransport
+from cardfence.store.event_store import EventStore
 
 SLOW = [("submitted", "working"), ("working", "completed")]
 TOKEN = "t-extended"

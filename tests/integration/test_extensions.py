@@ -15,8 +15,8 @@ import pytest
 from engine_fixtures import FAST, Agent, agent_events, data_of
 from support import Peer
 
-from cardfence.engine import events as ev
-from cardfence.engine.engine import Engine
+from cardfence.engine.client.engine import Engine
+from cardfence.engine.core import events as ev
 from cardfence.engine.errors import ExtensionRequiredError, UsageError
 
 URI = "https://extensions.example/trace/v1"

@@ -8,9 +8,9 @@ import json
 
 from engine_fixtures import Agent, data_of
 
-from cardfence.engine import events as ev
+from cardfence.engine.client.engine import Engine
+from cardfence.engine.core import events as ev
 from cardfence.engine.demo.executor import FORM
-from cardfence.engine.engine import Engine
 
 
 async def test_a_question_carrying_a_form_is_kept_whole_and_a_json_answer_completes_it(

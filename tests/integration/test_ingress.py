@@ -1,4 +1,5 @@
-"""The webhook ingress (``cardfence.engine.ingress``) over real HTTP: the app served by uvicorn on
+"""The webhook ingress (``cardfence.engine.serve.ingress``) over real HTTP: the app served by
+uvicorn on
 127.0.0.1, on the test's event loop as ``cardfence serve`` runs it beside its engine; pushes sent
 by a real a2a-sdk agent (``peer``); SQLite and PostgreSQL stores (``db_url``).
 
@@ -44,14 +45,15 @@ from starlette.types import ASGIApp
 from store_marks import write_marks
 from support import Peer
 
-from cardfence.engine import events as ev
+from cardfence.engine.client.creation import WebhookOutcome
+from cardfence.engine.client.engine import Engine
+from cardfence.engine.core import events as ev
+from cardfence.engine.core.views import TaskView
 from cardfence.engine.demo.server import bind
-from cardfence.engine.engine import Engine, WebhookOutcome
-from cardfence.engine.ingress import HEALTH_PATH, READY_PATH, webhook_app
-from cardfence.engine.views import TaskView
-from cardfence.engine.webhook import MAX_DELIVERY_BYTES, IngressLimits
-from cardfence.store import EventStore
+from cardfence.engine.serve.ingress import HEALTH_PATH, READY_PATH, webhook_app
+from cardfence.engine.wire.push import MAX_DELIVERY_BYTES, IngressLimits
 from cardfence.store.database import normalise_url
+from cardfence.store.event_store import EventStore
 
 AUTH = "Bearer hook-secret"
 CHUNK = 64 * 1024

@@ -21,18 +21,14 @@ from engine_fixtures import (
 )
 from support import Peer
 
-from cardfence.engine import events as ev
-from cardfence.engine import tasklog
-from cardfence.engine.engine import Engine
-from cardfence.engine.replay import State
-from cardfence.engine.tasklog import task_stream_id
-from cardfence.store import (
-    ConcurrencyError,
-    EventStore,
-    LeaseLostError,
-    NewEvent,
-    Projection,
-)
+from cardfence.engine.client import tasklog
+from cardfence.engine.client.engine import Engine
+from cardfence.engine.client.tasklog import task_stream_id
+from cardfence.engine.core import events as ev
+from cardfence.engine.core.replay import State
+from cardfence.store.errors import ConcurrencyError, LeaseLostError
+from cardfence.store.event_store import EventStore
+from cardfence.store.records import NewEvent, Projection
 
 SLOW = [("submitted", "working"), ("working", "completed")]
 SKIPPED = [("submitted", "completed")]  # the task worked between two polls

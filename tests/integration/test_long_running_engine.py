@@ -9,7 +9,7 @@ import asyncio
 import pytest
 from support import Peer
 
-from cardfence.engine.engine import Engine
+from cardfence.engine.client.engine import Engine
 from cardfence.engine.errors import DeadlineExceeded
 
 

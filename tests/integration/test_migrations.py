@@ -13,8 +13,10 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
 import cardfence.migrations as migrations
-from cardfence.store import EventStore, NewEvent, SchemaTooNewError, StoreUnavailableError
-from cardfence.store.base import _PG_MIGRATE_LOCK
+from cardfence.store._base import _PG_MIGRATE_LOCK
+from cardfence.store.errors import SchemaTooNewError, StoreUnavailableError
+from cardfence.store.event_store import EventStore
+from cardfence.store.records import NewEvent
 from cardfence.store.schema import metadata
 
 

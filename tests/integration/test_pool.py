@@ -17,9 +17,9 @@ from support.keepalive import ClosingUnderRequests, OkServer
 
 from cardfence.engine.cards.interfaces import JSONRPC, V10
 from cardfence.engine.cards.model import Interface
-from cardfence.engine.engine import Engine, EngineConfig
+from cardfence.engine.client.engine import Engine, EngineConfig
 from cardfence.engine.errors import EndpointUnreachableError
-from cardfence.engine.pool import (
+from cardfence.engine.http.pool import (
     KEEPALIVE_SECONDS,
     POOL_LIMITS,
     REPLAYS,
@@ -29,7 +29,7 @@ from cardfence.engine.pool import (
     readable,
     tls_context,
 )
-from cardfence.engine.transport import A2ATransport
+from cardfence.engine.wire.transport import A2ATransport
 
 
 async def test_a_read_that_meets_a_kept_alive_connections_close_is_asked_again() -> None:

@@ -58,13 +58,14 @@ from engine_fixtures import (
 from store_marks import write_marks
 from support import Peer
 
-from cardfence.engine import events as ev
-from cardfence.engine import guards
+from cardfence.engine.auth.config import Bearer, CredentialsConfig
 from cardfence.engine.cards.interfaces import JSONRPC
 from cardfence.engine.cards.model import Interface
-from cardfence.engine.credentials_config import Bearer, CredentialsConfig
-from cardfence.engine.engine import Engine
-from cardfence.engine.engine.following import Pace
+from cardfence.engine.client.engine import Engine
+from cardfence.engine.client.following import Pace
+from cardfence.engine.client.tasklog import task_stream_id
+from cardfence.engine.core import events as ev
+from cardfence.engine.core import guards
 from cardfence.engine.errors import (
     CardInvalidError,
     ContractChangedError,
@@ -75,8 +76,7 @@ from cardfence.engine.errors import (
     SkillUnavailableError,
     TaskOrphanedError,
 )
-from cardfence.engine.tasklog import task_stream_id
-from cardfence.engine.transport import A2ATransport
+from cardfence.engine.wire.transport import A2ATransport
 
 # What the agent reports for `slow N` when nothing interferes: the reference for R1.
 SLOW = [("submitted", "working"), ("working", "completed")]

@@ -33,8 +33,8 @@ from starlette.applications import Starlette
 from starlette.types import ASGIApp, Receive, Scope, Send
 from support import ServerThread
 
-from cardfence.engine import events as ev
 from cardfence.engine.cli.main import run as cli
+from cardfence.engine.core import events as ev
 from cardfence.engine.demo.agent import _jsonrpc_call, _read_body, _replay
 
 PUBLIC_SKILL = "echo_bot"

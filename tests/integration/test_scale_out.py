@@ -24,11 +24,11 @@ import httpx
 import pytest
 from engine_fixtures import FAST, assert_audit_ok, events, transitions, webhook_url
 
-from cardfence.engine import events as ev
-from cardfence.engine.cards.fetch import CardLimits
-from cardfence.engine.engine import Engine
-from cardfence.engine.tasklog import key_of, task_stream_id
-from cardfence.store import EventStore
+from cardfence.engine.client.engine import Engine
+from cardfence.engine.client.tasklog import key_of, task_stream_id
+from cardfence.engine.core import events as ev
+from cardfence.engine.discovery.fetch import CardLimits
+from cardfence.store.event_store import EventStore
 
 TASKS = 300
 SERVES = 3

@@ -24,15 +24,9 @@ from support.auth_peer import (
     requirement,
 )
 
-from cardfence.engine import events as ev
-from cardfence.engine.credentials_config import (
-    ApiKey,
-    Basic,
-    Bearer,
-    CredentialsConfig,
-    OAuthClient,
-)
-from cardfence.engine.engine import Engine
+from cardfence.engine.auth.config import ApiKey, Basic, Bearer, CredentialsConfig, OAuthClient
+from cardfence.engine.client.engine import Engine
+from cardfence.engine.core import events as ev
 from cardfence.engine.errors import (
     AuthorizationFailedError,
     CardInvalidError,

@@ -37,11 +37,11 @@ from engine_fixtures import (
 )
 from support import Peer, make_tls
 
-from cardfence.engine import events as ev
-from cardfence.engine.driver import Driver
-from cardfence.engine.engine import Engine, EngineConfig
-from cardfence.engine.serve import listen, serve
-from cardfence.store import EventStore
+from cardfence.engine.client.engine import Engine, EngineConfig
+from cardfence.engine.core import events as ev
+from cardfence.engine.serve.driver import Driver
+from cardfence.engine.serve.host import listen, serve
+from cardfence.store.event_store import EventStore
 
 SLOW = [("submitted", "working"), ("working", "completed")]
 # Polls far apart: whatever moves a task within a test's few seconds is a push or a stream.

@@ -19,10 +19,10 @@ import pytest
 from engine_fixtures import FAST, assert_audit_ok, data_of, restored, transitions, webhook_url
 from support import Peer
 
-from cardfence.engine import events as ev
-from cardfence.engine.cards.fetch import CardLimits
-from cardfence.engine.engine import Engine
-from cardfence.store import EventStore
+from cardfence.engine.client.engine import Engine
+from cardfence.engine.core import events as ev
+from cardfence.engine.discovery.fetch import CardLimits
+from cardfence.store.event_store import EventStore
 
 TASKS = 200
 SLOW = [("submitted", "working"), ("working", "completed")]

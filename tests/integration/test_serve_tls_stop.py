@@ -15,7 +15,7 @@ from typing import Any
 import uvicorn
 from support import make_tls
 
-from cardfence.engine.serve import _Server, listen
+from cardfence.engine.serve.host import _Server, listen
 
 BODY = 4 * 1024 * 1024
 SMALL = 8192  # socket buffers on both sides: what is not read waits in the server's transports

@@ -24,17 +24,17 @@ from starlette.responses import JSONResponse, Response
 from support import Peer
 from support.extended_peer import EXTENDED_ONLY, ExtendedPeer
 
-from cardfence.engine import events as ev
-from cardfence.engine.audit import audit
-from cardfence.engine.cards import discovery as discovery_module
-from cardfence.engine.cards import signed_reads
-from cardfence.engine.cards.discovery import CardRead, Discovery
-from cardfence.engine.cards.fetch import CardLimits
 from cardfence.engine.cards.signature_policy import CardSignatures, SignaturePolicy
 from cardfence.engine.cards.signatures import FORM_A2A_SDK, FORM_RFC8785, sign_card
-from cardfence.engine.engine import Engine, EngineConfig
+from cardfence.engine.client.audit import audit
+from cardfence.engine.client.engine import Engine, EngineConfig
+from cardfence.engine.core import events as ev
+from cardfence.engine.discovery import _signed_reads as signed_reads
+from cardfence.engine.discovery import reads as discovery_module
+from cardfence.engine.discovery.fetch import CardLimits
+from cardfence.engine.discovery.reads import CardRead, Discovery
 from cardfence.engine.errors import CardSignatureError
-from cardfence.store import EventStore
+from cardfence.store.event_store import EventStore
 
 signing = pytest.importorskip("a2a.utils.signing")  # a2a-sdk's signer needs PyJWT (dev extra)
 

@@ -15,22 +15,19 @@ import pytest
 import sqlalchemy as sa
 from engine_fixtures import events_refused
 
-from cardfence.store import (
-    CardSnapshot,
-    CommitStats,
+from cardfence.store.chain import content_hash
+from cardfence.store.errors import (
     ConcurrencyError,
     CorruptRecordError,
-    EventStore,
     LeaseLostError,
-    NewEvent,
     PayloadError,
-    Projection,
-    RecordedEvent,
     SnapshotMismatchError,
     StoreError,
     StoreUnavailableError,
 )
-from cardfence.store.chain import content_hash
+from cardfence.store.event_store import EventStore
+from cardfence.store.groupcommit import CommitStats
+from cardfence.store.records import CardSnapshot, NewEvent, Projection, RecordedEvent
 from cardfence.store.schema import events as events_table
 from cardfence.store.schema import streams as streams_table
 

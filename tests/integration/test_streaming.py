@@ -20,11 +20,10 @@ from support.hostile import Frame, Reply, StreamingAgent, sse
 from support.hostile import completed_event as completed
 from support.hostile import working_event as working
 
-from cardfence.engine import deadline
-from cardfence.engine.answers import RemoteTask, StreamUpdate, TaskState
-from cardfence.engine.bodies import PIECE
 from cardfence.engine.cards.interfaces import HTTP_JSON, JSONRPC
 from cardfence.engine.cards.model import Interface
+from cardfence.engine.core.answers import RemoteTask, StreamUpdate, TaskState
+from cardfence.engine.core.observations import from_update
 from cardfence.engine.errors import (
     EndpointUnreachableError,
     InvalidAgentResponseError,
@@ -33,8 +32,10 @@ from cardfence.engine.errors import (
     StreamDroppedError,
     WrongTaskAnswerError,
 )
-from cardfence.engine.observations import from_update
-from cardfence.engine.transport import A2AErrorCode, A2ATransport
+from cardfence.engine.http import deadline
+from cardfence.engine.http.bodies import PIECE
+from cardfence.engine.wire.exchange import A2AErrorCode
+from cardfence.engine.wire.transport import A2ATransport
 
 BINDINGS = [JSONRPC, HTTP_JSON]
 TASK = "t-1"

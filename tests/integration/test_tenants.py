@@ -17,8 +17,8 @@ from typing import Any
 from engine_fixtures import data_of
 from support import Peer
 
-from cardfence.engine import events as ev
-from cardfence.engine.engine import Engine
+from cardfence.engine.client.engine import Engine
+from cardfence.engine.core import events as ev
 
 
 def _for_tenant(tenant: str) -> Any:

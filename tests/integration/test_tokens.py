@@ -1,6 +1,6 @@
 """OAuth 2.0 client credentials tokens (R15) against a real token server on 127.0.0.1
 (``tests/support/oauth.py``: Authlib's server core), fetched with real httpx by
-:class:`cardfence.engine.tokens.TokenSource`: cached, shared, refreshed, bounded (R16), and
+:class:`cardfence.engine.auth.tokens.TokenSource`: cached, shared, refreshed, bounded (R16), and
 failing with a one-line cause that never shows a secret."""
 
 from __future__ import annotations
@@ -18,11 +18,12 @@ import httpx
 import pytest
 from support import TokenServer
 
-from cardfence.engine import deadline, tokens
-from cardfence.engine.credentials import TokenNeeded
-from cardfence.engine.credentials_config import OAuthClient
+from cardfence.engine.auth import tokens
+from cardfence.engine.auth.config import OAuthClient
+from cardfence.engine.auth.credentials import TokenNeeded
+from cardfence.engine.auth.tokens import AccessToken, TokenSource
 from cardfence.engine.errors import AuthorizationFailedError, TokenRequestError
-from cardfence.engine.tokens import AccessToken, TokenSource
+from cardfence.engine.http import deadline
 
 SCHEME = "corp-oauth"
 

@@ -15,16 +15,17 @@ import pytest
 from support import Peer
 from support.mocked import Handler, Make, mocked_agents, rpc_answer
 
-from cardfence.engine.answers import PushConfig, RemoteMessage, RemoteTask, TaskState
 from cardfence.engine.cards.interfaces import HTTP_JSON, JSONRPC
 from cardfence.engine.cards.model import Interface
+from cardfence.engine.core.answers import PushConfig, RemoteMessage, RemoteTask, TaskState
 from cardfence.engine.errors import (
     EndpointUnreachableError,
     InvalidAgentResponseError,
     RemoteRefusedError,
     UsageError,
 )
-from cardfence.engine.transport import A2AErrorCode, A2ATransport
+from cardfence.engine.wire.exchange import A2AErrorCode
+from cardfence.engine.wire.transport import A2ATransport
 
 BINDINGS = [JSONRPC, HTTP_JSON]
 

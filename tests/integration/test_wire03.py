@@ -1,7 +1,7 @@
 """cardfence against the official a2a-sdk 0.3.26 agent (`support.Peer03`, a subprocess in a venv of
 its own): the engine drives each of its scripts over both 0.3 bindings, as it drives a 1.0 agent,
 and every store ends with a clean audit (R13). What the transport sends and reads there is
-``engine/wire03.py``'s (docs/wire.md, "A2A 0.3 on the wire").
+``engine/wire/_v03.py``'s (docs/wire.md, "A2A 0.3 on the wire").
 
 Also against the real agents: 0.3 push bodies (the whole task, a token and no Authorization),
 streams (``tasks/resubscribe``), the bare mode ``text`` of a 0.3 card and ``--media-type``, the
@@ -33,8 +33,9 @@ from engine_fixtures import (
 )
 from support import Peer, Peer03
 
-from cardfence.engine import events as ev
-from cardfence.engine.engine import Engine, EngineConfig
+from cardfence.engine.client.engine import Engine, EngineConfig
+from cardfence.engine.client.tasklog import TaskLog
+from cardfence.engine.core import events as ev
 from cardfence.engine.errors import (
     CreationRefusedError,
     EndpointUnreachableError,
@@ -43,8 +44,7 @@ from cardfence.engine.errors import (
     ProtocolUnsupportedError,
     SkillUnavailableError,
 )
-from cardfence.engine.tasklog import TaskLog
-from cardfence.store import EventStore
+from cardfence.store.event_store import EventStore
 
 BINDINGS = ("JSONRPC", "HTTP+JSON")
 # What the agent logs for a JSON-RPC method 0.3 lacks, or an HTTP+JSON path it does not have.

@@ -11,7 +11,7 @@
   errors without data) or over HTTP+JSON (``/v1/message:send`` & co., protobuf JSON, no status
   timestamps, errors as an HTTP status with ``{"message"}``), as a2a-sdk 0.3.26 answers
   (docs/wire.md, "A2A 0.3 on the wire"). The 0.3 answers are written here from those captures,
-  not with the engine's own translation (``engine/wire03.py``), so that translation is what the
+  not with the engine's own translation (``engine/wire/_v03.py``), so that translation is what the
   tests put to the test. Each operation has one answer, written in the protocol's shapes:
   ``SendMessage`` answers the task it names or, creating, the task the test made under the
   message's text (:meth:`Remote.create`), else a new one (``t-1``, ``t-2`` …, submitted);
@@ -50,8 +50,8 @@ from typing import Any
 
 import httpx
 
-from cardfence.engine.cards.fetch import card_urls
 from cardfence.engine.cards.model import AgentCard, parse_card
+from cardfence.engine.discovery.fetch import card_urls
 
 AGENT_URL = "http://agent.test"
 ORIGIN = card_urls(AGENT_URL)[0]

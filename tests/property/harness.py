@@ -21,13 +21,14 @@ from typing import Any
 from fake_agent import AGENT_URL, MAX_CARD_BYTES, ORIGIN, FakeAgent
 from hypothesis import Phase, settings
 
-from cardfence.engine import events as ev
-from cardfence.engine.audit import audit
-from cardfence.engine.cards.fetch import CardLimits
-from cardfence.engine.credentials import Bearer, CredentialsConfig
-from cardfence.engine.engine import Engine, EngineConfig
-from cardfence.engine.tasklog import task_stream_id
-from cardfence.store import EventStore, RecordedEvent
+from cardfence.engine.auth.config import Bearer, CredentialsConfig
+from cardfence.engine.client.audit import audit
+from cardfence.engine.client.engine import Engine, EngineConfig
+from cardfence.engine.client.tasklog import task_stream_id
+from cardfence.engine.core import events as ev
+from cardfence.engine.discovery.fetch import CardLimits
+from cardfence.store.event_store import EventStore
+from cardfence.store.records import RecordedEvent
 
 CONFIG = EngineConfig(
     max_poll_interval=0.05,

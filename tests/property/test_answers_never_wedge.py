@@ -33,15 +33,15 @@ from hypothesis import Phase, example, given, settings
 from hypothesis import find as hypothesis_find
 from hypothesis import strategies as st
 
-from cardfence.engine import observations
-from cardfence.engine.lifecycle import TERMINAL, is_legal
-from cardfence.engine.observations import (
+from cardfence.engine.core import observations
+from cardfence.engine.core.lifecycle import TERMINAL, is_legal
+from cardfence.engine.core.observations import (
     MAX_RECORDED_MESSAGE_BYTES,
     ArtifactRecord,
     Observation,
     apply_observation,
 )
-from cardfence.engine.replay import apply_task_events, fold_task, initial_task_state
+from cardfence.engine.core.replay import apply_task_events, fold_task, initial_task_state
 
 MAX_ARTIFACTS = 2
 C = 2 + MAX_ARTIFACTS

@@ -17,8 +17,8 @@ import pytest
 from hypothesis import Phase, find, given, settings
 from hypothesis import strategies as st
 
-import cardfence.engine.bodies
-from cardfence.engine.bodies import BodyRefused, BoundedDecoder
+import cardfence.engine.http.bodies
+from cardfence.engine.http.bodies import BodyRefused, BoundedDecoder
 
 # The hunts find bodies of a few hundred kilobytes; their repr is long, and that is fine.
 pytestmark = pytest.mark.filterwarnings("ignore:Generating overly large repr")
@@ -156,7 +156,7 @@ class _Greedy:
 def test_property_catches_a_decoder_that_ignores_max_length(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(cardfence.engine.bodies, "_decompressor", _Greedy)
+    monkeypatch.setattr(cardfence.engine.http.bodies, "_decompressor", _Greedy)
     problem = violation(catches())
     assert problem is not None
     assert "held" in problem
@@ -179,5 +179,5 @@ def test_property_catches_a_decoder_that_decodes_a_stack_of_encodings(
         names = tuple(n.strip() for n in (header or "").split(",") if n.strip() != "identity")
         return tuple(n for n in names[:1] if n)  # the planted bug: the rest is ignored
 
-    monkeypatch.setattr(cardfence.engine.bodies, "content_encodings", first_only)
+    monkeypatch.setattr(cardfence.engine.http.bodies, "content_encodings", first_only)
     assert violation(catches()) == "stack accepted"

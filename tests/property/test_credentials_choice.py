@@ -2,7 +2,7 @@
 
 For random requirement lists (alternatives drawn over a few scheme names, the empty alternative
 and repeats included), random ``securitySchemes`` declarations and random configured sets,
-:func:`cardfence.engine.credentials.choose`:
+:func:`cardfence.engine.auth.credentials.choose`:
 
 - returns an alternative only if every scheme in it is declared and configured;
 - returns the FIRST such alternative (every earlier one lacks a scheme, and says which);
@@ -22,9 +22,9 @@ import pytest
 from hypothesis import Phase, find, given, settings
 from hypothesis import strategies as st
 
-from cardfence.engine import credentials
+from cardfence.engine.auth import credentials
+from cardfence.engine.auth.credentials import Choice, Gap
 from cardfence.engine.cards.model import SecurityRequirement
-from cardfence.engine.credentials import Choice, Gap
 
 NAMES = ("api", "bearer", "basic", "oauth", "mtls")
 DECLARATION = {"httpAuthSecurityScheme": {"scheme": "bearer"}}

@@ -1,4 +1,4 @@
-"""Evening out the leases between drivers (:func:`cardfence.engine.driver.fair_share`).
+"""Evening out the leases between drivers (:func:`cardfence.engine.serve.driver.fair_share`).
 
 The property, for any leases held per owner and any driver: what it takes comes only from other
 holders, leaves none of them below the fair share (the ceiling of the mean), never raises the
@@ -16,7 +16,7 @@ import pytest
 from hypothesis import find, given
 from hypothesis import strategies as st
 
-from cardfence.engine.driver import fair_share
+from cardfence.engine.serve.driver import fair_share
 
 Plan = Callable[[str, Mapping[str, int], int], dict[str, int]]
 

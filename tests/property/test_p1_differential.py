@@ -58,15 +58,17 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from cardfence.engine import events as ev
-from cardfence.engine.audit import replay
-from cardfence.engine.cards.fetch import CardLimits
-from cardfence.engine.engine import Engine, EngineConfig
+from cardfence.engine.client.audit import replay
+from cardfence.engine.client.engine import Engine, EngineConfig
+from cardfence.engine.client.tasklog import task_stream_id
+from cardfence.engine.core import events as ev
+from cardfence.engine.core.observations import Observation
+from cardfence.engine.core.replay import State
+from cardfence.engine.discovery.fetch import CardLimits
 from cardfence.engine.errors import DiscoveryError, RemoteRefusedError, TaskOrphanedError
-from cardfence.engine.observations import Observation
-from cardfence.engine.replay import State
-from cardfence.engine.tasklog import task_stream_id
-from cardfence.store import CorruptRecordError, EventStore, RecordedEvent
+from cardfence.store.errors import CorruptRecordError
+from cardfence.store.event_store import EventStore
+from cardfence.store.records import RecordedEvent
 from cardfence.store.schema import metadata, streams
 
 _T = TypeVar("_T")
@@ -363,7 +365,7 @@ async def _awaited(value: Awaitable[object]) -> None:
 
 
 # The 1.0 run has the profile's whole budget of examples, each 0.3 run a third of it: past the
-# 0.3 translation (engine/wire03.py) the engine is the same, and three whole runs would cost the
+# 0.3 translation (engine/wire/_v03.py) the engine is the same, and three whole runs would cost the
 # `ci` profile about five minutes (about 100 s each on 2 cores) where this costs about three.
 SHARE_03 = 3
 

@@ -27,10 +27,10 @@ from harness import audit_problems, hunt, open_engine, task_events, task_version
 from hypothesis import find, given
 from hypothesis import strategies as st
 
-from cardfence.engine import events as ev
-from cardfence.engine.cards.discovery import CardRead, Discovery
-from cardfence.engine.cards.fetch import card_urls
-from cardfence.engine.engine import Engine
+from cardfence.engine.client.engine import Engine
+from cardfence.engine.core import events as ev
+from cardfence.engine.discovery.fetch import card_urls
+from cardfence.engine.discovery.reads import CardRead, Discovery
 from cardfence.engine.errors import DeadlineExceeded, TaskOrphanedError
 
 # --- strategies ----------------------------------------------------------------------------------

@@ -48,18 +48,18 @@ from hypothesis import find, given
 from hypothesis import strategies as st
 from store_marks import write_marks
 
-from cardfence.engine import events as ev
-from cardfence.engine import guards as guards_module
-from cardfence.engine.cards.discovery import CardRead, ContractCheck, Discovery
-from cardfence.engine.engine import Engine
+from cardfence.engine.client.engine import Engine
+from cardfence.engine.client.tasklog import key_of
+from cardfence.engine.core import events as ev
+from cardfence.engine.core import guards as guards_module
+from cardfence.engine.core.guards import Decision
+from cardfence.engine.discovery.reads import CardRead, ContractCheck, Discovery
 from cardfence.engine.errors import (
     CardInvalidError,
     ContractChangedError,
     DiscoveryError,
     SkillUnavailableError,
 )
-from cardfence.engine.guards import Decision
-from cardfence.engine.tasklog import key_of
 
 REFUSALS = (DiscoveryError, SkillUnavailableError, ContractChangedError)  # CardInvalid: Discovery
 ACCEPTED_MEDIA = "text/plain"  # what the fake's skill takes

@@ -30,7 +30,9 @@ from harness import hunt
 from hypothesis import HealthCheck, find, given, settings
 from hypothesis import strategies as st
 
-from cardfence.store import ConcurrencyError, EventStore, NewEvent
+from cardfence.store.errors import ConcurrencyError
+from cardfence.store.event_store import EventStore
+from cardfence.store.records import NewEvent
 
 MAX_WRITERS = 5
 Plan = tuple[tuple[int, ...], ...]  # per round, each writer's batch size

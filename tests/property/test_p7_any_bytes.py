@@ -34,13 +34,13 @@ from harness import audit_problems, clone, fresh_store, hunt, open_engine, task_
 from hypothesis import find, given
 from hypothesis import strategies as st
 
-from cardfence.engine import webhook as webhook_module
-from cardfence.engine.answers import StreamUpdate
-from cardfence.engine.engine import Engine
+from cardfence.engine.client.engine import Engine
+from cardfence.engine.core.answers import StreamUpdate
 from cardfence.engine.errors import InvalidAgentResponseError
-from cardfence.engine.remote import parse_stream_response
-from cardfence.engine.webhook import MAX_DELIVERY_BYTES, Delivery, Refused
-from cardfence.store import EventStore
+from cardfence.engine.wire import push as webhook_module
+from cardfence.engine.wire.push import MAX_DELIVERY_BYTES, Delivery, Refused
+from cardfence.engine.wire.v10 import parse_stream_response
+from cardfence.store.event_store import EventStore
 
 ALLOWED = frozenset({200, 400, 401, 404, 413, 415})
 TOKEN = "tok-right"

@@ -75,22 +75,22 @@ from harness import CONFIG, audit_problems, hunt, open_engine, task_events
 from hypothesis import example, find, given, settings
 from hypothesis import strategies as st
 
-from cardfence.engine import events as ev
-from cardfence.engine import tasklog
-from cardfence.engine.authorization import Authorizer, Grant, TaskCredentials
-from cardfence.engine.credentials import ApiKey, Basic, Bearer, CredentialsConfig
-from cardfence.engine.engine import Engine
-from cardfence.engine.engine import base as engine_base
+from cardfence.engine.auth.authorization import Authorizer, Grant, TaskCredentials
+from cardfence.engine.auth.config import ApiKey, Basic, Bearer, CredentialsConfig
+from cardfence.engine.client import _base as engine_base
+from cardfence.engine.client import tasklog
+from cardfence.engine.client.engine import Engine
+from cardfence.engine.client.tasklog import TaskLog, task_stream_id
+from cardfence.engine.core import events as ev
+from cardfence.engine.core.observations import Event, Observation
+from cardfence.engine.core.replay import State
 from cardfence.engine.errors import (
     AuthorizationFailedError,
     DeadlineExceeded,
     EndpointUnreachableError,
     TaskOrphanedError,
 )
-from cardfence.engine.observations import Event, Observation
-from cardfence.engine.replay import State
-from cardfence.engine.tasklog import TaskLog, task_stream_id
-from cardfence.store import NewEvent
+from cardfence.store.records import NewEvent
 
 # --- the credentials and the contracts -----------------------------------------------------------
 

@@ -36,8 +36,9 @@ from support.cards import ORIGIN
 from support.mocked import ScriptedAgent, answering
 from support.virtual_time import run_virtual, virtual_deadlines, virtual_engine
 
-from cardfence.engine import events as ev
-from cardfence.engine.engine import Engine, EngineConfig, following
+from cardfence.engine.client import following
+from cardfence.engine.client.engine import Engine, EngineConfig
+from cardfence.engine.core import events as ev
 from cardfence.engine.errors import DeadlineExceeded
 
 EPSILON = 1e-9

@@ -1,4 +1,5 @@
-"""The refusal budget of the webhook ingress (:class:`cardfence.engine.shedding.RefusalBudget`).
+"""The refusal budget of the webhook ingress
+(:class:`cardfence.engine.serve._shedding.RefusalBudget`).
 
 The ingress asks :meth:`~RefusalBudget.wait` before reading a delivery and answers 429 while it is
 above zero; it calls :meth:`~RefusalBudget.charge` after refusing one. The properties, for any
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from hypothesis import example, find, given
 from hypothesis import strategies as st
 
-from cardfence.engine.shedding import RefusalBudget
+from cardfence.engine.serve._shedding import RefusalBudget
 
 
 @dataclass

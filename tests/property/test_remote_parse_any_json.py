@@ -3,7 +3,7 @@
 What an agent sends (SendMessage/GetTask answers, push deliveries, stream events) is untrusted; a
 crash on it would stop the observation path (R12). The property is one function, :func:`escapes`,
 checked against the real parsers, against the parsers behind the A2A 0.3 translation
-(``engine/wire03.py``, which reads the same untrusted JSON first) and, to show it has teeth,
+(``engine/wire/_v03.py``, which reads the same untrusted JSON first) and, to show it has teeth,
 against planted bugs it must catch.
 """
 
@@ -17,12 +17,12 @@ import pytest
 from hypothesis import find, given, settings
 from hypothesis import strategies as st
 
-from cardfence.engine import fields as fields_module
-from cardfence.engine import remote as remote_module
-from cardfence.engine import wire03
-from cardfence.engine.answers import PushConfig, RemoteMessage, RemoteTask, StreamUpdate
+from cardfence.engine.cards import fields as fields_module
+from cardfence.engine.core.answers import PushConfig, RemoteMessage, RemoteTask, StreamUpdate
 from cardfence.engine.errors import InvalidAgentResponseError
-from cardfence.engine.remote import (
+from cardfence.engine.wire import _v03 as wire03
+from cardfence.engine.wire import v10 as remote_module
+from cardfence.engine.wire.v10 import (
     parse_push_config,
     parse_send_response,
     parse_stream_response,

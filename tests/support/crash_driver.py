@@ -4,7 +4,8 @@ Usage::
 
     python tests/support/crash_driver.py STORE_URL AGENT_URL N SEED [--scripts S,..] [--hold ...]
 
-Opens an :class:`~engine.engine.Engine` on ``STORE_URL`` and starts ``N`` tasks on the agent at
+Opens an :class:`~engine.client.engine.Engine` on ``STORE_URL`` and starts ``N`` tasks on the agent
+at
 ``AGENT_URL`` (the test's :class:`support.Peer`), a seeded mix of ``slow 0.3``, ``ask`` (then a
 reply) and ``echo``. Some tasks are left in flight while the next one starts, so a kill finds
 several tasks at different points. Short poll intervals and a short ``max_card_age``, so the
@@ -50,15 +51,15 @@ from collections.abc import Sequence
 from typing import Any
 
 import cardfence.migrations as migrations
-from cardfence.engine.cards import discovery as discovery_module
-from cardfence.engine.cards import signed_reads as signed_reads_module
-from cardfence.engine.cards.discovery import Discovery
-from cardfence.engine.cards.fetch import CardLimits
-from cardfence.engine.engine import Engine, EngineConfig
-from cardfence.engine.lifecycle import TERMINAL
-from cardfence.engine.tasklog import TaskLog
-from cardfence.engine.transport import A2ATransport
-from cardfence.store import EventStore
+from cardfence.engine.client.engine import Engine, EngineConfig
+from cardfence.engine.client.tasklog import TaskLog
+from cardfence.engine.core.lifecycle import TERMINAL
+from cardfence.engine.discovery import _signed_reads as signed_reads_module
+from cardfence.engine.discovery import reads as discovery_module
+from cardfence.engine.discovery.fetch import CardLimits
+from cardfence.engine.discovery.reads import Discovery
+from cardfence.engine.wire.transport import A2ATransport
+from cardfence.store.event_store import EventStore
 
 PAUSE = 0.003  # seconds the process stands still after each probe line
 HOLD_SECONDS = 120.0  # "for good": the parent kills long before

@@ -1,5 +1,5 @@
 """Raw HTTP/1.1 servers on 127.0.0.1 or another loopback address (asyncio, the test's own
-loop) for the engine's client (``engine.pool``): one that answers ``ok`` and keeps or ends its
+loop) for the engine's client (``engine.http.pool``): one that answers ``ok`` and keeps or ends its
 connections, one that ends kept-alive connections under their next request (closing or
 resetting them), and one that accepts and then never reads a byte. Each counts its
 connections."""
@@ -17,7 +17,7 @@ import httpx
 
 from cardfence.engine.cards.interfaces import JSONRPC, V10
 from cardfence.engine.cards.model import Interface
-from cardfence.engine.transport import A2ATransport
+from cardfence.engine.wire.transport import A2ATransport
 
 __all__ = ["ClosingUnderRequests", "Listening", "OkServer", "Unread", "reset"]
 

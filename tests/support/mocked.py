@@ -26,9 +26,9 @@ import httpx
 
 from cardfence.engine.cards.interfaces import JSONRPC
 from cardfence.engine.cards.model import Interface
-from cardfence.engine.engine import Engine, EngineConfig
-from cardfence.engine.transport import A2ATransport
-from cardfence.store import EventStore
+from cardfence.engine.client.engine import Engine, EngineConfig
+from cardfence.engine.wire.transport import A2ATransport
+from cardfence.store.event_store import EventStore
 from support.cards import card_document
 from support.hostile import sse
 

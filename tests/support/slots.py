@@ -1,12 +1,12 @@
 """Request slots that remember what took them: proof that a read waited its turn among the
-engine's requests in flight (``engine.pool.RequestSlots``)."""
+engine's requests in flight (``engine.http.pool.RequestSlots``)."""
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator
 
-from cardfence.engine.pool import RequestSlots
+from cardfence.engine.http.pool import RequestSlots
 
 
 class RecordedSlots(RequestSlots):

@@ -8,9 +8,11 @@ and nothing left to a loaded machine's scheduling.
 
 What runs on it must do no real waiting of its own: its I/O answered at once (``httpx``'s
 ``MockTransport``) and its store in memory (an in-memory SQLite store's calls run inline on the
-loop, :class:`~cardfence.engine.offload.StoreCalls`). A thread's work would take no virtual time
+loop, :class:`~cardfence.engine.http.offload.StoreCalls`). A thread's work would take no virtual
+time
 at all, and a socket read the loop waits on with a timer due would be cut short by the jump.
-The deadline every request ends by (:mod:`cardfence.engine.deadline`) reads the same clock while
+The deadline every request ends by (:mod:`cardfence.engine.http.deadline`) reads the same clock
+while
 :func:`virtual_deadlines` is in force.
 """
 
@@ -26,9 +28,9 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 
-from cardfence.engine import deadline
-from cardfence.engine.engine import Engine, EngineConfig
-from cardfence.store import EventStore
+from cardfence.engine.client.engine import Engine, EngineConfig
+from cardfence.engine.http import deadline
+from cardfence.store.event_store import EventStore
 
 _T = TypeVar("_T")
 

@@ -10,7 +10,7 @@ import httpx
 import pytest
 from support.hostile import RoutedServer
 
-from cardfence.store import EventStore
+from cardfence.store.event_store import EventStore
 
 
 @pytest.fixture

@@ -13,10 +13,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from cardfence.engine import events as ev
-from cardfence.engine.replay import initial_task_state
-from cardfence.engine.tasklog import AsOf, TaskLog, task_stream_id
-from cardfence.store import CorruptRecordError, EventStore
+from cardfence.engine.client.tasklog import AsOf, TaskLog, task_stream_id
+from cardfence.engine.core import events as ev
+from cardfence.engine.core.replay import initial_task_state
+from cardfence.store.errors import CorruptRecordError
+from cardfence.store.event_store import EventStore
 from cardfence.store.schema import events, streams
 
 SUBMITTED = {"skill": "echo", "card_revision": "r" * 64}

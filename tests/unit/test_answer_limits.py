@@ -8,8 +8,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from cardfence.engine import events as ev
-from cardfence.engine.observations import (
+from cardfence.engine.client.tasklog import AsOf, TaskLog
+from cardfence.engine.core import events as ev
+from cardfence.engine.core.observations import (
     MAX_RECORDED_ARTIFACT_BYTES,
     MAX_RECORDED_MESSAGE_BYTES,
     MAX_RECORDED_NAME_CHARS,
@@ -18,12 +19,11 @@ from cardfence.engine.observations import (
     apply_observation,
     stored_json,
 )
-from cardfence.engine.remote import MAX_ID_CHARS
-from cardfence.engine.replay import apply_task_events, fold_task, initial_task_state
-from cardfence.engine.tasklog import AsOf, TaskLog
-from cardfence.engine.transport import DEFAULT_MAX_BYTES
-from cardfence.store import EventStore
-from cardfence.store.eventlog import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_MAX_PROJECTION_BYTES
+from cardfence.engine.core.replay import apply_task_events, fold_task, initial_task_state
+from cardfence.engine.wire.exchange import DEFAULT_MAX_BYTES
+from cardfence.engine.wire.v10 import MAX_ID_CHARS
+from cardfence.store._base import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_MAX_PROJECTION_BYTES
+from cardfence.store.event_store import EventStore
 
 
 def _growth(seconds: Callable[[int], float], small: int, large: int) -> float:

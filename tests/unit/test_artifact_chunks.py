@@ -13,15 +13,15 @@ import pytest
 from hypothesis import find, given, settings
 from hypothesis import strategies as st
 
-from cardfence.engine import events as ev
-from cardfence.engine import observations
-from cardfence.engine.observations import (
+from cardfence.engine.core import events as ev
+from cardfence.engine.core import observations
+from cardfence.engine.core.observations import (
     MAX_RECORDED_ARTIFACT_BYTES,
     ArtifactRecord,
     Observation,
     apply_observation,
 )
-from cardfence.engine.replay import apply_task_event, fold_task, initial_task_state
+from cardfence.engine.core.replay import apply_task_event, fold_task, initial_task_state
 
 KEY = "k"
 

@@ -10,8 +10,7 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from cardfence.engine import events as ev
-from cardfence.engine.audit import (
+from cardfence.engine.client.audit import (
     _REVISION_FIELDS,
     AuditReport,
     Violation,
@@ -21,17 +20,12 @@ from cardfence.engine.audit import (
     rebuild_projections,
     replay,
 )
-from cardfence.engine.cards.agent_stream import append_agent_events
-from cardfence.engine.tasklog import TaskLog, task_stream_id
-from cardfence.store import (
-    CardSnapshot,
-    EventStore,
-    NewEvent,
-    Projection,
-    RecordedEvent,
-    StreamRecord,
-)
+from cardfence.engine.client.tasklog import TaskLog, task_stream_id
+from cardfence.engine.core import events as ev
+from cardfence.engine.discovery._agent_stream import append_agent_events
 from cardfence.store.chain import content_hash, verify_chain
+from cardfence.store.event_store import EventStore
+from cardfence.store.records import CardSnapshot, NewEvent, Projection, RecordedEvent, StreamRecord
 from cardfence.store.schema import card_snapshots, events, streams
 
 BODY = '{"name":"agent"}'
@@ -558,7 +552,7 @@ def test_a_stream_whose_chain_fails_when_it_is_rebuilt_is_skipped_and_the_next_r
             return AuditReport(3, 3, tuple(seen))
         return real(store, verify_signatures=verify_signatures)
 
-    monkeypatch.setattr("cardfence.engine.audit.audit", first_then_real)
+    monkeypatch.setattr("cardfence.engine.client.audit.audit", first_then_real)
     report = rebuild_projections(store)
 
     assert report.rebuilt == (T2,)  # t0's payload altered; t1's event beyond its head

@@ -16,13 +16,15 @@ import pytest
 from joserfc.jwk import ECKey
 from support.cards import card_document, fetched
 
-from cardfence.engine import events as ev
-from cardfence.engine.audit import AuditReport, Violation, audit
-from cardfence.engine.cards.agent_stream import append_agent_events
 from cardfence.engine.cards.keys import parse_keys
 from cardfence.engine.cards.model import parse_card
-from cardfence.engine.cards.signatures import SignaturePolicy, apply_policy, sign_card
-from cardfence.store import CardSnapshot, EventStore, NewEvent
+from cardfence.engine.cards.signature_policy import SignaturePolicy
+from cardfence.engine.cards.signatures import apply_policy, sign_card
+from cardfence.engine.client.audit import AuditReport, Violation, audit
+from cardfence.engine.core import events as ev
+from cardfence.engine.discovery._agent_stream import append_agent_events
+from cardfence.store.event_store import EventStore
+from cardfence.store.records import CardSnapshot, NewEvent
 
 ORIGIN = "https://agent.example"
 URL = f"{ORIGIN}/.well-known/agent-card.json"

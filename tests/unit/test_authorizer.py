@@ -1,4 +1,4 @@
-"""R15 at the edge (engine/authorization.py): the grant chosen at creation, rebuilt from the
+"""R15 at the edge (engine/auth/authorization.py): the grant chosen at creation, rebuilt from the
 frozen card for later requests, never sent to another origin, applied per request."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 
-from cardfence.engine.authorization import Authorizer, Grant
+from cardfence.engine.auth.authorization import Authorizer, Grant
+from cardfence.engine.auth.config import ApiKey, Bearer, CredentialsConfig, OAuthClient
 from cardfence.engine.cards.model import AgentCard, parse_card
-from cardfence.engine.credentials_config import ApiKey, Bearer, CredentialsConfig, OAuthClient
 from cardfence.engine.errors import CredentialsMissingError
 
 AGENT = "https://agent.test"

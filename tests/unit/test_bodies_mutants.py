@@ -1,6 +1,7 @@
 """Bounded decoding at its edges: how the raw bytes are cut, the deflate header, the last piece.
 
-Written to kill the mutants of ``engine/bodies.py`` that ``scripts/mutation`` found alive: the same
+Written to kill the mutants of ``engine/http/bodies.py`` that ``scripts/mutation`` found alive: the
+same
 body must decode to the same bytes however the network cuts it, a refusal must stop exactly one
 byte past the limit, and a deflate body must be told zlib-wrapped or raw by its header alone.
 """
@@ -14,7 +15,7 @@ from collections.abc import AsyncIterator
 import httpx
 import pytest
 
-from cardfence.engine.bodies import BodyRefused, BoundedDecoder, read_body
+from cardfence.engine.http.bodies import BodyRefused, BoundedDecoder, read_body
 
 TEXT = b"".join(b"line %d of a body that compresses well\n" % n for n in range(400))
 

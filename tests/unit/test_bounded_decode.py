@@ -11,7 +11,7 @@ from collections.abc import Iterable
 import httpx
 import pytest
 
-from cardfence.engine.bodies import BodyRefused, BoundedDecoder, content_encodings, read_body
+from cardfence.engine.http.bodies import BodyRefused, BoundedDecoder, content_encodings, read_body
 
 BODY = b'{"jsonrpc": "2.0", "id": 1, "result": {"text": "' + b"hello " * 500 + b'"}}'
 MiB = 1 << 20

@@ -8,12 +8,12 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from cardfence.engine import events as ev
-from cardfence.engine import tasklog as tasklog_module
-from cardfence.engine.engine import Engine
-from cardfence.engine.engine import base as base_module
-from cardfence.engine.tasklog import TaskLog, task_stream_id
-from cardfence.store import EventStore
+from cardfence.engine.client import _base as base_module
+from cardfence.engine.client import tasklog as tasklog_module
+from cardfence.engine.client.engine import Engine
+from cardfence.engine.client.tasklog import TaskLog, task_stream_id
+from cardfence.engine.core import events as ev
+from cardfence.store.event_store import EventStore
 
 
 def _task(log: TaskLog, key: str) -> None:

@@ -19,7 +19,9 @@ from support.cards import card_document
 from support.hostile import Reply, RoutedServer, completed_event, sse, working_event
 from support.mocked import Body, mocked_agents
 
-from cardfence.engine import tokens
+from cardfence.engine.auth import tokens
+from cardfence.engine.auth.config import OAuthClient
+from cardfence.engine.auth.credentials import TokenNeeded
 from cardfence.engine.cards.canonical import (
     DUPLICATE,
     NON_FINITE,
@@ -32,21 +34,19 @@ from cardfence.engine.cards.canonical import (
     path_of,
     sha256,
 )
+from cardfence.engine.cards.fields import FieldError
 from cardfence.engine.cards.interfaces import HTTP_JSON, JSONRPC
 from cardfence.engine.cards.keys import parse_keys
 from cardfence.engine.cards.model import parse_card
-from cardfence.engine.credentials import TokenNeeded
-from cardfence.engine.credentials_config import OAuthClient
 from cardfence.engine.errors import (
     CardInvalidError,
     CardSignatureError,
     InvalidAgentResponseError,
     TokenRequestError,
 )
-from cardfence.engine.fields import FieldError
-from cardfence.engine.transport import A2ATransport
-from cardfence.engine.webhook import Refused
-from cardfence.engine.webhook import decode as push_body
+from cardfence.engine.wire.push import Refused
+from cardfence.engine.wire.push import decode as push_body
+from cardfence.engine.wire.transport import A2ATransport
 
 
 def refusal(body: bytes, max_depth: int = 8) -> tuple[str, str]:

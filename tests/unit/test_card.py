@@ -15,14 +15,13 @@ from a2a.types import a2a_pb2 as pb
 from google.protobuf.json_format import MessageToDict
 from starlette.applications import Starlette
 
+from cardfence.engine.cards.diff import CardDiff, diff
 from cardfence.engine.cards.interfaces import HTTP_JSON, JSONRPC, select_interface
 from cardfence.engine.cards.model import (
     AgentCard,
-    CardDiff,
     Extension,
     Interface,
     SecurityRequirement,
-    diff,
     parse_card,
 )
 from cardfence.engine.errors import CardInvalidError

@@ -1,4 +1,4 @@
-"""The revisions of an agent's card a store has seen (``engine/cards/history.py``, behind
+"""The revisions of an agent's card a store has seen (``engine/discovery/history.py``, behind
 ``cardfence cards``), read from a SQLite store: each revision once as it came into force, its
 fields, its changes from the one before, and the extended card's history apart. No network."""
 
@@ -8,11 +8,12 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from cardfence.engine import events as ev
-from cardfence.engine.cards.agent_stream import append_agent_events
-from cardfence.engine.cards.history import revision_history, stored_card
 from cardfence.engine.cards.model import AgentCard, parse_card
-from cardfence.store import CardSnapshot, EventStore, NewEvent
+from cardfence.engine.core import events as ev
+from cardfence.engine.discovery._agent_stream import append_agent_events
+from cardfence.engine.discovery.history import revision_history, stored_card
+from cardfence.store.event_store import EventStore
+from cardfence.store.records import CardSnapshot, NewEvent
 
 ORIGIN = "https://agent.test"
 CARD_URL = f"{ORIGIN}/.well-known/agent-card.json"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import dataclasses
 from datetime import UTC, datetime, timedelta
 
-from cardfence.store import GENESIS_HASH, RecordedEvent, verify_chain
-from cardfence.store.chain import event_hash
+from cardfence.store.chain import event_hash, verify_chain
+from cardfence.store.records import GENESIS_HASH, RecordedEvent
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 

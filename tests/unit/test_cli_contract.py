@@ -9,7 +9,7 @@ import pytest
 
 import cardfence.engine.cli.main  # noqa: F401  (every command module, with their errors)
 from cardfence.engine import errors
-from cardfence.engine.cli.app import Interrupted, OutputError, exit_code_for, exit_code_of
+from cardfence.engine.cli._app import Interrupted, OutputError, exit_code_for, exit_code_of
 
 CLI_DOC = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
 

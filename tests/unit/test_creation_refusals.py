@@ -16,9 +16,9 @@ import sqlalchemy as sa
 from support.cards import ORIGIN, card_document
 from support.mocked import engine_on, submitted_task, task_agent
 
-from cardfence.engine import events as ev
-from cardfence.engine.credentials_config import CredentialsConfig, OAuthClient
-from cardfence.engine.engine import EngineConfig
+from cardfence.engine.auth.config import CredentialsConfig, OAuthClient
+from cardfence.engine.client.engine import EngineConfig
+from cardfence.engine.core import events as ev
 from cardfence.engine.errors import (
     CardInvalidError,
     ContractChangedError,
@@ -29,7 +29,8 @@ from cardfence.engine.errors import (
     TokenRequestError,
     UsageError,
 )
-from cardfence.store import EventStore, RecordedEvent
+from cardfence.store.event_store import EventStore
+from cardfence.store.records import RecordedEvent
 
 
 def _unanswered(request: httpx.Request) -> httpx.Response:

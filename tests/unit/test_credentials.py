@@ -1,4 +1,4 @@
-"""The credentials core of R15 (engine/credentials_config.py, engine/credentials.py): the file,
+"""The credentials core of R15 (engine/auth/config.py, engine/auth/credentials.py): the file,
 env: values, the choice among alternatives, what each scheme adds to a request, fingerprints, and
 no secret in any repr."""
 
@@ -12,18 +12,7 @@ from typing import Any
 
 import pytest
 
-from cardfence.engine.cards.model import AgentCard, SecurityRequirement, parse_card
-from cardfence.engine.cli.app import exit_code_of
-from cardfence.engine.credentials import (
-    RequestAuth,
-    apply,
-    choose,
-    effective_requirements,
-    fingerprint,
-    fits,
-    redact,
-)
-from cardfence.engine.credentials_config import (
+from cardfence.engine.auth.config import (
     ApiKey,
     Basic,
     Bearer,
@@ -33,6 +22,17 @@ from cardfence.engine.credentials_config import (
     OAuthClient,
     load_credentials,
 )
+from cardfence.engine.auth.credentials import (
+    RequestAuth,
+    apply,
+    choose,
+    effective_requirements,
+    fingerprint,
+    fits,
+    redact,
+)
+from cardfence.engine.cards.model import AgentCard, SecurityRequirement, parse_card
+from cardfence.engine.cli._app import exit_code_of
 from cardfence.engine.errors import CredentialsConfigError, CredentialsMissingError, UsageError
 
 SECRETS = ("s3cr3t-api-key", "s3cr3t-token", "s3cr3t-pw", "s3cr3t-client")

@@ -1,6 +1,6 @@
-"""The credentials file and its secrets (engine/credentials_config.py), field by field.
+"""The credentials file and its secrets (engine/auth/config.py), field by field.
 
-Written to kill the mutants of ``engine/credentials_config.py``: every ``env:`` field of every
+Written to kill the mutants of ``engine/auth/config.py``: every ``env:`` field of every
 kind of secret resolved from the mapping given (not the process's), named in the refusal with its
 entry, and the copy marked resolved so its values are never read as references again; and every
 refusal of the file naming where, which entry and what, in words a test compares whole.
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from cardfence.engine.credentials_config import (
+from cardfence.engine.auth.config import (
     ApiKey,
     Basic,
     Bearer,

@@ -11,17 +11,8 @@ from typing import Any
 import pytest
 from test_authorizer import AGENT, alternative, card
 
-from cardfence.engine.authorization import Authorizer, Grant, TaskCredentials
-from cardfence.engine.cards.model import SecurityRequirement
-from cardfence.engine.credentials import (
-    Gap,
-    RequestAuth,
-    TokenNeeded,
-    apply,
-    choose,
-    fingerprint,
-)
-from cardfence.engine.credentials_config import (
+from cardfence.engine.auth.authorization import Authorizer, Grant, TaskCredentials
+from cardfence.engine.auth.config import (
     ApiKey,
     Basic,
     Bearer,
@@ -30,6 +21,15 @@ from cardfence.engine.credentials_config import (
     OAuthClient,
     Secret,
 )
+from cardfence.engine.auth.credentials import (
+    Gap,
+    RequestAuth,
+    TokenNeeded,
+    apply,
+    choose,
+    fingerprint,
+)
+from cardfence.engine.cards.model import SecurityRequirement
 from cardfence.engine.errors import CredentialsConfigError, CredentialsMissingError
 
 API_KEY_HEADER = {"apiKeySecurityScheme": {"location": "header", "name": "X-Key"}}

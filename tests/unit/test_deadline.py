@@ -1,4 +1,5 @@
-"""The deadline every request ends by (engine/deadline.py, R16): nested, the earlier wins, and it
+"""The deadline every request ends by (engine/http/deadline.py, R16): nested, the earlier wins, and
+it
 follows the code into the tasks it starts."""
 
 from __future__ import annotations
@@ -7,7 +8,7 @@ import asyncio
 import math
 import time
 
-from cardfence.engine import deadline
+from cardfence.engine.http import deadline
 
 
 def test_without_a_deadline_a_request_takes_its_own_timeout() -> None:

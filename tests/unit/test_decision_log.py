@@ -1,4 +1,5 @@
-"""``serve``'s decision log (engine/logs.py): one JSON line per decision, written by a thread of
+"""``serve``'s decision log (engine/serve/decision_log.py): one JSON line per decision, written by
+a thread of
 its own, so a log nobody reads (a pipe whose buffer is full) never holds up the thread that
 decided; what found no room is counted and said, never silently lost."""
 
@@ -18,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from cardfence.engine.logs import DecisionLog
+from cardfence.engine.serve.decision_log import DecisionLog
 
 
 @pytest.fixture
@@ -428,7 +429,7 @@ def test_a_line_saying_lines_were_dropped_comes_from_the_log_itself(
     decisions.start()
     assert decisions.stop()
     said = lines(stream.getvalue())[-1]
-    assert (said["logger"], said["level"]) == ("cardfence.engine.logs", "warning")
+    assert (said["logger"], said["level"]) == ("cardfence.engine.serve.decision_log", "warning")
     assert said["message"] == (
         "1 log lines dropped: the log was not read as fast as it was written"
     )

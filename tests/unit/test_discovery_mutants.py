@@ -1,6 +1,6 @@
 """Card discovery against real HTTP servers on 127.0.0.1, field by field (R2-R4, R14, R16).
 
-Written to kill the mutants of ``engine/cards/discovery.py``: which URLs are asked and with which
+Written to kill the mutants of ``engine/discovery/reads.py``: which URLs are asked and with which
 headers, where each refusal points and what it says, what is recorded for every read and every
 failure, when the memo answers instead of the wire, and how pinning decides. The servers are the
 raw HTTP/1.1 servers of ``tests/support/hostile.py``, told what to answer per path; every test
@@ -24,26 +24,22 @@ import pytest
 from support.hostile import Reply, Request, RoutedServer, SilentListener
 from support.slots import RecordedSlots
 
-from cardfence.engine import deadline
-from cardfence.engine import events as ev
-from cardfence.engine.cards.agent_stream import agent_head, append_agent_events
-from cardfence.engine.cards.discovery import CardRead, ContractCheck, Discovery
-from cardfence.engine.cards.fetch import USER_AGENT, CardLimits, card_urls, fetch_card
 from cardfence.engine.cards.model import parse_card
+from cardfence.engine.core import events as ev
+from cardfence.engine.core.replay import initial_agent_state
+from cardfence.engine.discovery._agent_stream import agent_head, append_agent_events
+from cardfence.engine.discovery.fetch import USER_AGENT, CardLimits, card_urls, fetch_card
+from cardfence.engine.discovery.reads import CardRead, ContractCheck, Discovery
 from cardfence.engine.errors import (
     CardInvalidError,
     ContractChangedError,
     DiscoveryError,
     UsageError,
 )
-from cardfence.engine.replay import initial_agent_state
-from cardfence.store import (
-    ConcurrencyError,
-    CorruptRecordError,
-    EventStore,
-    NewEvent,
-    StreamRecord,
-)
+from cardfence.engine.http import deadline
+from cardfence.store.errors import ConcurrencyError, CorruptRecordError
+from cardfence.store.event_store import EventStore
+from cardfence.store.records import NewEvent, StreamRecord
 from cardfence.store.schema import streams
 
 CARD = "/.well-known/agent-card.json"

@@ -6,7 +6,8 @@ public standards), refers to no document outside it, and names what the code has
   standard (RFCs, the A2A specification).
 - No file of the repository (tracked, or new and not ignored) refers to a document that is not in
   the repository.
-- docs/events.md has a section for every event type of ``cardfence.engine.events.KNOWN_EVENTS``,
+- docs/events.md has a section for every event type of
+``cardfence.engine.core.events.KNOWN_EVENTS``,
   under its stream; docs/rules.md has one for each of R1-R16; every test the docs cite as
   ``tests/…/file.py::name`` exists.
 """
@@ -21,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from cardfence.engine import events as ev
-from cardfence.store import NewEvent
+from cardfence.engine.core import events as ev
+from cardfence.store.records import NewEvent
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs"

@@ -24,13 +24,14 @@ import pytest
 from support.cards import ORIGIN
 from support.mocked import ScriptedAgent, engine_on
 
-from cardfence.engine import events as ev
-from cardfence.engine.driver import Driver
-from cardfence.engine.engine import Engine
+from cardfence.engine.client.engine import Engine
+from cardfence.engine.client.tasklog import task_stream_id
+from cardfence.engine.core import events as ev
 from cardfence.engine.errors import TaskOrphanedError, UsageError
-from cardfence.engine.metrics import render
-from cardfence.engine.tasklog import task_stream_id
-from cardfence.store import CorruptRecordError, EventStore, LeaseLostError
+from cardfence.engine.serve._metrics import render
+from cardfence.engine.serve.driver import Driver
+from cardfence.store.errors import CorruptRecordError, LeaseLostError
+from cardfence.store.event_store import EventStore
 
 
 @pytest.fixture

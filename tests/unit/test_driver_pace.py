@@ -23,9 +23,9 @@ from support.cards import ORIGIN, card_document
 from support.mocked import rpc_result, task_answer
 from support.virtual_time import run_virtual, virtual_deadlines, virtual_engine
 
-from cardfence.engine import events as ev
-from cardfence.engine.driver import Driver
-from cardfence.engine.engine import Engine, EngineConfig
+from cardfence.engine.client.engine import Engine, EngineConfig
+from cardfence.engine.core import events as ev
+from cardfence.engine.serve.driver import Driver
 
 CONFIG = EngineConfig(first_poll_interval=0.5, max_poll_interval=4.0, follow_streams=False)
 

@@ -1,4 +1,4 @@
-"""What every layer of the engine stands on (``engine/engine/base.py``): an engine opened on a URL
+"""What every layer of the engine stands on (``engine/client/_base.py``): an engine opened on a URL
 and the client it owns, a task shown now or as of a past point, the state a follow-up starts from
 without a store read, and the annotations of a refused or unreached request."""
 
@@ -28,15 +28,18 @@ from support.mocked import (
 )
 from support.virtual_time import run_virtual, virtual_deadlines, virtual_engine
 
-from cardfence.engine import events as ev
-from cardfence.engine.cards.fetch import CardLimits
-from cardfence.engine.engine import Engine, EngineConfig, base
-from cardfence.engine.engine.base import _authorization_failed, _unreachable
+from cardfence.engine.client import _base as base
+from cardfence.engine.client._base import _authorization_failed, _unreachable
+from cardfence.engine.client.engine import Engine, EngineConfig
+from cardfence.engine.client.tasklog import AsOf
+from cardfence.engine.core import events as ev
+from cardfence.engine.core.observations import Observation
+from cardfence.engine.discovery.fetch import CardLimits
 from cardfence.engine.errors import AuthorizationFailedError, EndpointUnreachableError
-from cardfence.engine.observations import Observation
-from cardfence.engine.tasklog import AsOf
-from cardfence.store import CardSnapshot, EventStore, LeaseLostError
 from cardfence.store.chain import content_hash
+from cardfence.store.errors import LeaseLostError
+from cardfence.store.event_store import EventStore
+from cardfence.store.records import CardSnapshot
 
 
 def test_a_refused_request_is_recorded_with_what_was_refused_and_when() -> None:

@@ -1,4 +1,5 @@
-"""An event stream's body read within its bounds (engine/eventstream.py), from a raw HTTP server on
+"""An event stream's body read within its bounds (engine/wire/_event_stream.py), from a raw HTTP
+server on
 127.0.0.1 that sends exactly the bytes, pauses and breaks each test scripts.
 
 What a followed task relies on: events split anywhere arrive whole; no event grows past the
@@ -19,10 +20,10 @@ import pytest
 from httpx_sse import EventSource
 from support.hostile import Reply, RoutedServer, sse
 
-from cardfence.engine import deadline
-from cardfence.engine.bodies import PIECE, BodyRefused, BoundedDecoder
 from cardfence.engine.errors import InvalidAgentResponseError, StreamDroppedError
-from cardfence.engine.eventstream import EVENT_STREAM, BoundedEvents
+from cardfence.engine.http import deadline
+from cardfence.engine.http.bodies import PIECE, BodyRefused, BoundedDecoder
+from cardfence.engine.wire._event_stream import EVENT_STREAM, BoundedEvents
 
 PATH = "/stream"
 TASK = "t-stream"

@@ -1,4 +1,5 @@
-"""How one request's answer is told apart (engine/exchange.py, R11), each outcome compared whole.
+"""How one request's answer is told apart (engine/wire/exchange.py, R11), each outcome compared
+whole.
 
 The requests are answered by httpx's MockTransport, an agent that answers what no real agent
 answers on request (an id of ``null`` on a result, a JSON-RPC error code of ``true``, a 300 with
@@ -20,11 +21,9 @@ import pytest
 from support.hostile import Reply, RoutedServer
 from support.mocked import REST, RPC, Handler, Make, mocked_agents, rpc_answer
 
-from cardfence.engine import deadline
-from cardfence.engine.bodies import ACCEPT_ENCODING, BodyRefused, BoundedDecoder
+from cardfence.engine.auth.credentials import RequestAuth
 from cardfence.engine.cards.interfaces import HTTP_JSON, JSONRPC
 from cardfence.engine.cards.model import Interface
-from cardfence.engine.credentials import RequestAuth
 from cardfence.engine.errors import (
     AuthorizationFailedError,
     EndpointUnreachableError,
@@ -34,9 +33,11 @@ from cardfence.engine.errors import (
     ThrottledError,
     UsageError,
 )
-from cardfence.engine.exchange import retry_after_seconds
-from cardfence.engine.pool import REPLAYABLE
-from cardfence.engine.transport import A2ATransport
+from cardfence.engine.http import deadline
+from cardfence.engine.http.bodies import ACCEPT_ENCODING, BodyRefused, BoundedDecoder
+from cardfence.engine.http.pool import REPLAYABLE
+from cardfence.engine.wire.exchange import retry_after_seconds
+from cardfence.engine.wire.transport import A2ATransport
 
 TASK = {"id": "t-1", "contextId": "c-1", "status": {"state": "TASK_STATE_WORKING"}}
 TASK03 = {"kind": "task", "id": "t-1", "contextId": "c-1", "status": {"state": "working"}}

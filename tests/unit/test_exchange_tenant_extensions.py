@@ -15,12 +15,12 @@ from typing import Any
 import httpx
 import pytest
 
-from cardfence.engine import events as ev
-from cardfence.engine import guards
 from cardfence.engine.cards.interfaces import HTTP_JSON, JSONRPC
 from cardfence.engine.cards.model import Interface, parse_card
+from cardfence.engine.core import events as ev
+from cardfence.engine.core import guards
 from cardfence.engine.errors import EndpointUnreachableError
-from cardfence.engine.transport import A2ATransport
+from cardfence.engine.wire.transport import A2ATransport
 
 TASK = {
     "id": "t-1",

@@ -12,11 +12,10 @@ from typing import Any
 
 from support import cards
 
-from cardfence.engine import events as ev
 from cardfence.engine.cards.model import AgentCard, parse_card
-from cardfence.engine.cli.render import describe
-from cardfence.engine.errors import DiscoveryError
-from cardfence.engine.guards import (
+from cardfence.engine.cli._render import describe
+from cardfence.engine.core import events as ev
+from cardfence.engine.core.guards import (
     Decision,
     card_is_stale,
     failure_review,
@@ -24,7 +23,8 @@ from cardfence.engine.guards import (
     resend_check,
     resume_stand_in,
 )
-from cardfence.engine.replay import apply_agent_event, fold_agent, initial_task_state
+from cardfence.engine.core.replay import apply_agent_event, fold_agent, initial_task_state
+from cardfence.engine.errors import DiscoveryError
 
 CARD_URL = "http://a.test/.well-known/agent-card.json"
 RPC = {"url": "http://a.test/rpc", "binding": "JSONRPC"}

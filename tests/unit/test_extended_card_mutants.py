@@ -27,15 +27,14 @@ import pytest
 from joserfc.jwk import ECKey
 from support.hostile import Answer, Reply, Request, RoutedServer
 
-from cardfence.engine import deadline
-from cardfence.engine import events as ev
-from cardfence.engine.cards.discovery import CardRead, Discovery
-from cardfence.engine.cards.fetch import CardLimits, extended_card_url
 from cardfence.engine.cards.interfaces import HTTP_JSON, JSONRPC
 from cardfence.engine.cards.keys import CardKeys, parse_keys, read_key_file
 from cardfence.engine.cards.model import AgentCard, Interface, parse_card
 from cardfence.engine.cards.signature_policy import CardSignatures, SignaturePolicy
 from cardfence.engine.cards.signatures import FORM_RFC8785, sign_card
+from cardfence.engine.core import events as ev
+from cardfence.engine.discovery.fetch import CardLimits, extended_card_url
+from cardfence.engine.discovery.reads import CardRead, Discovery
 from cardfence.engine.errors import (
     CardInvalidError,
     CardSignatureError,
@@ -43,8 +42,9 @@ from cardfence.engine.errors import (
     InvalidAgentResponseError,
     RemoteRefusedError,
 )
-from cardfence.engine.transport import A2ATransport
-from cardfence.store import EventStore
+from cardfence.engine.http import deadline
+from cardfence.engine.wire.transport import A2ATransport
+from cardfence.store.event_store import EventStore
 
 CARD = "/.well-known/agent-card.json"
 RPC = "/rpc"

@@ -1,5 +1,6 @@
 """A poll or card read that fails as one of the task's last events, all such failures, did is
-counted, not appended (engine/tasklog.py): an agent down for a day grows the log by an event or
+counted, not appended (engine/client/tasklog.py): an agent down for a day grows the log by an event
+or
 two a task, not one a poll, and the count rides on the task's next event, where the fold adds it
 up (the projection stays its replay, R13)."""
 
@@ -7,12 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from cardfence.engine import events as ev
-from cardfence.engine.audit import audit
-from cardfence.engine.observations import Event
-from cardfence.engine.replay import fold_task
-from cardfence.engine.tasklog import TaskLog, task_stream_id
-from cardfence.store import EventStore
+from cardfence.engine.client.audit import audit
+from cardfence.engine.client.tasklog import TaskLog, task_stream_id
+from cardfence.engine.core import events as ev
+from cardfence.engine.core.observations import Event
+from cardfence.engine.core.replay import fold_task
+from cardfence.store.event_store import EventStore
 
 KEY = "t-failing"
 URL = "http://agent.example/a2a/jsonrpc"

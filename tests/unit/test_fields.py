@@ -1,4 +1,5 @@
-"""The typed field reads that card and answer parsing share (engine/fields.py): each value read
+"""The typed field reads that card and answer parsing share (engine/cards/fields.py): each value
+read
 as what it must be, and every refusal naming the dotted path of the field and what is wrong."""
 
 from __future__ import annotations
@@ -7,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from cardfence.engine.fields import (
+from cardfence.engine.cards.fields import (
     FieldError,
     as_object,
     items,

@@ -27,12 +27,13 @@ from support.mocked import (
     task_card_as,
 )
 
-from cardfence.engine import events as ev
-from cardfence.engine import guards
-from cardfence.engine.cards.fetch import CardLimits
 from cardfence.engine.cards.model import parse_card
-from cardfence.engine.engine import Engine, EngineConfig, following
-from cardfence.engine.engine.following import Pace, _event_bytes, _unwound, reached
+from cardfence.engine.client import following
+from cardfence.engine.client.engine import Engine, EngineConfig
+from cardfence.engine.client.following import Pace, _event_bytes, _unwound, reached
+from cardfence.engine.core import events as ev
+from cardfence.engine.core import guards
+from cardfence.engine.discovery.fetch import CardLimits
 from cardfence.engine.errors import (
     AuthorizationFailedError,
     CreationRefusedError,
@@ -44,7 +45,7 @@ from cardfence.engine.errors import (
     UsageError,
     WrongTaskAnswerError,
 )
-from cardfence.store import EventStore
+from cardfence.store.event_store import EventStore
 
 ENDPOINT = f"{ORIGIN}/a2a"
 

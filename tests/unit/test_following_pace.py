@@ -28,13 +28,13 @@ from support.mocked import (
 )
 from support.virtual_time import run_virtual, virtual_deadlines, virtual_engine
 
-from cardfence.engine import deadline
-from cardfence.engine import events as ev
-from cardfence.engine.engine import Engine, EngineConfig
+from cardfence.engine.client.engine import Engine, EngineConfig
+from cardfence.engine.core import events as ev
+from cardfence.engine.core.observations import from_update
+from cardfence.engine.core.views import TaskView
 from cardfence.engine.errors import DeadlineExceeded, EndpointUnreachableError
-from cardfence.engine.observations import from_update
-from cardfence.engine.views import TaskView
-from cardfence.engine.webhook import decode
+from cardfence.engine.http import deadline
+from cardfence.engine.wire.push import decode
 
 _T = TypeVar("_T")
 

@@ -6,10 +6,9 @@ import copy
 import json
 from typing import Any
 
-from cardfence.engine import events as ev
 from cardfence.engine.cards.model import AgentCard, parse_card
-from cardfence.engine.errors import DiscoveryError
-from cardfence.engine.guards import (
+from cardfence.engine.core import events as ev
+from cardfence.engine.core.guards import (
     boundary_recheck_due,
     creation_check,
     failure_review,
@@ -19,7 +18,8 @@ from cardfence.engine.guards import (
     resume_check,
     throttled,
 )
-from cardfence.engine.replay import fold_task, initial_task_state
+from cardfence.engine.core.replay import fold_task, initial_task_state
+from cardfence.engine.errors import DiscoveryError
 
 BASE: dict[str, Any] = {
     "name": "agent",

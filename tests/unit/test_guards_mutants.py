@@ -1,6 +1,6 @@
 """The guards' decisions and events, field by field (R2-R11).
 
-Written to kill the mutants of ``engine/guards.py`` that ``scripts/mutation`` found alive: the
+Written to kill the mutants of ``engine/core/guards.py`` that ``scripts/mutation`` found alive: the
 events a guard returns are recorded and audited, so their exact payloads — keys, reasons, details,
 revisions — are the contract, not just their types.
 """
@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from cardfence.engine import events as ev
-from cardfence.engine.cards.model import AgentCard, diff, parse_card
-from cardfence.engine.errors import DiscoveryError
-from cardfence.engine.guards import (
+from cardfence.engine.cards.diff import diff
+from cardfence.engine.cards.model import AgentCard, parse_card
+from cardfence.engine.core import events as ev
+from cardfence.engine.core.guards import (
     Decision,
     ResumePlan,
     card_is_stale,
@@ -34,7 +34,8 @@ from cardfence.engine.guards import (
     unavailable,
     wrong_task,
 )
-from cardfence.engine.replay import initial_task_state
+from cardfence.engine.core.replay import initial_task_state
+from cardfence.engine.errors import DiscoveryError
 
 CARD_URL = "http://a.test/.well-known/agent-card.json"
 RPC = {"url": "http://a.test/rpc", "binding": "JSONRPC"}

@@ -18,13 +18,13 @@ from starlette.applications import Starlette
 from starlette.types import Message
 from support.asgi import CLIENT, post_webhook
 
-from cardfence.engine import ingress
-from cardfence.engine.engine import Engine
-from cardfence.engine.ingress import HEALTH_PATH, METRICS_PATH, READY_PATH, webhook_app
-from cardfence.engine.metrics import CONTENT_TYPE, Family
-from cardfence.engine.shedding import RefusalBudget
-from cardfence.engine.webhook import MAX_DELIVERY_BYTES, TOKEN_HEADER, Delivery, IngressLimits
-from cardfence.store import CorruptRecordError, StoreUnavailableError
+from cardfence.engine.client.engine import Engine
+from cardfence.engine.serve import ingress
+from cardfence.engine.serve._metrics import CONTENT_TYPE, Family
+from cardfence.engine.serve._shedding import RefusalBudget
+from cardfence.engine.serve.ingress import HEALTH_PATH, METRICS_PATH, READY_PATH, webhook_app
+from cardfence.engine.wire.push import MAX_DELIVERY_BYTES, TOKEN_HEADER, Delivery, IngressLimits
+from cardfence.store.errors import CorruptRecordError, StoreUnavailableError
 
 BASE = "http://ingress.test"
 JSON = {"content-type": "application/json"}

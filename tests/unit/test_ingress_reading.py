@@ -11,9 +11,9 @@ from typing import Any, cast
 from starlette.types import Message
 from support.asgi import post_webhook
 
-from cardfence.engine.engine import Engine
-from cardfence.engine.ingress import read_bounded, webhook_app
-from cardfence.engine.webhook import MAX_DELIVERY_BYTES
+from cardfence.engine.client.engine import Engine
+from cardfence.engine.serve.ingress import read_bounded, webhook_app
+from cardfence.engine.wire.push import MAX_DELIVERY_BYTES
 
 CHUNK = 64 * 1024
 TEN_MEGABYTES = 10 * 1024 * 1024

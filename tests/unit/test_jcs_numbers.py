@@ -19,9 +19,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from cardfence.engine.cards.canonical import SAFE_INTEGER, canonical, decode
+from cardfence.engine.cards.fields import FieldError
 from cardfence.engine.cards.model import parse_card
 from cardfence.engine.errors import CardInvalidError
-from cardfence.engine.fields import FieldError
 
 LARGEST_DOUBLE_INTEGER = 2**1024 - 2**970 - 1  # the last integer float() rounds below 2**1024
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from statemachine.exceptions import TransitionNotAllowed
 
-from cardfence.engine.lifecycle import (
+from cardfence.engine.core.lifecycle import (
     ACTIVE,
     EVENTS,
     INTERRUPTED,
@@ -180,7 +180,7 @@ def test_the_committed_docs_page_is_current() -> None:
     committed = DOCS.read_text(encoding="utf-8") if DOCS.exists() else ""
     assert committed == page(), (
         "docs/lifecycle.md is stale; regenerate it with "
-        "`.venv/bin/python -m cardfence.engine.lifecycle > docs/lifecycle.md`"
+        "`.venv/bin/python -m cardfence.engine.core.lifecycle > docs/lifecycle.md`"
     )
 
 

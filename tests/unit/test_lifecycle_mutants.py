@@ -1,6 +1,7 @@
 """Compiling the declaration: the tables it gives, and the charts it refuses.
 
-Written to kill the mutants of ``engine/lifecycle.py`` that ``scripts/mutation`` found alive. The
+Written to kill the mutants of ``engine/core/lifecycle.py`` that ``scripts/mutation`` found alive.
+The
 module compiles its tables once, at import, before any mutant is switched on; these tests call the
 compiling functions again, on the real chart (which must give the documented tables) and on charts
 that break the rules the static table relies on (which must be refused).
@@ -15,8 +16,8 @@ import pytest
 from statemachine import State, StateChart
 from statemachine.exceptions import InvalidDefinition
 
-from cardfence.engine import lifecycle
-from cardfence.engine.lifecycle import page, write_docs
+from cardfence.engine.core import lifecycle
+from cardfence.engine.core.lifecycle import page, write_docs
 
 TERMINAL = ("completed", "failed", "canceled", "rejected")
 INTERRUPTIBLE = ("working", "input-required", "auth-required")

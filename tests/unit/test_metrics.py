@@ -1,8 +1,8 @@
-"""The Prometheus text exposition of ``GET /metrics`` (``cardfence.engine.metrics``)."""
+"""The Prometheus text exposition of ``GET /metrics`` (``cardfence.engine.serve._metrics``)."""
 
 from __future__ import annotations
 
-from cardfence.engine.metrics import Family, render
+from cardfence.engine.serve._metrics import Family, render
 
 
 def test_each_family_is_written_with_its_help_type_and_samples_in_order() -> None:

@@ -7,16 +7,16 @@ from typing import Any
 
 import pytest
 
-from cardfence.engine import events as ev
-from cardfence.engine.answers import Artifact, Part
-from cardfence.engine.observations import (
+from cardfence.engine.core import events as ev
+from cardfence.engine.core.answers import Artifact, Part
+from cardfence.engine.core.observations import (
     MAX_RECORDED_MESSAGE_BYTES,
     ArtifactRecord,
     Observation,
     apply_observation,
     artifact_record,
 )
-from cardfence.engine.replay import apply_task_event, initial_task_state
+from cardfence.engine.core.replay import apply_task_event, initial_task_state
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 

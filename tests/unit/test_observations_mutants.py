@@ -1,6 +1,7 @@
 """Observations, field by field: what is recorded, the ordering watermark, and the wire mapping.
 
-Written to kill the mutants of ``engine/observations.py`` that ``scripts/mutation`` found alive.
+Written to kill the mutants of ``engine/core/observations.py`` that ``scripts/mutation`` found
+alive.
 The P1 differential proof cannot see a fault that every world shares (a dropped status message,
 a push read as nothing): these tests pin each field from the wire value to the recorded event.
 """
@@ -15,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from cardfence.engine import events as ev
-from cardfence.engine.answers import (
+from cardfence.engine.core import events as ev
+from cardfence.engine.core.answers import (
     Artifact,
     Part,
     RemoteMessage,
@@ -24,7 +25,7 @@ from cardfence.engine.answers import (
     StatusMessage,
     StreamUpdate,
 )
-from cardfence.engine.observations import (
+from cardfence.engine.core.observations import (
     MAX_RECORDED_ARTIFACT_BYTES,
     MAX_RECORDED_MESSAGE_BYTES,
     MAX_RECORDED_NAME_CHARS,
@@ -38,7 +39,7 @@ from cardfence.engine.observations import (
     stored_json,
     watermark_after,
 )
-from cardfence.engine.replay import initial_task_state
+from cardfence.engine.core.replay import initial_task_state
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 T0_ISO = "2026-11-29T12:00:00.000000+00:00"

@@ -1,4 +1,4 @@
-"""Pieces of the one observation path (engine/engine/observing.py) read on their own: what a
+"""Pieces of the one observation path (engine/client/_observing.py) read on their own: what a
 push delivery is answered, whether a task holds an artifact made of chunks (its end is then read
 whole), and the agent's card revision a failure is reviewed against."""
 
@@ -17,15 +17,18 @@ import sqlalchemy as sa
 from support.cards import ORIGIN, card_document
 from support.mocked import engine_on, task_agent, task_card_as
 
-from cardfence.engine import deadline, guards, webhook
-from cardfence.engine import events as ev
 from cardfence.engine.cards.diff import diff
 from cardfence.engine.cards.model import parse_card
-from cardfence.engine.engine import Engine, EngineConfig
-from cardfence.engine.engine.observing import _chunked, _delivery_outcome, _truncated
+from cardfence.engine.client._observing import _chunked, _delivery_outcome, _truncated
+from cardfence.engine.client.engine import Engine, EngineConfig
+from cardfence.engine.core import events as ev
+from cardfence.engine.core import guards
+from cardfence.engine.core.observations import Observation
 from cardfence.engine.errors import DiscoveryError, WrongTaskAnswerError
-from cardfence.engine.observations import Observation
-from cardfence.store import EventStore, NewEvent, Projection
+from cardfence.engine.http import deadline
+from cardfence.engine.wire import push as webhook
+from cardfence.store.event_store import EventStore
+from cardfence.store.records import NewEvent, Projection
 
 AGENT = "http://agent.test"
 

@@ -1,4 +1,4 @@
-"""Store calls and work on large inputs off the event loop (engine/offload.py): which thread a
+"""Store calls and work on large inputs off the event loop (engine/http/offload.py): which thread a
 call runs on, what it sees, and that a call started always finishes."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from cardfence.engine.offload import POSTGRES_WORKERS, SMALL_INPUT, StoreCalls, sized_work
+from cardfence.engine.http.offload import POSTGRES_WORKERS, SMALL_INPUT, StoreCalls, sized_work
 
 SEEN: contextvars.ContextVar[str] = contextvars.ContextVar("seen", default="unset")
 

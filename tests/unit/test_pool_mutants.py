@@ -20,7 +20,7 @@ from support import TlsFiles, make_tls
 from support.keepalive import ClosingUnderRequests, OkServer, Unread
 
 from cardfence.engine.errors import EndpointUnreachableError, UsageError
-from cardfence.engine.pool import (
+from cardfence.engine.http.pool import (
     REPLAYABLE,
     AnswerlessClose,
     EngineTransport,

@@ -8,8 +8,12 @@ import pytest
 
 import cardfence
 from cardfence import store
-from cardfence.engine import answers, credentials, credentials_config, errors, remote
+from cardfence.engine import errors
+from cardfence.engine.auth import config as credentials_config
+from cardfence.engine.auth import credentials
 from cardfence.engine.cards import interfaces, keys, model, signature_policy, signatures
+from cardfence.engine.core import answers
+from cardfence.engine.wire import v10 as remote
 
 # Modules split along a seam: the old ones (signatures, credentials, model, remote) re-export what
 # moved.

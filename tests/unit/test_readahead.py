@@ -11,7 +11,7 @@ from contextlib import aclosing
 
 import pytest
 
-from cardfence.engine.readahead import ready_batches
+from cardfence.engine.client._readahead import ready_batches
 
 
 async def _settle() -> None:

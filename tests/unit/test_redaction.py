@@ -1,4 +1,4 @@
-"""What hides a request's secrets in what the remote sends back (engine/redaction.py): every
+"""What hides a request's secrets in what the remote sends back (engine/auth/redaction.py): every
 form a secret may take there, hidden in text and in an answer's bytes before anything reads them,
 with the JSON left valid and the rest of the answer untouched."""
 
@@ -12,7 +12,7 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from cardfence.engine.redaction import ANYWHERE, Redaction, redaction, secret_forms
+from cardfence.engine.auth.redaction import ANYWHERE, Redaction, redaction, secret_forms
 
 SECRET = 'tok/en+"bearer é-9d8e7f6a'
 

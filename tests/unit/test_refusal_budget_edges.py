@@ -1,4 +1,5 @@
-"""The ingress refusal budget at its edges (``engine/shedding.py``): what it refuses to be made
+"""The ingress refusal budget at its edges (``engine/serve/_shedding.py``): what it refuses to be
+made
 with, the rounding of a refill, the window of a report, and the count of reports. The property
 (any sequence of charges) is in ``tests/property/test_refusal_budget.py``."""
 
@@ -6,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from cardfence.engine.shedding import _ROUNDING, RefusalBudget
+from cardfence.engine.serve._shedding import _ROUNDING, RefusalBudget
 
 NO_ROOM = "a refusal budget needs a window above 0 and room for 1 source"
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from cardfence.engine.answers import (
+from cardfence.engine.core.answers import (
     ACTIVE_STATES,
     INTERRUPTED_STATES,
     TERMINAL_STATES,
@@ -23,7 +23,7 @@ from cardfence.engine.answers import (
     normalise_state,
 )
 from cardfence.engine.errors import InvalidAgentResponseError
-from cardfence.engine.remote import (
+from cardfence.engine.wire.v10 import (
     HISTORY_IDS_KEPT,
     parse_push_config,
     parse_send_response,

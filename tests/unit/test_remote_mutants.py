@@ -1,6 +1,6 @@
 """Answers read field by field, and every refusal naming its field and the agent (R12, R16).
 
-Written to kill the mutants of ``engine/remote.py`` that ``scripts/mutation`` found alive: a
+Written to kill the mutants of ``engine/wire/v10.py`` that ``scripts/mutation`` found alive: a
 stream event or push delivery is applied from the fields read here, so each field of each event
 kind is the contract, and so is the dotted path a refusal names (what an operator reads first).
 """
@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
-from cardfence.engine.answers import Part, RemoteMessage, StatusMessage
+from cardfence.engine.core.answers import Part, RemoteMessage, StatusMessage
 from cardfence.engine.errors import InvalidAgentResponseError
-from cardfence.engine.remote import (
+from cardfence.engine.wire.v10 import (
     parse_push_config,
     parse_send_response,
     parse_stream_response,

@@ -15,17 +15,23 @@ import pytest
 from rich.console import Console
 from rich.table import Table
 
-from cardfence.engine import events as ev
 from cardfence.engine.cards.model import AgentCard, parse_card
-from cardfence.engine.cli.render import describe, summary, task_path, task_table, timeline
-from cardfence.engine.engine.base import _authorization_failed
+from cardfence.engine.cli._render import describe, summary, task_path, task_table, timeline
+from cardfence.engine.client._base import _authorization_failed
+from cardfence.engine.core import events as ev
+from cardfence.engine.core.guards import (
+    downgrade,
+    reconcile_card,
+    resume_check,
+    throttled,
+    unavailable,
+)
+from cardfence.engine.core.lifecycle import mermaid as lifecycle_mermaid
+from cardfence.engine.core.observations import ArtifactRecord, Observation, apply_observation
+from cardfence.engine.core.replay import fold_task, initial_task_state
+from cardfence.engine.core.views import TaskView
 from cardfence.engine.errors import AuthorizationFailedError, DiscoveryError
-from cardfence.engine.guards import downgrade, reconcile_card, resume_check, throttled, unavailable
-from cardfence.engine.lifecycle import mermaid as lifecycle_mermaid
-from cardfence.engine.observations import ArtifactRecord, Observation, apply_observation
-from cardfence.engine.replay import fold_task, initial_task_state
-from cardfence.engine.views import TaskView
-from cardfence.store import GENESIS_HASH, RecordedEvent
+from cardfence.store.records import GENESIS_HASH, RecordedEvent
 
 CARD_URL = "http://a.test/.well-known/agent-card.json"
 BASE: dict[str, Any] = {
@@ -65,8 +71,8 @@ def _first(events: list[tuple[str, dict[str, Any]]], type_: str) -> dict[str, An
 
 def representative_payloads() -> dict[str, dict[str, Any]]:
     """One payload per catalogued type, made by the recording code itself where it is pure, else
-    with exactly the fields the engine and discovery record (engine/engine/,
-    engine/cards/discovery.py)."""
+    with exactly the fields the engine and discovery record (engine/client/,
+    engine/discovery/reads.py)."""
     old, new = card(), card()
     task = {
         **initial_task_state("k"),

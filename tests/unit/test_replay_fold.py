@@ -1,11 +1,12 @@
-"""The projections the replay folds (engine/replay.py), field by field, where no end-to-end test
+"""The projections the replay folds (engine/core/replay.py), field by field, where no end-to-end
+test
 looks: what a failed card read leaves on the agent stream, a fold continued from a state, and
 the defaults of an artifact record and of a chunk appended to one. Pure."""
 
 from __future__ import annotations
 
-from cardfence.engine import events as ev
-from cardfence.engine.replay import fold_agent, fold_task, initial_agent_state
+from cardfence.engine.core import events as ev
+from cardfence.engine.core.replay import fold_agent, fold_task, initial_agent_state
 
 ORIGIN = "https://agent.example"
 

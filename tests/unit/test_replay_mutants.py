@@ -1,4 +1,4 @@
-"""What each event does to its stream's projection (engine/replay.py), field by field.
+"""What each event does to its stream's projection (engine/core/replay.py), field by field.
 
 The engine computes the projections it writes with these same functions, so the audit's replay
 agrees with any fold, a wrong one too: only a test that names the fields an event sets catches a
@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from cardfence.engine import events as ev
-from cardfence.engine.replay import (
+from cardfence.engine.core import events as ev
+from cardfence.engine.core.replay import (
     apply_agent_event,
     apply_task_events,
     fold_agent,

@@ -1,6 +1,7 @@
 """Signed card reads against real HTTP servers on 127.0.0.1, branch by branch (R14, R3).
 
-Written to kill the mutants of ``engine/cards/signed_reads.py``: which key set an agent's policy
+Written to kill the mutants of ``engine/discovery/_signed_reads.py``: which key set an agent's
+policy
 picks (a key file, a keys URL, the ``jku`` the signatures name) and the exact one-line reason of
 each refusal; how a key set on the network is read (within the card's bounds, in a request slot),
 kept for ``max_card_age`` (an injected clock, on both sides of the boundary) and reported under
@@ -26,16 +27,17 @@ from joserfc.jwk import ECKey, Key
 from support.hostile import Reply, RoutedServer
 from support.slots import RecordedSlots
 
-from cardfence.engine import events as ev
-from cardfence.engine.cards.agent_stream import append_agent_events
-from cardfence.engine.cards.discovery import CardRead, Discovery
-from cardfence.engine.cards.fetch import CardLimits
 from cardfence.engine.cards.keys import CardKeys, parse_keys
 from cardfence.engine.cards.model import parse_card
 from cardfence.engine.cards.signature_policy import CardSignatures, SignaturePolicy
 from cardfence.engine.cards.signatures import FORM_RFC8785, SignatureCheck, Verified, sign_card
+from cardfence.engine.core import events as ev
+from cardfence.engine.discovery._agent_stream import append_agent_events
+from cardfence.engine.discovery.fetch import CardLimits
+from cardfence.engine.discovery.reads import CardRead, Discovery
 from cardfence.engine.errors import CardSignatureError
-from cardfence.store import EventStore, NewEvent, RecordedEvent
+from cardfence.store.event_store import EventStore
+from cardfence.store.records import NewEvent, RecordedEvent
 
 CARD = "/.well-known/agent-card.json"
 JWKS = "/.well-known/jwks.json"

@@ -16,11 +16,11 @@ import pytest
 from support.cards import ORIGIN, card_document
 from support.mocked import engine_on
 
-from cardfence.engine import events as ev
-from cardfence.engine.engine import Engine
+from cardfence.engine.client.engine import Engine
+from cardfence.engine.core import events as ev
+from cardfence.engine.core.events import agent_stream_id
 from cardfence.engine.errors import DiscoveryError
-from cardfence.engine.events import agent_stream_id
-from cardfence.store import EventStore
+from cardfence.store.event_store import EventStore
 
 ENDPOINT = f"{ORIGIN}/api"
 EXTENDED_URL = f"{ENDPOINT}/extendedAgentCard"

@@ -16,12 +16,12 @@ import pytest
 from support.cards import ORIGIN, card_document
 from support.mocked import ScriptedAgent, engine_on, rpc_error, rpc_result, submitted_task
 
-from cardfence.engine import events as ev
-from cardfence.engine import guards
-from cardfence.engine.cards.fetch import CardLimits
+from cardfence.engine.auth.config import Bearer, CredentialsConfig, OAuthClient
 from cardfence.engine.cards.model import parse_card
-from cardfence.engine.credentials_config import Bearer, CredentialsConfig, OAuthClient
-from cardfence.engine.engine import EngineConfig
+from cardfence.engine.client.engine import EngineConfig
+from cardfence.engine.core import events as ev
+from cardfence.engine.core import guards
+from cardfence.engine.discovery.fetch import CardLimits
 from cardfence.engine.errors import (
     AuthorizationFailedError,
     CreationRefusedError,
@@ -30,7 +30,7 @@ from cardfence.engine.errors import (
     SkillUnavailableError,
     UsageError,
 )
-from cardfence.store import EventStore
+from cardfence.store.event_store import EventStore
 
 ENDPOINT = f"{ORIGIN}/a2a"
 

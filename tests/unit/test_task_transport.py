@@ -16,10 +16,10 @@ from support import make_tls
 from support.cards import ORIGIN, card_document
 from support.mocked import engine_on, rpc_result, submitted_task
 
-from cardfence.engine.authorization import Authorizer
-from cardfence.engine.engine import Engine, EngineConfig
+from cardfence.engine.auth.authorization import Authorizer
+from cardfence.engine.client.engine import Engine, EngineConfig
 from cardfence.engine.errors import CredentialsConfigError, CredentialsMissingError
-from cardfence.store import EventStore
+from cardfence.store.event_store import EventStore
 
 
 class Agent:

@@ -1,4 +1,4 @@
-"""What the API returns and the CLI prints about a task (engine/views.py): a projection read
+"""What the API returns and the CLI prints about a task (engine/core/views.py): a projection read
 into a :class:`TaskView`, and its two JSON shapes (docs/cli.md), each compared whole."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from cardfence.engine.views import TaskView
+from cardfence.engine.core.views import TaskView
 
 UPDATED = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
 ARTIFACT = {"artifact_id": "a-1", "parts": [{"text": "out"}]}

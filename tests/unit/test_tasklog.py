@@ -1,4 +1,5 @@
-"""The task log (engine/tasklog.py) on a SQLite store: points of the past and their replay, how a
+"""The task log (engine/client/tasklog.py) on a SQLite store: points of the past and their replay,
+how a
 reference names a task, what an append carries, and what the log keeps in memory.
 
 Each test states one behaviour an operator or the engine relies on: ``tasks show --as-of`` reading
@@ -15,12 +16,8 @@ from typing import Any
 
 import pytest
 
-from cardfence.engine import events as ev
-from cardfence.engine import tasklog
-from cardfence.engine.errors import UsageError
-from cardfence.engine.observations import Event
-from cardfence.engine.replay import State, initial_task_state
-from cardfence.engine.tasklog import (
+from cardfence.engine.client import tasklog
+from cardfence.engine.client.tasklog import (
     AsOf,
     TaskLog,
     driving,
@@ -29,14 +26,13 @@ from cardfence.engine.tasklog import (
     status_of,
     task_stream_id,
 )
-from cardfence.store import (
-    ConcurrencyError,
-    CorruptRecordError,
-    EventStore,
-    LeaseLostError,
-    NewEvent,
-    Projection,
-)
+from cardfence.engine.core import events as ev
+from cardfence.engine.core.observations import Event
+from cardfence.engine.core.replay import State, initial_task_state
+from cardfence.engine.errors import UsageError
+from cardfence.store.errors import ConcurrencyError, CorruptRecordError, LeaseLostError
+from cardfence.store.event_store import EventStore
+from cardfence.store.records import NewEvent, Projection
 from cardfence.store.schema import events as events_table
 
 AGENT = "http://agent.example"

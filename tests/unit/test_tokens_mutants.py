@@ -24,12 +24,13 @@ from support import TlsFiles, TokenServer, make_tls
 from support.hostile import Reply, RoutedServer
 from support.keepalive import OkServer
 
-from cardfence.engine import deadline, tokens
-from cardfence.engine.bodies import BodyRefused
-from cardfence.engine.credentials import TokenNeeded
-from cardfence.engine.credentials_config import OAuthClient
+from cardfence.engine.auth import tokens
+from cardfence.engine.auth.config import OAuthClient
+from cardfence.engine.auth.credentials import TokenNeeded
+from cardfence.engine.auth.tokens import TokenSource
 from cardfence.engine.errors import TokenRequestError
-from cardfence.engine.tokens import TokenSource
+from cardfence.engine.http import deadline
+from cardfence.engine.http.bodies import BodyRefused
 
 URL = "https://auth.test/token"
 DISCOVERY = "/.well-known/openid-configuration"

@@ -1,4 +1,4 @@
-"""The A2A operations and event streams of engine/transport.py, each outcome compared whole.
+"""The A2A operations and event streams of engine/wire/transport.py, each outcome compared whole.
 
 Every request is answered by httpx's MockTransport: event streams as ``text/event-stream``
 bodies (one that goes silent is an async iterator that stops yielding), and answers no real
@@ -21,8 +21,8 @@ from support.hostile import completed_event as completed
 from support.hostile import working_event as working
 from support.mocked import REST, RPC, Body, Handler, Make, mocked_agents
 
-from cardfence.engine.answers import PushConfig, StreamUpdate, TaskState
 from cardfence.engine.cards.interfaces import HTTP_JSON, JSONRPC
+from cardfence.engine.core.answers import PushConfig, StreamUpdate, TaskState
 from cardfence.engine.errors import (
     EndpointUnreachableError,
     InvalidAgentResponseError,
@@ -32,7 +32,7 @@ from cardfence.engine.errors import (
     StreamDroppedError,
     WrongTaskAnswerError,
 )
-from cardfence.engine.remote import (
+from cardfence.engine.wire.v10 import (
     parse_push_config,
     parse_send_response,
     parse_stream_response,

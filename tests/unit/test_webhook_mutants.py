@@ -1,6 +1,6 @@
 """Webhook ingress, answer by answer (R12, R16).
 
-Written to kill the mutants of ``engine/webhook.py`` that ``scripts/mutation`` found alive: a
+Written to kill the mutants of ``engine/wire/push.py`` that ``scripts/mutation`` found alive: a
 delivery's HTTP status and the detail it is refused with are what the agent sees, and which task a
 delivery is matched to, or refused for, is the security boundary (never the remote task id alone).
 """
@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from cardfence.engine.webhook import (
+from cardfence.engine.wire.push import (
     MAX_DELIVERY_BYTES,
     Delivery,
     IngressLimits,

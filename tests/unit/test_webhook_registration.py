@@ -16,13 +16,13 @@ import pytest
 from support.cards import ORIGIN, card_document
 from support.mocked import engine_on, rpc_error, rpc_result, submitted_task
 
-from cardfence.engine import events as ev
-from cardfence.engine import webhook
-from cardfence.engine.cards.fetch import CardLimits
 from cardfence.engine.cards.model import parse_card
-from cardfence.engine.engine import Engine, EngineConfig
+from cardfence.engine.client.engine import Engine, EngineConfig
+from cardfence.engine.core import events as ev
+from cardfence.engine.discovery.fetch import CardLimits
 from cardfence.engine.errors import EndpointUnreachableError, UsageError
-from cardfence.store import EventStore
+from cardfence.engine.wire import push as webhook
+from cardfence.store.event_store import EventStore
 
 HOOK = "https://hooks.example/w"
 Answer = Callable[[dict[str, Any]], httpx.Response]

@@ -1,4 +1,4 @@
-"""A2A 0.3 on the wire (engine/wire03.py through A2ATransport), against a fake 0.3 agent that
+"""A2A 0.3 on the wire (engine/wire/_v03.py through A2ATransport), against a fake 0.3 agent that
 answers from bodies recorded from a2a-sdk 0.3.26 (JSON-RPC: its pydantic JSON; HTTP+JSON: the
 protobuf JSON of its 0.3 ``a2a.proto``), ids shortened and ``history`` left out where noted.
 
@@ -18,8 +18,6 @@ from typing import Any
 import httpx
 import pytest
 
-from cardfence.engine import guards, webhook, wire03
-from cardfence.engine.answers import PushConfig, RemoteMessage, RemoteTask
 from cardfence.engine.cards.interfaces import (
     HTTP_JSON,
     JSONRPC,
@@ -30,6 +28,8 @@ from cardfence.engine.cards.interfaces import (
 )
 from cardfence.engine.cards.model import Interface, parse_card
 from cardfence.engine.cli.main import run as cli_run
+from cardfence.engine.core import guards
+from cardfence.engine.core.answers import PushConfig, RemoteMessage, RemoteTask
 from cardfence.engine.errors import (
     CardInvalidError,
     EndpointUnreachableError,
@@ -39,7 +39,9 @@ from cardfence.engine.errors import (
     RemoteRefusedError,
     StreamDroppedError,
 )
-from cardfence.engine.transport import A2ATransport
+from cardfence.engine.wire import _v03 as wire03
+from cardfence.engine.wire import push as webhook
+from cardfence.engine.wire.transport import A2ATransport
 
 RPC_URL = "http://agent.test/a2a/jsonrpc"
 REST_URL = "http://agent.test/a2a/rest"

@@ -1,4 +1,4 @@
-"""engine/wire03.py's translation functions called directly, for what the recorded exchanges of
+"""engine/wire/_v03.py's translation functions called directly, for what the recorded exchanges of
 test_wire03_shapes.py do not reach: each 0.3 shape an answer or a push may take, each dialect's
 parts, the defaults of a request built from sparse params, and what is passed on unchanged for
 engine.remote to refuse. Pure: no transport, no agent.
@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from cardfence.engine import wire03
+from cardfence.engine.wire import _v03 as wire03
 
 STATUS = {"state": "working"}
 REST_MESSAGE = {"messageId": "m-1", "role": "ROLE_AGENT", "content": [{"text": "hi"}]}

@@ -1,0 +1,309 @@
+"""The one observation path (R10, R12): every remote report -- a poll's answer, a send's, a
+stream event, a push delivery -- is applied here, through
+:func:`engine.core.observations.apply_observation`, which takes no card. What a transition calls for
+is started beside it: R6's boundary re-check, R7's re-validation, the closing read of a task a
+push ended. The push ingress's engine half (:meth:`Observing.deliver`) lives here too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from cardfence.engine.client._base import (
+    _STREAM_FAILURES,
+    EngineBase,
+    _authorization_failed,
+    _log,
+    _unreachable,
+)
+from cardfence.engine.core import events as ev
+from cardfence.engine.core import guards
+from cardfence.engine.core.lifecycle import TERMINAL
+from cardfence.engine.core.observations import (
+    FLAG_PAYLOAD_TRUNCATED,
+    Event,
+    Observation,
+    apply_observation,
+    from_task,
+)
+from cardfence.engine.core.observations import from_update as observation_from_update
+from cardfence.engine.core.replay import State
+from cardfence.engine.core.views import TaskView
+from cardfence.engine.errors import (
+    AuthorizationFailedError,
+    EndpointUnreachableError,
+    ThrottledError,
+    WrongTaskAnswerError,
+)
+from cardfence.engine.http.deadline import left as time_left
+from cardfence.engine.wire import push as webhook
+from cardfence.store.errors import CorruptRecordError, PayloadError
+
+
+class Observing(EngineBase):
+    """Reports applied, and the card checks they set off (R6, R7)."""
+
+    def _wake(self, key: str) -> None:
+        """A report was applied outside the poll loop: a drive waiting on this task looks."""
+        if key in self._pushed:
+            self._pushed[key].set()
+
+    async def _observe(self, key: str, observation: Observation) -> TaskView:
+        return TaskView.of(await self._observe_state(key, observation))
+
+    async def _observe_state(
+        self,
+        key: str,
+        observation: Observation,
+        recorded: list[Event] | None = None,
+        *,
+        whole: bool = False,
+    ) -> State:
+        """Apply one remote report (R10, R12), whatever its source, then schedule what the
+        transition calls for. ``recorded`` receives the events written; ``whole``: the report
+        was the whole task (every artifact), not one event of it."""
+        before, after = await self._calls.run(self._apply, key, observation, recorded)
+        self._observed(key, observation, before, after, whole=whole)
+        return after
+
+    def _observed(
+        self, key: str, observation: Observation, before: State, after: State, *, whole: bool
+    ) -> None:
+        """Schedule what an applied report's transition calls for (``whole``: see above)."""
+        if guards.boundary_recheck_due(after, before["state"], after["state"]):
+            self._spawn(self._boundary_recheck(key))  # R6, after the transition is recorded
+        if (
+            not whole
+            and (
+                observation.source == "push" or (observation.source == "stream" and _chunked(after))
+            )
+            and after["state"] in TERMINAL
+            and before["state"] not in TERMINAL
+            and key not in self._closing
+        ):
+            # A push of one event: the task may have ended with artifacts whose own pushes were
+            # lost (the agent tries each once). Nobody polls an ended task, so read it once now.
+            # A push of the whole task (0.3 agents send nothing else) already holds them all.
+            # A stream loses nothing once followed, but an artifact it brought in chunks is read
+            # whole too: its first chunks may have come before the stream was followed (a 0.3
+            # agent's starts with no snapshot), and a safety poll racing the stream may have
+            # read chunks the stream then brought again. What the agent holds is the artifact.
+            job = asyncio.ensure_future(self._contained(self._closing_read(key)))
+            self._closing[key] = job
+            job.add_done_callback(lambda _: self._closing.pop(key, None))
+
+    def _ingest(
+        self,
+        remote_id: str,
+        headers: Mapping[str, str],
+        observation: Observation | None,
+        recorded: list[Event],
+    ) -> tuple[str, tuple[State, State] | None]:
+        """The store's half of :meth:`deliver` (on a store worker, one call): the task the
+        delivery authenticates as, then its observation applied. :class:`webhook.Refused` when
+        it is refused, with nothing written.
+
+        R16: a remote task id is unique per agent only; the webhook configuration the delivery
+        authenticates as names the task. The credentials are checked again against the head the
+        append is decided on, so a webhook replaced since the lookup (by another process) is
+        refused, never applied under the configuration it replaced."""
+        heads = self.log.by_remote_id(remote_id)
+        candidates = [(head.key, head.state.get("webhook")) for head in heads]
+        key = webhook.match_task(remote_id, candidates, headers)
+        if observation is None:
+            return key, None
+
+        def still_authenticates(state: State) -> None:
+            webhook.check_credentials(state.get("webhook") or {}, headers)
+
+        try:
+            return key, self._apply(key, observation, recorded, still_authenticates)
+        except PayloadError as too_large:  # R16: never raised at the agent
+            raise webhook.Refused(413, str(too_large), key) from None
+
+    async def _closing_read(self, key: str) -> None:
+        async with self._closing_slots:
+            await self._closing_read_now(key)
+
+    async def _closing_read_now(self, key: str) -> None:
+        state = await self._known_state(key)  # its remote id, endpoint and contract
+        try:
+            transport = await self._task_transport(state)
+            task = await transport.get_task(state["remote_task_id"])
+        except AuthorizationFailedError as refused:  # R15: an annotation, the task has ended
+            await self._record(key, [_authorization_failed(refused, "poll")])
+            return
+        except _STREAM_FAILURES as failure:  # the task has ended all the same (R10)
+            _log.info(
+                "closing read failed",
+                extra={"task": key, "event": "ClosingReadFailed", "reason": str(failure)},
+            )
+            return
+        await self._observe_state(key, from_task(task, "poll"))
+
+    async def _closed(self, key: str, state: State) -> TaskView:
+        """The view of an ended task, once its closing read (if one is running) is done."""
+        job = self._closing.get(key)
+        if job is not None:
+            await asyncio.wait({job}, timeout=time_left())
+            state = await self._state(key)
+        return TaskView.of(state)
+
+    def _apply(
+        self,
+        key: str,
+        observation: Observation,
+        recorded: list[Event] | None,
+        check: Callable[[State], None] | None = None,
+    ) -> tuple[State, State]:
+        """The store's half of :meth:`_observe_state` (on a store worker thread). ``check``
+        sees each state the append is decided on, and may refuse it by raising."""
+        agent_revision: list[str | None] = []
+        if observation.received_at is None:
+            observation = dataclasses.replace(observation, received_at=datetime.now(UTC))
+        skew = self.config.max_clock_skew
+        decided: list[Event] = []  # what the last decision was (it may be asked again)
+
+        def decide(state: State) -> list[Event]:
+            if check is not None:
+                check(state)
+            out = apply_observation(state, observation, max_clock_skew=skew)
+            if out:
+                out += guards.context_check(state, observation.remote_context_id)
+            for type_, data in list(out):
+                if type_ == ev.STATE_CHANGED and data["to"] == "failed":
+                    if not agent_revision:
+                        agent_revision.append(self._agent_revision(state))
+                    out += guards.failure_review(
+                        state, "failed", data.get("message"), agent_revision[0]
+                    )
+            hook = state.get("webhook") or {}
+            if observation.source == "push" and hook.get("status") == "provisional":
+                # R5: the first valid delivery confirms the webhook.
+                out.append((ev.WEBHOOK_CONFIRMED, {"config_id": hook.get("config_id")}))
+            if recorded is not None:
+                recorded[:] = out
+            decided[:] = out
+            return out
+
+        before, after = self.log.record(key, decide)
+        if not decided and observation.state is not None:
+            # R12: a report that repeats one already recorded: counted, not appended.
+            self.log.count_repeat(key)
+        return before, after
+
+    def _agent_revision(self, state: Mapping[str, Any]) -> str | None:
+        """The card revision the agent's stream holds (on a store worker); None when none is
+        recorded, or its record was altered in the store -- logged, and never a reason to hold
+        up the task (its report is recorded all the same)."""
+        try:
+            head = self.store.stream(ev.agent_stream_id(str(state.get("agent"))))
+        except CorruptRecordError as corrupt:
+            _log.warning(
+                "the agent's record cannot be read: the task's card is not compared",
+                extra={"task": state.get("task"), "event": "RecordUnreadable",
+                       "reason": str(corrupt)},
+            )  # fmt: skip
+            return None
+        revision = None if head is None else head.state.get("revision")
+        return revision if isinstance(revision, str) else None
+
+    async def _boundary_recheck(self, key: str) -> None:
+        agent_url = (await self._known_state(key))["agent_url"]
+        # Many tasks of one agent cross a boundary at once: they share one read in flight.
+        card, failure = await self._read(agent_url, fresh=True, share=True)
+        if failure is None and card is not None and card.push_notifications:
+            return  # push still offered: nothing to record, whatever the task's state now
+        # Decided on the task as it is when the outcome is appended, not as it was before the
+        # read (another report may have switched it to polling meanwhile).
+        await self._decide(key, lambda state: guards.push_recheck(state, card, failure))
+
+    async def _revalidate(self, key: str) -> None:
+        state = await self._state(key)
+        card, failure, unread = await self._task_card(state, fresh=False, share=True)
+        if unread is not None:  # the public card stands in for the extended one
+            await self._decide(key, lambda s: guards.reconcile_stand_in(s, card, failure, unread))
+            return
+        previous = await self._calls.run(self._card, state.get("latest_card_revision"))
+        await self._decide(key, lambda s: guards.reconcile_card(s, card, failure, previous))
+
+    @contextlib.asynccontextmanager
+    async def _failures_recorded(
+        self, key: str, during: str, *, wrong_source: str
+    ) -> AsyncIterator[None]:
+        """Around one request of a live task (a poll, a reply, a cancel): a 401/403 is recorded
+        as ``AuthorizationFailed`` (R15), an agent asking for time as ``Throttled`` (R5: once per
+        task), an endpoint not reached as ``EndpointUnreachable``, an answer about another task
+        as R12 says (from ``wrong_source``); each is raised on."""
+        try:
+            yield
+        except AuthorizationFailedError as refused:
+            await self._record(key, [_authorization_failed(refused, during)])
+            raise
+        except ThrottledError as throttled:
+            await self._record_throttled(key, throttled, during, self._throttle_wait(throttled))
+            raise
+        except EndpointUnreachableError as failure:
+            await self._record(key, [(ev.ENDPOINT_UNREACHABLE, _unreachable(failure, during))])
+            raise
+        except WrongTaskAnswerError as wrong:
+            await self._record_wrong_task(key, wrong, wrong_source)
+            raise
+
+    async def _record_wrong_task(self, key: str, wrong: WrongTaskAnswerError, source: str) -> None:
+        """R12: an answer about another task than the one asked about, to GetTask, SendMessage
+        or CancelTask: nothing of it is applied; the first is recorded and flagged."""
+        asked, answered, said = wrong.asked, wrong.answered, wrong.answered_state
+        await self._decide(key, lambda s: guards.wrong_task(s, asked, answered, said, source))
+
+    # -- push deliveries (R5, R12) -------------------------------------------------------------
+
+    async def deliver(self, body: bytes, headers: Mapping[str, str]) -> webhook.Delivery:
+        """Ingest one push delivery: checked (size, type, shape, credentials), then applied like
+        any other observation. Refusals write nothing."""
+        try:
+            update = webhook.decode(body, headers)
+        except webhook.Refused as refused:
+            return refused.delivery
+        observation = observation_from_update(update, "push")
+        recorded: list[Event] = []
+        try:
+            key, moved = await self._calls.run(
+                self._ingest, update.task_id or "", headers, observation, recorded
+            )
+        except webhook.Refused as refused:
+            return refused.delivery
+        if observation is None or moved is None:
+            return webhook.Delivery(200, "ignored", "a message, not a task update", key)
+        self._observed(key, observation, *moved, whole=update.kind == "task")
+        self._wake(key)
+        cut = any(_truncated(data) for _, data in recorded)
+        detail = FLAG_PAYLOAD_TRUNCATED if cut else ""
+        return webhook.Delivery(200, _delivery_outcome(recorded), detail, key)
+
+
+def _truncated(data: Mapping[str, Any]) -> bool:
+    """Whether an event kept part of a report as its size and SHA-256 only (R16)."""
+    return bool(data.get("truncated") or data.get("payload_truncated"))
+
+
+def _delivery_outcome(recorded: Sequence[Event]) -> str:
+    """``applied`` (a transition or a new artifact), ``duplicate``, ``stale`` or ``ignored``."""
+    types = {type_ for type_, _ in recorded}
+    if ev.STATE_CHANGED in types or ev.ARTIFACT_RECEIVED in types:
+        return "applied"
+    reasons = {data.get("reason") for type_, data in recorded if type_ == ev.OBSERVATION_IGNORED}
+    for reason in ("duplicate", "stale"):
+        if reason in reasons:
+            return reason
+    return "ignored" if reasons else "duplicate"
+
+
+def _chunked(state: State) -> bool:
+    """Whether the task holds an artifact put together from chunks (A2A ``append``)."""
+    return any(a.get("chunks") or a.get("partial") for a in state.get("artifacts") or ())
