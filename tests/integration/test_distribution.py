@@ -33,8 +33,11 @@ def test_the_wheel_installed_with_the_demo_extra_migrates_plays_a_scenario_and_i
             python, "-c", "import sysconfig; print(sysconfig.get_path('purelib'))", cwd=elsewhere
         ).stdout.strip()
     )
-    assert (site / "cardfence" / "engine" / "engine" / "__init__.py").is_file()
-    assert (site / "cardfence" / "store" / "appending.py").is_file()
+    wings = ("core", "cards", "discovery", "wire", "http", "auth", "client", "serve", "cli", "demo")
+    for wing in wings:  # every wing of the engine is in the wheel
+        assert (site / "cardfence" / "engine" / wing / "__init__.py").is_file(), wing
+    assert (site / "cardfence" / "engine" / "client" / "engine.py").is_file()
+    assert (site / "cardfence" / "store" / "_appending.py").is_file()
     for bare in ("engine", "store", "migrations"):
         assert not (site / bare).exists(), f"{bare} installed at the top of site-packages"
 
