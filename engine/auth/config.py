@@ -35,8 +35,7 @@ from typing import Any, Final, TypeAlias
 
 import httpx
 
-from cardfence.engine.cards.interfaces import without_userinfo
-from cardfence.engine.discovery.fetch import origin_of
+from cardfence.engine.cards.interfaces import origin_of, without_userinfo
 from cardfence.engine.errors import CredentialsConfigError
 
 __all__ = [

@@ -44,10 +44,10 @@ from cardfence.engine.auth.redaction import redaction
 from cardfence.engine.cards.canonical import loads
 from cardfence.engine.cards.fields import FieldError
 from cardfence.engine.cards.interfaces import url_refusal
-from cardfence.engine.discovery.fetch import USER_AGENT
 from cardfence.engine.errors import TokenRequestError
 from cardfence.engine.http import deadline
 from cardfence.engine.http.bodies import ACCEPT_ENCODING, BodyRefused, BoundedDecoder, read_body
+from cardfence.engine.http.pool import USER_AGENT
 
 with warnings.catch_warnings():
     # Recent Authlib warns on import that it would rather drive the httpx2 fork; it still drives

@@ -260,3 +260,11 @@ def _version_rank(interface: Interface) -> int:
     if interface.speaks == V10:
         return 0 if interface.protocol_version.strip() else 1
     return 2
+
+
+def origin_of(url: httpx.URL) -> str:
+    """``scheme://host[:port]``, the default port left out: the key an agent is known by."""
+    default = {"http": 80, "https": 443}[url.scheme]
+    port = url.port or default
+    host = f"[{url.host}]" if ":" in url.host else url.host
+    return f"{url.scheme}://{host}" + ("" if port == default else f":{port}")

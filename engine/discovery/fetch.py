@@ -22,6 +22,7 @@ from cardfence.engine.cards.interfaces import (
     JSONRPC,
     V03,
     checked_url,
+    origin_of,
     url_refusal,
     without_userinfo,
 )
@@ -30,11 +31,10 @@ from cardfence.engine.cards.signature_policy import CardSignatures
 from cardfence.engine.errors import CardInvalidError, DiscoveryError
 from cardfence.engine.http import deadline
 from cardfence.engine.http.bodies import ACCEPT_ENCODING, BodyRefused, read_body
-from cardfence.engine.http.pool import RequestSlots
+from cardfence.engine.http.pool import USER_AGENT, RequestSlots
 
 WELL_KNOWN_PATHS = ("/.well-known/agent-card.json", "/.well-known/agent.json")
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
-USER_AGENT = "cardfence/0.1"
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,14 +92,6 @@ def extended_card_url(interface: Interface) -> str:
         return interface.url
     path = "/v1/card" if interface.dialect == V03 else "/extendedAgentCard"
     return interface.url.rstrip("/") + path
-
-
-def origin_of(url: httpx.URL) -> str:
-    """``scheme://host[:port]``, the default port left out: the key an agent is known by."""
-    default = {"http": 80, "https": 443}[url.scheme]
-    port = url.port or default
-    host = f"[{url.host}]" if ":" in url.host else url.host
-    return f"{url.scheme}://{host}" + ("" if port == default else f":{port}")
 
 
 async def fetch_card(

@@ -37,12 +37,12 @@ from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import httpx
 
 from cardfence.engine.cards.keys import CardKeys
-from cardfence.engine.cards.model import AgentCard, parse_card
+from cardfence.engine.cards.model import AgentCard, Interface, parse_card
 from cardfence.engine.cards.signatures import SignatureCheck
 from cardfence.engine.core import events as ev
 from cardfence.engine.core.replay import State
@@ -63,8 +63,15 @@ from cardfence.store.errors import CorruptRecordError
 from cardfence.store.event_store import EventStore
 from cardfence.store.records import CardSnapshot, NewEvent
 
-if TYPE_CHECKING:  # for annotations only: discovery never makes a transport of its own
-    from cardfence.engine.wire.transport import A2ATransport
+
+class ExtendedCardSource(Protocol):
+    """What reads an agent's authenticated extended card: one of its interfaces, with the
+    credentials the caller chose (``A2ATransport`` is one; discovery never makes its own)."""
+
+    interface: Interface
+
+    async def get_extended_card(self) -> bytes: ...
+
 
 _EXTENDED_KEPT = 64  # extended card reads kept in the memo (one per agent, interface, grant)
 
@@ -291,7 +298,7 @@ class Discovery(SignedReads):
     async def read_extended(
         self,
         agent_url: str,
-        transport: A2ATransport,
+        transport: ExtendedCardSource,
         *,
         public_revision: str | None = None,
         memo: Hashable | None = None,

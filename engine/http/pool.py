@@ -48,6 +48,8 @@ import httpx
 
 from cardfence.engine.errors import UsageError
 
+USER_AGENT: Final = "cardfence/0.1"  # every request cardfence makes says who it is
+
 # An idle connection is closed here after 4 s: before an agent on uvicorn, hypercorn or Node (5 s)
 # closes it under a request.
 KEEPALIVE_SECONDS: Final = 4.0

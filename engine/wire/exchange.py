@@ -60,7 +60,7 @@ from cardfence.engine.errors import (
 )
 from cardfence.engine.http import deadline
 from cardfence.engine.http.bodies import ACCEPT_ENCODING, BodyRefused, read_body
-from cardfence.engine.http.pool import REPLAYABLE, RequestSlots
+from cardfence.engine.http.pool import REPLAYABLE, USER_AGENT, RequestSlots
 from cardfence.engine.wire import _v03 as wire03
 
 __all__ = [
@@ -75,7 +75,6 @@ __all__ = [
 
 A2A_VERSION: Final = "1.0"
 DEFAULT_MAX_BYTES: Final = 8 * 1024 * 1024
-_USER_AGENT: Final = "cardfence/0.1"
 _MAX_DETAIL: Final = 200  # characters of a remote error message kept in ours
 # R5: a Retry-After is read only this long (an HTTP-date is 29 characters), and asks for no more
 # than a day; the engine caps it further (``max_retry_after``).
@@ -159,7 +158,7 @@ class Exchange:
         self._headers["Content-Type"] = "application/json"
         self._headers["Accept"] = "application/json, application/a2a+json"
         self._headers["Accept-Encoding"] = ACCEPT_ENCODING  # what engine.bodies decodes
-        self._headers.setdefault("User-Agent", _USER_AGENT)
+        self._headers.setdefault("User-Agent", USER_AGENT)
         if extensions:  # the extensions the task activated, named on every request of it
             name = "X-A2A-Extensions" if self.legacy else "A2A-Extensions"
             self._headers[name] = ", ".join(extensions)

@@ -28,7 +28,7 @@ from cardfence.engine.cards.model import parse_card
 from cardfence.engine.core import events as ev
 from cardfence.engine.core.replay import initial_agent_state
 from cardfence.engine.discovery._agent_stream import agent_head, append_agent_events
-from cardfence.engine.discovery.fetch import USER_AGENT, CardLimits, card_urls, fetch_card
+from cardfence.engine.discovery.fetch import CardLimits, card_urls, fetch_card
 from cardfence.engine.discovery.reads import CardRead, ContractCheck, Discovery
 from cardfence.engine.errors import (
     CardInvalidError,
@@ -37,6 +37,7 @@ from cardfence.engine.errors import (
     UsageError,
 )
 from cardfence.engine.http import deadline
+from cardfence.engine.http.pool import USER_AGENT
 from cardfence.store.errors import ConcurrencyError, CorruptRecordError
 from cardfence.store.event_store import EventStore
 from cardfence.store.records import NewEvent, StreamRecord
