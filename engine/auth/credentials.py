@@ -2,8 +2,8 @@
 
 :mod:`engine.auth.authorization` uses it to grant each task its credentials at creation and to put
 them on every later request (with the token fetch, which is I/O). The secrets, the
-configuration and the file ``--credentials`` names are :mod:`engine.auth.config`, whose
-public names are importable from here too. What is here:
+configuration and the file ``--credentials`` names are :mod:`engine.auth.config`. What is
+here:
 
 - :func:`effective_requirements` (skill-level requirements replace card-level ones) and
   :func:`choose`, which picks the first alternative whose schemes are ALL covered, and says why
@@ -30,45 +30,27 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from cardfence.engine.auth.config import (
-    ENV_PREFIX,
-    AgentCredentials,
     ApiKey,
     Basic,
     Bearer,
-    CredentialsConfig,
-    CredentialsProvider,
     MutualTls,
     OAuthClient,
     Secret,
-    load_credentials,
-    normalise_origin,
 )
 from cardfence.engine.auth.redaction import redaction
 from cardfence.engine.cards.model import AgentCard, SecurityRequirement
 from cardfence.engine.errors import CredentialsConfigError
 
 __all__ = [
-    "ENV_PREFIX",
-    "AgentCredentials",
-    "ApiKey",
-    "Basic",
-    "Bearer",
     "Choice",
-    "CredentialsConfig",
-    "CredentialsProvider",
     "Gap",
-    "MutualTls",
-    "OAuthClient",
     "RequestAuth",
-    "Secret",
     "TokenNeeded",
     "apply",
     "choose",
     "effective_requirements",
     "fingerprint",
     "fits",
-    "load_credentials",
-    "normalise_origin",
     "redact",
 ]
 

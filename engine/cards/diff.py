@@ -1,4 +1,4 @@
-"""What changed between two Agent Card revisions (pure; re-exported by :mod:`.model`).
+"""What changed between two Agent Card revisions (pure).
 
 The result is the payload of ``CardRevisionChanged`` (R7) and of ``cardfence cards --json``
 "changes". Skills are compared by their R9 compatibility hash, the contract by its R3 hash.

@@ -8,7 +8,7 @@ webhook URLs (R16: a URL that parses, with a port in 1-65535 and no credentials 
 (:func:`url_fault`); plain ``http`` only to loopback, else ``https``); :func:`checked_url`, the
 same rule for a URL the user gives, as a usage error. :func:`select_interface`
 chooses, among a card's interfaces, one that cardfence speaks and may use. The card and its
-parsing are :mod:`.model`, which re-exports the public names here.
+parsing are :mod:`.model`.
 """
 
 from __future__ import annotations

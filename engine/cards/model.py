@@ -13,8 +13,7 @@ canonical JSON:
   descriptive fields (name, description, tags, examples) do not count.
 
 What cardfence makes of a card to talk to the agent -- the bindings, A2A versions and media types
-it speaks, the URL rule, the choice of interface -- is :mod:`.interfaces`, whose public names are
-importable from here too.
+it speaks, the URL rule, the choice of interface -- is :mod:`.interfaces`.
 """
 
 from __future__ import annotations
@@ -28,47 +27,26 @@ from cardfence.engine.cards import fields
 from cardfence.engine.cards.canonical import canonical as _canonical
 from cardfence.engine.cards.canonical import decode as _decode
 from cardfence.engine.cards.canonical import sha256 as _sha256
-from cardfence.engine.cards.diff import CardDiff, diff
 from cardfence.engine.cards.interfaces import (
     _BINDING_ALIASES,
-    HTTP_JSON,
     JSONRPC,
-    SPOKEN_BINDINGS,
-    V03,
-    V10,
     _modes_match,
     dialect_of,
-    is_loopback,
-    part_kind,
-    select_interface,
     spoken_version,
     url_fault,
-    url_refusal,
     without_userinfo,
 )
 from cardfence.engine.errors import CardInvalidError
 
 __all__ = [
-    "HTTP_JSON",
-    "JSONRPC",
-    "SPOKEN_BINDINGS",
-    "V03",
-    "V10",
     "AgentCard",
     "Capabilities",
-    "CardDiff",
     "Contract",
     "Extension",
     "Interface",
     "SecurityRequirement",
     "Skill",
-    "diff",
-    "is_loopback",
     "parse_card",
-    "part_kind",
-    "select_interface",
-    "spoken_version",
-    "url_refusal",
 ]
 
 # 1.0 proto JSON wraps each scheme in a oneof key; 0.3 flattens it and names it in "type".

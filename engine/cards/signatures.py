@@ -7,7 +7,7 @@ revision hashes (R14). So a verified signature covers everything the revision co
 revision is the same signed or not.
 
 What is here (pure: the policy per agent origin is :mod:`.signature_policy`, the key sets and the
-key file :mod:`.keys`, whose public names are importable from here too):
+key file :mod:`.keys`):
 
 - :func:`entries` and :func:`verify`: each signature's protected header read and checked
   (``none`` and HMAC algorithms are refused: a shared secret says nothing about who signed),
@@ -41,16 +41,11 @@ from joserfc.jws import JWSRegistry
 
 from cardfence.engine.cards.canonical import canonical, loads
 from cardfence.engine.cards.fields import FieldError
-from cardfence.engine.cards.keys import CardKeys, parse_keys, read_key_file
+from cardfence.engine.cards.keys import CardKeys, parse_keys
 from cardfence.engine.cards.model import AgentCard, parse_card
 from cardfence.engine.cards.signature_policy import (
-    IGNORE,
-    POLICIES,
-    PREFER,
     REQUIRE,
-    CardSignatures,
     SignaturePolicy,
-    load_card_signatures,
 )
 from cardfence.engine.errors import CardInvalidError, CardSignatureError
 
@@ -58,21 +53,11 @@ __all__ = [
     "ALGORITHMS",
     "FORM_A2A_SDK",
     "FORM_RFC8785",
-    "IGNORE",
-    "POLICIES",
-    "PREFER",
-    "REQUIRE",
-    "CardKeys",
-    "CardSignatures",
     "Entry",
     "SignatureCheck",
-    "SignaturePolicy",
     "Verified",
     "apply_policy",
     "entries",
-    "load_card_signatures",
-    "parse_keys",
-    "read_key_file",
     "reverify",
     "sdk_form",
     "sign_card",

@@ -59,12 +59,8 @@ from cardfence.engine.http.bodies import BodyRefused, read_body
 from cardfence.engine.http.pool import REPLAYABLE
 from cardfence.engine.wire._event_stream import EVENT_STREAM, BoundedEvents
 from cardfence.engine.wire.exchange import (
-    A2A_VERSION,
-    DEFAULT_MAX_BYTES,
     READS,
-    A2AErrorCode,
     Exchange,
-    RequestCredentials,
     _a2a_error,
     _encode,
     _loads,
@@ -80,11 +76,7 @@ from cardfence.engine.wire.v10 import (
 )
 
 __all__ = [
-    "A2A_VERSION",
-    "DEFAULT_MAX_BYTES",
-    "A2AErrorCode",
     "A2ATransport",
-    "RequestCredentials",
 ]
 
 # After one of these a stream has nothing more to say about its task (a2a-sdk stops there too).

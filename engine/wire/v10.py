@@ -1,7 +1,6 @@
 """What a remote agent sends, read into typed immutable values. Pure: no I/O.
 
-The values and the task states are :mod:`engine.core.answers` (their names are importable from here
-too); what is here is the reading.
+The values and the task states are :mod:`engine.core.answers`; what is here is the reading.
 
 Every report a remote makes about a task — a SendMessage, GetTask or CancelTask answer, a ListTasks
 page, a push delivery, a stream event — is read here, whatever its source (R12: observations are
@@ -39,9 +38,6 @@ from typing import Any, Final, TypeVar
 
 from cardfence.engine.cards import fields
 from cardfence.engine.core.answers import (
-    ACTIVE_STATES,
-    INTERRUPTED_STATES,
-    TERMINAL_STATES,
     Artifact,
     Part,
     PushConfig,
@@ -49,24 +45,11 @@ from cardfence.engine.core.answers import (
     RemoteTask,
     StatusMessage,
     StreamUpdate,
-    TaskState,
     normalise_state,
 )
 from cardfence.engine.errors import InvalidAgentResponseError
 
 __all__ = [
-    "ACTIVE_STATES",
-    "INTERRUPTED_STATES",
-    "TERMINAL_STATES",
-    "Artifact",
-    "Part",
-    "PushConfig",
-    "RemoteMessage",
-    "RemoteTask",
-    "StatusMessage",
-    "StreamUpdate",
-    "TaskState",
-    "normalise_state",
     "parse_push_config",
     "parse_send_response",
     "parse_stream_response",
