@@ -40,6 +40,7 @@ from typing import Any
 import httpx
 import sqlalchemy as sa
 from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
+from a2a.client.errors import A2AClientError
 from a2a.types import GetTaskRequest, TaskState
 from bench import BenchContext, Figure, register
 from bench_serve import BareAtOnce, _process, _wait_for, demo_agent
@@ -195,7 +196,14 @@ async def get_each(client: Any, remote_ids: list[str]) -> int:
 
     async def one(remote_id: str) -> None:
         async with gate:
-            task = await client.get_task(GetTaskRequest(id=remote_id, history_length=0))
+            try:
+                task = await client.get_task(GetTaskRequest(id=remote_id, history_length=0))
+            except A2AClientError as error:
+                # A kept-alive connection the agent closed as it was reused: asked once more, as
+                # the engine's own client replays a read (engine.http.pool); anything else stands.
+                if not isinstance(error.__cause__, httpx.TransportError):
+                    raise
+                task = await client.get_task(GetTaskRequest(id=remote_id, history_length=0))
         if task.status.state != TaskState.TASK_STATE_COMPLETED:
             raise RuntimeError(f"bare: task {remote_id} is {task.status.state}")
 
