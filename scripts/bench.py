@@ -13,6 +13,8 @@ Sections live in sibling modules named ``bench_<something>.py`` (``bench_store.p
     def cards(ctx: BenchContext) -> list[Figure]: ...
 
 and ``bench.py`` imports every ``bench_*.py`` next to it, so adding a section is adding a file.
+The agents, servers and cards a section needs come from ``tests/support`` (``import support``),
+the same the tests use.
 """
 
 from __future__ import annotations
@@ -36,6 +38,13 @@ from typing import Any
 # Without this alias they would import a second copy with its own, empty, registry.
 if __name__ == "__main__":
     sys.modules.setdefault("bench", sys.modules[__name__])
+
+# The sections share the test suite's agents and fixtures (``tests/support``), imported as
+# ``support`` as under pytest. Every section imports this module first, so this is in time for
+# them, and for a section module run as a helper process of its own.
+TESTS = Path(__file__).resolve().parents[1] / "tests"
+if str(TESTS) not in sys.path:
+    sys.path.insert(0, str(TESTS))
 
 RUNS = 5
 PG_URL_VAR = "CARDFENCE_TEST_PG_URL"

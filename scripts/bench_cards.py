@@ -20,10 +20,10 @@
 
 The agents run in threads of this process (they share the GIL with the client), so every round
 trip, the baseline's included, pays for the server's work too: the ratios of part 2 are those of
-whole round trips on one machine, not of the client's work alone. The agents' listening sockets
-get ``TCP_NODELAY`` (see :func:`no_nagle`): without it every 200 from the test peer waits ~40 ms
-for a delayed ACK and the baseline measures that stall. Cards are built before the clock starts;
-only the ``version`` bump of the changing card runs inside the timed loop.
+whole round trips on one machine, not of the client's work alone. The agents' sockets are bound
+with ``TCP_NODELAY`` on every connection (``engine.demo.server.bind``): without it every 200 would
+wait ~40 ms for a delayed ACK and the baseline would measure that stall. Cards are built before
+the clock starts; only the ``version`` bump of the changing card runs inside the timed loop.
 """
 
 from __future__ import annotations
@@ -31,27 +31,22 @@ from __future__ import annotations
 import asyncio
 import copy
 import json
-import socket
-import sys
-import tempfile
-from collections.abc import Callable, Iterator
-from contextlib import ExitStack, contextmanager
+from collections.abc import Callable
+from contextlib import ExitStack
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpx
 from bench import BenchContext, Figure, Workload, median_rates, register
+from bench_store import sqlite_database
+from support import Peer
+from support.auth_peer import api_key_scheme, requirement
 
 from cardfence.engine.cards.model import parse_card
 from cardfence.engine.discovery.fetch import CardLimits
 from cardfence.engine.discovery.reads import Discovery
 from cardfence.store.event_store import EventStore
 
-if TYPE_CHECKING:
-    from support import Peer
-
-ROOT = Path(__file__).resolve().parents[1]
 SMALL_BYTES = 2 * 1024
 LARGE_BYTES = 50 * 1024
 LIMITS = CardLimits(max_bytes=1_048_576)
@@ -100,7 +95,7 @@ def security_schemes() -> dict[str, Any]:
                 "oauth2MetadataUrl": "https://auth.example.com/.well-known/oauth-authorization-server",
             }
         },
-        "apiKey": {"apiKeySecurityScheme": {"location": "header", "name": "X-API-Key"}},
+        "apiKey": api_key_scheme("X-API-Key"),
         "bearer": {"httpAuthSecurityScheme": {"scheme": "Bearer", "bearerFormat": "JWT"}},
         "mtls": {"mtlsSecurityScheme": {"description": "Client certificate."}},
     }
@@ -108,10 +103,7 @@ def security_schemes() -> dict[str, Any]:
 
 def security_requirements() -> list[dict[str, Any]]:
     """Two alternatives: OAuth with scopes, or an API key over mutual TLS."""
-    return [
-        {"schemes": {"oauth": {"list": ["tasks:read", "tasks:write"]}}},
-        {"schemes": {"apiKey": {"list": []}, "mtls": {"list": []}}},
-    ]
+    return [requirement(oauth=["tasks:read", "tasks:write"]), requirement("apiKey", "mtls")]
 
 
 def generated_skill(n: int) -> dict[str, Any]:
@@ -136,9 +128,7 @@ def generated_skill(n: int) -> dict[str, Any]:
         "outputModes": ["application/json", "text/markdown"],
     }
     if n % 3 == 0:
-        skill["securityRequirements"] = [
-            {"schemes": {"oauth": {"list": ["reports:read", "tasks:write"]}}}
-        ]
+        skill["securityRequirements"] = [requirement(oauth=["reports:read", "tasks:write"])]
     return skill
 
 
@@ -210,25 +200,6 @@ def bench_parsing(
 # -- part 2: revalidation against a live agent ----------------------------------------------------
 
 
-def _peer_class() -> type[Peer]:
-    tests = str(ROOT / "tests")
-    if tests not in sys.path:
-        sys.path.insert(0, tests)
-    from support import Peer
-
-    return Peer
-
-
-@contextmanager
-def sqlite_store() -> Iterator[EventStore]:
-    with tempfile.TemporaryDirectory(prefix="cardfence-bench-cards-") as folder:
-        store = EventStore.open(f"sqlite:///{Path(folder) / 'cards.db'}")
-        try:
-            yield store
-        finally:
-            store.close()
-
-
 class Reads:
     """Timed loops of round trips, all on one event loop and one HTTP client."""
 
@@ -266,24 +237,6 @@ class Reads:
         return lambda: self.runner.run(loop())
 
 
-def no_nagle(peer: Peer) -> bool:
-    """Set ``TCP_NODELAY`` on the unstarted peer's listening sockets; False if it cannot.
-
-    ``tests/support/peer.py`` binds ``socket.socket(AF_INET, SOCK_STREAM)`` (proto 0), and
-    asyncio only sets ``TCP_NODELAY`` on accepted sockets whose proto is ``IPPROTO_TCP``; uvicorn
-    writes a response's head and body separately, so without it every response with a body
-    waits for the client's delayed ACK (~40 ms on Linux) while a 304 does not. A deployed
-    uvicorn binds its own sockets (proto 6, no stall). Linux hands the option on to accepted
-    sockets.
-    """
-    sockets = getattr(getattr(peer, "_server", None), "_sockets", None)
-    if not sockets:
-        return False
-    for sock in sockets:
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    return True
-
-
 def _card_for(peer: Peer, card: dict[str, Any]) -> dict[str, Any]:
     """``card`` with the peer's own endpoints (its interfaces name its port)."""
     own = copy.deepcopy(card)
@@ -299,7 +252,8 @@ def bench_revalidation(
         for peer in (steady, changing):
             peer.card = _card_for(peer, card)
             peer.start()
-        store = stack.enter_context(sqlite_store())
+        store = EventStore.open(stack.enter_context(sqlite_database()).url)
+        stack.callback(store.close)
         runner = stack.enter_context(asyncio.Runner())
         client = httpx.AsyncClient()
         stack.callback(lambda: runner.run(client.aclose()))
@@ -351,19 +305,13 @@ def bench_revalidation(
 def cards_section(ctx: BenchContext) -> list[Figure]:
     """Card parsing vs json.loads; Discovery revalidation vs a plain GET of the card."""
     sizes = Sizes.for_context(ctx)
-    peer_class = _peer_class()
     with ExitStack() as stack:
         # Two agents serving the same card: one never changes it, one changes it before every
         # read. Each has its own origin, so its own agent stream and ETag. Bound now (their
         # URLs go into the cards), started only for part 2.
-        steady, changing = peer_class(), peer_class()
+        steady, changing = Peer(), Peer()
         stack.callback(steady.stop)
         stack.callback(changing.stop)
-        if not all([no_nagle(steady), no_nagle(changing)]):
-            ctx.note(
-                "could not set TCP_NODELAY on the agent's sockets: each 200 may include a "
-                "~40 ms delayed-ACK stall that a 304 does not"
-            )
 
         small = sized_card(steady.card, SMALL_BYTES)
         large = sized_card(steady.card, LARGE_BYTES)
@@ -381,7 +329,7 @@ def cards_section(ctx: BenchContext) -> list[Figure]:
 
         ctx.note(
             "revalidation: a2a-sdk agent in a thread of this process serving the 2 KB card "
-            "(weak ETag; TCP_NODELAY set on its sockets, see no_nagle); SQLite store in a "
+            "(weak ETag; TCP_NODELAY on its connections); SQLite store in a "
             "temporary file; baseline a plain httpx GET of the card (200, full body), same client"
         )
         figures += bench_revalidation(ctx, steady, changing, small, sizes.reads)

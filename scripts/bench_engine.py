@@ -51,19 +51,18 @@ by this section. In one process:
    ``synchronous=NORMAL`` like ours). Target >= 1.5 x.
 
 The agent runs in a thread of this process and shares the GIL with the client, so part 2's rates
-are whole round trips on one machine. Its listening sockets get ``TCP_NODELAY`` before it starts
-(see :func:`no_nagle`): otherwise each response with a body waits ~40 ms for a delayed ACK, and
-both sides would mostly measure that stall. With this agent the scripted task is usually done by
-the first poll, so part 2 measures the client's own cost per task (about 10 ms of round trips for
-the bare client) rather than backoff sleeps. ``--quick`` runs every part at smoke-test sizes.
+are whole round trips on one machine. Its sockets are bound with ``TCP_NODELAY`` on every
+connection (``engine.demo.server.bind``): otherwise each response with a body would wait ~40 ms
+for a delayed ACK, and both sides would mostly measure that stall. With this agent the scripted
+task is usually done by the first poll, so part 2 measures the client's own cost per task (about
+10 ms of round trips for the bare client) rather than backoff sleeps. ``--quick`` runs every part
+at smoke-test sizes.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-import socket
-import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -71,7 +70,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 from uuid import UUID
 
 import httpx
@@ -103,6 +102,7 @@ from bench_store import (
     sqlite_database,
 )
 from eventsourcing.application import Application
+from support import Peer
 
 from cardfence.engine.client.audit import replay
 from cardfence.engine.client.engine import Engine, EngineConfig
@@ -114,11 +114,6 @@ from cardfence.engine.core.observations import ArtifactRecord, Event, Observatio
 from cardfence.engine.core.replay import apply_task_event, fold_task
 from cardfence.store.event_store import EventStore
 from cardfence.store.records import NewEvent, RecordedEvent
-
-if TYPE_CHECKING:
-    from support import Peer
-
-ROOT = Path(__file__).resolve().parents[1]
 
 OBSERVE_TARGET = 0.5
 E2E_TARGET = 0.85
@@ -495,32 +490,6 @@ def bench_machine(ctx: BenchContext, sizes: Sizes) -> list[Figure]:
 
 
 # -- parts 2 and 3: against a live agent -----------------------------------------------------------
-
-
-def _peer_class() -> type[Peer]:
-    tests = str(ROOT / "tests")
-    if tests not in sys.path:
-        sys.path.insert(0, tests)
-    from support import Peer
-
-    return Peer
-
-
-def no_nagle(peer: Peer) -> bool:
-    """Set ``TCP_NODELAY`` on the unstarted peer's listening sockets; False if it cannot.
-
-    ``tests/support/peer.py`` binds plain ``socket.socket(AF_INET, SOCK_STREAM)`` sockets (proto
-    0), so asyncio does not set ``TCP_NODELAY`` on the connections it accepts, and uvicorn writes a
-    response's head and body separately: without it each response with a body waits for the
-    client's delayed ACK (~40 ms on Linux). Linux hands the option on to accepted sockets.
-    (``bench_cards.py`` does the same for the same reason.)
-    """
-    sockets = getattr(getattr(peer, "_server", None), "_sockets", None)
-    if not sockets:
-        return False
-    for sock in sockets:
-        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    return True
 
 
 @contextmanager
@@ -918,9 +887,7 @@ def engine_section(ctx: BenchContext) -> list[Figure]:
         stack.callback(store.close)
         figures += bench_observations(ctx, db, store, sizes)
 
-        peer = _peer_class()()
-        if not no_nagle(peer):
-            ctx.note("could not set TCP_NODELAY on the agent's sockets: expect ~40 ms stalls")
+        peer = Peer()
         peer.start()
         stack.callback(peer.stop)
         runner = stack.enter_context(asyncio.Runner())

@@ -43,8 +43,9 @@ from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
 from a2a.client.errors import A2AClientError
 from a2a.types import GetTaskRequest, TaskState
 from bench import BenchContext, Figure, register
-from bench_serve import BareAtOnce, _process, _wait_for, demo_agent
+from bench_serve import BareAtOnce, _process, _wait_for
 from bench_store import postgres_database
+from support.agent_process import demo_agent_process
 
 from cardfence.engine.client.engine import Engine, EngineConfig
 from cardfence.store.event_store import EventStore
@@ -224,7 +225,7 @@ def scale_section(ctx: BenchContext) -> list[Figure]:
     figures: list[Figure] = []
     with (
         tempfile.TemporaryDirectory(prefix="cardfence-bench-scale-") as name,
-        demo_agent(Path(name)) as agent_url,
+        demo_agent_process(Path(name) / "agent.log") as agent_url,
         postgres_database(ctx.pg_url) as database,
         asyncio.Runner() as runner,
         contextlib.ExitStack() as stack,

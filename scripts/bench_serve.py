@@ -107,6 +107,8 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+from support.agent_process import demo_agent_process
+from support.hostile import status_update
 
 from cardfence.engine.client.engine import Engine, EngineConfig
 from cardfence.engine.client.following import reached
@@ -439,12 +441,7 @@ def push_tasks(
 
 def status_body(remote_task_id: str, state: str) -> str:
     """A 1.0 ``StreamResponse`` status update, as a2a-sdk's push sender posts it."""
-    update = {
-        "taskId": remote_task_id,
-        "contextId": CONTEXT_ID,
-        "status": {"state": _wire(state), "timestamp": STAMPS[state]},
-    }
-    return json.dumps({"statusUpdate": update})
+    return json.dumps(status_update(remote_task_id, state, STAMPS[state], CONTEXT_ID))
 
 
 def push_plan(tasks: list[PushTask], folder: Path) -> Path:
@@ -889,18 +886,6 @@ def serve_memory_section(ctx: BenchContext) -> list[Figure]:
 # -- part 3: serve-e2e -----------------------------------------------------------------------------
 
 
-@contextlib.contextmanager
-def demo_agent(folder: Path) -> Iterator[str]:
-    """``cardfence demo --agent-only`` in its own process; its base URL."""
-    port = _free_port()
-    args = [sys.executable, "-m", "cardfence", "demo", "--agent-only", "--port", str(port)]
-    with _process(args, folder / "agent.log", stdin=subprocess.DEVNULL,
-                  stdout=subprocess.DEVNULL):  # fmt: skip
-        base = f"http://127.0.0.1:{port}"
-        _wait_for(lambda: _answers(f"{base}/.well-known/agent-card.json"), "the demo agent")
-        yield base
-
-
 class EngineAtOnce:
     """``count`` tasks started and driven to terminal by one engine, all at once."""
 
@@ -982,7 +967,7 @@ def serve_e2e_section(ctx: BenchContext) -> list[Figure]:
         ctx.note("serve-e2e runs on SQLite only: --pg-url is not used")
     with (
         tempfile.TemporaryDirectory(prefix="cardfence-bench-e2e-") as name,
-        demo_agent(Path(name)) as agent_url,
+        demo_agent_process(Path(name) / "agent.log") as agent_url,
         asyncio.Runner() as runner,
         contextlib.ExitStack() as stack,
     ):

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import dataclasses
 import os
 import signal
@@ -18,11 +17,10 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 
-import httpx
 import pytest
 from engine_fixtures import FAST, assert_audit_ok, events, transitions, webhook_url
+from support.agent_process import demo_agent_process
 
 from cardfence.engine.client.engine import Engine
 from cardfence.engine.client.tasklog import key_of, task_stream_id
@@ -37,40 +35,6 @@ SLOW = [("submitted", "working"), ("working", "completed")]
 SKIPPED = [("submitted", "completed")]
 
 pytestmark = pytest.mark.timeout(300)
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-@contextlib.contextmanager
-def demo_agent() -> Iterator[str]:
-    """The demo agent (a2a-sdk) in its own process; its base URL."""
-    port = _free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "cardfence", "demo", "--agent-only", "--port", str(port)],
-        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{base}/.well-known/agent-card.json", timeout=1).is_success:
-                    break
-            assert process.poll() is None, "the demo agent exited"
-            assert time.monotonic() < deadline, "the demo agent did not answer in 30 s"
-            time.sleep(0.1)
-        yield base
-    finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
 
 
 def start_serve(db_url: str) -> tuple[subprocess.Popen[str], str]:
@@ -90,7 +54,7 @@ async def test_three_serves_one_killed_drive_300_tasks_each_by_one_lease_at_a_ti
         pass  # migrated once, before the processes open it
     serves: list[subprocess.Popen[str]] = []
     try:
-        with demo_agent() as agent_url:
+        with demo_agent_process() as agent_url:
             hooks = []
             for _ in range(SERVES):
                 process, hook = start_serve(pg_url)

@@ -2,6 +2,8 @@
 the same agent behind real authentication middleware (`AuthPeer`, HTTPS with client
 certificates from `make_tls`), a real OAuth 2.0 token server (`TokenServer`), a threaded
 uvicorn server, and the official a2a-sdk 0.3 agent in a subprocess of its own venv (`Peer03`).
+The demo agent in a process of its own is `agent_process.demo_agent_process`. The benchmarks
+(``scripts/bench_*.py``) use these too.
 
 `tests/` is on ``sys.path`` under pytest (``tests/conftest.py`` puts it there), so
 tests import this package as ``support``; scripts that add the repository root to

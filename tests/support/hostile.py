@@ -310,8 +310,17 @@ def working_event(task_id: str = "t-1") -> dict[str, Any]:
 
 def completed_event(task_id: str = "t-1") -> dict[str, Any]:
     """A StreamResponse: a status update to ``completed`` (a stream's last event)."""
-    status = {"state": "TASK_STATE_COMPLETED", "timestamp": "2026-01-01T00:00:01Z"}
-    return {"statusUpdate": {"taskId": task_id, "contextId": "c-1", "status": status}}
+    return status_update(task_id, "completed", "2026-01-01T00:00:01Z")
+
+
+def status_update(
+    task_id: str, state: str, timestamp: str, context_id: str = "c-1"
+) -> dict[str, Any]:
+    """A 1.0 StreamResponse status update of the task to ``state`` (a lifecycle name such as
+    ``input-required``), as a stream event or as a2a-sdk's push sender posts it."""
+    wire = "TASK_STATE_" + state.upper().replace("-", "_")
+    status = {"state": wire, "timestamp": timestamp}
+    return {"statusUpdate": {"taskId": task_id, "contextId": context_id, "status": status}}
 
 
 def sse(data: str | bytes, *, event: str = "") -> bytes:
