@@ -30,7 +30,6 @@ from cardfence.store._base import (
     DEFAULT_GROUP_COMMIT,
     DEFAULT_MAX_PAYLOAD_BYTES,
     DEFAULT_MAX_PROJECTION_BYTES,
-    AppendRequest,
 )
 from cardfence.store.database import (
     DEFAULT_CONNECT_TIMEOUT,
@@ -40,7 +39,7 @@ from cardfence.store.database import (
     normalise_url,
 )
 from cardfence.store.errors import SchemaTooNewError, StoreUnavailableError
-from cardfence.store.groupcommit import CommitStats, GroupCommit
+from cardfence.store.groupcommit import GroupCommit
 from cardfence.store.records import RecordedEvent
 
 
@@ -145,11 +144,4 @@ def iter_all(store: EventStore, after: int = 0, batch: int = 1000) -> Iterator[R
         after = page[-1].position
 
 
-__all__ = [
-    "AppendRequest",
-    "CommitStats",
-    "EventStore",
-    "GroupCommit",
-    "iter_all",
-    "normalise_url",
-]
+__all__ = ["EventStore", "iter_all"]

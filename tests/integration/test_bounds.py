@@ -28,7 +28,7 @@ from support.hostile import SKILL, HostileAgent, Reply, SilentListener, zeros_gz
 
 from cardfence.engine.cards.interfaces import JSONRPC, select_interface, url_refusal
 from cardfence.engine.cards.model import Interface, parse_card
-from cardfence.engine.cli import run as cli
+from cardfence.engine.cli.main import run as cli
 from cardfence.engine.client.engine import EngineConfig
 from cardfence.engine.core import events as ev
 from cardfence.engine.discovery.fetch import CardLimits, card_urls

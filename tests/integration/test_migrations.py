@@ -142,7 +142,7 @@ def test_opening_a_store_at_head_loads_no_alembic(tmp_path: Path) -> None:
     EventStore.open(url).close()
     probe = (
         "import sys\n"
-        "from cardfence.store import EventStore\n"
+        "from cardfence.store.event_store import EventStore\n"
         f"EventStore.open({url!r}).close()\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('alembic', 'mako')))\n"
     )
