@@ -9,5 +9,6 @@ streams in the store. Wings have folders of their own: ``engine`` (the facade th
 together, in layers), ``cards`` (the Agent Card model, canonical hashing, diffs and discovery),
 ``cli`` (the command line and its renderings) and ``demo``.
 
-The public API is re-exported from the top-level package: ``from cardfence import Engine``.
+The public API is offered by the top-level package, each name loaded from its home on first
+use: ``from cardfence import Engine``.
 """

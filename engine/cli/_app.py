@@ -23,8 +23,8 @@ import typer
 
 from cardfence.engine import errors
 from cardfence.engine.auth.config import CredentialsConfig, load_credentials
-from cardfence.engine.cards.signature_policy import load_card_signatures
 from cardfence.engine.discovery.fetch import CardLimits
+from cardfence.engine.discovery.signature_files import load_card_signatures
 from cardfence.store.database import (
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_STATEMENT_TIMEOUT,

@@ -16,8 +16,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from cardfence.engine.auth.authorization import Grant
-from cardfence.engine.cards.interfaces import V03, checked_url, select_interface, url_refusal
+from cardfence.engine.cards.interfaces import select_interface
 from cardfence.engine.cards.model import AgentCard
+from cardfence.engine.cards.spoken import V03
+from cardfence.engine.cards.urls import checked_url, url_refusal
 from cardfence.engine.client._base import (
     _EXTENDED_FAILURES,
     ASK_AGAIN_AFTER,

@@ -47,8 +47,8 @@ from cardfence.engine.auth.credentials import RequestAuth
 from cardfence.engine.auth.redaction import Redaction, redaction
 from cardfence.engine.cards.canonical import loads
 from cardfence.engine.cards.fields import FieldError
-from cardfence.engine.cards.interfaces import HTTP_JSON, JSONRPC, V03, V10
 from cardfence.engine.cards.model import Interface
+from cardfence.engine.cards.spoken import HTTP_JSON, JSONRPC, V03, V10
 from cardfence.engine.errors import (
     AuthorizationFailedError,
     EndpointUnreachableError,

@@ -36,7 +36,7 @@ import httpx
 from httpx_sse import EventSource, aconnect_sse
 
 from cardfence.engine.auth.redaction import Redaction
-from cardfence.engine.cards.interfaces import JSONRPC
+from cardfence.engine.cards.spoken import JSONRPC
 from cardfence.engine.core.answers import (
     INTERRUPTED_STATES,
     TERMINAL_STATES,

@@ -15,7 +15,15 @@ from cardfence import store
 from cardfence.engine import errors
 from cardfence.engine.auth import config as credentials_config
 from cardfence.engine.auth import credentials
-from cardfence.engine.cards import interfaces, keys, model, signature_policy, signatures
+from cardfence.engine.cards import (
+    interfaces,
+    keys,
+    model,
+    signature_policy,
+    signatures,
+    spoken,
+    urls,
+)
 from cardfence.engine.core import answers
 from cardfence.engine.wire import v10
 
@@ -30,6 +38,8 @@ SEAMS = [
     keys,
     model,
     interfaces,
+    spoken,
+    urls,
     v10,
     answers,
 ]
