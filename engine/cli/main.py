@@ -44,9 +44,10 @@ from cardfence.engine.cli._app import (
     with_card_signatures,
 )
 from cardfence.engine.core import events as ev
+from cardfence.engine.discovery.card_read import CardRead
 from cardfence.engine.discovery.fetch import CardLimits, card_urls
 from cardfence.engine.discovery.history import RevisionEntry, revision_history, stored_card
-from cardfence.engine.discovery.reads import CardRead, Discovery
+from cardfence.engine.discovery.reads import Discovery
 from cardfence.store.errors import CardfenceError
 from cardfence.store.event_store import EventStore
 

@@ -34,7 +34,7 @@ from cardfence.engine.core.answers import PushConfig, RemoteTask
 from cardfence.engine.core.observations import Event, from_message, from_task
 from cardfence.engine.core.replay import State
 from cardfence.engine.core.views import TaskView
-from cardfence.engine.discovery.reads import CardRead
+from cardfence.engine.discovery.card_read import CardRead
 from cardfence.engine.errors import (
     AuthorizationFailedError,
     CardInvalidError,

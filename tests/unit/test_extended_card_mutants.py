@@ -33,8 +33,9 @@ from cardfence.engine.cards.signature_policy import CardSignatures, SignaturePol
 from cardfence.engine.cards.signatures import FORM_RFC8785, sign_card
 from cardfence.engine.cards.spoken import HTTP_JSON, JSONRPC
 from cardfence.engine.core import events as ev
+from cardfence.engine.discovery.card_read import CardRead
 from cardfence.engine.discovery.fetch import CardLimits, extended_card_url
-from cardfence.engine.discovery.reads import CardRead, Discovery
+from cardfence.engine.discovery.reads import Discovery
 from cardfence.engine.discovery.signature_files import read_key_file
 from cardfence.engine.errors import (
     CardInvalidError,
