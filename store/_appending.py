@@ -137,7 +137,7 @@ class Appending(Reading):
             "alias": projection.alias,
             "status": projection.status,
         }
-        due = self.due._sql
+        due = self.due.sql
 
         def run() -> bool:
             with self.engine.begin() as conn:

@@ -71,7 +71,12 @@ class StoreBase:
         self._dbapi: Any = engine.dialect.loaded_dbapi
         lock = _PG_APPEND_LOCK if self._is_postgres and self._SERIALISE_POSITIONS else None
         self._sql = append_sql.build(engine.dialect.name, lock)
-        self.due = DueWork(self)
+        self.due = DueWork(
+            engine.dialect.name,
+            connection=self._driver_connection,
+            retrying=self._retrying,
+            rollback=self._rollback,
+        )
         """Due work and leases: which process drives which live stream (``store.leases``)."""
         # A transaction of several appends takes the position lock once, after all their head
         # rows: its head statements are these, without it.
