@@ -25,7 +25,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
-from cardfence.store._append_sql import pyformat
+from cardfence.store._cursor_sql import pyformat
 from cardfence.store.errors import LeaseLostError
 from cardfence.store.records import Lease
 
