@@ -38,6 +38,7 @@ from cardfence.store.errors import (
 )
 from cardfence.store.event_store import EventStore
 
+# Not a circle: for start-up time, the engine loads when a command that drives tasks runs.
 if TYPE_CHECKING:
     from cardfence.engine.client.engine import EngineConfig
 
