@@ -1,7 +1,8 @@
 """The house's arrows: each wing of the engine imports only the wings below it, no module imports
-round a circle, no private name or private module is imported from another wing, and the pure
-core imports no I/O library. Read from the code's own imports (module level, inside functions and
-under ``TYPE_CHECKING`` alike: an arrow is an arrow)."""
+round a circle, no private name or private module is imported from another wing, the pure core
+imports no I/O library, and the cards wing reads no file and opens no connection. Read from the
+code's own imports (module level, inside functions and under ``TYPE_CHECKING`` alike: an arrow
+is an arrow)."""
 
 from __future__ import annotations
 
@@ -179,6 +180,61 @@ def test_the_pure_core_imports_no_io_library() -> None:
         if name.split(".")[0] in IO_LIBRARIES
     }
     assert found == set()
+
+
+# The cards wing parses URLs with httpx's parser, and that is all it may do with httpx.
+URL_PARSING = frozenset({"URL", "InvalidURL"})
+FILE_READS = frozenset({"open", "read_bytes", "read_text"})
+
+
+def cards_io(source: str) -> set[str]:
+    """What ``source`` does that a pure cards module may not: an I/O library (or ``tomllib``)
+    imported, httpx used for more than parsing a URL, a file opened or read."""
+    found = {
+        name
+        for name in imported(source)
+        if name.split(".")[0] in (IO_LIBRARIES - {"httpx"}) | {"tomllib", "socket"}
+    }
+    for node in ast.walk(ast.parse(source)):
+        if (
+            isinstance(node, ast.Attribute)
+            and isinstance(node.value, ast.Name)
+            and node.value.id == "httpx"
+            and node.attr not in URL_PARSING
+        ):
+            found.add(f"httpx.{node.attr}")
+        called = node.func if isinstance(node, ast.Call) else None
+        if isinstance(called, ast.Name) and called.id in FILE_READS:
+            found.add(f"{called.id}()")
+        elif isinstance(called, ast.Attribute) and called.attr in FILE_READS:
+            found.add(f".{called.attr}()")
+    return found
+
+
+def test_the_cards_wing_reads_no_file_and_opens_no_connection() -> None:
+    found = {
+        f"{path.relative_to(ROOT)}: {sorted(io)}"
+        for path in sorted((ROOT / "engine" / "cards").rglob("*.py"))
+        if (io := cards_io(path.read_text(encoding="utf-8")))
+    }
+    assert found == set()
+
+
+@pytest.mark.parametrize(
+    "source",
+    [
+        "import tomllib",
+        "def f(p):\n    return p.read_bytes()",
+        "def f(p):\n    with open(p) as h:\n        return h",
+        "import httpx\nasync def f():\n    return await httpx.AsyncClient().get('x')",
+    ],
+)
+def test_io_in_the_cards_wing_is_caught(source: str) -> None:
+    assert cards_io(source)
+
+
+def test_parsing_a_url_in_the_cards_wing_is_no_io() -> None:
+    assert not cards_io("import httpx\ndef f(u):\n    return httpx.URL(u)")
 
 
 @pytest.mark.parametrize(
