@@ -138,7 +138,7 @@ __all__ = [
 # Where each public name lives, imported on first use (PEP 562): importing cardfence is cheap,
 # so the console script and ``python -m cardfence`` set their signal handlers before the engine
 # loads (docs/cli.md, exit 130), and a host application loads only what it uses. The names not
-# listed here are the error tree's.
+# listed here are the rest of the error tree's (engine/errors.py).
 _HOMES = {
     "cardfence.engine.client.audit": (
         "AuditReport", "Violation", "audit", "rebuild_projections", "replay",
@@ -149,10 +149,16 @@ _HOMES = {
         "ApiKey", "Basic", "Bearer", "CredentialsConfig", "MutualTls", "OAuthClient",
         "load_credentials",
     ),
-    "cardfence.engine.client.engine": ("Engine", "EngineConfig", "WebhookOutcome"),
+    "cardfence.engine.client.creation": ("WebhookOutcome",),
+    "cardfence.engine.client.engine": ("Engine", "EngineConfig"),
     "cardfence.engine.client.tasklog": ("AsOf",),
     "cardfence.engine.core.views": ("TaskView",),
     "cardfence.engine.wire.push": ("Delivery",),
+    "cardfence.store.errors": (
+        "CardfenceError", "ConcurrencyError", "CorruptRecordError", "LeaseLostError",
+        "PayloadError", "SchemaTooNewError", "SnapshotMismatchError", "StoreError",
+        "StoreUnavailableError",
+    ),
 }  # fmt: skip
 _HOME_OF = {name: module for module, names in _HOMES.items() for name in names}
 

@@ -41,35 +41,23 @@ done.
     ├── TaskEndedError                  the remote ended the task other than completed
     └── AuditViolation                  the audit found a broken chain or a replay mismatch
 
-The store's part of the tree is defined in :mod:`store.errors` (``store`` knows nothing of A2A and
-cannot import ``engine``) and re-exported here.
+The store's part of the tree (:class:`CardfenceError` itself and :class:`StoreError` with its
+subclasses) is defined in :mod:`cardfence.store.errors`: ``store`` knows nothing of A2A and cannot
+import ``engine``. Import those names from there; here is the rest of the tree.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from cardfence.store.errors import (
-    CardfenceError,
-    ConcurrencyError,
-    CorruptRecordError,
-    LeaseLostError,
-    PayloadError,
-    SchemaTooNewError,
-    SnapshotMismatchError,
-    StoreError,
-    StoreUnavailableError,
-)
+from cardfence.store.errors import CardfenceError
 
 __all__ = [
     "AuditViolation",
     "AuthorizationFailedError",
     "CardInvalidError",
     "CardSignatureError",
-    "CardfenceError",
-    "ConcurrencyError",
     "ContractChangedError",
-    "CorruptRecordError",
     "CreationRefusedError",
     "CredentialsConfigError",
     "CredentialsMissingError",
@@ -78,17 +66,11 @@ __all__ = [
     "EndpointUnreachableError",
     "ExtensionRequiredError",
     "InvalidAgentResponseError",
-    "LeaseLostError",
     "OperationUnsupportedError",
-    "PayloadError",
     "ProtocolMismatchError",
     "ProtocolUnsupportedError",
     "RemoteRefusedError",
-    "SchemaTooNewError",
     "SkillUnavailableError",
-    "SnapshotMismatchError",
-    "StoreError",
-    "StoreUnavailableError",
     "StreamDroppedError",
     "TaskEndedError",
     "TaskOrphanedError",

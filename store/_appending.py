@@ -16,14 +16,14 @@ from typing import Any
 import sqlalchemy as sa
 from sqlalchemy.dialects import postgresql, sqlite
 
-from cardfence.store import _append_sql as append_sql
+from cardfence.store import _cursor_sql as cursor_sql
 from cardfence.store._base import (
-    _HEAD_CACHE_LIMIT,
+    HEAD_CACHE_LIMIT,
     AppendRequest,
-    _Head,
-    _keys,
-    _Prepared,
-    _Written,
+    Head,
+    Prepared,
+    Written,
+    projection_keys,
 )
 from cardfence.store._reading import Reading
 from cardfence.store.chain import content_hash, event_hash
@@ -137,7 +137,7 @@ class Appending(Reading):
             "alias": projection.alias,
             "status": projection.status,
         }
-        due = self.due._sql
+        due = self.due.sql
 
         def run() -> bool:
             with self.engine.begin() as conn:
@@ -159,7 +159,7 @@ class Appending(Reading):
         with self._stats_lock:
             return CommitStats(self._appends, self._commits, self._splits)
 
-    def _request(self, request: AppendRequest) -> _Prepared:
+    def _request(self, request: AppendRequest) -> Prepared:
         """``request`` with its payloads encoded and checked, before it waits for a transaction."""
         stream_id = request.stream_id
         if not request.new_events:
@@ -187,9 +187,9 @@ class Appending(Reading):
             actual = content_hash(card.body)
             if actual != card.revision:
                 raise SnapshotMismatchError(card.revision, actual)
-        return _Prepared(request, payloads, state, cards)
+        return Prepared(request, payloads, state, cards)
 
-    def _commit_alone(self, prepared: _Prepared) -> list[int]:
+    def _commit_alone(self, prepared: Prepared) -> list[int]:
         """One append in a transaction of its own, its database errors said as the store's."""
         request = prepared.request
         try:
@@ -213,7 +213,7 @@ class Appending(Reading):
             raise outcome
         return outcome
 
-    def _commit_batch(self, batch: list[_Prepared]) -> list[list[int] | BaseException]:
+    def _commit_batch(self, batch: list[Prepared]) -> list[list[int] | BaseException]:
         """Group commit's leader: ``batch`` (one append per stream) in one transaction.
 
         Should anything but an append's own version check fail, the transaction is rolled back
@@ -227,13 +227,13 @@ class Appending(Reading):
                     self._splits += 1
         return [self._outcome_alone(prepared) for prepared in batch]
 
-    def _outcome_alone(self, prepared: _Prepared) -> list[int] | BaseException:
+    def _outcome_alone(self, prepared: Prepared) -> list[int] | BaseException:
         try:
             return self._retrying(lambda: self._commit_alone(prepared))
         except Exception as exc:  # this append's own outcome, for its caller
             return exc
 
-    def _transaction(self, batch: Sequence[_Prepared]) -> list[list[int] | BaseException]:
+    def _transaction(self, batch: Sequence[Prepared]) -> list[list[int] | BaseException]:
         """Write ``batch`` (one append per stream) in one transaction and commit it once.
 
         Every append takes its stream's head row first (in stream order, so two transactions
@@ -246,14 +246,14 @@ class Appending(Reading):
         stamp = self._sql.timestamp(now)
         alone = len(batch) == 1
         outcomes: list[list[int] | BaseException | None] = [None] * len(batch)
-        written: list[tuple[int, _Written]] = []
+        written: list[tuple[int, Written]] = []
         with self._driver_connection() as raw:
             try:
                 cursor = raw.cursor()
                 if self._is_sqlite:
                     # Take the write lock up front: positions are drawn in commit order.
                     cursor.execute("BEGIN IMMEDIATE")
-                staged: list[tuple[int, Callable[[], _Written]]] = []
+                staged: list[tuple[int, Callable[[], Written]]] = []
                 for index in sorted(range(len(batch)), key=lambda i: batch[i].request.stream_id):
                     try:
                         finish = self._append_on(cursor, batch[index], now, stamp, lock=alone)
@@ -274,11 +274,11 @@ class Appending(Reading):
                 else:
                     self._rollback(raw)
                 raise
-        if len(self._heads) + len(written) > _HEAD_CACHE_LIMIT:
+        if len(self._heads) + len(written) > HEAD_CACHE_LIMIT:
             self._heads.clear()
         for index, (positions, last_hash, keys) in written:
             request = batch[index].request
-            self._heads[request.stream_id] = _Head(request.new_version, last_hash, keys)
+            self._heads[request.stream_id] = Head(request.new_version, last_hash, keys)
             outcomes[index] = positions
         with self._stats_lock:
             self._commits += 1
@@ -286,8 +286,8 @@ class Appending(Reading):
         return [o for o in outcomes if o is not None]
 
     def _append_on(
-        self, cursor: Any, prepared: _Prepared, now: datetime, stamp: object, *, lock: bool
-    ) -> Callable[[], _Written]:
+        self, cursor: Any, prepared: Prepared, now: datetime, stamp: object, *, lock: bool
+    ) -> Callable[[], Written]:
         """One append's statements, in the caller's transaction, in two halves.
 
         The first half runs now: the version check and the move of the stream's head row (its
@@ -301,7 +301,7 @@ class Appending(Reading):
         stream_id, expected_version = request.stream_id, request.expected_version
         projection = request.projection
         keys = (
-            _keys(projection)
+            projection_keys(projection)
             if projection is not None
             else self._cached_keys(stream_id, expected_version)
         )
@@ -326,7 +326,7 @@ class Appending(Reading):
         if live is not None:
             self.due.track(cursor, stream_id, live)
 
-        def finish() -> _Written:
+        def finish() -> Written:
             sql = self._sql
             for card in prepared.cards:
                 cursor.execute(sql.insert_snapshot, snapshot_row(card, sql.timestamp))
@@ -383,7 +383,7 @@ class Appending(Reading):
     def _advance_head(
         self,
         cursor: Any,
-        sql: append_sql.AppendSQL,
+        sql: cursor_sql.CursorSQL,
         stream_id: str,
         expected_version: int,
         new_version: int,
@@ -416,7 +416,7 @@ class Appending(Reading):
             statement = sql.insert_head
         elif projection is None:
             statement = sql.update_head_keep_projection
-        elif self._cached_keys(stream_id, expected_version) == _keys(projection):
+        elif self._cached_keys(stream_id, expected_version) == projection_keys(projection):
             statement = sql.update_head_state
         else:
             statement = sql.update_head

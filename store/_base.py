@@ -2,9 +2,10 @@
 thread on a SQLite file, pooled elsewhere), transactions with their retry policy, and the shapes
 an append takes on its way to a transaction.
 
-The store is one class in layers, a module each: this one; ``reading`` (streams, the global
-log, card snapshots); ``appending`` (optimistic concurrency, group commit, the hash chain); and
-``eventlog`` (:class:`~cardfence.store.event_store.EventStore`: opening and migrating).
+The store is one class in layers, a module each: this one; ``_reading`` (streams, the global
+log, card snapshots); ``_appending`` (optimistic concurrency, group commit, the hash chain); and
+``event_store`` (:class:`~cardfence.store.event_store.EventStore`: opening and migrating). The
+SQL the layers run on the driver's cursor is ``_cursor_sql``.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from typing import Any, NamedTuple, Self, TypeVar
 
 import sqlalchemy as sa
 
-from cardfence.store import _append_sql as append_sql
+from cardfence.store import _cursor_sql as cursor_sql
 from cardfence.store.database import (
     WRITE,
     configure_sqlite,
@@ -40,10 +41,10 @@ DEFAULT_MAX_PAYLOAD_BYTES = 1 << 20
 # A projection is a cache of its stream's replay and may hold many events' worth (a task with
 # 100,000 artifacts): it has a limit of its own, 64 times an event's (R16, docs/rules.md).
 DEFAULT_MAX_PROJECTION_BYTES = 64 * DEFAULT_MAX_PAYLOAD_BYTES
-_PG_APPEND_LOCK = 0x63617264_66656E63 & 0x7FFF_FFFF_FFFF_FFFF  # "cardfenc"
-_PG_MIGRATE_LOCK = _PG_APPEND_LOCK - 1
+PG_APPEND_LOCK = 0x63617264_66656E63 & 0x7FFF_FFFF_FFFF_FFFF  # "cardfenc"
+PG_MIGRATE_LOCK = PG_APPEND_LOCK - 1
 _SQLITE_BUSY_RETRIES = 8
-_HEAD_CACHE_LIMIT = 50_000
+HEAD_CACHE_LIMIT = 50_000
 
 
 class StoreBase:
@@ -69,16 +70,21 @@ class StoreBase:
         self._is_sqlite = engine.dialect.name == "sqlite"
         self._is_postgres = engine.dialect.name == "postgresql"
         self._dbapi: Any = engine.dialect.loaded_dbapi
-        lock = _PG_APPEND_LOCK if self._is_postgres and self._SERIALISE_POSITIONS else None
-        self._sql = append_sql.build(engine.dialect.name, lock)
-        self.due = DueWork(self)
+        lock = PG_APPEND_LOCK if self._is_postgres and self._SERIALISE_POSITIONS else None
+        self._sql = cursor_sql.build(engine.dialect.name, lock)
+        self.due = DueWork(
+            engine.dialect.name,
+            connection=self._driver_connection,
+            retrying=self._retrying,
+            rollback=self._rollback,
+        )
         """Due work and leases: which process drives which live stream (``store.leases``)."""
         # A transaction of several appends takes the position lock once, after all their head
         # rows: its head statements are these, without it.
-        self._sql_unlocked = append_sql.build(engine.dialect.name, None)
+        self._sql_unlocked = cursor_sql.build(engine.dialect.name, None)
         self._position_lock = None if lock is None else f"SELECT pg_advisory_xact_lock({int(lock)})"
         self.group_commit = group_commit
-        self._group: GroupCommitter[_Prepared, list[int]] | None = (
+        self._group: GroupCommitter[Prepared, list[int]] | None = (
             None
             if group_commit is None
             else GroupCommitter(group_commit, self._commit_batch, _stream_of)
@@ -88,7 +94,7 @@ class StoreBase:
         # (version -> hash) of stream heads this process wrote or read. An event at a given
         # (stream, version) never changes, so a cached pair stays true forever; the conditional
         # update of the head row decides whether it is still the head.
-        self._heads: dict[str, _Head] = {}
+        self._heads: dict[str, Head] = {}
         # SQLite file: each thread keeps one connection for the hot path (appends, head reads);
         # a pool checkout and return cost a quarter of an append. None elsewhere.
         self._own: threading.local | None = None
@@ -195,7 +201,7 @@ class StoreBase:
             return "locked" in message or "busy" in message
         return attempt == 0
 
-    def _commit_batch(self, batch: list[_Prepared]) -> list[list[int] | BaseException]:
+    def _commit_batch(self, batch: list[Prepared]) -> list[list[int] | BaseException]:
         """Group commit's leader: the append path's (:mod:`cardfence.store._appending`)."""
         raise NotImplementedError
 
@@ -217,7 +223,7 @@ class AppendRequest:
 
 
 @dataclass(frozen=True, slots=True)
-class _Prepared:
+class Prepared:
     """An append ready to write: its payloads and projection encoded and size-checked, its card
     snapshots checked against their revisions and put in order."""
 
@@ -227,15 +233,15 @@ class _Prepared:
     cards: list[CardSnapshot]
 
 
-def _stream_of(prepared: _Prepared) -> str:
+def _stream_of(prepared: Prepared) -> str:
     return prepared.request.stream_id
 
 
 # What an append wrote, kept once its transaction commits: positions, last hash, indexed keys.
-_Written = tuple[list[int], str, tuple[str | None, ...] | None]
+Written = tuple[list[int], str, tuple[str | None, ...] | None]
 
 
-class _Head(NamedTuple):
+class Head(NamedTuple):
     """What this store knows of a stream head it wrote: an event at a given (stream, version)
     never changes, so this stays true; the conditional head update decides if it is current."""
 
@@ -244,5 +250,6 @@ class _Head(NamedTuple):
     keys: tuple[str | None, ...] | None
 
 
-def _keys(projection: Projection) -> tuple[str | None, ...]:
+def projection_keys(projection: Projection) -> tuple[str | None, ...]:
+    """What a head row indexes of its projection, as :class:`Head` keeps it."""
     return (projection.category, projection.alias, projection.status)

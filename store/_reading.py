@@ -145,7 +145,7 @@ class Reading(StoreBase):
         return None if row is None else stream_record(row)
 
     def _rows_on_cursor(self, query: str, params: dict[str, Any]) -> list[Any]:
-        """SQLite: a fixed query (see append_sql) on the driver's cursor, for the reads on every
+        """SQLite: a fixed query (``_cursor_sql``) on the driver's cursor, for the reads on every
         engine step and push delivery (SQLAlchemy's statement building costs more than they)."""
         try:
             with self._driver_connection() as raw:

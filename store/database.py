@@ -69,7 +69,7 @@ def recorded_event(row: tuple[Any, ...]) -> RecordedEvent:
 
 
 def cursor_stream_record(row: tuple[Any, ...], *, lenient: bool = False) -> StreamRecord:
-    """A stream head from a cursor query's row (``append_sql``'s head columns; SQLite: the time
+    """A stream head from a cursor query's row (``_cursor_sql``'s head columns; SQLite: the time
     as stored text, naive UTC); ``lenient`` as in :func:`stream_record`."""
     stream_id, version, state, category, alias, status, updated_at = row
     moment = datetime.fromisoformat(updated_at).replace(tzinfo=UTC)

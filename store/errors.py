@@ -1,8 +1,8 @@
 """Errors raised by the event store.
 
 The root of cardfence's one error tree, :class:`CardfenceError`, lives here because ``store`` is the
-lowest layer: ``engine.errors`` re-exports it and hangs the A2A errors beneath it. The whole tree is
-drawn in ``engine/errors.py``.
+lowest layer: ``engine.errors`` hangs the A2A errors beneath it. The whole tree is drawn in
+``engine/errors.py``.
 """
 
 from __future__ import annotations

@@ -26,11 +26,10 @@ from sqlalchemy.engine import URL
 from cardfence import migrations
 from cardfence.store._appending import Appending
 from cardfence.store._base import (
-    _PG_MIGRATE_LOCK,
     DEFAULT_GROUP_COMMIT,
     DEFAULT_MAX_PAYLOAD_BYTES,
     DEFAULT_MAX_PROJECTION_BYTES,
-    AppendRequest,
+    PG_MIGRATE_LOCK,
 )
 from cardfence.store.database import (
     DEFAULT_CONNECT_TIMEOUT,
@@ -40,7 +39,7 @@ from cardfence.store.database import (
     normalise_url,
 )
 from cardfence.store.errors import SchemaTooNewError, StoreUnavailableError
-from cardfence.store.groupcommit import CommitStats, GroupCommit
+from cardfence.store.groupcommit import GroupCommit
 from cardfence.store.records import RecordedEvent
 
 
@@ -119,7 +118,7 @@ class EventStore(Appending):
             # two processes opening a fresh database at once migrate it exactly once.
             with self._write() as conn:
                 if self._is_postgres:
-                    conn.execute(sa.select(sa.func.pg_advisory_xact_lock(_PG_MIGRATE_LOCK)))
+                    conn.execute(sa.select(sa.func.pg_advisory_xact_lock(PG_MIGRATE_LOCK)))
                 current = migrations.current_revision(conn)
                 if current is not None and current not in migrations.known_revisions():
                     raise SchemaTooNewError(self.url, current)
@@ -145,11 +144,4 @@ def iter_all(store: EventStore, after: int = 0, batch: int = 1000) -> Iterator[R
         after = page[-1].position
 
 
-__all__ = [
-    "AppendRequest",
-    "CommitStats",
-    "EventStore",
-    "GroupCommit",
-    "iter_all",
-    "normalise_url",
-]
+__all__ = ["EventStore", "iter_all"]

@@ -20,16 +20,14 @@ Times are seconds since the epoch on the database's clock, which every process s
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from cardfence.store._append_sql import pyformat
+from cardfence.store._cursor_sql import pyformat
 from cardfence.store.errors import LeaseLostError
 from cardfence.store.records import Lease
-
-if TYPE_CHECKING:
-    from cardfence.store._base import StoreBase
 
 __all__ = ["DueRow", "DueWork"]
 
@@ -48,6 +46,9 @@ class DueRow:
     owner: str | None
     epoch: int
     lease_until: float | None
+
+
+_Rows = list[tuple[Any, ...]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,28 +128,41 @@ class DueWork:
     """The due-work table of one store: claims, renewals and releases of leases.
 
     ``store.due`` is the instance; the append path calls :meth:`track` and :meth:`fence` on its
-    own cursor, inside the append's transaction.
+    own cursor, inside the append's transaction (or runs :attr:`sql` on its own connection).
+    The store gives it what it runs on: its database's ``dialect``, a DBAPI ``connection`` for the
+    hot path, the store's ``retrying`` policy for a write, and its ``rollback`` (which drops a
+    broken connection).
     """
 
-    def __init__(self, store: StoreBase) -> None:
-        self._store = store
-        self._sql = _statements(store.engine.dialect.name)
+    def __init__(
+        self,
+        dialect: str,
+        *,
+        connection: Callable[[], AbstractContextManager[Any]],
+        retrying: Callable[[Callable[[], _Rows]], _Rows],
+        rollback: Callable[[Any], None],
+    ) -> None:
+        self.sql = _statements(dialect)
+        self._is_sqlite = dialect == "sqlite"
+        self._connection = connection
+        self._retrying = retrying
+        self._rollback = rollback
 
     # -- inside an append's transaction --------------------------------------------------------
 
     def track(self, cursor: Any, stream_id: str, live: bool) -> None:
         """Add (``live``) or remove the stream's row, in the caller's transaction."""
-        cursor.execute(self._sql.insert if live else self._sql.delete, {"stream_id": stream_id})
+        cursor.execute(self.sql.insert if live else self.sql.delete, {"stream_id": stream_id})
 
     def lock(self, cursor: Any, stream_id: str) -> None:
         """Lock the stream's row (PostgreSQL; SQLite's write lock covers it) before the append
         that will write it moves the stream's head: every append takes the two in that order."""
-        if self._sql.lock:
-            cursor.execute(self._sql.lock, {"stream_id": stream_id})
+        if self.sql.lock:
+            cursor.execute(self.sql.lock, {"stream_id": stream_id})
 
     def fence(self, cursor: Any, lease: Lease) -> None:
         """Raise :class:`LeaseLostError` unless ``lease`` is still the stream's current claim."""
-        cursor.execute(self._sql.fence, {"stream_id": lease.stream_id})
+        cursor.execute(self.sql.fence, {"stream_id": lease.stream_id})
         row = cursor.fetchone()
         if row is None or row[0] != lease.owner or int(row[1]) != lease.epoch:
             held_by = None if row is None else row[0]
@@ -160,12 +174,12 @@ class DueWork:
         """Take up to ``limit`` due rows nobody holds (or whose lease ran out) for ``ttl`` s."""
         if limit <= 0:
             return []
-        found = self._write(self._sql.claim, {"owner": owner, "ttl": ttl, "limit": limit})
+        found = self._write(self.sql.claim, {"owner": owner, "ttl": ttl, "limit": limit})
         return [Lease(str(stream_id), owner, int(epoch)) for stream_id, epoch in found]
 
     def holdings(self) -> dict[str, int]:
         """How many leases each owner holds that have not run out."""
-        return {str(owner): int(n) for owner, n in self._run(self._sql.holdings, {}, write=False)}
+        return {str(owner): int(n) for owner, n in self._run(self.sql.holdings, {}, write=False)}
 
     def take_over(self, owner: str, holder: str, ttl: float, limit: int) -> list[Lease]:
         """Take up to ``limit`` of the leases ``holder`` holds for ``owner``, for ``ttl`` s, each
@@ -174,12 +188,12 @@ class DueWork:
         if limit <= 0 or holder == owner:
             return []
         params = {"owner": owner, "holder": holder, "ttl": ttl, "limit": limit}
-        found = self._write(self._sql.take_over, params)
+        found = self._write(self.sql.take_over, params)
         return [Lease(str(stream_id), owner, int(epoch)) for stream_id, epoch in found]
 
     def renew(self, owner: str, ttl: float) -> set[str]:
         """Extend every lease ``owner`` still holds by ``ttl`` s; the streams it still holds."""
-        found = self._write(self._sql.renew, {"owner": owner, "ttl": ttl})
+        found = self._write(self.sql.renew, {"owner": owner, "ttl": ttl})
         return {str(row[0]) for row in found}
 
     def release(self, owner: str, due_in: Mapping[str, float] | None = None) -> None:
@@ -187,43 +201,43 @@ class DueWork:
         (``None``) every lease ``owner`` holds, due as before. Another process may claim them at
         once."""
         if due_in is None:
-            self._write(self._sql.release_all, {"owner": owner}, rows=False)
+            self._write(self.sql.release_all, {"owner": owner}, rows=False)
             return
         params = [
             {"stream_id": stream_id, "owner": owner, "delay": max(delay, 0.0)}
             for stream_id, delay in due_in.items()
         ]
         if params:
-            self._write(self._sql.release_one, params, rows=False)
+            self._write(self.sql.release_one, params, rows=False)
 
     def done(self, lease: Lease) -> None:
         """Remove the row of a stream that needs no driving, if ``lease`` still holds it."""
         params = {"stream_id": lease.stream_id, "owner": lease.owner, "epoch": lease.epoch}
-        self._write(self._sql.done, params, rows=False)
+        self._write(self.sql.done, params, rows=False)
 
     def ensure(self, stream_ids: Iterable[str]) -> None:
         """Add rows for live streams that have none (streams live before the table existed)."""
         params = [{"stream_id": stream_id} for stream_id in stream_ids]
         if params:
-            self._write(self._sql.insert, params, rows=False)
+            self._write(self.sql.insert, params, rows=False)
 
     def rows(self) -> list[DueRow]:
         """Every row, by stream id (for tools and tests)."""
         return [
             DueRow(str(s), float(d), o, int(e), None if u is None else float(u))
-            for s, d, o, e, u in self._run(self._sql.rows, {}, write=False)
+            for s, d, o, e, u in self._run(self.sql.rows, {}, write=False)
         ]
 
     def now(self) -> float:
         """The database's clock, in the table's unit."""
-        return float(self._run(self._sql.now, {}, write=False)[0][0])
+        return float(self._run(self.sql.now, {}, write=False)[0][0])
 
     # -- running -------------------------------------------------------------------------------
 
     def _write(
         self, statement: str, params: dict[str, Any] | list[dict[str, Any]], *, rows: bool = True
     ) -> list[tuple[Any, ...]]:
-        return self._store._retrying(lambda: self._run(statement, params, write=True, rows=rows))
+        return self._retrying(lambda: self._run(statement, params, write=True, rows=rows))
 
     def _run(
         self,
@@ -233,11 +247,10 @@ class DueWork:
         write: bool,
         rows: bool = True,
     ) -> list[tuple[Any, ...]]:
-        store = self._store
-        with store._driver_connection() as raw:
+        with self._connection() as raw:
             try:
                 cursor = raw.cursor()
-                if write and store._is_sqlite:
+                if write and self._is_sqlite:
                     cursor.execute("BEGIN IMMEDIATE")
                 if isinstance(params, list):
                     cursor.executemany(statement, params)
@@ -248,5 +261,5 @@ class DueWork:
                 raw.commit()
                 return found
             except BaseException:
-                store._rollback(raw)
+                self._rollback(raw)
                 raise  # _retrying decides: SQLite busy, a dropped connection, or a failure

@@ -35,7 +35,7 @@ from typing import Any, Final, TypeAlias
 
 import httpx
 
-from cardfence.engine.cards.interfaces import origin_of, without_userinfo
+from cardfence.engine.cards.urls import origin_of, without_userinfo
 from cardfence.engine.errors import CredentialsConfigError
 
 __all__ = [

@@ -43,7 +43,7 @@ from cardfence.engine.auth.credentials import TokenNeeded, redact
 from cardfence.engine.auth.redaction import redaction
 from cardfence.engine.cards.canonical import loads
 from cardfence.engine.cards.fields import FieldError
-from cardfence.engine.cards.interfaces import url_refusal
+from cardfence.engine.cards.urls import url_refusal
 from cardfence.engine.errors import TokenRequestError
 from cardfence.engine.http import deadline
 from cardfence.engine.http.bodies import ACCEPT_ENCODING, BodyRefused, BoundedDecoder, read_body

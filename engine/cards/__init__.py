@@ -1,12 +1,11 @@
-"""Agent Cards as versioned, content-addressed dependencies (rules R2, R3, R7, R9, R14).
+"""Agent Cards as versioned, content-addressed dependencies (rules R2, R3, R7, R9, R14). Pure:
+this wing parses and decides, and reads nothing (card reads are the discovery wing's).
 
-``model`` parses untrusted bytes into one card model for A2A 1.0 and 0.3 cards, ``interfaces``
-says which of a card's interfaces cardfence talks to and in what (bindings, versions, media types,
-the URL rule), ``canonical`` decodes card JSON and computes the RFC 8785 hashes, ``diff`` names
-what changed between two revisions, ``history`` lists the revisions a store has seen,
-``signature_policy`` says whose card signatures are checked and how, ``keys`` reads the key sets
-they are checked with, ``signatures`` verifies signed cards, ``fetch`` makes one bounded,
-conditional GET of a card, and ``discovery`` reads cards through it: memoised where allowed,
-recorded in the agent's stream (``agent_stream``), with the contract and key set pinned per agent
-(``signed_reads`` finds, reads and pins the key sets).
+``model`` parses untrusted bytes into one card model for A2A 1.0 and 0.3 cards; ``spoken`` says
+what cardfence speaks (bindings, A2A versions, media types), ``urls`` where it may speak (the one
+URL rule, R16; the origin an agent is known by), ``interfaces`` which of a card's interfaces it
+talks to; ``canonical`` decodes card JSON and computes the RFC 8785 hashes, ``fields`` reads typed
+fields, ``diff`` names what changed between two revisions; ``signature_policy`` says whose card
+signatures are checked and how, ``keys`` parses the key sets they are checked with, and
+``signatures`` verifies signed cards.
 """

@@ -7,10 +7,9 @@ The result is the payload of ``CardRevisionChanged`` (R7) and of ``cardfence car
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-if TYPE_CHECKING:
-    from cardfence.engine.cards.model import AgentCard, Extension, Interface
+from cardfence.engine.cards.model import AgentCard, Extension, Interface
 
 __all__ = [
     "CapabilityChanges",

@@ -8,15 +8,15 @@ other than ``sig``, or a private member), and :class:`CardKeys` holds them with 
 JSON (what is stored, under its revision) and the hash that is pinned (the sorted RFC 7638
 thumbprints of its keys).
 
-Pure but for :func:`read_key_file`, which reads a JWKS file; key sets on the network are read
-with :mod:`.fetch`, through :mod:`.signed_reads`. The signatures are checked by :mod:`.signatures`.
+Pure: a key file is read by :mod:`cardfence.engine.discovery.signature_files`, a key set on the
+network through the card reads (:mod:`cardfence.engine.discovery._signed_reads`). The signatures
+are checked by :mod:`.signatures`.
 """
 
 from __future__ import annotations
 
 import hashlib
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Final
 
 from joserfc.errors import JoseError
@@ -26,7 +26,7 @@ from cardfence.engine.cards.canonical import canonical, decode
 from cardfence.engine.cards.fields import FieldError
 from cardfence.engine.errors import CardSignatureError
 
-__all__ = ["CardKeys", "parse_keys", "read_key_file"]
+__all__ = ["CardKeys", "parse_keys"]
 
 _MAX_KEYS: Final = 64
 _MIN_RSA_BITS: Final = 2048
@@ -115,16 +115,3 @@ def _public_key(jwk: object) -> Key | None:
     except (JoseError, ValueError, TypeError, KeyError):
         return None
     return key if isinstance(key, ECKey | RSAKey | OKPKey) else None
-
-
-def read_key_file(path: str, card_url: str, max_bytes: int) -> CardKeys:
-    """The key set in the JWKS file at ``path`` (at most ``max_bytes`` read)."""
-    try:
-        with open(path, "rb") as handle:
-            body = handle.read(max_bytes + 1)
-    except OSError as error:
-        raise CardSignatureError(
-            card_url, f"keys file {path} cannot be read ({error.strerror})"
-        ) from None
-    url = Path(path).resolve().as_uri()
-    return parse_keys(body, source="file", url=url, card_url=card_url, max_bytes=max_bytes)

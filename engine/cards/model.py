@@ -12,8 +12,9 @@ canonical JSON:
 - ``Skill.compatibility_hash`` (R9): id, effective modes, skill security, ``*schema*`` fields;
   descriptive fields (name, description, tags, examples) do not count.
 
-What cardfence makes of a card to talk to the agent -- the bindings, A2A versions and media types
-it speaks, the URL rule, the choice of interface -- is :mod:`.interfaces`.
+What cardfence makes of a card to talk to the agent: the bindings, A2A versions and media types
+it speaks are :mod:`.spoken`, the URL rule :mod:`.urls`, the choice of interface
+:mod:`.interfaces`.
 """
 
 from __future__ import annotations
@@ -27,15 +28,14 @@ from cardfence.engine.cards import fields
 from cardfence.engine.cards.canonical import canonical as _canonical
 from cardfence.engine.cards.canonical import decode as _decode
 from cardfence.engine.cards.canonical import sha256 as _sha256
-from cardfence.engine.cards.interfaces import (
-    _BINDING_ALIASES,
+from cardfence.engine.cards.spoken import (
+    BINDING_ALIASES,
     JSONRPC,
-    _modes_match,
     dialect_of,
+    modes_match,
     spoken_version,
-    url_fault,
-    without_userinfo,
 )
+from cardfence.engine.cards.urls import url_fault, without_userinfo
 from cardfence.engine.errors import CardInvalidError
 
 __all__ = [
@@ -129,10 +129,10 @@ class Skill:
 
     def accepts(self, media_type: str) -> bool:
         """Whether the skill takes this input type; no modes declared anywhere accepts anything."""
-        return _modes_match(self.input_modes, media_type)
+        return modes_match(self.input_modes, media_type)
 
     def produces(self, media_type: str) -> bool:
-        return _modes_match(self.output_modes, media_type)
+        return modes_match(self.output_modes, media_type)
 
 
 @dataclass(frozen=True, slots=True)
@@ -335,7 +335,7 @@ def _interfaces(doc: dict[str, Any]) -> tuple[Interface, ...]:
 
 
 def _binding(name: str) -> str:
-    return _BINDING_ALIASES.get(name.upper(), name.upper())
+    return BINDING_ALIASES.get(name.upper(), name.upper())
 
 
 def _capabilities(doc: dict[str, Any]) -> Capabilities:

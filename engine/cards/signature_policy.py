@@ -7,24 +7,22 @@ cards"). What is here:
 - :class:`SignaturePolicy`: ``require``, ``prefer`` or ``ignore``, where the agent's keys are (a
   JWKS file or an http(s) URL), whether the protected header's ``jku`` may name them, and whether
   a key set other than the pinned one is accepted;
-- :class:`CardSignatures`: the policy of each agent origin (:func:`origin_of`), given to the card
-  reads as ``CardLimits(signatures=...)``; from Python (:meth:`CardSignatures.of`), or from the
-  TOML file docs/cli.md describes (:func:`load_card_signatures`).
+- :class:`CardSignatures`: the policy of each agent origin
+  (:func:`~cardfence.engine.cards.urls.origin_of`), given to the card reads as
+  ``CardLimits(signatures=...)``; from Python (:meth:`CardSignatures.of`), or from the TOML file
+  docs/cli.md describes (:func:`~cardfence.engine.discovery.signature_files.load_card_signatures`).
 
-Pure but for :func:`load_card_signatures`, which reads the file. The keys a policy names are read
-and parsed by :mod:`.keys`; the signatures are checked by :mod:`.signatures`.
+Pure: the files are read in :mod:`cardfence.engine.discovery.signature_files`. The keys a policy
+names are parsed by :mod:`.keys`; the signatures are checked by :mod:`.signatures`.
 """
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Final
 
-import httpx
-
+from cardfence.engine.cards.urls import origin_of
 from cardfence.engine.errors import UsageError
 
 __all__ = [
@@ -35,16 +33,12 @@ __all__ = [
     "REQUIRE",
     "CardSignatures",
     "SignaturePolicy",
-    "load_card_signatures",
-    "origin_of",
 ]
 
 REQUIRE: Final = "require"
 PREFER: Final = "prefer"
 IGNORE: Final = "ignore"
 POLICIES: Final = (REQUIRE, PREFER, IGNORE)
-
-_POLICY_KEYS: Final = frozenset({"policy", "keys", "jku", "accept_key_change"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,29 +80,13 @@ class SignaturePolicy:
 IGNORED: Final = SignaturePolicy()
 
 
-def origin_of(url: str) -> str:
-    """``scheme://host[:port]``, lower-case, the default port left out (as cards are keyed).
-
-    Raises ``ValueError`` when ``url`` is not an http(s) URL with a host.
-    """
-    try:
-        parsed = httpx.URL(url)
-    except httpx.InvalidURL as error:
-        raise ValueError(f"{url!r} is not a URL") from error
-    if parsed.scheme not in ("http", "https") or not parsed.host:
-        raise ValueError(f"{url!r} is not an http(s) URL")
-    default = {"http": 80, "https": 443}[parsed.scheme]
-    port = parsed.port or default
-    host = f"[{parsed.host}]" if ":" in parsed.host else parsed.host
-    return f"{parsed.scheme}://{host}" + ("" if port == default else f":{port}")
-
-
 @dataclass(frozen=True, slots=True)
 class CardSignatures:
     """The signature policy of each agent origin; agents not listed are ``ignore``.
 
-    Build it with :meth:`of` (``{origin: SignaturePolicy or policy name}``) or
-    :func:`load_card_signatures`; give it to the card reads as ``CardLimits(signatures=...)``.
+    Build it with :meth:`of` (``{origin: SignaturePolicy or policy name}``) or read it from a
+    file (:func:`~cardfence.engine.discovery.signature_files.load_card_signatures`); give it to
+    the card reads as ``CardLimits(signatures=...)``.
     """
 
     agents: tuple[tuple[str, SignaturePolicy], ...] = ()
@@ -139,45 +117,3 @@ class CardSignatures:
             if listed == origin:
                 return policy
         return IGNORED
-
-
-def load_card_signatures(path: Path) -> CardSignatures:
-    """Read the card signatures file (docs/cli.md, "Signed cards"): TOML, one table per agent
-    origin, ``[agents."ORIGIN"]`` with ``policy`` and optional ``keys``, ``jku``,
-    ``accept_key_change``. A relative ``keys`` path is taken from the file's folder. Anything
-    malformed is a :class:`UsageError` naming the origin and the key."""
-    where = str(path)
-    try:
-        with path.open("rb") as handle:
-            document = tomllib.load(handle)
-    except OSError as error:
-        raise UsageError(f"card signatures {where}: cannot be read ({error.strerror})") from None
-    except tomllib.TOMLDecodeError as error:
-        raise UsageError(f"card signatures {where}: not valid TOML: {error}") from None
-    unknown = sorted(set(document) - {"agents"})
-    agents = document.get("agents", {})
-    if unknown or not isinstance(agents, dict):
-        raise UsageError(f'card signatures {where}: expected only [agents."ORIGIN"] tables')
-    policies: dict[str, SignaturePolicy] = {}
-    for origin, table in agents.items():
-        entry = f'card signatures {where} [agents."{origin}"]'
-        if not isinstance(table, dict):
-            raise UsageError(f"{entry}: must be a table")
-        extra = sorted(set(table) - _POLICY_KEYS)
-        if extra:
-            raise UsageError(f"{entry}: unknown key(s) {', '.join(extra)}")
-        policy, keys = table.get("policy"), table.get("keys")
-        jku, accept = table.get("jku", False), table.get("accept_key_change", False)
-        if not isinstance(policy, str):
-            raise UsageError(f"{entry}: policy is required: {', '.join(POLICIES)}")
-        if keys is not None and not isinstance(keys, str):
-            raise UsageError(f"{entry}: keys must be a file path or an http(s) URL")
-        if not isinstance(jku, bool) or not isinstance(accept, bool):
-            raise UsageError(f"{entry}: jku and accept_key_change must be true or false")
-        if keys is not None and not keys.lower().startswith(("https://", "http://")):
-            keys = str((path.parent / keys).resolve())
-        try:
-            policies[origin] = SignaturePolicy(policy, keys, jku, accept)
-        except UsageError as error:
-            raise UsageError(f"{entry}: {error}") from None
-    return CardSignatures.of(policies, source=where)

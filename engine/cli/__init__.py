@@ -1,25 +1,23 @@
 """The ``cardfence`` command line: a thin layer over the Python API (``docs/cli.md``).
 
-``app`` holds the typer app, global options and exit codes; ``main`` the entry point and the
-store commands; ``tasks`` the task commands; ``render`` the human renderings.
+``_app`` holds the typer app, global options and exit codes; ``main`` the commands' entry point
+(:func:`~cardfence.engine.cli.main.run`) and the store commands; ``_tasks`` the task commands;
+``_render`` the human renderings.
 
-Importing this package imports none of them: the console script's :func:`main` first sets the
-signal handlers, so that Ctrl-C while the rest loads ends as it does later (exit 130).
+Importing this package imports none of them but the signal handling: the console script's
+:func:`main` first sets the signal handlers, so that Ctrl-C while the rest loads ends as it does
+later (exit 130). The command line is then imported by name, on purpose late (for start-up
+time, not to break a circle: ``main`` does not import this package's names).
 """
 
 from __future__ import annotations
 
 import importlib
 from types import ModuleType
-from typing import TYPE_CHECKING, Any
 
 from cardfence.engine.cli import _signals as signals
 
-if TYPE_CHECKING:
-    from cardfence.engine.cli._app import app
-    from cardfence.engine.cli.main import run
-
-__all__ = ["app", "main", "run"]
+__all__ = ["main"]
 
 
 def main() -> None:
@@ -40,9 +38,3 @@ def _commands() -> ModuleType:
     module = importlib.import_module("cardfence.engine.cli.main")
     globals()["main"] = _entry  # importing the submodule bound its name here
     return module
-
-
-def __getattr__(name: str) -> Any:
-    if name in ("app", "run"):
-        return getattr(_commands(), name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -23,15 +23,22 @@ import typer
 
 from cardfence.engine import errors
 from cardfence.engine.auth.config import CredentialsConfig, load_credentials
-from cardfence.engine.cards.signature_policy import load_card_signatures
 from cardfence.engine.discovery.fetch import CardLimits
+from cardfence.engine.discovery.signature_files import load_card_signatures
 from cardfence.store.database import (
     DEFAULT_CONNECT_TIMEOUT,
     DEFAULT_STATEMENT_TIMEOUT,
     normalise_url,
 )
+from cardfence.store.errors import (
+    CardfenceError,
+    SchemaTooNewError,
+    StoreError,
+    StoreUnavailableError,
+)
 from cardfence.store.event_store import EventStore
 
+# Not a circle: for start-up time, the engine loads when a command that drives tasks runs.
 if TYPE_CHECKING:
     from cardfence.engine.client.engine import EngineConfig
 
@@ -55,17 +62,17 @@ EXIT_INTERRUPTED = 130
 MIN_POLL_INTERVAL = 0.1
 
 
-class Interrupted(errors.CardfenceError):
+class Interrupted(CardfenceError):
     """SIGINT or SIGTERM stopped the command (exit 130); the message says what was left."""
 
 
-class OutputError(errors.CardfenceError):
+class OutputError(CardfenceError):
     """stdout could not be written (closed by its reader, or full); exit 11. What the command
     did is recorded in the store all the same."""
 
 
 # Most specific first: CardInvalidError is a DiscoveryError.
-_EXIT_CODES: tuple[tuple[type[errors.CardfenceError], int], ...] = (
+_EXIT_CODES: tuple[tuple[type[CardfenceError], int], ...] = (
     (errors.UsageError, EXIT_USAGE),
     (errors.DiscoveryError, EXIT_CREATION_REFUSED),
     (errors.SkillUnavailableError, EXIT_CREATION_REFUSED),
@@ -81,23 +88,23 @@ _EXIT_CODES: tuple[tuple[type[errors.CardfenceError], int], ...] = (
     (errors.RemoteRefusedError, EXIT_REMOTE_REFUSED),
     (errors.EndpointUnreachableError, EXIT_UNREACHABLE),
     (errors.InvalidAgentResponseError, EXIT_UNREACHABLE),
-    (errors.StoreUnavailableError, EXIT_STORE_UNAVAILABLE),
-    (errors.SchemaTooNewError, EXIT_STORE_UNAVAILABLE),
+    (StoreUnavailableError, EXIT_STORE_UNAVAILABLE),
+    (SchemaTooNewError, EXIT_STORE_UNAVAILABLE),
     # The rest of the store's refusals (another writer first, a payload out of range, a snapshot
     # that does not hash to its key): the store refused the write.
-    (errors.StoreError, EXIT_STORE_UNAVAILABLE),
+    (StoreError, EXIT_STORE_UNAVAILABLE),
     (errors.TaskEndedError, EXIT_TERMINAL_NOT_COMPLETED),
     (OutputError, EXIT_OUTPUT),
     (Interrupted, EXIT_INTERRUPTED),
 )
 
 
-def exit_code_for(error: errors.CardfenceError) -> int:
+def exit_code_for(error: CardfenceError) -> int:
     """The exit code docs/cli.md assigns to an error (1 for errors it does not name)."""
     return exit_code_of(type(error))
 
 
-def exit_code_of(kind: type[errors.CardfenceError]) -> int:
+def exit_code_of(kind: type[CardfenceError]) -> int:
     """The exit code docs/cli.md assigns to an error type (1, a bug, for types it does not name)."""
     for named, code in _EXIT_CODES:
         if issubclass(kind, named):
@@ -322,7 +329,7 @@ def _open_by(url: str, deadline: float) -> EventStore:
         raise failure
     if store is None:
         shown = normalise_url(url).render_as_string(hide_password=True)
-        raise errors.StoreUnavailableError(
+        raise StoreUnavailableError(
             shown, "no answer before --timeout ran out, while opening the store; nothing was sent"
         )
     return store

@@ -34,6 +34,7 @@ from cardfence.engine.demo import DEMO_EXTRA, DEMO_MODULES
 from cardfence.store.event_store import EventStore
 from cardfence.store.records import RecordedEvent
 
+# Not a circle: the demo's modules need the demo extra, so they load when the demo runs.
 if TYPE_CHECKING:
     from cardfence.engine.demo.agent import DemoAgent
     from cardfence.engine.demo.scenarios import Played, Scenario, Stage

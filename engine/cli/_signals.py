@@ -26,6 +26,7 @@ from contextlib import contextmanager
 from types import FrameType
 from typing import TYPE_CHECKING, Any
 
+# Not a circle: for start-up time, asyncio loads after the signal handlers are set.
 if TYPE_CHECKING:
     import asyncio
 

@@ -56,6 +56,7 @@ from cardfence.engine.core.views import TaskView
 from cardfence.engine.discovery.fetch import CardLimits, card_urls
 from cardfence.engine.http.deadline import until as requests_until
 from cardfence.engine.http.pool import engine_client, tls_context
+from cardfence.store.errors import CardfenceError, CorruptRecordError
 
 _T = TypeVar("_T")
 
@@ -137,7 +138,7 @@ def _left_task(key: str) -> Callable[[Engine], str]:
     def left(engine: Engine) -> str:
         try:
             state = engine.task(key).state
-        except errors.CardfenceError:
+        except CardfenceError:
             return "interrupted before the task was recorded; nothing was sent"
         return f"task {key} left as recorded ({state}); `cardfence resume {key}` continues it"
 
@@ -420,11 +421,11 @@ def resume(
                 orphaned.append(key)
             else:
                 failures.append(outcome)
-            if not isinstance(outcome, errors.CardfenceError):  # a bug: named, the others go on
+            if not isinstance(outcome, CardfenceError):  # a bug: named, the others go on
                 said = " ".join(f"task {key}: {type(outcome).__name__}: {outcome}".split())
                 with contextlib.suppress(OSError):
                     sys.stderr.write(f"{said} (a bug)\n")
-            if not isinstance(outcome, errors.CorruptRecordError):
+            if not isinstance(outcome, CorruptRecordError):
                 views.append(engine.task(key))
         return views, orphaned, failures
 
@@ -432,7 +433,7 @@ def resume(
     document: dict[str, Any] = {"tasks": [v.to_json() for v in views], "orphaned": orphaned}
     human = "\n".join(task_line(v) for v in views) or "no task to resume"
     emit(options, document, human)
-    bugs = [failure for failure in failures if not isinstance(failure, errors.CardfenceError)]
+    bugs = [failure for failure in failures if not isinstance(failure, CardfenceError)]
     if bugs:  # exit 1 says one happened, whatever else did
         raise bugs[0]
     if orphaned:
@@ -460,7 +461,7 @@ def tasks(
             f"unknown state {state!r} for --state: expected one of {', '.join(STATE_NAMES)}"
         )
     point = None if as_of is None else AsOf.parse(as_of)
-    unreadable: list[errors.CorruptRecordError] = []
+    unreadable: list[CorruptRecordError] = []
     with open_store(options, existing=True) as store:
         log = TaskLog(store)
         if point is None:

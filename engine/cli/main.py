@@ -17,11 +17,10 @@ import httpx
 import typer
 
 from cardfence.engine import errors
-from cardfence.engine.cli import _demo as demo_commands
-from cardfence.engine.cli import _events as event_commands
-from cardfence.engine.cli import _serve as serve_commands
+
+# Imported for what importing them does: each registers its commands on the app.
+from cardfence.engine.cli import _demo, _events, _serve, _tasks  # noqa: F401
 from cardfence.engine.cli import _signals as signals
-from cardfence.engine.cli import _tasks as task_commands
 from cardfence.engine.cli._app import (
     EXIT_INTERRUPTED,
     EXIT_OK,
@@ -45,19 +44,14 @@ from cardfence.engine.cli._app import (
     with_card_signatures,
 )
 from cardfence.engine.core import events as ev
+from cardfence.engine.discovery.card_read import CardRead
 from cardfence.engine.discovery.fetch import CardLimits, card_urls
 from cardfence.engine.discovery.history import RevisionEntry, revision_history, stored_card
-from cardfence.engine.discovery.reads import CardRead, Discovery
+from cardfence.engine.discovery.reads import Discovery
+from cardfence.store.errors import CardfenceError
 from cardfence.store.event_store import EventStore
 
-__all__ = [
-    "app",
-    "demo_commands",
-    "event_commands",
-    "run",
-    "serve_commands",
-    "task_commands",
-]
+__all__ = ["run"]
 
 
 @app.command()
@@ -236,7 +230,7 @@ def _interrupted(as_json: bool) -> int:
 
 def _failure(exc: Exception, as_json: bool, debug: bool) -> int:
     """The exit code and closing line of an error that ended the command."""
-    if isinstance(exc, errors.CardfenceError):
+    if isinstance(exc, CardfenceError):
         if debug:
             traceback.print_exception(exc, file=sys.stderr)
         return _failed(as_json, type(exc).__name__, str(exc), exit_code_for(exc))

@@ -36,8 +36,9 @@ from cardfence.engine.core import guards
 from cardfence.engine.core.observations import DEFAULT_MAX_CLOCK_SKEW, Event
 from cardfence.engine.core.replay import State
 from cardfence.engine.core.views import TaskView
+from cardfence.engine.discovery.card_read import CardRead
 from cardfence.engine.discovery.fetch import CardLimits
-from cardfence.engine.discovery.reads import CardRead, Discovery
+from cardfence.engine.discovery.reads import Discovery
 from cardfence.engine.errors import (
     AuthorizationFailedError,
     CardInvalidError,

@@ -16,8 +16,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from cardfence.engine.auth.authorization import Grant
-from cardfence.engine.cards.interfaces import V03, checked_url, select_interface, url_refusal
+from cardfence.engine.cards.interfaces import select_interface
 from cardfence.engine.cards.model import AgentCard
+from cardfence.engine.cards.spoken import V03
+from cardfence.engine.cards.urls import checked_url, url_refusal
 from cardfence.engine.client._base import (
     _EXTENDED_FAILURES,
     ASK_AGAIN_AFTER,
@@ -32,7 +34,7 @@ from cardfence.engine.core.answers import PushConfig, RemoteTask
 from cardfence.engine.core.observations import Event, from_message, from_task
 from cardfence.engine.core.replay import State
 from cardfence.engine.core.views import TaskView
-from cardfence.engine.discovery.reads import CardRead
+from cardfence.engine.discovery.card_read import CardRead
 from cardfence.engine.errors import (
     AuthorizationFailedError,
     CardInvalidError,

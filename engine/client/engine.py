@@ -18,8 +18,8 @@ import uuid
 
 from cardfence.engine.auth.config import normalise_origin
 from cardfence.engine.client._base import EngineConfig, _now_iso
-from cardfence.engine.client.creation import Creation, WebhookOutcome
-from cardfence.engine.client.following import UNTIL, Following, Pace, reached
+from cardfence.engine.client.creation import Creation
+from cardfence.engine.client.following import Following
 from cardfence.engine.client.tasklog import task_stream_id
 from cardfence.engine.core import events as ev
 from cardfence.engine.core import guards
@@ -30,7 +30,7 @@ from cardfence.engine.core.replay import State
 from cardfence.engine.core.views import TaskView
 from cardfence.engine.errors import CredentialsMissingError, RemoteRefusedError, UsageError
 
-__all__ = ["UNTIL", "Engine", "EngineConfig", "Pace", "WebhookOutcome", "reached"]
+__all__ = ["Engine", "EngineConfig"]
 
 
 class Engine(Following, Creation):

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from cardfence.engine.cards.diff import diff
-from cardfence.engine.cards.interfaces import V10, dialect_of, select_interface, spoken_version
+from cardfence.engine.cards.interfaces import select_interface
 from cardfence.engine.cards.model import AgentCard, Interface
+from cardfence.engine.cards.spoken import V10, dialect_of, spoken_version
 from cardfence.engine.core import events as ev
 from cardfence.engine.core.lifecycle import TERMINAL
 from cardfence.engine.core.observations import Event

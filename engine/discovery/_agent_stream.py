@@ -6,7 +6,7 @@ content-addressed snapshot of the card a 200 read brought (R14), and that of the
 card was verified with. :func:`append_agent_events` appends what a decision makes of the agent's
 current state, folding the projection, and decides again on a conflict with another process, so
 that no decision (a contract or key-set pin) is made on a stale state. What to record, and when,
-:mod:`.discovery` decides.
+:mod:`.reads` decides.
 
 The payloads are pure; the append is store I/O that blocks (run in a store worker).
 """
@@ -18,8 +18,9 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from cardfence.engine.cards.signatures import SignatureCheck
 from cardfence.engine.core import events as ev
 from cardfence.engine.core.replay import (
     AGENT_FIELDS,
@@ -28,19 +29,16 @@ from cardfence.engine.core.replay import (
     initial_agent_state,
     lacking,
 )
+from cardfence.engine.discovery.card_read import CardRead
 from cardfence.store.errors import ConcurrencyError, CorruptRecordError
 from cardfence.store.event_store import EventStore
 from cardfence.store.records import CardSnapshot, NewEvent, Projection
-
-if TYPE_CHECKING:  # for annotations only: discovery builds on what is here
-    from cardfence.engine.cards.signatures import SignatureCheck
-    from cardfence.engine.discovery.reads import CardRead
 
 _APPEND_RETRIES = 20
 _MAX_BACKOFF = 0.1  # seconds, at most, between two attempts of one agent-stream append
 
 
-def _fetched(read: CardRead) -> dict[str, Any]:
+def fetched_payload(read: CardRead) -> dict[str, Any]:
     """The ``CardFetched`` payload of a read (docs/events.md)."""
     card = read.card
     return {
@@ -56,7 +54,7 @@ def _fetched(read: CardRead) -> dict[str, Any]:
     }
 
 
-def _snapshot(read: CardRead) -> CardSnapshot:
+def card_snapshot(read: CardRead) -> CardSnapshot:
     """The content-addressed snapshot of the card a 200 read brought (R14)."""
     return CardSnapshot(
         revision=read.card.revision,
@@ -68,7 +66,7 @@ def _snapshot(read: CardRead) -> CardSnapshot:
     )
 
 
-def _key_snapshots(read: CardRead, signed: SignatureCheck | None) -> list[CardSnapshot]:
+def key_snapshots(read: CardRead, signed: SignatureCheck | None) -> list[CardSnapshot]:
     """The key set a read was verified with, stored like a card so the audit can verify again."""
     if signed is None or signed.keys is None:
         return []

@@ -20,23 +20,22 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpx
 
-from cardfence.engine.cards.keys import CardKeys, parse_keys, read_key_file
+from cardfence.engine.cards.keys import CardKeys, parse_keys
 from cardfence.engine.cards.model import AgentCard
 from cardfence.engine.cards.signature_policy import IGNORED, SignaturePolicy
 from cardfence.engine.cards.signatures import SignatureCheck, apply_policy, entries
 from cardfence.engine.core import events as ev
+from cardfence.engine.discovery.card_read import CardRead
 from cardfence.engine.discovery.fetch import CardLimits, card_urls, fetch_card
+from cardfence.engine.discovery.signature_files import read_key_file
 from cardfence.engine.errors import CardSignatureError, DiscoveryError, UsageError
 from cardfence.engine.http.offload import sized_work
 from cardfence.engine.http.pool import RequestSlots
 from cardfence.store.event_store import EventStore
-
-if TYPE_CHECKING:  # for annotations only: discovery builds on what is here
-    from cardfence.engine.discovery.reads import CardRead
 
 
 class SignedReads:

@@ -18,16 +18,10 @@ from dataclasses import dataclass
 
 import httpx
 
-from cardfence.engine.cards.interfaces import (
-    JSONRPC,
-    V03,
-    checked_url,
-    origin_of,
-    url_refusal,
-    without_userinfo,
-)
 from cardfence.engine.cards.model import Interface
 from cardfence.engine.cards.signature_policy import CardSignatures
+from cardfence.engine.cards.spoken import JSONRPC, V03
+from cardfence.engine.cards.urls import checked_url, origin_of, url_refusal, without_userinfo
 from cardfence.engine.errors import CardInvalidError, DiscoveryError
 from cardfence.engine.http import deadline
 from cardfence.engine.http.bodies import ACCEPT_ENCODING, BodyRefused, read_body

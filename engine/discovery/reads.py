@@ -6,7 +6,8 @@ body, enforced while streaming; same-origin redirects only; https except on loop
 conditional when a validator is stored (``If-None-Match`` / ``If-Modified-Since``; a 304 confirms
 the stored snapshot), and recorded in the agent's stream: ``CardFetched`` with the revision, or
 ``DiscoveryFailed`` with its kind. Each new revision is stored once, content-addressed. What is
-recorded, and the append that decides on the stream as it stands, are :mod:`.agent_stream`.
+recorded, and the append that decides on the stream as it stands, are :mod:`._agent_stream`;
+what a read gives, :mod:`.card_read`.
 
 Two kinds of read: ``fresh`` (creation and webhook registration: always on the wire) and memoised
 (diagnostic re-validation off the critical path: at most every ``max_card_age`` seconds).
@@ -16,8 +17,8 @@ an interface of the agent with the credentials the caller chose (:meth:`Discover
 R15): recorded as a ``CardFetched`` with ``extended: true`` and stored as its own snapshot, beside
 the public card, which it never replaces in the agent's projection.
 
-Signed cards (:mod:`.signature_policy`, :mod:`.keys`, :mod:`.signatures`; the key sets a read
-finds, reads and pins are :mod:`.signed_reads`, a layer of :class:`Discovery`): under an agent's
+Signed cards (the cards wing's ``signature_policy``, ``keys``, ``signatures``; the key sets a read
+finds, reads and pins are :mod:`._signed_reads`, a layer of :class:`Discovery`): under an agent's
 ``require`` or ``prefer`` policy (``CardLimits.signatures``), a card read on the wire is verified
 before anything else sees it, against a key set read within the same bounds; its key set is pinned
 on first use like the contract. A card that fails is recorded as ``DiscoveryFailed`` (kind
@@ -35,7 +36,6 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
@@ -47,13 +47,14 @@ from cardfence.engine.cards.signatures import SignatureCheck
 from cardfence.engine.core import events as ev
 from cardfence.engine.core.replay import State
 from cardfence.engine.discovery._agent_stream import (
-    _fetched,
-    _key_snapshots,
-    _snapshot,
     agent_head,
     append_agent_events,
+    card_snapshot,
+    fetched_payload,
+    key_snapshots,
 )
 from cardfence.engine.discovery._signed_reads import SignedReads
+from cardfence.engine.discovery.card_read import CardRead, ContractCheck
 from cardfence.engine.discovery.fetch import CardLimits, card_urls, extended_card_url, fetch_card
 from cardfence.engine.errors import CardSignatureError, ContractChangedError, DiscoveryError
 from cardfence.engine.http import deadline
@@ -74,36 +75,6 @@ class ExtendedCardSource(Protocol):
 
 
 _EXTENDED_KEPT = 64  # extended card reads kept in the memo (one per agent, interface, grant)
-
-
-@dataclass(frozen=True, slots=True)
-class CardRead:
-    """A card in force, with where and when it was read. ``status`` 0 means from the memo."""
-
-    agent: str
-    card: AgentCard
-    url: str
-    status: int
-    etag: str | None
-    last_modified: str | None
-    fetched_at: datetime
-
-    @property
-    def revision(self) -> str:
-        return self.card.revision
-
-    @property
-    def from_memo(self) -> bool:
-        return self.status == 0
-
-
-@dataclass(frozen=True, slots=True)
-class ContractCheck:
-    """The outcome of comparing a fresh card's contract with the pinned one (R3)."""
-
-    outcome: str  # "pinned" (first use), "matched", "accepted"
-    contract_hash: str
-    previous: str | None
 
 
 def _now() -> datetime:
@@ -419,9 +390,9 @@ class Discovery(SignedReads):
         known: tuple[int, State] | None = None,
         signed: SignatureCheck | None = None,
     ) -> None:
-        data = _fetched(read)
-        snapshots = [_snapshot(read)] if read.status == 200 else []
-        snapshots.extend(_key_snapshots(read, signed))
+        data = fetched_payload(read)
+        snapshots = [card_snapshot(read)] if read.status == 200 else []
+        snapshots.extend(key_snapshots(read, signed))
 
         def decide(_: State) -> list[NewEvent]:
             if signed is None:
@@ -439,12 +410,12 @@ class Discovery(SignedReads):
         signed: SignatureCheck | None = None,
     ) -> None:
         data = {
-            **_fetched(read),  # a read of its own: no validators (etag, last_modified: None)
+            **fetched_payload(read),  # a read of its own: no validators (etag, last_modified: None)
             "extended": True,
             "binding": binding,
             "public_revision": public_revision,
         }
-        snapshots = [_snapshot(read), *_key_snapshots(read, signed)]
+        snapshots = [card_snapshot(read), *key_snapshots(read, signed)]
 
         def decide(_: State) -> list[NewEvent]:
             if signed is None:

@@ -54,7 +54,7 @@ from cardfence.store.errors import CorruptRecordError, LeaseLostError, StoreErro
 from cardfence.store.event_store import EventStore
 from cardfence.store.records import Lease
 
-__all__ = ["Driver", "fair_share", "is_live"]
+__all__ = ["Driver", "fair_share"]
 
 _log = logging.getLogger("cardfence.driver")
 

@@ -32,12 +32,11 @@ from starlette.routing import Mount
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from cardfence.engine.client.engine import Engine
-from cardfence.engine.serve.decision_log import JsonLines
 from cardfence.engine.serve.driver import Driver
 from cardfence.engine.serve.ingress import webhook_app
 from cardfence.engine.wire.push import IngressLimits
 
-__all__ = ["JsonLines", "head_bounded_h11", "listen", "serve", "serve_app"]
+__all__ = ["head_bounded_h11", "listen", "serve", "serve_app"]
 
 _log = logging.getLogger("cardfence.serve")
 

@@ -72,7 +72,6 @@ __all__ = [
     "HEALTH_PATH",
     "METRICS_PATH",
     "READY_PATH",
-    "IngressLimits",
     "MetricsSource",
     "read_bounded",
     "webhook_app",

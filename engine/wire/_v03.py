@@ -35,7 +35,7 @@ import base64
 import json
 from typing import Any, Final, Literal
 
-from cardfence.engine.cards.interfaces import part_kind
+from cardfence.engine.cards.spoken import part_kind
 
 __all__ = [
     "EXTENDED_CARD_PATH",

@@ -47,8 +47,8 @@ from cardfence.engine.auth.credentials import RequestAuth
 from cardfence.engine.auth.redaction import Redaction, redaction
 from cardfence.engine.cards.canonical import loads
 from cardfence.engine.cards.fields import FieldError
-from cardfence.engine.cards.interfaces import HTTP_JSON, JSONRPC, V03, V10
 from cardfence.engine.cards.model import Interface
+from cardfence.engine.cards.spoken import HTTP_JSON, JSONRPC, V03, V10
 from cardfence.engine.errors import (
     AuthorizationFailedError,
     EndpointUnreachableError,
@@ -69,7 +69,12 @@ __all__ = [
     "A2AErrorCode",
     "Exchange",
     "RequestCredentials",
+    "a2a_error",
+    "answer_json",
+    "hiding",
+    "request_json",
     "retry_after_seconds",
+    "with_auth",
 ]
 
 
@@ -199,11 +204,11 @@ class Exchange:
             request_id = next(self._ids)
             envelope = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
             url = self.interface.url
-            sent = _encode(envelope)
+            sent = request_json(envelope)
             status, raw, wait = await self._exchange("POST", url, sent, None, task, replay, secrets)
             return url, self._jsonrpc_result(url, status, raw, request_id, task, operation, wait)
         url = self.interface.url.rstrip("/") + path
-        content = None if body is None else _encode(body)
+        content = None if body is None else request_json(body)
         status, raw, wait = await self._exchange(verb, url, content, query, task, replay, secrets)
         if 200 <= status < 300:
             return url, self._decode(url, raw)
@@ -315,7 +320,7 @@ class Exchange:
         """One request, with ``auth`` added. The whole exchange, body included, ends within
         ``timeout`` and by the deadline in force (:mod:`engine.http.deadline`): a body that drips is
         cut there."""
-        headers, query = _with_auth(self._headers, query, auth)
+        headers, query = with_auth(self._headers, query, auth)
         hide = hiding(auth, secrets)
         budget = deadline.left(self.timeout)
         if budget <= 0:
@@ -391,7 +396,7 @@ class Exchange:
             )
         if error is None:
             return doc["result"]
-        refused = _a2a_error(doc, jsonrpc=True)
+        refused = a2a_error(doc, jsonrpc=True)
         if refused is None:
             raise InvalidAgentResponseError(url, "JSON-RPC error needs an object with integer code")
         code, message = refused
@@ -409,9 +414,9 @@ class Exchange:
         """The error for a non-2xx answer: the agent's A2A error (or a protocol mismatch it
         shows), else unreachable (R11) -- throttled when it asked for time (R5: a 429, or a 503
         with a usable ``Retry-After``)."""
-        doc = _loads(raw)
+        doc = answer_json(raw)
         jsonrpc = self.binding == JSONRPC
-        refused = _a2a_error(doc, jsonrpc=jsonrpc)
+        refused = a2a_error(doc, jsonrpc=jsonrpc)
         if self.legacy and not jsonrpc:
             error = doc.get("error") if isinstance(doc, dict) else None
             if refused is not None and isinstance(error, dict) and _reason(error):
@@ -461,7 +466,7 @@ def retry_after_seconds(value: str | None, now: datetime | None = None) -> float
     return min(max(seconds, 0.0), _RETRY_AFTER_BOUND)
 
 
-def _a2a_error(doc: object, *, jsonrpc: bool) -> tuple[int | str, str] | None:
+def a2a_error(doc: object, *, jsonrpc: bool) -> tuple[int | str, str] | None:
     """``(code, message)`` when ``doc`` is an A2A error body, else ``None`` (R11).
 
     JSON-RPC: a 2.0 envelope whose error has an integer code (authoritative). REST: a google.rpc
@@ -503,7 +508,8 @@ def _reason(error: dict[str, Any]) -> str:
     return ""
 
 
-def _loads(raw: bytes | None) -> object:
+def answer_json(raw: bytes | None) -> object:
+    """An answer body's JSON; ``None`` for an empty body or one that is not I-JSON."""
     if not raw:
         return None
     try:
@@ -512,7 +518,7 @@ def _loads(raw: bytes | None) -> object:
         return None
 
 
-def _with_auth(
+def with_auth(
     base: httpx.Headers, query: Mapping[str, str] | None, auth: RequestAuth | None
 ) -> tuple[httpx.Headers, dict[str, str] | None]:
     """The headers and query of one request with what ``auth`` adds (R15); a copy of ``base``."""
@@ -533,7 +539,8 @@ def hiding(auth: RequestAuth | None, secrets: tuple[str, ...] = ()) -> Redaction
     return redaction(secrets if auth is None else (*auth.secrets, *secrets))
 
 
-def _encode(payload: Mapping[str, Any]) -> bytes:
+def request_json(payload: Mapping[str, Any]) -> bytes:
+    """A request body, as sent; :class:`UsageError` for one that is not JSON."""
     try:
         return json.dumps(payload, separators=(",", ":"), allow_nan=False).encode()
     except (TypeError, ValueError) as exc:  # e.g. metadata that is not JSON

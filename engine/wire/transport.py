@@ -36,7 +36,7 @@ import httpx
 from httpx_sse import EventSource, aconnect_sse
 
 from cardfence.engine.auth.redaction import Redaction
-from cardfence.engine.cards.interfaces import JSONRPC
+from cardfence.engine.cards.spoken import JSONRPC
 from cardfence.engine.core.answers import (
     INTERRUPTED_STATES,
     TERMINAL_STATES,
@@ -61,11 +61,11 @@ from cardfence.engine.wire._event_stream import EVENT_STREAM, BoundedEvents
 from cardfence.engine.wire.exchange import (
     READS,
     Exchange,
-    _a2a_error,
-    _encode,
-    _loads,
-    _with_auth,
+    a2a_error,
+    answer_json,
     hiding,
+    request_json,
+    with_auth,
 )
 from cardfence.engine.wire.v10 import (
     parse_push_config,
@@ -345,11 +345,11 @@ class A2ATransport(Exchange):
         if self.binding == JSONRPC:
             request_id = next(self._ids)
             envelope = {"jsonrpc": "2.0", "id": request_id, "method": sent, "params": params}
-            url, content, verb = self.interface.url, _encode(envelope), "POST"
+            url, content, verb = self.interface.url, request_json(envelope), "POST"
         else:
             url = self.interface.url.rstrip("/") + path
             if body is not None:
-                content = _encode(body)
+                content = request_json(body)
         budget = deadline.left(self.timeout)
         if budget <= 0:
             detail = "timeout: the deadline passed before the request could be sent (not sent)"
@@ -359,7 +359,7 @@ class A2ATransport(Exchange):
         # is only a backstop behind both.
         timeout = httpx.Timeout(budget, connect=min(budget, 10.0), read=max(budget, idle))
         auth = await self.credentials.prepare() if self.credentials is not None else None
-        headers, query = _with_auth(self._headers, None, auth)
+        headers, query = with_auth(self._headers, None, auth)
         hide = hiding(auth)
         async with AsyncExitStack() as stack:
             try:
@@ -415,7 +415,7 @@ class A2ATransport(Exchange):
         if not ok:
             raise self._failure(url, status, raw, task, method, response.headers.get("retry-after"))
         # JSON-RPC refuses with HTTP 200 and a JSON error object, a stream's opening too.
-        refused = _a2a_error(_loads(raw), jsonrpc=True) if jsonrpc else None
+        refused = a2a_error(answer_json(raw), jsonrpc=True) if jsonrpc else None
         if refused is None:
             got = media_type[:60] or "no content type"
             detail = f"answered {got}, not an event stream (not read)"
@@ -473,7 +473,7 @@ class A2ATransport(Exchange):
             result = self._jsonrpc_result(url, 200, raw, request_id, task, operation)
             return parse_stream_response(self._answer("stream", result), url=url)
         doc = self._decode(url, raw)
-        refused = _a2a_error(doc, jsonrpc=False)
+        refused = a2a_error(doc, jsonrpc=False)
         if refused is not None:
             code, message = refused
             raise RemoteRefusedError(url, code, message, task=task)

@@ -26,9 +26,11 @@ from engine_fixtures import audited_engine, types
 from support import Peer
 from support.hostile import SKILL, HostileAgent, Reply, SilentListener, zeros_gzip
 
-from cardfence.engine.cards.interfaces import JSONRPC, select_interface, url_refusal
+from cardfence.engine.cards.interfaces import select_interface
 from cardfence.engine.cards.model import Interface, parse_card
-from cardfence.engine.cli import run as cli
+from cardfence.engine.cards.spoken import JSONRPC
+from cardfence.engine.cards.urls import url_refusal
+from cardfence.engine.cli.main import run as cli
 from cardfence.engine.client.engine import EngineConfig
 from cardfence.engine.core import events as ev
 from cardfence.engine.discovery.fetch import CardLimits, card_urls

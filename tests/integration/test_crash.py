@@ -59,8 +59,8 @@ from support import Peer
 from support.crash_driver import PAUSE  # how long the child stands still after each probe line
 
 import cardfence.migrations as migrations
-from cardfence.engine.cards.interfaces import JSONRPC
 from cardfence.engine.cards.model import Interface
+from cardfence.engine.cards.spoken import JSONRPC
 from cardfence.engine.client.audit import AuditReport, audit
 from cardfence.engine.client.engine import Engine
 from cardfence.engine.client.tasklog import task_stream_id

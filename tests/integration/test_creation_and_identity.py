@@ -38,8 +38,8 @@ from engine_fixtures import (
 from support import Peer
 from support.hostile import SKILL, HostileAgent, Reply
 
-from cardfence.engine.cards.interfaces import JSONRPC
 from cardfence.engine.cards.model import Interface
+from cardfence.engine.cards.spoken import JSONRPC
 from cardfence.engine.cli._app import exit_code_for
 from cardfence.engine.client.engine import Engine
 from cardfence.engine.core import events as ev

@@ -337,7 +337,7 @@ WITHOUT_EXTRA = (
     "import sys\n"
     "for name in ('a2a', 'uvicorn', 'starlette', 'sse_starlette'):\n"
     "    sys.modules[name] = None\n"
-    "from cardfence.engine.cli import run\n"
+    "from cardfence.engine.cli.main import run\n"
     "raise SystemExit(run(sys.argv[1:]))\n"
 )
 

@@ -31,8 +31,8 @@ from engine_fixtures import (
 from support.extended_peer import EXTENDED_ONLY, ExtendedPeer
 
 from cardfence.engine.auth.config import Bearer, CredentialsConfig
-from cardfence.engine.cards.interfaces import HTTP_JSON, JSONRPC
 from cardfence.engine.cards.model import parse_card
+from cardfence.engine.cards.spoken import HTTP_JSON, JSONRPC
 from cardfence.engine.cli._app import exit_code_for
 from cardfence.engine.cli.main import run as cli
 from cardfence.engine.client.engine import EngineConfig

@@ -13,7 +13,7 @@ from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 
 import cardfence.migrations as migrations
-from cardfence.store._base import _PG_MIGRATE_LOCK
+from cardfence.store._base import PG_MIGRATE_LOCK
 from cardfence.store.errors import SchemaTooNewError, StoreUnavailableError
 from cardfence.store.event_store import EventStore
 from cardfence.store.records import NewEvent
@@ -128,7 +128,7 @@ def test_a_store_at_head_opens_while_another_connection_holds_the_write_lock(
             if db_url.startswith("sqlite"):
                 conn.exec_driver_sql("BEGIN IMMEDIATE")
             else:
-                conn.execute(sa.select(sa.func.pg_advisory_lock(_PG_MIGRATE_LOCK)))
+                conn.execute(sa.select(sa.func.pg_advisory_lock(PG_MIGRATE_LOCK)))
             # Short waits: a store that took the lock to open would fail here, not hang.
             with EventStore.open(db_url, busy_timeout_ms=100, statement_timeout=2.0) as store:
                 assert store.schema_revision() == migrations.head_revision()
@@ -142,7 +142,7 @@ def test_opening_a_store_at_head_loads_no_alembic(tmp_path: Path) -> None:
     EventStore.open(url).close()
     probe = (
         "import sys\n"
-        "from cardfence.store import EventStore\n"
+        "from cardfence.store.event_store import EventStore\n"
         f"EventStore.open({url!r}).close()\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('alembic', 'mako')))\n"
     )

@@ -15,8 +15,8 @@ import pytest
 import uvicorn
 from support.keepalive import ClosingUnderRequests, OkServer
 
-from cardfence.engine.cards.interfaces import JSONRPC, V10
 from cardfence.engine.cards.model import Interface
+from cardfence.engine.cards.spoken import JSONRPC, V10
 from cardfence.engine.client.engine import Engine, EngineConfig
 from cardfence.engine.errors import EndpointUnreachableError
 from cardfence.engine.http.pool import (

@@ -59,8 +59,8 @@ from store_marks import write_marks
 from support import Peer
 
 from cardfence.engine.auth.config import Bearer, CredentialsConfig
-from cardfence.engine.cards.interfaces import JSONRPC
 from cardfence.engine.cards.model import Interface
+from cardfence.engine.cards.spoken import JSONRPC
 from cardfence.engine.client.engine import Engine
 from cardfence.engine.client.following import Pace
 from cardfence.engine.client.tasklog import task_stream_id

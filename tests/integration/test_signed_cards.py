@@ -31,8 +31,9 @@ from cardfence.engine.client.engine import Engine, EngineConfig
 from cardfence.engine.core import events as ev
 from cardfence.engine.discovery import _signed_reads as signed_reads
 from cardfence.engine.discovery import reads as discovery_module
+from cardfence.engine.discovery.card_read import CardRead
 from cardfence.engine.discovery.fetch import CardLimits
-from cardfence.engine.discovery.reads import CardRead, Discovery
+from cardfence.engine.discovery.reads import Discovery
 from cardfence.engine.errors import CardSignatureError
 from cardfence.store.event_store import EventStore
 

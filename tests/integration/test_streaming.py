@@ -20,8 +20,8 @@ from support.hostile import Frame, Reply, StreamingAgent, sse
 from support.hostile import completed_event as completed
 from support.hostile import working_event as working
 
-from cardfence.engine.cards.interfaces import HTTP_JSON, JSONRPC
 from cardfence.engine.cards.model import Interface
+from cardfence.engine.cards.spoken import HTTP_JSON, JSONRPC
 from cardfence.engine.core.answers import RemoteTask, StreamUpdate, TaskState
 from cardfence.engine.core.observations import from_update
 from cardfence.engine.errors import (

@@ -15,8 +15,8 @@ import pytest
 from support import Peer
 from support.mocked import Handler, Make, mocked_agents, rpc_answer
 
-from cardfence.engine.cards.interfaces import HTTP_JSON, JSONRPC
 from cardfence.engine.cards.model import Interface
+from cardfence.engine.cards.spoken import HTTP_JSON, JSONRPC
 from cardfence.engine.core.answers import PushConfig, RemoteMessage, RemoteTask, TaskState
 from cardfence.engine.errors import (
     EndpointUnreachableError,

@@ -29,8 +29,9 @@ from hypothesis import strategies as st
 
 from cardfence.engine.client.engine import Engine
 from cardfence.engine.core import events as ev
+from cardfence.engine.discovery.card_read import CardRead
 from cardfence.engine.discovery.fetch import card_urls
-from cardfence.engine.discovery.reads import CardRead, Discovery
+from cardfence.engine.discovery.reads import Discovery
 from cardfence.engine.errors import DeadlineExceeded, TaskOrphanedError
 
 # --- strategies ----------------------------------------------------------------------------------

@@ -53,7 +53,8 @@ from cardfence.engine.client.tasklog import key_of
 from cardfence.engine.core import events as ev
 from cardfence.engine.core import guards as guards_module
 from cardfence.engine.core.guards import Decision
-from cardfence.engine.discovery.reads import CardRead, ContractCheck, Discovery
+from cardfence.engine.discovery.card_read import CardRead, ContractCheck
+from cardfence.engine.discovery.reads import Discovery
 from cardfence.engine.errors import (
     CardInvalidError,
     ContractChangedError,

@@ -15,8 +15,8 @@ from typing import Self
 
 import httpx
 
-from cardfence.engine.cards.interfaces import JSONRPC, V10
 from cardfence.engine.cards.model import Interface
+from cardfence.engine.cards.spoken import JSONRPC, V10
 from cardfence.engine.wire.transport import A2ATransport
 
 __all__ = ["ClosingUnderRequests", "Listening", "OkServer", "Unread", "reset"]

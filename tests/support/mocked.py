@@ -24,8 +24,8 @@ from typing import Any
 
 import httpx
 
-from cardfence.engine.cards.interfaces import JSONRPC
 from cardfence.engine.cards.model import Interface
+from cardfence.engine.cards.spoken import JSONRPC
 from cardfence.engine.client.engine import Engine, EngineConfig
 from cardfence.engine.wire.transport import A2ATransport
 from cardfence.store.event_store import EventStore

@@ -35,9 +35,9 @@ from cardfence.engine.cards.canonical import (
     sha256,
 )
 from cardfence.engine.cards.fields import FieldError
-from cardfence.engine.cards.interfaces import HTTP_JSON, JSONRPC
 from cardfence.engine.cards.keys import parse_keys
 from cardfence.engine.cards.model import parse_card
+from cardfence.engine.cards.spoken import HTTP_JSON, JSONRPC
 from cardfence.engine.errors import (
     CardInvalidError,
     CardSignatureError,

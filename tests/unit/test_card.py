@@ -16,7 +16,7 @@ from google.protobuf.json_format import MessageToDict
 from starlette.applications import Starlette
 
 from cardfence.engine.cards.diff import CardDiff, diff
-from cardfence.engine.cards.interfaces import HTTP_JSON, JSONRPC, select_interface
+from cardfence.engine.cards.interfaces import select_interface
 from cardfence.engine.cards.model import (
     AgentCard,
     Extension,
@@ -24,6 +24,7 @@ from cardfence.engine.cards.model import (
     SecurityRequirement,
     parse_card,
 )
+from cardfence.engine.cards.spoken import HTTP_JSON, JSONRPC
 from cardfence.engine.errors import CardInvalidError
 
 CARD_URL = "http://agent.test/.well-known/agent-card.json"

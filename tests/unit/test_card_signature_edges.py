@@ -16,16 +16,9 @@ from joserfc.jwk import ECKey, Key, OKPKey, RSAKey
 from support.cards import card_document
 
 from cardfence.engine.cards import signatures
-from cardfence.engine.cards.keys import CardKeys, parse_keys, read_key_file
+from cardfence.engine.cards.keys import CardKeys, parse_keys
 from cardfence.engine.cards.model import parse_card
-from cardfence.engine.cards.signature_policy import (
-    PREFER,
-    REQUIRE,
-    CardSignatures,
-    SignaturePolicy,
-    load_card_signatures,
-    origin_of,
-)
+from cardfence.engine.cards.signature_policy import PREFER, REQUIRE, CardSignatures, SignaturePolicy
 from cardfence.engine.cards.signatures import (
     FORM_A2A_SDK,
     SignatureCheck,
@@ -38,6 +31,8 @@ from cardfence.engine.cards.signatures import (
     uncovered,
     verify,
 )
+from cardfence.engine.cards.urls import origin_of
+from cardfence.engine.discovery.signature_files import load_card_signatures, read_key_file
 from cardfence.engine.errors import CardSignatureError, UsageError
 
 URL = "https://agent.example/.well-known/agent-card.json"

@@ -16,13 +16,7 @@ from support.cards import card_document
 
 from cardfence.engine.cards.keys import CardKeys, parse_keys
 from cardfence.engine.cards.model import parse_card
-from cardfence.engine.cards.signature_policy import (
-    PREFER,
-    REQUIRE,
-    CardSignatures,
-    SignaturePolicy,
-    load_card_signatures,
-)
+from cardfence.engine.cards.signature_policy import PREFER, REQUIRE, CardSignatures, SignaturePolicy
 from cardfence.engine.cards.signatures import (
     FORM_A2A_SDK,
     FORM_RFC8785,
@@ -34,6 +28,7 @@ from cardfence.engine.cards.signatures import (
     uncovered,
     verify,
 )
+from cardfence.engine.discovery.signature_files import load_card_signatures
 from cardfence.engine.errors import CardSignatureError, DiscoveryError, UsageError
 
 URL = "https://agent.example/.well-known/agent-card.json"

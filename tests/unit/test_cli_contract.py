@@ -10,6 +10,14 @@ import pytest
 import cardfence.engine.cli.main  # noqa: F401  (every command module, with their errors)
 from cardfence.engine import errors
 from cardfence.engine.cli._app import Interrupted, OutputError, exit_code_for, exit_code_of
+from cardfence.store.errors import (
+    CardfenceError,
+    ConcurrencyError,
+    PayloadError,
+    SchemaTooNewError,
+    SnapshotMismatchError,
+    StoreUnavailableError,
+)
 
 CLI_DOC = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
 
@@ -28,20 +36,18 @@ CLI_DOC = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
         (errors.RemoteRefusedError("http://a", -32002, "not cancelable"), 7),
         (errors.EndpointUnreachableError("http://a", "404"), 9),
         (errors.InvalidAgentResponseError("http://a", "not a Task"), 9),
-        (errors.StoreUnavailableError("sqlite://", "disk I/O error"), 10),
-        (errors.SchemaTooNewError("sqlite://", "zz_future"), 10),
+        (StoreUnavailableError("sqlite://", "disk I/O error"), 10),
+        (SchemaTooNewError("sqlite://", "zz_future"), 10),
         (errors.ProtocolMismatchError("http://a", "GetTask", declared="1.0"), 9),
-        (errors.ConcurrencyError("task:t1", 3, 4), 10),
-        (errors.PayloadError("task:t1", "too large"), 10),
-        (errors.SnapshotMismatchError("a" * 64, "b" * 64), 10),
+        (ConcurrencyError("task:t1", 3, 4), 10),
+        (PayloadError("task:t1", "too large"), 10),
+        (SnapshotMismatchError("a" * 64, "b" * 64), 10),
         (OutputError("cannot write stdout: broken pipe"), 11),
         (Interrupted("SIGINT received"), 130),
     ],
     ids=lambda v: type(v).__name__ if isinstance(v, Exception) else str(v),
 )
-def test_each_error_maps_to_its_documented_exit_code(
-    error: errors.CardfenceError, code: int
-) -> None:
+def test_each_error_maps_to_its_documented_exit_code(error: CardfenceError, code: int) -> None:
     assert exit_code_for(error) == code
 
 
@@ -63,14 +69,14 @@ def test_messages_are_one_line_and_say_what_was_not_done() -> None:
     assert str(samples[0]) == ("GET http://h/.well-known/agent-card.json -> 503 (nothing was sent)")
 
 
-def _every_error_type() -> list[type[errors.CardfenceError]]:
-    found: list[type[errors.CardfenceError]] = []
-    pending = [errors.CardfenceError]
+def _every_error_type() -> list[type[CardfenceError]]:
+    found: list[type[CardfenceError]] = []
+    pending = [CardfenceError]
     while pending:
         kind = pending.pop()
         found.append(kind)
         pending.extend(kind.__subclasses__())
-    return [kind for kind in found if kind is not errors.CardfenceError]
+    return [kind for kind in found if kind is not CardfenceError]
 
 
 def test_every_error_type_has_a_documented_exit_code_other_than_1() -> None:

@@ -28,8 +28,9 @@ from cardfence.engine.cards.model import parse_card
 from cardfence.engine.core import events as ev
 from cardfence.engine.core.replay import initial_agent_state
 from cardfence.engine.discovery._agent_stream import agent_head, append_agent_events
+from cardfence.engine.discovery.card_read import CardRead, ContractCheck
 from cardfence.engine.discovery.fetch import CardLimits, card_urls, fetch_card
-from cardfence.engine.discovery.reads import CardRead, ContractCheck, Discovery
+from cardfence.engine.discovery.reads import Discovery
 from cardfence.engine.errors import (
     CardInvalidError,
     ContractChangedError,

@@ -22,8 +22,8 @@ from support.hostile import Reply, RoutedServer
 from support.mocked import REST, RPC, Handler, Make, mocked_agents, rpc_answer
 
 from cardfence.engine.auth.credentials import RequestAuth
-from cardfence.engine.cards.interfaces import HTTP_JSON, JSONRPC
 from cardfence.engine.cards.model import Interface
+from cardfence.engine.cards.spoken import HTTP_JSON, JSONRPC
 from cardfence.engine.errors import (
     AuthorizationFailedError,
     EndpointUnreachableError,

@@ -15,8 +15,8 @@ from typing import Any
 import httpx
 import pytest
 
-from cardfence.engine.cards.interfaces import HTTP_JSON, JSONRPC
 from cardfence.engine.cards.model import Interface, parse_card
+from cardfence.engine.cards.spoken import HTTP_JSON, JSONRPC
 from cardfence.engine.core import events as ev
 from cardfence.engine.core import guards
 from cardfence.engine.errors import EndpointUnreachableError

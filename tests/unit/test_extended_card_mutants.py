@@ -27,14 +27,16 @@ import pytest
 from joserfc.jwk import ECKey
 from support.hostile import Answer, Reply, Request, RoutedServer
 
-from cardfence.engine.cards.interfaces import HTTP_JSON, JSONRPC
-from cardfence.engine.cards.keys import CardKeys, parse_keys, read_key_file
+from cardfence.engine.cards.keys import CardKeys, parse_keys
 from cardfence.engine.cards.model import AgentCard, Interface, parse_card
 from cardfence.engine.cards.signature_policy import CardSignatures, SignaturePolicy
 from cardfence.engine.cards.signatures import FORM_RFC8785, sign_card
+from cardfence.engine.cards.spoken import HTTP_JSON, JSONRPC
 from cardfence.engine.core import events as ev
+from cardfence.engine.discovery.card_read import CardRead
 from cardfence.engine.discovery.fetch import CardLimits, extended_card_url
-from cardfence.engine.discovery.reads import CardRead, Discovery
+from cardfence.engine.discovery.reads import Discovery
+from cardfence.engine.discovery.signature_files import read_key_file
 from cardfence.engine.errors import (
     CardInvalidError,
     CardSignatureError,

@@ -10,20 +10,19 @@ from typing import Any
 
 import pytest
 
-from cardfence.engine.cards.interfaces import (
+from cardfence.engine.cards.interfaces import select_interface
+from cardfence.engine.cards.model import AgentCard, parse_card
+from cardfence.engine.cards.spoken import (
     HTTP_JSON,
     JSONRPC,
     V03,
     V10,
-    _modes_match,
     dialect_of,
-    is_loopback,
+    modes_match,
     part_kind,
-    select_interface,
     spoken_version,
-    url_refusal,
 )
-from cardfence.engine.cards.model import AgentCard, parse_card
+from cardfence.engine.cards.urls import is_loopback, url_refusal
 from cardfence.engine.errors import CardInvalidError, ProtocolUnsupportedError
 
 CARD_URL = "https://a.test/.well-known/agent-card.json"
@@ -244,7 +243,7 @@ def test_a_legacy_card_without_a_version_is_spoken_as_0_3() -> None:
 def test_a_mode_matches_its_type_ranges_and_the_0_3_part_words(
     modes: tuple[str, ...], media_type: str, matches: bool
 ) -> None:
-    assert _modes_match(modes, media_type) is matches
+    assert modes_match(modes, media_type) is matches
 
 
 @pytest.mark.parametrize(

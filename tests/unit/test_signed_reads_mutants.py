@@ -33,8 +33,9 @@ from cardfence.engine.cards.signature_policy import CardSignatures, SignaturePol
 from cardfence.engine.cards.signatures import FORM_RFC8785, SignatureCheck, Verified, sign_card
 from cardfence.engine.core import events as ev
 from cardfence.engine.discovery._agent_stream import append_agent_events
+from cardfence.engine.discovery.card_read import CardRead
 from cardfence.engine.discovery.fetch import CardLimits
-from cardfence.engine.discovery.reads import CardRead, Discovery
+from cardfence.engine.discovery.reads import Discovery
 from cardfence.engine.errors import CardSignatureError
 from cardfence.store.event_store import EventStore
 from cardfence.store.records import NewEvent, RecordedEvent

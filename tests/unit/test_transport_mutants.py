@@ -21,7 +21,7 @@ from support.hostile import completed_event as completed
 from support.hostile import working_event as working
 from support.mocked import REST, RPC, Body, Handler, Make, mocked_agents
 
-from cardfence.engine.cards.interfaces import HTTP_JSON, JSONRPC
+from cardfence.engine.cards.spoken import HTTP_JSON, JSONRPC
 from cardfence.engine.core.answers import PushConfig, StreamUpdate, TaskState
 from cardfence.engine.errors import (
     EndpointUnreachableError,

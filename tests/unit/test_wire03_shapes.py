@@ -18,15 +18,9 @@ from typing import Any
 import httpx
 import pytest
 
-from cardfence.engine.cards.interfaces import (
-    HTTP_JSON,
-    JSONRPC,
-    dialect_of,
-    part_kind,
-    select_interface,
-    spoken_version,
-)
+from cardfence.engine.cards.interfaces import select_interface
 from cardfence.engine.cards.model import Interface, parse_card
+from cardfence.engine.cards.spoken import HTTP_JSON, JSONRPC, dialect_of, part_kind, spoken_version
 from cardfence.engine.cli.main import run as cli_run
 from cardfence.engine.core import guards
 from cardfence.engine.core.answers import PushConfig, RemoteMessage, RemoteTask

@@ -1,8 +1,12 @@
-"""The append hot path's SQL, written once per dialect and run on the driver's cursor.
+"""The store's hot-path SQL, written once per dialect and run on the driver's cursor: the
+append's statements, and the reads on every path (a stream's head, its events, the global log).
 
 An append is on every path the engine takes, so it skips SQLAlchemy's statement building and
 result machinery (measured at most of an append's cost) and runs fixed SQL text on the pooled
-DBAPI connection: SQLite (named ``:param`` style) and psycopg 3 (``%(param)s`` style).
+DBAPI connection: SQLite (named ``:param`` style) and psycopg 3 (``%(param)s`` style,
+:func:`pyformat`). The statements are run by three layers of the one store class (``_base``
+builds them, ``_appending`` and ``_reading`` run them), so they have this module of their own;
+the leases' statements, which only :mod:`.leases` runs, are written there.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ _SNAPSHOT_COLUMNS = ("revision", "body", "source_url", "etag", "http_status", "f
 
 
 @dataclass(frozen=True, slots=True)
-class AppendSQL:
+class CursorSQL:
     """Statements of one dialect. On PostgreSQL the head statements may take the position lock
     too (:func:`build`'s ``lock_key``)."""
 
@@ -44,7 +48,7 @@ class AppendSQL:
         return moment
 
 
-def build(dialect: str, lock_key: int | None) -> AppendSQL:
+def build(dialect: str, lock_key: int | None) -> CursorSQL:
     """The append statements for ``dialect`` (``sqlite`` or ``postgresql``).
 
     On PostgreSQL the head update (or insert) also takes the transaction-scoped advisory lock
@@ -52,7 +56,7 @@ def build(dialect: str, lock_key: int | None) -> AppendSQL:
     draws its positions, so positions commit in the order they are drawn.
     """
     lock = "" if lock_key is None else f" RETURNING pg_advisory_xact_lock({int(lock_key)})"
-    statements = AppendSQL(
+    statements = CursorSQL(
         dialect=dialect,
         insert_head=(
             f"INSERT INTO streams ({', '.join(_HEAD_COLUMNS)}) "
@@ -101,7 +105,7 @@ def build(dialect: str, lock_key: int | None) -> AppendSQL:
     )
     if dialect == "sqlite":
         return statements
-    return AppendSQL(
+    return CursorSQL(
         dialect,
         *(
             pyformat(text)
@@ -128,4 +132,5 @@ def _params(columns: tuple[str, ...]) -> str:
 
 
 def pyformat(text: str) -> str:
+    """``text`` with its ``:param`` placeholders in psycopg's ``%(param)s`` style."""
     return re.sub(r":([a-z_]+)", r"%(\1)s", text)
