@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-from engine_fixtures import audited_engine, restored
+from engine_fixtures import assert_audit_ok, audited_engine, restored
 from support import AuthPeer, Peer, Peer03, Venv03Unavailable
 
 from cardfence.engine.client.engine import Engine
@@ -115,3 +115,13 @@ async def engine(tmp_path: Path) -> AsyncIterator[Engine]:
     (a module may define its own)."""
     async with audited_engine(f"sqlite:///{tmp_path / 'engine.db'}") as running:
         yield running
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Iterator[str]:
+    """A SQLite store for the commands; audited in-process once the test is done (R13)."""
+    url = f"sqlite:///{tmp_path / 'cardfence.db'}"
+    yield url
+    if (tmp_path / "cardfence.db").exists():
+        with EventStore.open(url) as store:
+            assert_audit_ok(store)

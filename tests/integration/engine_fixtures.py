@@ -598,3 +598,18 @@ def database_bytes(url: str, tmp_path: Path) -> bytes:
     dumped = out.read_bytes()
     assert b"CardFetched" in dumped  # the dump holds the log: an empty one would prove nothing
     return dumped
+
+
+def make_tasks(db: str, peer: Peer, *specs: tuple[str, str, str]) -> list[str]:
+    """Create and drive tasks in-process: (skill, text, until) each; returns their keys."""
+
+    async def main() -> list[str]:
+        keys = []
+        async with audited_engine(db) as engine:
+            for skill, text, until in specs:
+                view = await engine.start_task(peer.base_url, skill=skill, text=text)
+                await engine.drive(view.task, until=until, timeout=10)
+                keys.append(view.task)
+        return keys
+
+    return asyncio.run(main())

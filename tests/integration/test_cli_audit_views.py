@@ -1,6 +1,6 @@
 """Audits people can read: ``show`` and ``tasks`` as the log stood at a past time or position, and a
 task's path as a mermaid diagram, through the real ``cardfence`` console script against a real
-a2a-sdk agent (the fixtures and helpers of ``test_cli_tasks.py``).
+a2a-sdk agent (``support/cli.py``).
 """
 
 from __future__ import annotations
@@ -11,17 +11,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import test_cli_tasks as cli
-from engine_fixtures import audited_engine
+from engine_fixtures import audited_engine, make_tasks
 from support import Peer
+from support.cli import POLL, ROW_KEYS, cardfence, document, failed_with, last_line
 
 from cardfence.engine.client.tasklog import AsOf, TaskLog
 from cardfence.engine.core import events as ev
 from cardfence.engine.errors import UsageError
 from cardfence.store.event_store import EventStore
-
-# The store fixture of test_cli_tasks.py: a SQLite store audited once the test is done.
-db = cli.db
 
 
 def asked_and_answered(db: str, peer: Peer) -> str:
@@ -40,9 +37,9 @@ def asked_and_answered(db: str, peer: Peer) -> str:
 
 
 def shown(db: str, key: str, *args: str) -> dict[str, Any]:
-    result = cli.cardfence(db, "show", key, *args, "--json")
+    result = cardfence(db, "show", key, *args, "--json")
     assert result.returncode == 0, result.stderr
-    return dict(cli.document(result))
+    return dict(document(result))
 
 
 def changes_of(events: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -68,7 +65,7 @@ def test_show_as_of_a_position_between_two_transitions_shows_the_earlier_state_a
     point = after["position"] - 1  # after the question, before the answer's transition
 
     then = shown(db, key[:8], "--as-of", f"@{point}")
-    human = cli.cardfence(db, "show", key, "--as-of", f"@{point}")
+    human = cardfence(db, "show", key, "--as-of", f"@{point}")
 
     assert now["state"] == "completed"
     assert then["as_of"] == f"@{point}"
@@ -118,27 +115,27 @@ def test_show_as_of_a_time_shows_the_state_then_with_a_naive_time_read_as_utc(
 
 
 def test_show_as_of_before_the_task_existed_is_a_usage_error(peer: Peer, db: str) -> None:
-    [key] = cli.make_tasks(db, peer, ("echo", "echo hi", "terminal"))
+    [key] = make_tasks(db, peer, ("echo", "echo hi", "terminal"))
     first = shown(db, key)["events"][0]
     before = datetime.fromisoformat(first["recorded_at"]) - timedelta(seconds=1)
 
-    by_time = cli.cardfence(db, "show", key, "--as-of", before.isoformat(), "--json")
-    by_position = cli.cardfence(db, "show", key, "--as-of", f"@{first['position'] - 1}")
+    by_time = cardfence(db, "show", key, "--as-of", before.isoformat(), "--json")
+    by_position = cardfence(db, "show", key, "--as-of", f"@{first['position'] - 1}")
 
     for result in (by_time, by_position):
         assert result.returncode == 2, result.stderr
-        assert cli.last_line(result).startswith("UsageError: ")
-        assert "did not exist yet" in cli.last_line(result)
-        assert f"position {first['position']}" in cli.last_line(result)
-    assert cli.failed_with(by_time, 2, "UsageError")["error"]["exit_code"] == 2
+        assert last_line(result).startswith("UsageError: ")
+        assert "did not exist yet" in last_line(result)
+        assert f"position {first['position']}" in last_line(result)
+    assert failed_with(by_time, 2, "UsageError")["error"]["exit_code"] == 2
 
 
 @pytest.mark.parametrize("value", ["yesterday", "@-1", "2025-13-01"])
 def test_a_malformed_as_of_is_a_usage_error_naming_the_accepted_forms(db: str, value: str) -> None:
     for command in (("show", "any-task"), ("tasks",)):
-        result = cli.cardfence(db, *command, "--as-of", value, "--json")
+        result = cardfence(db, *command, "--as-of", value, "--json")
 
-        error = cli.failed_with(result, 2, "UsageError")["error"]
+        error = failed_with(result, 2, "UsageError")["error"]
         assert "ISO 8601" in error["message"]
         assert "@N" in error["message"]
 
@@ -161,22 +158,20 @@ def test_as_of_reads_times_as_utc_unless_they_say_otherwise() -> None:
 def test_tasks_as_of_lists_the_past_states_and_omits_tasks_created_later(
     peer: Peer, db: str
 ) -> None:
-    [first] = cli.make_tasks(db, peer, ("ask", "ask", "interrupted"))
+    [first] = make_tasks(db, peer, ("ask", "ask", "interrupted"))
     with EventStore.open(db) as store:
         point = store.last_position()
         moment = store.read_all(after=point - 1, limit=1)[0].recorded_at
-    [later] = cli.make_tasks(db, peer, ("echo", "echo later", "terminal"))
-    replied = cli.cardfence(db, "reply", first, "--text", "42", "--until", "terminal", *cli.POLL)
+    [later] = make_tasks(db, peer, ("echo", "echo later", "terminal"))
+    replied = cardfence(db, "reply", first, "--text", "42", "--until", "terminal", *POLL)
     assert replied.returncode == 0, replied.stderr
 
-    now = cli.document(cli.cardfence(db, "tasks", "--json"))
-    by_position = cli.document(cli.cardfence(db, "tasks", "--as-of", f"@{point}", "--json"))
-    by_time = cli.document(cli.cardfence(db, "tasks", "--as-of", moment.isoformat(), "--json"))
-    waiting = cli.cardfence(
-        db, "tasks", "--as-of", f"@{point}", "--state", "input-required", "--json"
-    )
-    completed = cli.cardfence(db, "tasks", "--as-of", f"@{point}", "--state", "completed", "--json")
-    human = cli.cardfence(db, "tasks", "--as-of", f"@{point}")
+    now = document(cardfence(db, "tasks", "--json"))
+    by_position = document(cardfence(db, "tasks", "--as-of", f"@{point}", "--json"))
+    by_time = document(cardfence(db, "tasks", "--as-of", moment.isoformat(), "--json"))
+    waiting = cardfence(db, "tasks", "--as-of", f"@{point}", "--state", "input-required", "--json")
+    completed = cardfence(db, "tasks", "--as-of", f"@{point}", "--state", "completed", "--json")
+    human = cardfence(db, "tasks", "--as-of", f"@{point}")
 
     assert {r["task"]: r["state"] for r in now["tasks"]} == {
         first: "completed",
@@ -184,26 +179,26 @@ def test_tasks_as_of_lists_the_past_states_and_omits_tasks_created_later(
     }
     for then in (by_position, by_time):
         [row] = then["tasks"]
-        assert set(row) == cli.ROW_KEYS
+        assert set(row) == ROW_KEYS
         assert (row["task"], row["state"], row["skill"]) == (first, "input-required", "ask")
         assert datetime.fromisoformat(row["updated_at"]) <= moment
     assert by_position["as_of"] == f"@{point}"
     assert by_time["as_of"] == moment.isoformat()
     assert by_position["tasks"] == by_time["tasks"]
-    assert [r["task"] for r in cli.document(waiting)["tasks"]] == [first]
-    assert cli.document(completed)["tasks"] == []
+    assert [r["task"] for r in document(waiting)["tasks"]] == [first]
+    assert document(completed)["tasks"] == []
     assert human.returncode == 0, human.stderr
     assert human.stdout.startswith(f"as of @{point}: ")
     assert first[:12] in human.stdout
     assert later[:12] not in human.stdout
-    assert cli.document(cli.cardfence(db, "tasks", "--as-of", "@0", "--json"))["tasks"] == []
+    assert document(cardfence(db, "tasks", "--as-of", "@0", "--json"))["tasks"] == []
 
 
 def test_tasks_as_of_agrees_with_replaying_each_task_and_ends_at_the_stored_projections(
     peer: Peer, db: str
 ) -> None:
     asked_and_answered(db, peer)
-    cli.make_tasks(db, peer, ("echo", "echo a", "terminal"), ("fail", "fail", "terminal"))
+    make_tasks(db, peer, ("echo", "echo a", "terminal"), ("fail", "fail", "terminal"))
 
     with EventStore.open(db) as store:
         log = TaskLog(store)
@@ -228,17 +223,17 @@ def test_tasks_with_an_unknown_state_is_a_usage_error_listing_the_valid_names(
     tmp_path: Path,
 ) -> None:
     db = f"sqlite:///{tmp_path / 'empty.db'}"  # not the audited fixture: it stays without events
-    assert cli.cardfence(db, "migrate").returncode == 0  # `tasks` needs a store already there
+    assert cardfence(db, "migrate").returncode == 0  # `tasks` needs a store already there
 
-    result = cli.cardfence(db, "tasks", "--state", "input_required", "--json")
-    unknown = cli.cardfence(db, "tasks", "--state", "unknown", "--json")
+    result = cardfence(db, "tasks", "--state", "input_required", "--json")
+    unknown = cardfence(db, "tasks", "--state", "unknown", "--json")
 
-    message = cli.failed_with(result, 2, "UsageError")["error"]["message"]
+    message = failed_with(result, 2, "UsageError")["error"]["message"]
     assert "'input_required'" in message
     for name in ("submitted", "working", "input-required", "auth-required", "completed"):
         assert name in message
     assert unknown.returncode == 0, unknown.stderr  # an A2A name, though no task stays in it
-    assert cli.document(unknown) == {"tasks": []}
+    assert document(unknown) == {"tasks": []}
 
 
 # -- show --format mermaid -------------------------------------------------------------------------
@@ -254,7 +249,7 @@ def test_show_as_mermaid_draws_exactly_the_path_an_asked_and_answered_task_took(
     )]  # fmt: skip
     ids = {"input-required": "input_required"}
 
-    diagram = cli.cardfence(db, "show", key, "--format", "mermaid")
+    diagram = cardfence(db, "show", key, "--format", "mermaid")
     as_json = shown(db, key, "--format", "mermaid")
     asked, _after = into_input_required(timeline["events"])
     earlier = shown(db, key, "--format", "mermaid", "--as-of", f"@{asked['position']}")
@@ -285,15 +280,15 @@ def test_show_as_mermaid_draws_exactly_the_path_an_asked_and_answered_task_took(
 
 
 def test_show_with_an_unknown_format_is_a_usage_error(db: str) -> None:
-    result = cli.cardfence(db, "show", "any-task", "--format", "svg", "--json")
+    result = cardfence(db, "show", "any-task", "--format", "svg", "--json")
 
-    assert "text or mermaid" in cli.failed_with(result, 2, "UsageError")["error"]["message"]
+    assert "text or mermaid" in failed_with(result, 2, "UsageError")["error"]["message"]
 
 
 def test_show_puts_every_event_of_a_real_task_in_words(peer: Peer, db: str) -> None:
     key = asked_and_answered(db, peer)
 
-    human = cli.cardfence(db, "show", key)
+    human = cardfence(db, "show", key)
 
     assert human.returncode == 0, human.stderr
     assert "reply of 2 characters sent" in human.stdout  # ReplySent was raw JSON before

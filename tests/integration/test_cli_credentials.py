@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from support import AuthPeer
 from support.auth_peer import bearer_scheme, requirement
-from test_cli_tasks import CARDFENCE, RUN_FAST, document, failed_with
+from support.cli import CARDFENCE, RUN_FAST, document, failed_with
 
 TOKEN = "cli-bearer-5e6f7a8b"
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_cli_tasks import CARDFENCE
+from support.cli import CARDFENCE
 
 from cardfence.store.event_store import EventStore
 from cardfence.store.records import NewEvent

@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 from support import Peer
+from support.cli import CARDFENCE, POLL, cardfence, document, failed_with, last_line
 from support.hostile import SKILL, HostileAgent, Reply, SilentListener
-from test_cli_tasks import CARDFENCE, POLL, cardfence, document, failed_with, last_line
 
 from cardfence.engine.cli import _signals as signals
 from cardfence.engine.client.tasklog import TaskLog

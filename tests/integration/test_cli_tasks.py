@@ -11,24 +11,31 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import shutil
 import sqlite3
 import subprocess
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from engine_fixtures import (
-    assert_audit_ok,
     audited_engine,
     data_of,
     drop_skill,
+    make_tasks,
     transitions,
     withdraw_push,
 )
 from support import Peer
+from support.cli import (
+    CARDFENCE,
+    POLL,
+    ROW_KEYS,
+    RUN_FAST,
+    cardfence,
+    document,
+    failed_with,
+    last_line,
+)
 
 from cardfence.engine.cli.main import run as cli
 from cardfence.engine.client.engine import Engine
@@ -38,9 +45,6 @@ from cardfence.engine.demo.executor import FORM
 from cardfence.store.event_store import EventStore
 from cardfence.store.records import RecordedEvent
 
-CARDFENCE = shutil.which("cardfence", path=str(Path(sys.executable).parent)) or "cardfence"
-POLL = ("--max-poll-interval", "0.2")
-RUN_FAST = (*POLL, "--max-card-age", "0.3", "--card-timeout", "1")
 RUN_KEYS = {
     "task",
     "remote_task_id",
@@ -53,54 +57,7 @@ RUN_KEYS = {
     "last_message",
     "last_message_parts",
 }
-ROW_KEYS = {
-    "task",
-    "remote_task_id",
-    "agent",
-    "skill",
-    "state",
-    "delivery_mode",
-    "flags",
-    "updated_at",
-}
 HEX64 = re.compile(r"[0-9a-f]{64}")
-
-
-@pytest.fixture
-def db(tmp_path: Path) -> Iterator[str]:
-    """A SQLite store for the commands; audited in-process once the test is done (R13)."""
-    url = f"sqlite:///{tmp_path / 'cardfence.db'}"
-    yield url
-    if (tmp_path / "cardfence.db").exists():
-        with EventStore.open(url) as store:
-            assert_audit_ok(store)
-
-
-def cardfence(db: str, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [CARDFENCE, *args, "--db", db], capture_output=True, text=True, timeout=timeout
-    )
-
-
-def document(result: subprocess.CompletedProcess[str]) -> Any:
-    """The one JSON document on stdout: nothing before it, nothing after it."""
-    decoded, end = json.JSONDecoder().raw_decode(result.stdout.lstrip())
-    assert result.stdout.lstrip()[end:].strip() == "", f"more than one document: {result.stdout}"
-    return decoded
-
-
-def last_line(result: subprocess.CompletedProcess[str]) -> str:
-    lines = result.stderr.strip().splitlines()
-    return lines[-1] if lines else ""
-
-
-def failed_with(
-    result: subprocess.CompletedProcess[str], code: int, type_name: str
-) -> dict[str, Any]:
-    """Assert the exit code and the closing stderr line; return the JSON document."""
-    assert result.returncode == code, (result.returncode, result.stdout, result.stderr)
-    assert last_line(result).startswith(f"{type_name}: "), result.stderr
-    return dict(document(result))
 
 
 def stored(db: str, ref: str) -> dict[str, Any]:
@@ -113,21 +70,6 @@ def stored(db: str, ref: str) -> dict[str, Any]:
 def stored_events(db: str, ref: str, type_: str) -> list[dict[str, Any]]:
     with EventStore.open(db) as store:
         return data_of(store, TaskLog(store).find(ref), type_)
-
-
-def make_tasks(db: str, peer: Peer, *specs: tuple[str, str, str]) -> list[str]:
-    """Create and drive tasks in-process: (skill, text, until) each; returns their keys."""
-
-    async def main() -> list[str]:
-        keys = []
-        async with audited_engine(db) as engine:
-            for skill, text, until in specs:
-                view = await engine.start_task(peer.base_url, skill=skill, text=text)
-                await engine.drive(view.task, until=until, timeout=10)
-                keys.append(view.task)
-        return keys
-
-    return asyncio.run(main())
 
 
 # -- run -------------------------------------------------------------------------------------------

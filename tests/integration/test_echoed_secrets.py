@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 from engine_fixtures import FAST, database_bytes
+from support.cli import CARDFENCE
 from support.hostile import SKILL, EchoingAgent, Reply, RoutedServer, echoed
-from test_cli_tasks import CARDFENCE
 
 from cardfence.engine.auth.config import ApiKey, Bearer, CredentialsConfig
 from cardfence.engine.auth.redaction import Redaction

@@ -1,12 +1,15 @@
-"""Cards for the unit tests of signed cards and of the agent stream: a small valid 1.0 card
-document, and the ``CardFetched`` payload a read of a parsed card records."""
+"""The one card factory of the tests: a valid 1.0 card document (one skill, one JSON-RPC 1.0
+interface), what a test changes in it given by name, the parsed card, and the ``CardFetched``
+payload a read of a parsed card records."""
 
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
+from urllib.parse import urlsplit
 
-from cardfence.engine.cards.model import AgentCard
+from cardfence.engine.cards.model import AgentCard, parse_card
 
 ORIGIN = "https://agent.example"
 
@@ -24,9 +27,40 @@ _DOCUMENT: dict[str, Any] = {
 }
 
 
-def card_document() -> dict[str, Any]:
-    """A fresh copy of the card document (one skill, JSON-RPC 1.0 at ``ORIGIN``)."""
-    return copy.deepcopy(_DOCUMENT)
+def skill(id: str = "echo", **fields: Any) -> dict[str, Any]:
+    """One skill ``id``, named after it, ``fields`` added or replaced."""
+    return {"id": id, "name": id.title(), "description": f"{id.title()}s.", "tags": ["t"], **fields}
+
+
+def interface(
+    url: str, binding: str = "JSONRPC", version: str = "1.0", **fields: Any
+) -> dict[str, Any]:
+    """One entry of ``supportedInterfaces``."""
+    return {"url": url, "protocolBinding": binding, "protocolVersion": version, **fields}
+
+
+def card_document(rpc: str | None = None, /, **fields: Any) -> dict[str, Any]:
+    """A fresh copy of the card document (one skill, JSON-RPC 1.0 at ``ORIGIN``): its one
+    interface at ``rpc`` when given, and each top-level field of ``fields`` replaced."""
+    document = copy.deepcopy(_DOCUMENT)
+    if rpc is not None:
+        document["supportedInterfaces"] = [interface(rpc)]
+    document.update(copy.deepcopy(fields))
+    return document
+
+
+def card_url_of(rpc: str) -> str:
+    """The well-known card URL at the origin of ``rpc``."""
+    parts = urlsplit(rpc)
+    return f"{parts.scheme}://{parts.netloc}/.well-known/agent-card.json"
+
+
+def agent_card(rpc: str | None = None, /, *, url: str | None = None, **fields: Any) -> AgentCard:
+    """:func:`card_document` parsed, read at ``url`` (by default the well-known URL at the
+    origin of its first interface)."""
+    document = card_document(rpc, **fields)
+    read_at = url or card_url_of(document["supportedInterfaces"][0]["url"])
+    return parse_card(json.dumps(document).encode(), url=read_at, max_bytes=1 << 24)
 
 
 def fetched(

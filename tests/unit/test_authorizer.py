@@ -8,47 +8,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from support.credentials import AGENT, SCHEMES, alternative, card
 
 from cardfence.engine.auth.authorization import Authorizer, Grant
 from cardfence.engine.auth.config import ApiKey, Bearer, CredentialsConfig, OAuthClient
-from cardfence.engine.cards.model import AgentCard, parse_card
 from cardfence.engine.errors import CredentialsMissingError
-
-AGENT = "https://agent.test"
-SCHEMES: dict[str, Any] = {
-    "key": {"apiKeySecurityScheme": {"location": "query", "name": "k"}},
-    "bearer": {"httpAuthSecurityScheme": {"scheme": "bearer"}},
-    "oauth": {
-        "oauth2SecurityScheme": {
-            "flows": {"clientCredentials": {"tokenUrl": "https://auth.test/token", "scopes": {}}}
-        }
-    },
-}
-
-
-def card(requirements: list[dict[str, Any]], skill_requirements: Any = None) -> AgentCard:
-    skill: dict[str, Any] = {"id": "work", "name": "Work", "description": "d", "tags": []}
-    if skill_requirements is not None:
-        skill["securityRequirements"] = skill_requirements
-    document = {
-        "name": "a",
-        "description": "d",
-        "version": "1",
-        "supportedInterfaces": [
-            {"url": f"{AGENT}/rpc", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}
-        ],
-        "capabilities": {},
-        "defaultInputModes": ["text/plain"],
-        "defaultOutputModes": ["text/plain"],
-        "skills": [skill],
-        "securitySchemes": SCHEMES,
-        "securityRequirements": requirements,
-    }
-    return parse_card(json.dumps(document).encode(), url=f"{AGENT}/.well-known/agent-card.json")
-
-
-def alternative(**scopes: list[str]) -> dict[str, Any]:
-    return {"schemes": {name: {"list": listed} for name, listed in scopes.items()}}
 
 
 @dataclass

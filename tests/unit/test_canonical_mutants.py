@@ -116,7 +116,7 @@ def test_numbers_a_double_holds_are_accepted_as_read(number: float) -> None:
 
 
 @pytest.mark.parametrize("number", [2**1024, -(2**1024), 2**1024 - 2**970])
-def test_an_integer_past_the_largest_double_is_refused_at_its_path(number: int) -> None:
+def test_integers_past_the_largest_double_either_side_are_refused_naming_it(number: int) -> None:
     assert refusal(b'{"n": ' + str(number).encode() + b"}") == (
         "n",
         "number beyond the largest double (±1.7976931348623157e+308)",

@@ -4,11 +4,12 @@ fields, its changes from the one before, and the extended card's history apart. 
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 from typing import Any
 
-from cardfence.engine.cards.model import AgentCard, parse_card
+from support.cards import agent_card
+
+from cardfence.engine.cards.model import AgentCard
 from cardfence.engine.core import events as ev
 from cardfence.engine.discovery._agent_stream import append_agent_events
 from cardfence.engine.discovery.history import revision_history, stored_card
@@ -21,16 +22,8 @@ AT = datetime(2026, 12, 6, tzinfo=UTC)
 
 
 def card(**fields: Any) -> AgentCard:
-    doc: dict[str, Any] = {
-        "name": "Agent",
-        "version": "1",
-        "supportedInterfaces": [
-            {"url": f"{ORIGIN}/rpc", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}
-        ],
-        "skills": [{"id": "echo"}],
-    }
-    doc.update(fields)
-    return parse_card(json.dumps(doc).encode(), url=CARD_URL, max_bytes=1 << 24)
+    plain = {"version": "1", "capabilities": {}, "skills": [{"id": "echo"}]}
+    return agent_card(f"{ORIGIN}/rpc", url=CARD_URL, **{**plain, **fields})
 
 
 def read(store: EventStore, seen: AgentCard, *, snapshot: bool = True, **data: Any) -> None:

@@ -5,12 +5,12 @@ no secret in any repr."""
 from __future__ import annotations
 
 import base64
-import json
 import os
 from pathlib import Path
 from typing import Any
 
 import pytest
+from support.cards import agent_card, skill
 
 from cardfence.engine.auth.config import (
     ApiKey,
@@ -31,7 +31,7 @@ from cardfence.engine.auth.credentials import (
     fits,
     redact,
 )
-from cardfence.engine.cards.model import AgentCard, SecurityRequirement, parse_card
+from cardfence.engine.cards.model import AgentCard, SecurityRequirement
 from cardfence.engine.cli._app import exit_code_of
 from cardfence.engine.errors import CredentialsConfigError, CredentialsMissingError, UsageError
 
@@ -335,15 +335,11 @@ def test_an_empty_list_requires_nothing_and_an_empty_alternative_allows_none() -
 
 
 def card(skill_requirements: list[dict[str, Any]] | None = None) -> AgentCard:
-    skill: dict[str, Any] = {"id": "echo", "name": "Echo"}
-    if skill_requirements is not None:
-        skill["securityRequirements"] = skill_requirements
-    doc = {
-        "name": "a",
-        "supportedInterfaces": [
-            {"url": "https://a.example/rpc", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}
-        ],
-        "securitySchemes": {
+    extra = {} if skill_requirements is None else {"securityRequirements": skill_requirements}
+    return agent_card(
+        "https://a.example/rpc",
+        skills=[skill("echo", **extra)],
+        securitySchemes={
             "bearer": {"httpAuthSecurityScheme": {"scheme": "bearer"}},
             "api": {"type": "apiKey", "in": "header", "name": "X-API-Key"},  # 0.3 shape
             "oauth": {
@@ -352,10 +348,8 @@ def card(skill_requirements: list[dict[str, Any]] | None = None) -> AgentCard:
                 }
             },
         },
-        "securityRequirements": [{"schemes": {"bearer": {"list": []}}}],
-        "skills": [skill],
-    }
-    return parse_card(json.dumps(doc).encode())
+        securityRequirements=[{"schemes": {"bearer": {"list": []}}}],
+    )
 
 
 def test_skill_level_requirements_replace_the_cards() -> None:

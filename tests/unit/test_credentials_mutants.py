@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from test_authorizer import AGENT, alternative, card
+from support.credentials import AGENT, alternative, card
 
 from cardfence.engine.auth.authorization import Authorizer, Grant, TaskCredentials
 from cardfence.engine.auth.config import (

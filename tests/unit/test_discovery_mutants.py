@@ -21,6 +21,7 @@ from typing import Any
 
 import httpx
 import pytest
+from support.cards import card_document
 from support.hostile import Reply, Request, RoutedServer, SilentListener
 from support.slots import RecordedSlots
 
@@ -55,24 +56,8 @@ LINUX = pytest.mark.skipif(sys.platform != "linux", reason="relies on Linux's TC
 
 
 def document(**change: Any) -> dict[str, Any]:
-    doc: dict[str, Any] = {
-        "name": "cards",
-        "description": "an agent whose card the tests rewrite",
-        "version": "1.0.0",
-        "supportedInterfaces": [
-            {
-                "url": "http://127.0.0.1:1/rpc",
-                "protocolBinding": "JSONRPC",
-                "protocolVersion": "1.0",
-            }
-        ],
-        "capabilities": {"pushNotifications": True},
-        "defaultInputModes": ["text/plain"],
-        "defaultOutputModes": ["text/plain"],
-        "skills": [{"id": "echo", "name": "Echo", "description": "echo", "tags": []}],
-    }
-    doc.update(change)
-    return doc
+    fields = {"name": "cards", "capabilities": {"pushNotifications": True}, **change}
+    return card_document("http://127.0.0.1:1/rpc", **fields)
 
 
 def body(**change: Any) -> bytes:

@@ -14,8 +14,9 @@ from typing import Any
 
 import httpx
 import pytest
+from support.cards import agent_card, interface, skill
 
-from cardfence.engine.cards.model import Interface, parse_card
+from cardfence.engine.cards.model import Interface
 from cardfence.engine.cards.spoken import HTTP_JSON, JSONRPC
 from cardfence.engine.core import events as ev
 from cardfence.engine.core import guards
@@ -93,19 +94,9 @@ async def test_no_tenant_leaves_every_request_as_it_was(
 
 
 def _card(tenant: str | None) -> Any:
-    interface: dict[str, Any] = {
-        "url": "https://agent.test/rpc", "protocolBinding": "JSONRPC", "protocolVersion": "1.0",
-    }  # fmt: skip
-    if tenant is not None:
-        interface["tenant"] = tenant
-    doc = {
-        "name": "a", "description": "d", "version": "1", "supportedInterfaces": [interface],
-        "capabilities": {}, "defaultInputModes": ["text/plain"],
-        "defaultOutputModes": ["text/plain"],
-        "skills": [{"id": "s", "name": "s", "description": "d", "tags": []}],
-    }  # fmt: skip
-    return parse_card(
-        json.dumps(doc).encode(), url="https://agent.test/.well-known/agent-card.json"
+    extra = {} if tenant is None else {"tenant": tenant}
+    return agent_card(
+        supportedInterfaces=[interface("https://agent.test/rpc", **extra)], skills=[skill("s")]
     )
 
 

@@ -11,6 +11,7 @@ import json
 from typing import Any
 
 from support import cards
+from support.cards import card_document
 
 from cardfence.engine.cards.model import AgentCard, parse_card
 from cardfence.engine.cli._render import describe
@@ -28,15 +29,9 @@ from cardfence.engine.errors import DiscoveryError
 
 CARD_URL = "http://a.test/.well-known/agent-card.json"
 RPC = {"url": "http://a.test/rpc", "binding": "JSONRPC"}
-PUBLIC: dict[str, Any] = {
-    "name": "agent",
-    "version": "1.0.0",
-    "supportedInterfaces": [
-        {"url": "http://a.test/rpc", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
-    ],
-    "capabilities": {"pushNotifications": True, "extendedAgentCard": True},
-    "skills": [{"id": "echo", "name": "Echo", "description": "echoes"}],
-}
+PUBLIC = card_document(
+    "http://a.test/rpc", capabilities={"pushNotifications": True, "extendedAgentCard": True}
+)
 UNREAD = DiscoveryError(RPC["url"], "extended_card", "RemoteRefusedError: -32007")
 FAILED = DiscoveryError(CARD_URL, "http_status", "503")
 

@@ -25,6 +25,7 @@ from typing import Any
 import httpx
 import pytest
 from joserfc.jwk import ECKey
+from support.cards import card_document, skill
 from support.hostile import Answer, Reply, Request, RoutedServer
 
 from cardfence.engine.cards.keys import CardKeys, parse_keys
@@ -59,22 +60,10 @@ PUBLIC_REVISION = "the-public-revision"
 
 
 def public_document() -> dict[str, Any]:
-    return {
-        "name": "cards",
-        "description": "an agent with an authenticated extended card",
-        "version": "1.0.0",
-        "supportedInterfaces": [
-            {
-                "url": "http://127.0.0.1:1/rpc",
-                "protocolBinding": "JSONRPC",
-                "protocolVersion": "1.0",
-            }
-        ],
-        "capabilities": {"pushNotifications": True, "extendedAgentCard": True},
-        "defaultInputModes": ["text/plain"],
-        "defaultOutputModes": ["text/plain"],
-        "skills": [{"id": "echo", "name": "Echo", "description": "echo", "tags": []}],
-    }
+    return card_document(
+        "http://127.0.0.1:1/rpc",
+        capabilities={"pushNotifications": True, "extendedAgentCard": True},
+    )
 
 
 def extended_document(*, version: str = "2.0.0", push: bool = False) -> dict[str, Any]:
@@ -82,7 +71,7 @@ def extended_document(*, version: str = "2.0.0", push: bool = False) -> dict[str
     doc = public_document()
     doc["version"] = version
     doc["capabilities"]["pushNotifications"] = push
-    doc["skills"].append({"id": "vip", "name": "VIP", "description": "members only", "tags": []})
+    doc["skills"].append(skill("vip"))
     return doc
 
 

@@ -6,6 +6,8 @@ import copy
 import json
 from typing import Any
 
+from support.cards import card_document, interface, skill
+
 from cardfence.engine.cards.model import AgentCard, parse_card
 from cardfence.engine.core import events as ev
 from cardfence.engine.core.guards import (
@@ -21,21 +23,14 @@ from cardfence.engine.core.guards import (
 from cardfence.engine.core.replay import fold_task, initial_task_state
 from cardfence.engine.errors import DiscoveryError
 
-BASE: dict[str, Any] = {
-    "name": "agent",
-    "version": "1.0.0",
-    "supportedInterfaces": [
-        {"url": "http://a.test/rpc", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
-        {"url": "http://a.test/rest", "protocolBinding": "HTTP+JSON", "protocolVersion": "1.0"},
+BASE = card_document(
+    supportedInterfaces=[
+        interface("http://a.test/rpc"),
+        interface("http://a.test/rest", "HTTP+JSON"),
     ],
-    "capabilities": {"pushNotifications": True},
-    "defaultInputModes": ["text/plain"],
-    "defaultOutputModes": ["text/plain"],
-    "skills": [
-        {"id": "echo", "name": "Echo", "description": "echoes"},
-        {"id": "ask", "name": "Ask", "description": "asks", "inputModes": ["application/json"]},
-    ],
-}
+    capabilities={"pushNotifications": True},
+    skills=[skill("echo"), skill("ask", inputModes=["application/json"])],
+)
 
 
 def card(change: Any = None) -> AgentCard:

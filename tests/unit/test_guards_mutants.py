@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 import pytest
+from support.cards import card_document, interface, skill
 
 from cardfence.engine.cards.diff import diff
 from cardfence.engine.cards.model import AgentCard, parse_card
@@ -40,26 +41,14 @@ from cardfence.engine.errors import DiscoveryError
 CARD_URL = "http://a.test/.well-known/agent-card.json"
 RPC = {"url": "http://a.test/rpc", "binding": "JSONRPC"}
 REST = {"url": "http://a.test/rest", "binding": "HTTP+JSON"}
-BASE: dict[str, Any] = {
-    "name": "agent",
-    "version": "1.0.0",
-    "supportedInterfaces": [
-        {"url": "http://a.test/rpc", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
-        {"url": "http://a.test/rest", "protocolBinding": "HTTP+JSON", "protocolVersion": "1.0"},
+BASE = card_document(
+    supportedInterfaces=[
+        interface("http://a.test/rpc"),
+        interface("http://a.test/rest", "HTTP+JSON"),
     ],
-    "capabilities": {"pushNotifications": True},
-    "defaultInputModes": ["text/plain"],
-    "defaultOutputModes": ["text/plain"],
-    "skills": [
-        {"id": "echo", "name": "Echo", "description": "echoes"},
-        {
-            "id": "ask",
-            "name": "Ask",
-            "description": "asks",
-            "inputModes": ["application/json", "image/png"],
-        },
-    ],
-}
+    capabilities={"pushNotifications": True},
+    skills=[skill("echo"), skill("ask", inputModes=["application/json", "image/png"])],
+)
 FAILED = DiscoveryError(CARD_URL, "http_status", "503")
 
 
@@ -551,8 +540,8 @@ HTTPS_REST = {"url": "https://a.test/rest", "binding": "HTTP+JSON"}
 
 
 def https(doc: dict[str, Any]) -> None:
-    for interface in doc["supportedInterfaces"]:
-        interface["url"] = interface["url"].replace("http://", "https://")
+    for entry in doc["supportedInterfaces"]:
+        entry["url"] = entry["url"].replace("http://", "https://")
 
 
 def test_resume_on_the_same_https_card_stays_on_the_recorded_interface() -> None:

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from rich.console import Console
 from rich.table import Table
+from support.cards import card_document
 
 from cardfence.engine.cards.model import AgentCard, parse_card
 from cardfence.engine.cli._render import describe, summary, task_path, task_table, timeline
@@ -34,17 +35,7 @@ from cardfence.engine.errors import AuthorizationFailedError, DiscoveryError
 from cardfence.store.records import GENESIS_HASH, RecordedEvent
 
 CARD_URL = "http://a.test/.well-known/agent-card.json"
-BASE: dict[str, Any] = {
-    "name": "agent",
-    "version": "1.0.0",
-    "supportedInterfaces": [
-        {"url": "http://a.test/rpc", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
-    ],
-    "capabilities": {"pushNotifications": True},
-    "defaultInputModes": ["text/plain"],
-    "defaultOutputModes": ["text/plain"],
-    "skills": [{"id": "echo", "name": "Echo", "description": "echoes"}],
-}
+BASE = card_document("http://a.test/rpc", capabilities={"pushNotifications": True})
 T0 = datetime(2025, 1, 31, 12, 0, tzinfo=UTC)
 
 

@@ -24,6 +24,7 @@ from typing import Any
 import httpx
 import pytest
 from joserfc.jwk import ECKey, Key
+from support.cards import card_document
 from support.hostile import Reply, RoutedServer
 from support.slots import RecordedSlots
 
@@ -91,22 +92,7 @@ def key_set(*keys: Key, source: str = "url", url: str = "https://keys.example/jw
 
 
 def document() -> dict[str, Any]:
-    return {
-        "name": "cards",
-        "description": "an agent whose signed card the tests serve",
-        "version": "1.0.0",
-        "supportedInterfaces": [
-            {
-                "url": "http://127.0.0.1:1/rpc",
-                "protocolBinding": "JSONRPC",
-                "protocolVersion": "1.0",
-            }
-        ],
-        "capabilities": {"pushNotifications": True},
-        "defaultInputModes": ["text/plain"],
-        "defaultOutputModes": ["text/plain"],
-        "skills": [{"id": "echo", "name": "Echo", "description": "echo", "tags": []}],
-    }
+    return card_document("http://127.0.0.1:1/rpc", capabilities={"pushNotifications": True})
 
 
 def card_reply(doc: Mapping[str, Any]) -> Reply:
