@@ -6,7 +6,7 @@ the replay fold (``replay``), what agents' answers say (``answers``) and their r
 (``remote``). The edges touch the world: ``transport`` (on ``exchange``) speaks A2A over httpx
 (``bodies`` and ``deadline`` bound what is read and for how long, R16), ``tasklog`` keeps task
 streams in the store. Wings have folders of their own: ``engine`` (the facade that ties them
-together, in layers), ``cards`` (the Agent Card model, canonical hashing, diffs and discovery),
+together, made of parts), ``cards`` (the Agent Card model, canonical hashing, diffs and discovery),
 ``cli`` (the command line and its renderings) and ``demo``.
 
 The public API is re-exported from the top-level package: ``from cardfence import Engine``.

@@ -208,5 +208,5 @@ def task_card_as(engine: Engine, card: Any, failure: Any, unread: Any) -> list[b
         fresh_asked.append(fresh)
         return card, failure, unread
 
-    engine._task_card = read  # type: ignore[method-assign]
+    engine.connections.task_card = read  # type: ignore[method-assign]
     return fresh_asked
