@@ -195,7 +195,7 @@ class Creation:
         transport = self.connections.transport(endpoint, credentials, extensions=activated)
         return TaskView.of(
             await self.send_creation(key, transport, text, message_id, context_id, skill,
-                                      media_type)
+                                     media_type)
         )  # fmt: skip
 
     async def _extended_at_creation(
