@@ -31,8 +31,9 @@ if _typing.TYPE_CHECKING:
         rebuild_projections,
         replay,
     )
+    from cardfence.engine.client.config import EngineConfig
     from cardfence.engine.client.creation import WebhookOutcome
-    from cardfence.engine.client.engine import Engine, EngineConfig
+    from cardfence.engine.client.engine import Engine
     from cardfence.engine.client.tasklog import AsOf
     from cardfence.engine.core.views import TaskView
     from cardfence.engine.discovery.fetch import CardLimits
@@ -150,7 +151,8 @@ _HOMES = {
         "load_credentials",
     ),
     "cardfence.engine.client.creation": ("WebhookOutcome",),
-    "cardfence.engine.client.engine": ("Engine", "EngineConfig"),
+    "cardfence.engine.client.config": ("EngineConfig",),
+    "cardfence.engine.client.engine": ("Engine",),
     "cardfence.engine.client.tasklog": ("AsOf",),
     "cardfence.engine.core.views": ("TaskView",),
     "cardfence.engine.wire.push": ("Delivery",),

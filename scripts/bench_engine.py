@@ -3,7 +3,7 @@
 All on SQLite (a file in a temporary folder, WAL, ``synchronous=NORMAL``); ``--pg-url`` is not used
 by this section. In one process:
 
-1. **Observation application** (``Engine._observe``: head read, ``apply_observation`` with its
+1. **Observation application** (``Observing.apply``: head read, ``apply_observation`` with its
    guards, the fold, one event and the new projection appended in one transaction), round-robin
    over 200 tasks that already exist, alternating per task between a poll that sees a new
    state (``working`` <-> ``input-required``, so ``StateChanged``) and one that sees the same state
@@ -105,7 +105,8 @@ from eventsourcing.application import Application
 from support import Peer
 
 from cardfence.engine.client.audit import replay
-from cardfence.engine.client.engine import Engine, EngineConfig
+from cardfence.engine.client.config import EngineConfig
+from cardfence.engine.client.engine import Engine
 from cardfence.engine.client.following import reached
 from cardfence.engine.client.tasklog import TaskLog, projection_of, task_stream_id
 from cardfence.engine.core import events as ev
@@ -132,7 +133,7 @@ class Sizes:
     """Work per timed run (each rate is the median of ``ctx.runs`` such runs)."""
 
     tasks: int  # tasks the observations go round
-    observations: int  # Engine._observe calls
+    observations: int  # Observing.apply calls
     machine_sends: int  # python-statemachine sends (~75 us each)
     lookups: int  # is_legal calls (~0.1 us each)
     e2e_tasks: int  # tasks driven ask -> reply -> completed, one after another
@@ -322,7 +323,7 @@ class RawPlan:
 def observe_each(engine: Engine) -> Callable[[list[tuple[str, Observation]]], int]:
     def work(observations: list[tuple[str, Observation]]) -> int:
         for key, observation in observations:
-            engine._apply(key, observation, None)
+            engine.observing.apply(key, observation, None)
         return len(observations)
 
     return work
@@ -406,7 +407,7 @@ def bench_observations(
 
     figures = [
         Figure.compared(
-            "Engine._observe: transition+guards+event+projection, 1 event/txn (vs raw insert)",
+            "Observing.apply: transition+guards+event+projection, 1 event/txn (vs raw insert)",
             rates["ours"],
             rates["raw"],
             "observations/s",

@@ -1,6 +1,6 @@
 """The ``group`` benchmark section: group commit, observations applied by many writers at once.
 
-Measured through the engine's observation path: ``Engine._apply`` (what a store worker thread runs
+Measured through the engine's observation path: ``Observing.apply`` (what a store worker thread runs
 for every poll or push: head read, ``apply_observation`` with its guards, the fold, one event and
 the new projection appended), on task streams that already exist, each observation recording one
 event (the ``engine`` section's script: ``StateChanged`` and ``ObservationIgnored`` alternately).
@@ -88,7 +88,7 @@ class Writers:
         count = 0
         for share in planned:
             for key, observation in share:
-                self.engine._apply(key, observation, None)
+                self.engine.observing.apply(key, observation, None)
             count += len(share)
         return count
 
@@ -98,7 +98,7 @@ class Writers:
         def write(share: list[tuple[str, Observation]]) -> int:
             start.wait()
             for key, observation in share:
-                self.engine._apply(key, observation, None)
+                self.engine.observing.apply(key, observation, None)
             return len(share)
 
         return sum(f.result() for f in [self.pool.submit(write, share) for share in planned])
@@ -111,12 +111,12 @@ def runs_of(prepared: list[Planned], work: Callable[[Planned], int]) -> Workload
 
 @contextmanager
 def engine_on(store: EventStore) -> Iterator[Engine]:
-    client = httpx.AsyncClient()  # never used for a request: _apply does no I/O but the store's
+    client = httpx.AsyncClient()  # never used for a request: apply does no I/O but the store's
     engine = Engine(store, client)
     try:
         yield engine
     finally:
-        engine._calls.close()
+        engine.records.calls.close()
         asyncio.run(client.aclose())
 
 

@@ -47,7 +47,8 @@ from bench_serve import BareAtOnce, _process, _wait_for
 from bench_store import postgres_database
 from support.agent_process import demo_agent_process
 
-from cardfence.engine.client.engine import Engine, EngineConfig
+from cardfence.engine.client.config import EngineConfig
+from cardfence.engine.client.engine import Engine
 from cardfence.store.event_store import EventStore
 
 SLOW_SECONDS = "0.2"

@@ -110,7 +110,8 @@ from starlette.routing import Route
 from support.agent_process import demo_agent_process
 from support.hostile import status_update
 
-from cardfence.engine.client.engine import Engine, EngineConfig
+from cardfence.engine.client.config import EngineConfig
+from cardfence.engine.client.engine import Engine
 from cardfence.engine.client.following import reached
 from cardfence.engine.client.tasklog import TaskLog, task_stream_id
 from cardfence.engine.core import events as ev
@@ -549,9 +550,7 @@ async def _awaited(job: Awaitable[_T]) -> _T:
 
 async def drained(engine: Engine) -> None:
     """Wait for what deliveries set off in the engine: closing reads, boundary re-checks."""
-    while engine._closing or engine._background:
-        await asyncio.gather(*engine._closing.values(), return_exceptions=True)
-        await engine.settle()
+    await engine.settle()
 
 
 @contextlib.contextmanager
@@ -589,10 +588,8 @@ def _push_side(
     *, inline: bool,
 ) -> PushSide:  # fmt: skip
     store = EventStore.open(url)
-    engine = Engine(store, engine_client(), EngineConfig())  # as `serve` makes it
-    if inline:
-        engine._calls = StoreCalls(store, workers=0)
-        engine.discovery._calls = engine._calls
+    calls = StoreCalls(store, workers=0) if inline else None
+    engine = Engine(store, engine_client(), EngineConfig(), calls=calls)  # as `serve` makes it
     served = Served(webhook_app(engine), on_stop=engine.aclose)
     hook = f"http://127.0.0.1:{served.port}/webhook"
     jobs = [push_plan(push_tasks(store, template, count, hook), folder) for _ in range(runs + 1)]

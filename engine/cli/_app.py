@@ -40,7 +40,7 @@ from cardfence.store.event_store import EventStore
 
 # Not a circle: for start-up time, the engine loads when a command that drives tasks runs.
 if TYPE_CHECKING:
-    from cardfence.engine.client.engine import EngineConfig
+    from cardfence.engine.client.config import EngineConfig
 
 DEFAULT_DB = "sqlite:///cardfence.db"
 

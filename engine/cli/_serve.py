@@ -27,7 +27,8 @@ from cardfence.engine.cli._app import (
     options_of,
 )
 from cardfence.engine.cli._tasks import CardAgeOption, PollOption, RetryAfterOption
-from cardfence.engine.client.engine import Engine, EngineConfig
+from cardfence.engine.client.config import EngineConfig
+from cardfence.engine.client.engine import Engine
 from cardfence.engine.discovery.fetch import CardLimits
 from cardfence.engine.http.pool import engine_client, tls_context
 from cardfence.engine.serve.decision_log import DecisionLog

@@ -46,8 +46,9 @@ from cardfence.engine.cli._render import (
 )
 from cardfence.engine.client.audit import audit as audit_store
 from cardfence.engine.client.audit import rebuild_projections as rebuild_store
+from cardfence.engine.client.config import EngineConfig
 from cardfence.engine.client.creation import check_webhook_url
-from cardfence.engine.client.engine import Engine, EngineConfig
+from cardfence.engine.client.engine import Engine
 from cardfence.engine.client.following import UNTIL
 from cardfence.engine.client.tasklog import AsOf, TaskLog, task_stream_id
 from cardfence.engine.core.answers import TaskState

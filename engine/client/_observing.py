@@ -1,5 +1,5 @@
-"""The one observation path (R10, R12): every remote report -- a poll's answer, a send's, a
-stream event, a push delivery -- is applied here, through
+"""The engine's part that applies every remote report on one path (R10, R12): a poll's answer, a
+send's, a stream event, a push delivery -- through
 :func:`engine.core.observations.apply_observation`, which takes no card. What a transition calls for
 is started beside it: R6's boundary re-check, R7's re-validation, the closing read of a task a
 push ended. The push ingress's engine half (:meth:`Observing.deliver`) lives here too.
@@ -10,17 +10,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import logging
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from cardfence.engine.client._base import (
-    _STREAM_FAILURES,
-    EngineBase,
-    _authorization_failed,
-    _log,
-    _unreachable,
-)
+from cardfence.engine.client._asking import Asking
+from cardfence.engine.client._background import Background
+from cardfence.engine.client._connections import Connections
+from cardfence.engine.client._records import TaskRecords, _authorization_failed, _unreachable
+from cardfence.engine.client.config import EngineConfig
 from cardfence.engine.core import events as ev
 from cardfence.engine.core import guards
 from cardfence.engine.core.lifecycle import TERMINAL
@@ -37,26 +36,60 @@ from cardfence.engine.core.views import TaskView
 from cardfence.engine.errors import (
     AuthorizationFailedError,
     EndpointUnreachableError,
+    InvalidAgentResponseError,
+    RemoteRefusedError,
     ThrottledError,
     WrongTaskAnswerError,
 )
 from cardfence.engine.http.deadline import left as time_left
 from cardfence.engine.wire import push as webhook
-from cardfence.store.errors import CorruptRecordError, PayloadError
+from cardfence.store.errors import PayloadError
+
+# Closing GetTasks in flight at once, the others waiting their turn: many at once grew httpx's
+# pool past its 20 kept-alive connections, and its bookkeeping scans every one per request.
+_CLOSING_READS = 8
+# What ends a stream early (a drop is an EndpointUnreachableError); polling goes on regardless.
+STREAM_FAILURES = (EndpointUnreachableError, RemoteRefusedError, InvalidAgentResponseError)
+_log = logging.getLogger("cardfence.engine")
 
 
-class Observing(EngineBase):
+class Observing:
     """Reports applied, and the card checks they set off (R6, R7)."""
 
-    def _wake(self, key: str) -> None:
+    def __init__(
+        self,
+        config: EngineConfig,
+        records: TaskRecords,
+        connections: Connections,
+        background: Background,
+        asking: Asking,
+    ) -> None:
+        self.config = config
+        self.records = records
+        self.connections = connections
+        self.background = background
+        self.asking = asking
+        # A drive's wake-up on a push or stream event, for as long as a drive follows the task.
+        self.pushed: dict[str, asyncio.Event] = {}
+        self.closing_slots = asyncio.Semaphore(_CLOSING_READS)
+
+    def wake(self, key: str) -> None:
         """A report was applied outside the poll loop: a drive waiting on this task looks."""
-        if key in self._pushed:
-            self._pushed[key].set()
+        if key in self.pushed:
+            self.pushed[key].set()
 
-    async def _observe(self, key: str, observation: Observation) -> TaskView:
-        return TaskView.of(await self._observe_state(key, observation))
+    def wakeup(self, key: str) -> asyncio.Event:
+        """The event :meth:`wake` sets for ``key``, kept until :meth:`forget` lets it go."""
+        return self.pushed.setdefault(key, asyncio.Event())
 
-    async def _observe_state(
+    def forget(self, key: str) -> None:
+        """No drive follows ``key`` now: its wake-up is let go."""
+        self.pushed.pop(key, None)
+
+    async def observe(self, key: str, observation: Observation) -> TaskView:
+        return TaskView.of(await self.observe_state(key, observation))
+
+    async def observe_state(
         self,
         key: str,
         observation: Observation,
@@ -67,16 +100,18 @@ class Observing(EngineBase):
         """Apply one remote report (R10, R12), whatever its source, then schedule what the
         transition calls for. ``recorded`` receives the events written; ``whole``: the report
         was the whole task (every artifact), not one event of it."""
-        before, after = await self._calls.run(self._apply, key, observation, recorded)
-        self._observed(key, observation, before, after, whole=whole)
+        before, after = await self.records.calls.run(self.apply, key, observation, recorded)
+        self.observed(key, observation, before, after, whole=whole)
         return after
 
-    def _observed(
+    def observed(
         self, key: str, observation: Observation, before: State, after: State, *, whole: bool
     ) -> None:
         """Schedule what an applied report's transition calls for (``whole``: see above)."""
         if guards.boundary_recheck_due(after, before["state"], after["state"]):
-            self._spawn(self._boundary_recheck(key))  # R6, after the transition is recorded
+            self.background.spawn(
+                self.boundary_recheck(key)
+            )  # R6, after the transition is recorded
         if (
             not whole
             and (
@@ -84,7 +119,7 @@ class Observing(EngineBase):
             )
             and after["state"] in TERMINAL
             and before["state"] not in TERMINAL
-            and key not in self._closing
+            and key not in self.background.closing
         ):
             # A push of one event: the task may have ended with artifacts whose own pushes were
             # lost (the agent tries each once). Nobody polls an ended task, so read it once now.
@@ -93,11 +128,9 @@ class Observing(EngineBase):
             # whole too: its first chunks may have come before the stream was followed (a 0.3
             # agent's starts with no snapshot), and a safety poll racing the stream may have
             # read chunks the stream then brought again. What the agent holds is the artifact.
-            job = asyncio.ensure_future(self._contained(self._closing_read(key)))
-            self._closing[key] = job
-            job.add_done_callback(lambda _: self._closing.pop(key, None))
+            self.background.close_with(key, self.closing_read(key))
 
-    def _ingest(
+    def ingest(
         self,
         remote_id: str,
         headers: Mapping[str, str],
@@ -112,7 +145,7 @@ class Observing(EngineBase):
         authenticates as names the task. The credentials are checked again against the head the
         append is decided on, so a webhook replaced since the lookup (by another process) is
         refused, never applied under the configuration it replaced."""
-        heads = self.log.by_remote_id(remote_id)
+        heads = self.records.log.by_remote_id(remote_id)
         candidates = [(head.key, head.state.get("webhook")) for head in heads]
         key = webhook.match_task(remote_id, candidates, headers)
         if observation is None:
@@ -122,46 +155,46 @@ class Observing(EngineBase):
             webhook.check_credentials(state.get("webhook") or {}, headers)
 
         try:
-            return key, self._apply(key, observation, recorded, still_authenticates)
+            return key, self.apply(key, observation, recorded, still_authenticates)
         except PayloadError as too_large:  # R16: never raised at the agent
             raise webhook.Refused(413, str(too_large), key) from None
 
-    async def _closing_read(self, key: str) -> None:
-        async with self._closing_slots:
-            await self._closing_read_now(key)
+    async def closing_read(self, key: str) -> None:
+        async with self.closing_slots:
+            await self.closing_read_now(key)
 
-    async def _closing_read_now(self, key: str) -> None:
-        state = await self._known_state(key)  # its remote id, endpoint and contract
+    async def closing_read_now(self, key: str) -> None:
+        state = await self.records.known_state(key)  # its remote id, endpoint and contract
         try:
-            transport = await self._task_transport(state)
+            transport = await self.connections.task_transport(state)
             task = await transport.get_task(state["remote_task_id"])
         except AuthorizationFailedError as refused:  # R15: an annotation, the task has ended
-            await self._record(key, [_authorization_failed(refused, "poll")])
+            await self.records.record(key, [_authorization_failed(refused, "poll")])
             return
-        except _STREAM_FAILURES as failure:  # the task has ended all the same (R10)
+        except STREAM_FAILURES as failure:  # the task has ended all the same (R10)
             _log.info(
                 "closing read failed",
                 extra={"task": key, "event": "ClosingReadFailed", "reason": str(failure)},
             )
             return
-        await self._observe_state(key, from_task(task, "poll"))
+        await self.observe_state(key, from_task(task, "poll"))
 
-    async def _closed(self, key: str, state: State) -> TaskView:
+    async def closed(self, key: str, state: State) -> TaskView:
         """The view of an ended task, once its closing read (if one is running) is done."""
-        job = self._closing.get(key)
+        job = self.background.closing.get(key)
         if job is not None:
             await asyncio.wait({job}, timeout=time_left())
-            state = await self._state(key)
+            state = await self.records.state(key)
         return TaskView.of(state)
 
-    def _apply(
+    def apply(
         self,
         key: str,
         observation: Observation,
         recorded: list[Event] | None,
         check: Callable[[State], None] | None = None,
     ) -> tuple[State, State]:
-        """The store's half of :meth:`_observe_state` (on a store worker thread). ``check``
+        """The store's half of :meth:`observe_state` (on a store worker thread). ``check``
         sees each state the append is decided on, and may refuse it by raising."""
         agent_revision: list[str | None] = []
         if observation.received_at is None:
@@ -178,7 +211,7 @@ class Observing(EngineBase):
             for type_, data in list(out):
                 if type_ == ev.STATE_CHANGED and data["to"] == "failed":
                     if not agent_revision:
-                        agent_revision.append(self._agent_revision(state))
+                        agent_revision.append(self.records.agent_revision(state))
                     out += guards.failure_review(
                         state, "failed", data.get("message"), agent_revision[0]
                     )
@@ -191,49 +224,37 @@ class Observing(EngineBase):
             decided[:] = out
             return out
 
-        before, after = self.log.record(key, decide)
+        before, after = self.records.log.record(key, decide)
         if not decided and observation.state is not None:
             # R12: a report that repeats one already recorded: counted, not appended.
-            self.log.count_repeat(key)
+            self.records.log.count_repeat(key)
         return before, after
 
-    def _agent_revision(self, state: Mapping[str, Any]) -> str | None:
-        """The card revision the agent's stream holds (on a store worker); None when none is
-        recorded, or its record was altered in the store -- logged, and never a reason to hold
-        up the task (its report is recorded all the same)."""
-        try:
-            head = self.store.stream(ev.agent_stream_id(str(state.get("agent"))))
-        except CorruptRecordError as corrupt:
-            _log.warning(
-                "the agent's record cannot be read: the task's card is not compared",
-                extra={"task": state.get("task"), "event": "RecordUnreadable",
-                       "reason": str(corrupt)},
-            )  # fmt: skip
-            return None
-        revision = None if head is None else head.state.get("revision")
-        return revision if isinstance(revision, str) else None
-
-    async def _boundary_recheck(self, key: str) -> None:
-        agent_url = (await self._known_state(key))["agent_url"]
+    async def boundary_recheck(self, key: str) -> None:
+        agent_url = (await self.records.known_state(key))["agent_url"]
         # Many tasks of one agent cross a boundary at once: they share one read in flight.
-        card, failure = await self._read(agent_url, fresh=True, share=True)
+        card, failure = await self.connections.read(agent_url, fresh=True, share=True)
         if failure is None and card is not None and card.push_notifications:
             return  # push still offered: nothing to record, whatever the task's state now
         # Decided on the task as it is when the outcome is appended, not as it was before the
         # read (another report may have switched it to polling meanwhile).
-        await self._decide(key, lambda state: guards.push_recheck(state, card, failure))
+        await self.records.decide(key, lambda state: guards.push_recheck(state, card, failure))
 
-    async def _revalidate(self, key: str) -> None:
-        state = await self._state(key)
-        card, failure, unread = await self._task_card(state, fresh=False, share=True)
+    async def revalidate(self, key: str) -> None:
+        state = await self.records.state(key)
+        card, failure, unread = await self.connections.task_card(state, fresh=False, share=True)
         if unread is not None:  # the public card stands in for the extended one
-            await self._decide(key, lambda s: guards.reconcile_stand_in(s, card, failure, unread))
+            await self.records.decide(
+                key, lambda s: guards.reconcile_stand_in(s, card, failure, unread)
+            )
             return
-        previous = await self._calls.run(self._card, state.get("latest_card_revision"))
-        await self._decide(key, lambda s: guards.reconcile_card(s, card, failure, previous))
+        previous = await self.records.calls.run(
+            self.records.card, state.get("latest_card_revision")
+        )
+        await self.records.decide(key, lambda s: guards.reconcile_card(s, card, failure, previous))
 
     @contextlib.asynccontextmanager
-    async def _failures_recorded(
+    async def failures_recorded(
         self, key: str, during: str, *, wrong_source: str
     ) -> AsyncIterator[None]:
         """Around one request of a live task (a poll, a reply, a cancel): a 401/403 is recorded
@@ -243,23 +264,21 @@ class Observing(EngineBase):
         try:
             yield
         except AuthorizationFailedError as refused:
-            await self._record(key, [_authorization_failed(refused, during)])
+            await self.records.record(key, [_authorization_failed(refused, during)])
             raise
         except ThrottledError as throttled:
-            await self._record_throttled(key, throttled, during, self._throttle_wait(throttled))
+            await self.records.record_throttled(
+                key, throttled, during, self.asking.throttle_wait(throttled)
+            )
             raise
         except EndpointUnreachableError as failure:
-            await self._record(key, [(ev.ENDPOINT_UNREACHABLE, _unreachable(failure, during))])
+            await self.records.record(
+                key, [(ev.ENDPOINT_UNREACHABLE, _unreachable(failure, during))]
+            )
             raise
         except WrongTaskAnswerError as wrong:
-            await self._record_wrong_task(key, wrong, wrong_source)
+            await self.records.record_wrong_task(key, wrong, wrong_source)
             raise
-
-    async def _record_wrong_task(self, key: str, wrong: WrongTaskAnswerError, source: str) -> None:
-        """R12: an answer about another task than the one asked about, to GetTask, SendMessage
-        or CancelTask: nothing of it is applied; the first is recorded and flagged."""
-        asked, answered, said = wrong.asked, wrong.answered, wrong.answered_state
-        await self._decide(key, lambda s: guards.wrong_task(s, asked, answered, said, source))
 
     # -- push deliveries (R5, R12) -------------------------------------------------------------
 
@@ -273,15 +292,15 @@ class Observing(EngineBase):
         observation = observation_from_update(update, "push")
         recorded: list[Event] = []
         try:
-            key, moved = await self._calls.run(
-                self._ingest, update.task_id or "", headers, observation, recorded
+            key, moved = await self.records.calls.run(
+                self.ingest, update.task_id or "", headers, observation, recorded
             )
         except webhook.Refused as refused:
             return refused.delivery
         if observation is None or moved is None:
             return webhook.Delivery(200, "ignored", "a message, not a task update", key)
-        self._observed(key, observation, *moved, whole=update.kind == "task")
-        self._wake(key)
+        self.observed(key, observation, *moved, whole=update.kind == "task")
+        self.wake(key)
         cut = any(_truncated(data) for _, data in recorded)
         detail = FLAG_PAYLOAD_TRUNCATED if cut else ""
         return webhook.Delivery(200, _delivery_outcome(recorded), detail, key)

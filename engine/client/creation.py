@@ -20,14 +20,17 @@ from cardfence.engine.cards.interfaces import select_interface
 from cardfence.engine.cards.model import AgentCard
 from cardfence.engine.cards.spoken import V03
 from cardfence.engine.cards.urls import checked_url, url_refusal
-from cardfence.engine.client._base import (
-    _EXTENDED_FAILURES,
-    ASK_AGAIN_AFTER,
+from cardfence.engine.client._access import Access
+from cardfence.engine.client._asking import ASK_AGAIN_AFTER, Asking
+from cardfence.engine.client._connections import EXTENDED_FAILURES, Connections
+from cardfence.engine.client._observing import Observing
+from cardfence.engine.client._records import (
+    TaskRecords,
     _authorization_failed,
     _now_iso,
     _unreachable,
 )
-from cardfence.engine.client._observing import Observing
+from cardfence.engine.client.config import EngineConfig
 from cardfence.engine.core import events as ev
 from cardfence.engine.core import guards
 from cardfence.engine.core.answers import PushConfig, RemoteTask
@@ -35,6 +38,7 @@ from cardfence.engine.core.observations import Event, from_message, from_task
 from cardfence.engine.core.replay import State
 from cardfence.engine.core.views import TaskView
 from cardfence.engine.discovery.card_read import CardRead
+from cardfence.engine.discovery.reads import Discovery
 from cardfence.engine.errors import (
     AuthorizationFailedError,
     CardInvalidError,
@@ -84,8 +88,26 @@ class WebhookOutcome:
     authorization: str | None = dataclasses.field(default=None, repr=False)
 
 
-class Creation(Observing):
+class Creation:
     """Task creation and webhook registration, each gated by a card read made for it."""
+
+    def __init__(
+        self,
+        config: EngineConfig,
+        discovery: Discovery,
+        records: TaskRecords,
+        connections: Connections,
+        access: Access,
+        asking: Asking,
+        observing: Observing,
+    ) -> None:
+        self.config = config
+        self.discovery = discovery
+        self.records = records
+        self.connections = connections
+        self.access = access
+        self.asking = asking
+        self.observing = observing
 
     # -- creation (R2, R3) ---------------------------------------------------------------------
 
@@ -139,7 +161,9 @@ class Creation(Observing):
         try:
             check = await self.discovery.check_contract(read, accept=accept_contract)
             interface = select_interface(
-                read.card, self.config.prefer_bindings, allow_insecure=self._allow_insecure
+                read.card,
+                self.config.prefer_bindings,
+                allow_insecure=self.connections.allow_insecure,
             )
         except (ContractChangedError, CardInvalidError) as refusal:
             if isinstance(refusal, CardInvalidError):
@@ -166,15 +190,15 @@ class Creation(Observing):
             )
         elif unread:
             submitted[1]["extended_unread"] = unread
-        submitted[1]["authorization"] = self._grant_record(grant)
+        submitted[1]["authorization"] = self.access.grant_record(grant)
         if activated:
             submitted[1]["extensions"] = list(activated)
-        await self._calls.run(self.log.create, key, [submitted])
-        credentials = self.authorizer.for_task(grant, interface.url)
-        transport = self._transport(endpoint, credentials, extensions=activated)
+        await self.records.calls.run(self.records.log.create, key, [submitted])
+        credentials = self.access.authorizer.for_task(grant, interface.url)
+        transport = self.connections.transport(endpoint, credentials, extensions=activated)
         return TaskView.of(
-            await self._send_creation(key, transport, text, message_id, context_id, skill,
-                                      media_type)
+            await self.send_creation(key, transport, text, message_id, context_id, skill,
+                                     media_type)
         )  # fmt: skip
 
     async def _extended_at_creation(
@@ -194,16 +218,18 @@ class Creation(Observing):
             return None, "the contract changed and is not accepted: no credentials were sent"
         try:
             interface = select_interface(
-                card, self.config.prefer_bindings, allow_insecure=self._allow_insecure
+                card, self.config.prefer_bindings, allow_insecure=self.connections.allow_insecure
             )
-            credentials = self.authorizer.for_task(
-                self.authorizer.grant(card, "", interface.url), interface.url
+            credentials = self.access.authorizer.for_task(
+                self.access.authorizer.grant(card, "", interface.url), interface.url
             )
-            transport = self._transport(guards.endpoint_of(interface), credentials, keep=False)
+            transport = self.connections.transport(
+                guards.endpoint_of(interface), credentials, keep=False
+            )
             extended = await self.discovery.read_extended(
                 read.agent, transport, public_revision=read.revision
             )
-        except _EXTENDED_FAILURES as failure:
+        except EXTENDED_FAILURES as failure:
             return None, f"{type(failure).__name__}: {failure}"
         return extended, ""
 
@@ -214,8 +240,8 @@ class Creation(Observing):
         tried (an OAuth token fetched) before anything is recorded or sent. A contract whose
         requirements no configured credential covers is refused (``CredentialsMissing``)."""
         try:
-            grant = self.authorizer.grant(card, skill, endpoint_url)
-            credentials = self.authorizer.for_task(grant, endpoint_url)
+            grant = self.access.authorizer.grant(card, skill, endpoint_url)
+            credentials = self.access.authorizer.for_task(grant, endpoint_url)
             if credentials is not None:
                 await credentials.prepare()
         except CredentialsMissingError as missing:
@@ -228,21 +254,7 @@ class Creation(Observing):
             raise
         return grant
 
-    def _grant_record(self, grant: Grant) -> dict[str, Any]:
-        """What ``TaskSubmitted`` keeps of the grant: names, scopes, fingerprints, and for an
-        OpenID Connect scheme what its discovery document said (never a secret)."""
-        record = grant.record(self.authorizer.fingerprints(grant))
-        discovered = {}
-        for name, definition in grant.definitions.items():
-            body = definition.get("openIdConnectSecurityScheme") or {}
-            seen = self._oidc.get(str(body.get("openIdConnectUrl", "")))
-            if seen is not None:
-                discovered[name] = seen
-        if discovered:
-            record["discovery"] = discovered
-        return record
-
-    async def _send_creation(
+    async def send_creation(
         self,
         key: str,
         transport: A2ATransport,
@@ -259,7 +271,7 @@ class Creation(Observing):
 
         An agent asking for time (:class:`ThrottledError`, R3, R5) is given it, within the
         deadline: after a 429 nothing was created, and the send goes again through the gate
-        (:meth:`_resend_gate`) with the same ``messageId``; after a 503 its outcome is unknown,
+        (:meth:`resend_gate`) with the same ``messageId``; after a 503 its outcome is unknown,
         so ``ListTasks`` on its context comes first, as for ``resume``. ``Throttled`` is recorded
         once. Raises :class:`DeadlineExceeded` when the wait asked for (at least a second,
         doubling) would leave no time to send again, and the :class:`ThrottledError` itself once
@@ -277,38 +289,40 @@ class Creation(Observing):
                     if unknown
                     else "nothing was created: `cardfence resume` sends it again"
                 )
-                waited += await self._wait_asked(key, throttled, "send", pause, waited, outcome)
+                waited += await self.asking.wait_asked(
+                    key, throttled, "send", pause, waited, outcome
+                )
             pause = min(pause * 2, self.config.max_retry_after)
-            state = await self._state(key)
-            if unknown and await self._found_sent(key, state):
-                return await self._state(key)
-            await self._resend_gate(key, state)
-            transport = await self._task_transport(await self._state(key))
+            state = await self.records.state(key)
+            if unknown and await self.found_sent(key, state):
+                return await self.records.state(key)
+            await self.resend_gate(key, state)
+            transport = await self.connections.task_transport(await self.records.state(key))
 
-    async def _found_sent(self, key: str, state: State) -> bool:
+    async def found_sent(self, key: str, state: State) -> bool:
         """Whether a send whose outcome is unknown reached the agent: ``ListTasks`` on the
         task's context (R3); the task found is read whole and applied. Several tasks may share
         the context (a continued conversation): one is ours only if its history holds the
         creation's ``messageId`` and no other task of this store (of this agent, R16) is bound
         to its id. None ours: nothing found."""
-        transport = await self._task_transport(state)
+        transport = await self.connections.task_transport(state)
         found = await transport.list_tasks(
             context_id=state["context_id"], history_length=HISTORY_IDS_KEPT
         )
         sent = [task.id for task in found if state["message_id"] in task.history_ids]
-        ours = await self._calls.run(self._unbound, key, state, sent)
+        ours = await self.records.calls.run(self._unbound, key, state, sent)
         if ours is None:
             return False
         # ListTasks may leave artifacts out (a2a-sdk does by default): read the whole task.
         whole = await transport.get_task(ours)
-        await self._observe(key, from_task(whole, "poll"))
+        await self.observing.observe(key, from_task(whole, "poll"))
         return True
 
     def _unbound(self, key: str, state: State, remote_ids: Sequence[str]) -> str | None:
         """The first of ``remote_ids`` no other task of this store is bound to at this agent
         (R16: a remote task id is unique per agent only)."""
         for remote_id in remote_ids:
-            heads = self.log.by_remote_id(remote_id)
+            heads = self.records.log.by_remote_id(remote_id)
             if not any(h.key != key and h.state.get("agent") == state.get("agent") for h in heads):
                 return remote_id
         return None
@@ -323,7 +337,7 @@ class Creation(Observing):
         skill: str,
         media_type: str,
     ) -> State:
-        """One SendMessage of a creation, and what came of it (see :meth:`_send_creation`); a
+        """One SendMessage of a creation, and what came of it (see :meth:`send_creation`); a
         :class:`ThrottledError` is raised unrecorded."""
         try:
             answer = await transport.send_message(
@@ -335,18 +349,20 @@ class Creation(Observing):
                 media_type=media_type,
             )
         except AuthorizationFailedError as refused:
-            await self._record(key, [_authorization_failed(refused, "send")])
+            await self.records.record(key, [_authorization_failed(refused, "send")])
             raise
         except ThrottledError:
             raise
         except (EndpointUnreachableError, InvalidAgentResponseError) as failure:
-            await self._record(key, [(ev.ENDPOINT_UNREACHABLE, _unreachable(failure, "send"))])
+            await self.records.record(
+                key, [(ev.ENDPOINT_UNREACHABLE, _unreachable(failure, "send"))]
+            )
             raise
         except RemoteRefusedError as refusal:
-            await self._record(
+            await self.records.record(
                 key, [guards.refused_creation(refusal.code, refusal.detail, refusal.url)]
             )
-            state = await self._state(key)
+            state = await self.records.state(key)
             await self._refuse(str(state["agent_url"]), "remote_refused", str(refusal), skill)
             raise CreationRefusedError(
                 refusal.url, refusal.code, refusal.detail, task=key
@@ -356,9 +372,9 @@ class Creation(Observing):
             if isinstance(answer, RemoteTask)
             else from_message(answer, "send")
         )
-        return await self._observe_state(key, observation)
+        return await self.observing.observe_state(key, observation)
 
-    async def _resend_gate(self, key: str, state: State) -> None:
+    async def resend_gate(self, key: str, state: State) -> None:
         """R2 and R3 for a re-send (by ``resume``, or after the agent asked for time); raises
         (nothing sent) and records the refusal in the agent's stream."""
         agent_url, skill = str(state["agent_url"]), str(state["skill"])
@@ -370,7 +386,7 @@ class Creation(Observing):
             raise
         extended: AgentCard | None = None
         if state.get("extended"):  # R15: its skill is on the authenticated extended card
-            extended, _, _ = await self._task_card(state, fresh=True)
+            extended, _, _ = await self.connections.task_card(state, fresh=True)
         decision = guards.resend_check(state, read.card, extended)
         if decision.allowed:
             return
@@ -428,14 +444,14 @@ class Creation(Observing):
         :class:`UsageError`, nothing recorded or sent).
         """
         check_webhook_url(url)
-        key = await self._find(ref)
-        state = await self._state(key)
+        key = await self.records.find(ref)
+        state = await self.records.state(key)
         if not state.get("remote_task_id"):
             raise UsageError(f"task {key} has no remote task id yet: nothing to register for")
-        refusal = url_refusal(url, allow_insecure=self._allow_insecure)
+        refusal = url_refusal(url, allow_insecure=self.connections.allow_insecure)
         if refusal is not None:  # R16: the agent would push the task's updates in clear text
             detail = f"webhook URL {url}: {refusal}; nothing was registered"
-            await self._record(key, [guards.downgrade("insecure_url", detail)])
+            await self.records.record(key, [guards.downgrade("insecure_url", detail)])
             return WebhookOutcome(False, "insecure_url", detail)
         card: AgentCard | None = None
         failure: DiscoveryError | None = None
@@ -445,7 +461,7 @@ class Creation(Observing):
             failure = error
         decision = guards.registration_check(card, failure)
         if not decision.allowed:
-            await self._record(key, [guards.downgrade(decision.reason, decision.detail)])
+            await self.records.record(key, [guards.downgrade(decision.reason, decision.detail)])
             return WebhookOutcome(False, decision.reason, decision.detail)
         config_id = f"cf-{uuid.uuid4().hex[:16]}"  # always ours: a2a-sdk would reuse the task id
         token = token or secrets.token_urlsafe(32)
@@ -457,11 +473,11 @@ class Creation(Observing):
             auth_scheme, auth_credentials = "Bearer", secrets.token_urlsafe(32)
         config = PushConfig(config_id, url, token, auth_scheme, auth_credentials)
         try:
-            transport = await self._task_transport(state)
+            transport = await self.connections.task_transport(state)
             await transport.create_push_config(state["remote_task_id"], config)
         except AuthorizationFailedError as refused:
             detail = f"{refused}; the task goes on by polling"
-            await self._record(
+            await self.records.record(
                 key,
                 [_authorization_failed(refused, "register"),
                  guards.downgrade("credentials_rejected", detail)],
@@ -469,7 +485,7 @@ class Creation(Observing):
             return WebhookOutcome(False, "credentials_rejected", detail)
         except RemoteRefusedError as refusal:
             detail = str(refusal)
-            await self._record(key, [guards.downgrade("push_refused", detail)])
+            await self.records.record(key, [guards.downgrade("push_refused", detail)])
             return WebhookOutcome(False, "push_refused", detail)
         auth = f"{auth_scheme} {auth_credentials}" if auth_scheme and auth_credentials else None
         registered = {
@@ -480,7 +496,7 @@ class Creation(Observing):
             "status": "provisional",
             "card_revision": card.revision if card else None,
         }
-        await self._record(key, [(ev.WEBHOOK_REGISTERED, registered)])
+        await self.records.record(key, [(ev.WEBHOOK_REGISTERED, registered)])
         return WebhookOutcome(True, "registered", "", config_id, token, auth)
 
 

@@ -6,148 +6,249 @@ through :func:`engine.core.observations.apply_observation`, which takes no card.
 and re-validation (R7, R8) run beside the polling, and only ever add diagnostics, flags or a switch
 to polling.
 
-The class is built in layers, a module each: ``base`` (configuration, plumbing, the card a task is
-compared with), ``observing`` (the one observation path and the push ingress), ``creation``
-(what card state may gate), ``following`` (polls, drives, streams), and here the commands on a
-task that exists: reply, cancel, resume.
+The Engine is a facade over parts it holds, each a plain class given the parts it uses when it
+is made (none knows the Engine): ``records`` (the task log), ``background`` (work beside the
+tasks), ``access`` (credentials, R15), ``connections`` (transports and card reads), ``asking``
+(waits an agent asked for, R5), ``observing`` (the one observation path and the push ingress),
+``creation`` (what card state may gate), ``following`` (polls, drives, streams), ``resumption``
+(resume) and ``conversation`` (reply and cancel).
 """
 
 from __future__ import annotations
 
-import uuid
+import time
+from collections.abc import Callable, Mapping, Sequence
+from typing import Self
 
-from cardfence.engine.auth.config import normalise_origin
-from cardfence.engine.client._base import EngineConfig, _now_iso
-from cardfence.engine.client.creation import Creation
-from cardfence.engine.client.following import Following
-from cardfence.engine.client.tasklog import task_stream_id
-from cardfence.engine.core import events as ev
-from cardfence.engine.core import guards
-from cardfence.engine.core.answers import RemoteTask
-from cardfence.engine.core.lifecycle import INTERRUPTED, TERMINAL
-from cardfence.engine.core.observations import from_message, from_task
+import httpx
+
+from cardfence.engine.client._access import Access
+from cardfence.engine.client._asking import Asking
+from cardfence.engine.client._background import Background
+from cardfence.engine.client._connections import Connections
+from cardfence.engine.client._conversation import Conversation
+from cardfence.engine.client._observing import Observing
+from cardfence.engine.client._records import TaskRecords
+from cardfence.engine.client._resumption import Resumption
+from cardfence.engine.client.config import EngineConfig
+from cardfence.engine.client.creation import Creation, WebhookOutcome
+from cardfence.engine.client.following import Following, Pace
+from cardfence.engine.client.tasklog import AsOf
 from cardfence.engine.core.replay import State
 from cardfence.engine.core.views import TaskView
-from cardfence.engine.errors import CredentialsMissingError, RemoteRefusedError, UsageError
+from cardfence.engine.discovery.reads import Discovery
+from cardfence.engine.http.offload import StoreCalls
+from cardfence.engine.http.pool import RequestSlots, engine_client, tls_context
+from cardfence.engine.wire import push as webhook
+from cardfence.store.event_store import EventStore
 
-__all__ = ["Engine", "EngineConfig"]
+__all__ = ["Engine"]
 
 
-class Engine(Following, Creation):
+class Engine:
     """An asyncio engine over an event store. Use :meth:`open`, then ``async with``."""
 
-    # -- replies and cancels (R10) ------------------------------------------------------------
+    def __init__(
+        self,
+        store: EventStore,
+        client: httpx.AsyncClient,
+        config: EngineConfig = EngineConfig(),
+        *,
+        owns_client: bool = False,
+        clock: Callable[[], float] = time.monotonic,
+        calls: StoreCalls | None = None,
+    ) -> None:
+        """``calls``: how store calls leave the event loop (:class:`StoreCalls`; by default
+        worker threads as many as the store's dialect suits)."""
+        self.store = store
+        self.client = client
+        self.config = config
+        self.clock = clock
+        slots = RequestSlots(config.requests_in_flight, config.requests_per_agent)
+        calls = calls or StoreCalls(store)
+        self.discovery = Discovery(
+            store, client, limits=config.card_limits, max_card_age=config.max_card_age,
+            clock=clock, calls=calls, slots=slots,
+        )  # fmt: skip
+        # The parts, each made with the parts it uses: none knows the Engine.
+        self.records = TaskRecords(store, calls)
+        self.background = Background()
+        self.access = Access(config, self.records)
+        self.connections = Connections(
+            config, client, self.discovery, self.access, owns_client=owns_client, slots=slots
+        )
+        self.asking = Asking(config, self.records)
+        self.observing = Observing(
+            config, self.records, self.connections, self.background, self.asking
+        )
+        self.creation = Creation(
+            config, self.discovery, self.records, self.connections, self.access, self.asking,
+            self.observing,
+        )  # fmt: skip
+        self.following = Following(
+            config, self.records, self.connections, self.background, self.asking,
+            self.observing, clock=clock,
+        )  # fmt: skip
+        self.resumption = Resumption(
+            self.discovery, self.records, self.connections, self.access, self.creation,
+            self.following,
+        )  # fmt: skip
+        self.conversation = Conversation(
+            self.records, self.connections, self.asking, self.observing
+        )
+        self.log = self.records.log
+        self.tokens = self.access.tokens
+        self.authorizer = self.access.authorizer
+
+    @classmethod
+    def open(
+        cls,
+        url: str,
+        *,
+        client: httpx.AsyncClient | None = None,
+        config: EngineConfig = EngineConfig(),
+    ) -> Self:
+        """An engine on the store at ``url`` (migrated to head), with its own client if none."""
+        store = EventStore.open(url)
+        own = client is None
+        if client is None:
+            client = engine_client(tls_context(config.ca_file))
+        return cls(store, client, config, owns_client=own)
+
+    async def aclose(self) -> None:
+        # Background jobs first (closing reads let finish, within the request timeout), before
+        # the clients and the store they need are closed.
+        await self.background.stop(self.config.request_timeout)
+        await self.connections.aclose()
+        await self.access.aclose()
+        self.records.calls.close()  # appends in flight finish first
+        self.store.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await self.aclose()
+
+    @property
+    def background_errors(self) -> list[Exception]:
+        """What background checks failed with (each logged; the first hundred kept)."""
+        return self.background.errors
+
+    async def settle(self) -> None:
+        """Wait for background re-checks, re-validations and closing reads; raise the first error
+        one of them hit (tests, shutdown). Closing reads included."""
+        await self.background.settle()
+
+    # -- reading -------------------------------------------------------------------------------
+
+    def task(self, ref: str, *, as_of: AsOf | None = None) -> TaskView:
+        """The task ``ref`` names (key, remote id, or a prefix of either); with ``as_of``, as
+        it stood at that point of the log, by replaying its events up to there."""
+        return self.records.task(ref, as_of=as_of)
+
+    def tasks(self, state: str | None = None, *, as_of: AsOf | None = None) -> list[TaskView]:
+        """Every task (only those in ``state`` if given); with ``as_of``, as they stood then."""
+        return self.records.tasks(state, as_of=as_of)
+
+    # -- creation and webhooks (R2, R3, R4) ----------------------------------------------------
+
+    async def start_task(
+        self,
+        agent_url: str,
+        *,
+        skill: str,
+        text: str,
+        media_type: str = "text/plain",
+        accept_contract: bool = False,
+        key: str | None = None,
+        extensions: Sequence[str] = (),
+    ) -> TaskView:
+        """Create a task: fresh card read, skill, media-type and extension check, contract
+        check, freeze, record, send; nothing is sent on any refusal
+        (:meth:`Creation.start_task`)."""
+        return await self.creation.start_task(
+            agent_url, skill=skill, text=text, media_type=media_type,
+            accept_contract=accept_contract, key=key, extensions=extensions,
+        )  # fmt: skip
+
+    async def register_webhook(
+        self,
+        ref: str,
+        url: str,
+        *,
+        token: str | None = None,
+        auth_scheme: str | None = None,
+        auth_credentials: str | None = None,
+    ) -> WebhookOutcome:
+        """Ask for push delivery, gated by a read made for this registration (R4)
+        (:meth:`Creation.register_webhook`)."""
+        return await self.creation.register_webhook(
+            ref, url, token=token, auth_scheme=auth_scheme, auth_credentials=auth_credentials
+        )
+
+    # -- push deliveries (R5, R12) -------------------------------------------------------------
+
+    async def deliver(self, body: bytes, headers: Mapping[str, str]) -> webhook.Delivery:
+        """Ingest one push delivery: checked (size, type, shape, credentials), then applied like
+        any other observation. Refusals write nothing (:meth:`Observing.deliver`)."""
+        return await self.observing.deliver(body, headers)
+
+    # -- continuation (R1, R5-R12) -------------------------------------------------------------
+
+    async def poll(self, ref: str) -> TaskView:
+        """One continuation step: GetTask on the task's recorded endpoint, applied. No discovery."""
+        return await self.following.poll(ref)
+
+    async def drive(
+        self, ref: str, *, until: str = "interrupted", timeout: float = 300.0
+    ) -> TaskView:
+        """Follow the task until ``until`` or the deadline, polling with backoff bounded by
+        ``max_poll_interval`` (R5, R16; :meth:`Following.drive`)."""
+        return await self.following.drive(ref, until=until, timeout=timeout)
+
+    async def follow_step(self, key: str, state: State, pace: Pace) -> State:
+        """One step of following a live task (:meth:`Following.follow_step`)."""
+        return await self.following.follow_step(key, state, pace)
+
+    async def stream_offered(self, key: str, state: State | None = None) -> bool:
+        """Whether to follow the task's event stream now (:meth:`Following.stream_offered`)."""
+        return await self.following.stream_offered(key, state)
+
+    async def follow_stream(self, key: str) -> State:
+        """Follow the task's event stream on its recorded endpoint
+        (:meth:`Following.follow_stream`)."""
+        return await self.following.follow_stream(key)
+
+    async def keep_streaming(
+        self,
+        key: str,
+        *,
+        retry_limit: float | None = None,
+        after_each: Callable[[], None] | None = None,
+    ) -> None:
+        """Follow the task's stream while it is offered, subscribing again after a drop
+        (:meth:`Following.keep_streaming`)."""
+        await self.following.keep_streaming(key, retry_limit=retry_limit, after_each=after_each)
+
+    @property
+    def stream_after(self) -> float:
+        """How far apart a task's polls are before its stream is followed too
+        (:attr:`Following.stream_after`)."""
+        return self.following.stream_after
+
+    # -- replies, cancels and resume (R9, R10) -------------------------------------------------
 
     async def reply(self, ref: str, text: str, *, media_type: str = "text/plain") -> TaskView:
         """Answer an input-required (or auth-required) task."""
-        key = await self._find(ref)
-        state = await self._state(key)
-        if state["state"] not in INTERRUPTED:
-            raise UsageError(f"task {key} is {state['state']}, not waiting for input")
-        message_id = f"m-{uuid.uuid4().hex}"
-        transport = await self._task_transport(state)
-        await self._record(key, [(ev.REPLY_SENT, {"message_id": message_id, "chars": len(text)})])
-        async with self._failures_recorded(key, "reply", wrong_source="send"):
-            # R5: a reply answered 429 was not taken: the same one goes again after the wait.
-            answer = await self._asked_again(
-                key,
-                "reply",
-                lambda: transport.send_message(
-                    text=text,
-                    message_id=message_id,
-                    context_id=state.get("remote_context_id") or state["context_id"],
-                    task_id=state["remote_task_id"],
-                    metadata={"skillId": state["skill"]},
-                    media_type=media_type,
-                ),
-                "the reply was not taken: `cardfence reply` sends it again",
-            )
-        if isinstance(answer, RemoteTask):
-            return await self._observe(key, from_task(answer, "send"))
-        return await self._observe(key, from_message(answer, "send"))
+        return await self.conversation.reply(ref, text, media_type=media_type)
 
     async def cancel(self, ref: str) -> TaskView:
         """Ask the remote to cancel. The state moves only when the remote reports it (R10)."""
-        key = await self._find(ref)
-        state = await self._state(key)
-        if not state.get("remote_task_id"):
-            raise UsageError(f"task {key} has no remote task id: run `resume` first")
-        transport = await self._task_transport(state)
-        await self._record(key, [(ev.CANCEL_REQUESTED, {"at": _now_iso()})])
-        async with self._failures_recorded(key, "cancel", wrong_source="send"):
-            try:
-                answer = await self._asked_again(
-                    key,
-                    "cancel",
-                    lambda: transport.cancel_task(state["remote_task_id"]),
-                    "the cancel was not taken: `cardfence cancel` asks again",
-                )
-            except RemoteRefusedError as refusal:
-                refused = {"code": refusal.code, "detail": str(refusal)}
-                await self._record(key, [(ev.CANCEL_REFUSED, refused)])
-                raise
-        return await self._observe(key, from_task(answer, "send"))
-
-    # -- resume (R9) ---------------------------------------------------------------------------
+        return await self.conversation.cancel(ref)
 
     async def resume(self, ref: str, *, accept_contract: bool = False) -> TaskView:
         """Reconcile the task with a fresh card before any request to its endpoint (R9), and
-        find its remote id if a crash fell between send and record. Raises
-        :class:`TaskOrphanedError` (the state untouched) when the card no longer carries its
-        skill compatibly. Does not drive; call :meth:`drive` next.
-
-        R15: when the endpoint moved to another origin than the one the task's credentials were
-        granted for, they are not sent there; ``accept_contract`` accepts the fresh card's
-        contract (R3, ``ContractAccepted`` when it changed) and moves the credentials to the
-        endpoint's origin (``CredentialsMoved``)."""
-        key = await self._find(ref)
-        state = await self._state(key)
-        if state["state"] in TERMINAL or guards.never_created(state):
-            return TaskView.of(state)  # R3: a refused creation is final, never sent again
-        await self._reconcile_endpoint(key)
-        state = await self._state(key)
-        if accept_contract:
-            await self._move_credentials(key, state)
-            state = await self._state(key)
-        if not state.get("remote_task_id"):
-            await self._rebind(key, state)
-        return TaskView.of(await self._state(key))
-
-    async def _move_credentials(self, key: str, state: State) -> None:
-        """R15: the caller accepts the origin the task's endpoint moved to, under the contract
-        a fresh read finds there (accepted for the agent, R3)."""
-        recorded = state.get("authorization") or {}
-        old = recorded.get("origin")
-        new = normalise_origin(str(state["endpoint"]["url"]))
-        if not recorded.get("schemes") or old == new:
-            return
-        missing = [name for name in recorded["schemes"] if not self.authorizer.has(new, name)]
-        if missing:  # the same schemes, never others (R3): each must be configured there
-            needs = "; or ".join(f"[{name}]: not configured for {new}" for name in missing)
-            raise CredentialsMissingError(new, str(state["skill"]), needs)
-        read = await self.discovery.read(str(state["agent_url"]), fresh=True)
-        await self.discovery.check_contract(read, accept=True)
-        moved = {"old": old, "new": new, "revision": read.card.revision, "at": _now_iso()}
-        await self._record(key, [(ev.CREDENTIALS_MOVED, moved)])
-
-    async def _rebind(self, key: str, state: State) -> None:
-        """The send may or may not have reached the agent: ask it for our context's tasks."""
-        if await self._found_sent(key, state):
-            return
-        # Never reached the agent: sending it now is a creation (R3), gated like one: a fresh
-        # card (R2) that still offers the skill for the media type, under the task's frozen
-        # contract -- wherever the endpoint now is. Same messageId, so an agent that did get
-        # the first send can tell. Its text lives in TaskSubmitted only (kept out of the
-        # projection, rewritten every step).
-        await self._resend_gate(key, state)
-        state = await self._state(key)
-        submitted = (await self._calls.run(self.store.read_stream, task_stream_id(key)))[0].data
-        await self._send_creation(
-            key,
-            await self._task_transport(state),
-            submitted["text"],
-            state["message_id"],
-            state["context_id"],
-            state["skill"],
-            state.get("media_type") or "text/plain",
-        )
+        find its remote id if a crash fell between send and record (:meth:`Resumption.resume`).
+        Does not drive; call :meth:`drive` next."""
+        return await self.resumption.resume(ref, accept_contract=accept_contract)

@@ -7,20 +7,21 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import math
+from collections import Counter
 from collections.abc import Callable
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import TypeVar
 
-from cardfence.engine.client._base import (
-    _STREAM_FAILURES,
-    EngineConfig,
-    _authorization_failed,
-    _log,
-)
-from cardfence.engine.client._observing import Observing
+from cardfence.engine.client._asking import Asking
+from cardfence.engine.client._background import Background
+from cardfence.engine.client._connections import Connections
+from cardfence.engine.client._observing import STREAM_FAILURES, Observing
 from cardfence.engine.client._readahead import ready_batches
+from cardfence.engine.client._records import TaskRecords, _authorization_failed
+from cardfence.engine.client.config import EngineConfig
 from cardfence.engine.core import events as ev
 from cardfence.engine.core import guards
 from cardfence.engine.core.answers import StreamUpdate
@@ -56,6 +57,10 @@ _LAST_POLL = 1.0
 # Seconds under which a next poll is not worth asking for: it would read the moment the last
 # one read (and with a clock that stands still while a poll is made, it would be asked forever).
 _TICK = 1e-3
+# Streams drive() follows at once, the other tasks polled only until a slot frees: each stream
+# holds a pooled connection of its own, and 200 at once left polls queued behind them.
+_STREAMS = 32
+_log = logging.getLogger("cardfence.engine")
 
 
 @dataclass(slots=True)
@@ -110,27 +115,48 @@ def reached(state: str, until: str) -> bool:
     return until == "interrupted" and state in INTERRUPTED
 
 
-class Following(Observing):
+class Following:
     """Following live tasks: polls with backoff bounded by ``max_poll_interval``, streams."""
+
+    def __init__(
+        self,
+        config: EngineConfig,
+        records: TaskRecords,
+        connections: Connections,
+        background: Background,
+        asking: Asking,
+        observing: Observing,
+        *,
+        clock: Callable[[], float],
+    ) -> None:
+        self.config = config
+        self.records = records
+        self.connections = connections
+        self.background = background
+        self.asking = asking
+        self.observing = observing
+        self.clock = clock
+        self.driving: Counter[str] = Counter()  # key -> drives following it now
+        self.stream_slots = asyncio.Semaphore(_STREAMS)
 
     # -- continuation (R1, R5-R12) -------------------------------------------------------------
 
     async def poll(self, ref: str) -> TaskView:
         """One continuation step: GetTask on the task's recorded endpoint, applied. No discovery."""
-        key = await self._find(ref)
-        return TaskView.of(await self._poll(key, await self._state(key)))
+        key = await self.records.find(ref)
+        return TaskView.of(await self.poll_state(key, await self.records.state(key)))
 
-    async def _poll(self, key: str, state: State) -> State:
+    async def poll_state(self, key: str, state: State) -> State:
         remote = state.get("remote_task_id")
         if not remote:
             raise UsageError(f"task {key} has no remote task id: run `resume` to find it")
-        async with self._failures_recorded(key, "poll", wrong_source="poll"):
-            task = await (await self._task_transport(state)).get_task(remote)
+        async with self.observing.failures_recorded(key, "poll", wrong_source="poll"):
+            task = await (await self.connections.task_transport(state)).get_task(remote)
         if time_left() <= 0:
             # R16: the answer came after the command's deadline. It is not applied (the next
             # poll reads it again), so applying an answer never starts past the deadline.
             return state
-        return await self._observe_state(key, from_task(task, "poll"))
+        return await self.observing.observe_state(key, from_task(task, "poll"))
 
     async def drive(
         self, ref: str, *, until: str = "interrupted", timeout: float = 300.0
@@ -148,59 +174,59 @@ class Following(Observing):
     async def _drive(self, ref: str, until: str, timeout: float) -> TaskView:
         if until not in UNTIL:
             raise UsageError(f"--until must be one of {', '.join(UNTIL)}, not {until!r}")
-        key = await self._find(ref)
+        key = await self.records.find(ref)
         # The task's stream, when its card offers one, is followed beside the polls (R12: one
         # observation path); the polls never wait on it.
         streamer = asyncio.ensure_future(self._stream_later(key))
-        self._driving[key] += 1
+        self.driving[key] += 1
         try:
             return await self._follow_until(key, until, timeout)
         finally:
-            self._let_go(key)
+            self.let_go(key)
             streamer.cancel()
             await asyncio.gather(streamer, return_exceptions=True)
 
-    def _let_go(self, key: str) -> None:
+    def let_go(self, key: str) -> None:
         """A drive of ``key`` ended: the last one lets go of its wake-up, so an engine that has
         driven a million tasks holds nothing for those no drive follows now."""
-        self._driving[key] -= 1
-        if self._driving[key] <= 0:
-            del self._driving[key]
-            self._pushed.pop(key, None)
+        self.driving[key] -= 1
+        if self.driving[key] <= 0:
+            del self.driving[key]
+            self.observing.forget(key)
 
     async def _follow_until(self, key: str, until: str, timeout: float) -> TaskView:
-        started = self._clock()
+        started = self.clock()
         deadline = started + timeout
         pace = Pace.start(self.config, started)
-        pushed = self._pushed.setdefault(key, asyncio.Event())
+        pushed = self.observing.wakeup(key)
         asked = False
         # A poll after the first starts only with this much time left to answer in (R16).
         last_poll = min(_LAST_POLL, self.config.request_timeout, timeout / 4)
         next_poll = started  # the first poll at once
         while True:
             # Read from the store: another process (`serve`) may have applied a push.
-            state = await self._state(key)
+            state = await self.records.state(key)
             if guards.never_created(state):
                 return TaskView.of(state)  # R3: the agent refused its creation; nothing to follow
             # The log may be stale (a reply answered after a crash): unless the task has ended,
             # ask the agent once before believing it is already where it was asked to stop.
             if state["state"] in TERMINAL or (asked and reached(state["state"], until)):
-                return await self._closed(key, state)
+                return await self.observing.closed(key, state)
             # A push or stream event woke us before the poll was due: it was applied, and is all
             # the news there is; the poll stays where it was scheduled.
             # R16: a poll starts only with time left to answer (the first: any time at all).
             polled = False
-            if self._clock() >= next_poll and time_left() > (last_poll / 2 if asked else 0.0):
+            if self.clock() >= next_poll and time_left() > (last_poll / 2 if asked else 0.0):
                 asked = polled = True
                 state = await self.follow_step(key, state, pace)
                 if reached(state["state"], until):
                     return TaskView.of(state)
             else:
                 self._revalidate_when_due(key, pace)
-            now = self._clock()
+            now = self.clock()
             room = time_left()
             if now >= deadline or room <= 0:
-                await self._record(
+                await self.records.record(
                     key,
                     [(ev.DEADLINE_EXCEEDED, {"state": state["state"], "seconds": timeout,
                                              "until": until})],
@@ -237,27 +263,27 @@ class Following(Observing):
         re-validation is started off the critical path when due. Returns the state after the
         poll. Raises :class:`TaskOrphanedError` from the endpoint check."""
         try:
-            state = await self._poll(key, state)
+            state = await self.poll_state(key, state)
             pace.unreachable = None
         except ThrottledError as throttled:
             # R5: the agent was reached and asked for time; no poll before it has passed.
             pace.unreachable = None
-            pace.throttled_until = self._clock() + self._throttle_wait(throttled)
+            pace.throttled_until = self.clock() + self.asking.throttle_wait(throttled)
         except EndpointUnreachableError as failure:
             pace.unreachable = _unwound(failure)
-            if failure.status == 404 and self._clock() >= pace.next_endpoint_check:
-                pace.next_endpoint_check = self._clock() + self.config.max_card_age
-                await self._reconcile_endpoint(key)
+            if failure.status == 404 and self.clock() >= pace.next_endpoint_check:
+                pace.next_endpoint_check = self.clock() + self.config.max_card_age
+                await self.reconcile_endpoint(key)
         except InvalidAgentResponseError:
             pass  # a malformed answer changes nothing; the next poll may be better
         self._revalidate_when_due(key, pace)
         return state
 
     def _revalidate_when_due(self, key: str, pace: Pace) -> None:
-        now = self._clock()
+        now = self.clock()
         if now >= pace.next_revalidation:
             pace.next_revalidation = now + self.config.max_card_age
-            self._spawn(self._revalidate(key))  # R7: off the critical path
+            self.background.spawn(self.observing.revalidate(key))  # R7: off the critical path
 
     # -- streams (R7, R12) -----------------------------------------------------------------------
 
@@ -269,10 +295,10 @@ class Following(Observing):
         if not self.config.follow_streams or self.config.max_poll_interval < _STREAM_AFTER:
             return False
         if state is None:
-            state = await self._state(key)
+            state = await self.records.state(key)
         if state["state"] not in _STREAMED or not state.get("remote_task_id"):
             return False
-        card = await self._calls.run(self._card, state.get("latest_card_revision"))
+        card = await self.records.calls.run(self.records.card, state.get("latest_card_revision"))
         return card is not None and card.streaming
 
     async def follow_stream(self, key: str) -> State:
@@ -280,8 +306,8 @@ class Following(Observing):
         an observation (source ``stream``) like any other report (R12), and wakes :meth:`drive`.
         Returns the state once the stream ended at a final or interrupted state; raises
         :class:`StreamDroppedError` when it ended early, the errors of opening it otherwise."""
-        state = await self._state(key)
-        transport = await self._task_transport(state)
+        state = await self.records.state(key)
+        transport = await self.connections.task_transport(state)
         idle = self.config.stream_idle_timeout
         try:
             async with (
@@ -293,13 +319,13 @@ class Following(Observing):
                 async for batch in batches:
                     said = (observation_from_update(update, "stream") for update in batch)
                     for observation in coalesced(o for o in said if o is not None):
-                        state = await self._observe_state(key, observation)
-                        self._wake(key)
+                        state = await self.observing.observe_state(key, observation)
+                        self.observing.wake(key)
         except AuthorizationFailedError as refused:
-            await self._record(key, [_authorization_failed(refused, "subscribe")])
+            await self.records.record(key, [_authorization_failed(refused, "subscribe")])
             raise
         except WrongTaskAnswerError as wrong:
-            await self._record_wrong_task(key, wrong, "stream")
+            await self.records.record_wrong_task(key, wrong, "stream")
             raise
         return state
 
@@ -330,15 +356,15 @@ class Following(Observing):
                     extra={"task": key, "event": "StreamRefused", "reason": str(refused)},
                 )
                 return
-            except _STREAM_FAILURES as failure:
+            except STREAM_FAILURES as failure:
                 reason = getattr(failure, "reason", None) or type(failure).__name__
                 _log.info(
                     "stream ended early; polling goes on",
                     extra={"task": key, "event": "StreamDropped", "reason": str(reason)},
                 )
                 if isinstance(failure, ThrottledError):  # R5: not asked again before its time
-                    throttle = self._throttle_wait(failure)
-                    await self._record_throttled(key, failure, "subscribe", throttle)
+                    throttle = self.asking.throttle_wait(failure)
+                    await self.records.record_throttled(key, failure, "subscribe", throttle)
                     wait = max(wait, throttle)
             finally:
                 if after_each is not None:
@@ -355,19 +381,19 @@ class Following(Observing):
 
     async def _stream_later(self, key: str) -> None:
         await asyncio.sleep(self.stream_after)
-        async with self._stream_slots:
+        async with self.stream_slots:
             await self.keep_streaming(key)
 
-    async def _reconcile_endpoint(self, key: str) -> None:
-        state = await self._state(key)
-        card, failure, unread = await self._task_card(state, fresh=True)
-        insecure = self._allow_insecure
+    async def reconcile_endpoint(self, key: str) -> None:
+        state = await self.records.state(key)
+        card, failure, unread = await self.connections.task_card(state, fresh=True)
+        insecure = self.connections.allow_insecure
         plan = (
             guards.resume_check(state, card, failure, allow_insecure=insecure)
             if unread is None
             else guards.resume_stand_in(state, card, failure, unread, allow_insecure=insecure)
         )
-        await self._record(key, plan.events)
+        await self.records.record(key, plan.events)
         if plan.orphaned:
             revision = card.revision if card else ""
             raise TaskOrphanedError(key, str(state["skill"]), revision, plan.detail)

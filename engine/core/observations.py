@@ -202,7 +202,7 @@ def _kept(
         return False
     # R12: the state the task is in, its status message again and no new or changed artifact is
     # a repeat whatever its timestamp (or generation): an agent restamping its status on every
-    # poll must not add an event per poll. Counted, not appended (Engine._apply).
+    # poll must not add an event per poll. Counted, not appended (Observing.apply).
     data = event[1]
     restamped = data.get("said") == task.get("last_said") and "remote_task_id" not in data
     return not (reason == IGNORED_SAME_STATE and not received and restamped)

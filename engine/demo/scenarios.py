@@ -28,7 +28,8 @@ from datetime import datetime
 from typing import Any
 
 from cardfence.engine.auth.config import Bearer, CredentialsConfig
-from cardfence.engine.client.engine import Engine, EngineConfig
+from cardfence.engine.client.config import EngineConfig
+from cardfence.engine.client.engine import Engine
 from cardfence.engine.client.tasklog import task_stream_id
 from cardfence.engine.core import events as ev
 from cardfence.engine.core.views import TaskView

@@ -123,7 +123,7 @@ class Driver:
         self._claim_soon = asyncio.Event()
         self._streams: dict[str, asyncio.Task[None]] = {}
         self.scan_interval = scan_interval
-        self._clock = engine._clock
+        self._clock = engine.clock
         self._due: list[tuple[float, int, str]] = []  # (when, tie-break, task key)
         self._scheduled: dict[str, float] = {}  # key -> its due time in the heap (the live one)
         self._paces: dict[str, Pace] = {}
@@ -228,8 +228,8 @@ class Driver:
         """Claim the due tasks to follow (:meth:`run` does it if not done before)."""
         # The position first: an event committed while the tasks are claimed is scanned again.
         self._loaded = True
-        self._position = await self.engine._calls.run(self.store.last_position)
-        await self.engine._calls.run(self._backfill)
+        self._position = await self.engine.records.calls.run(self.store.last_position)
+        await self.engine.records.calls.run(self._backfill)
         await self._claim()
 
     def _backfill(self) -> None:
@@ -252,14 +252,14 @@ class Driver:
         due = self.store.due
         renewing = time.monotonic() - self._renewed_at >= self.lease_ttl / 3
         if renewing:
-            held = await self.engine._calls.run(due.renew, self.owner, self.lease_ttl)
+            held = await self.engine.records.calls.run(due.renew, self.owner, self.lease_ttl)
             self._renewed_at = time.monotonic()
             for key in [k for k in self._leases if task_stream_id(k) not in held]:
                 self._lose(key, "lease not renewed: another process claimed the task")
             await self._release_strays(held)
         claimed = 0
         while not self._stopping.is_set():
-            leases = await self.engine._calls.run(
+            leases = await self.engine.records.calls.run(
                 due.claim, self.owner, self.lease_ttl, self.claim_batch
             )
             self._take(leases)
@@ -283,11 +283,11 @@ class Driver:
         due = self.store.due
         taken: dict[str, int] = {}
         while not self._stopping.is_set():
-            held = await self.engine._calls.run(due.holdings)
+            held = await self.engine.records.calls.run(due.holdings)
             moves = fair_share(self.owner, held, self.claim_batch)
             got = 0
             for holder, count in moves.items():
-                leases = await self.engine._calls.run(
+                leases = await self.engine.records.calls.run(
                     due.take_over, self.owner, holder, self.lease_ttl, count
                 )
                 self._take(leases)
@@ -312,7 +312,9 @@ class Driver:
         strays = held - driven
         if not strays:
             return
-        await self.engine._calls.run(self.store.due.release, self.owner, dict.fromkeys(strays, 0.0))
+        await self.engine.records.calls.run(
+            self.store.due.release, self.owner, dict.fromkeys(strays, 0.0)
+        )
         for stream_id in sorted(strays):
             _log.warning(
                 "released a lease this driver held but was not driving",
@@ -385,7 +387,7 @@ class Driver:
         elif lease is not None:
             self._finishing.add(key)  # still held in the store until ``done`` commits
             try:
-                await self.engine._calls.run(self.store.due.done, lease)
+                await self.engine.records.calls.run(self.store.due.done, lease)
             finally:
                 self._finishing.discard(key)
 
@@ -406,7 +408,7 @@ class Driver:
         replied to elsewhere. Returns how many events were read."""
         read = 0
         while True:
-            batch = await self.engine._calls.run(self.store.read_all, self._position, 1000)
+            batch = await self.engine.records.calls.run(self.store.read_all, self._position, 1000)
             if not batch:
                 return read
             read += len(batch)
@@ -518,7 +520,7 @@ class Driver:
     async def _step_leased(self, key: str) -> float | None:
         engine = self.engine
         try:
-            state = await engine._state(key)
+            state = await engine.records.state(key)
         except UsageError:  # the stream is gone (a store replaced under us): nothing to follow
             return None
         if not is_live(state):
@@ -527,7 +529,7 @@ class Driver:
         if pace is None:  # let go while its state was read: lost to another driver
             return None
         if self._clock() >= pace.next_endpoint_check:
-            revision = await engine._calls.run(engine._agent_revision, state)
+            revision = await engine.records.calls.run(engine.records.agent_revision, state)
             stale = guards.card_is_stale(state, {"revision": revision})
             if stale and self._orphaned_at.get(key) != revision:
                 pace.next_endpoint_check = self._clock() + engine.config.max_card_age
@@ -582,7 +584,7 @@ class Driver:
             for key in self._leases
         }
         try:
-            await self.engine._calls.run(self.store.due.release, self.owner, due_in)
+            await self.engine.records.calls.run(self.store.due.release, self.owner, due_in)
         except StoreError:  # the leases run out by themselves
             _log.exception("releasing leases failed", extra={"event": "ReleaseFailed"})
         self._leases.clear()
@@ -597,7 +599,7 @@ class Driver:
         an orphaned task stays on its recorded endpoint and is polled on (R1), and is not
         checked again until the agent's card changes once more."""
         try:
-            await self.engine._reconcile_endpoint(key)
+            await self.engine.following.reconcile_endpoint(key)
         except TaskOrphanedError as orphaned:
             if revision is not None:
                 self._orphaned_at[key] = revision
@@ -605,4 +607,4 @@ class Driver:
                 "task orphaned by a card revision; polling on at its recorded endpoint",
                 extra={"task": key, "event": ev.TASK_ORPHANED, "reason": str(orphaned)},
             )
-        return await self.engine._state(key)
+        return await self.engine.records.state(key)

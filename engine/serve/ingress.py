@@ -292,7 +292,7 @@ class _Ingress:
     async def _store_answers(self) -> bool:
         try:
             async with asyncio.timeout(_READY_SECONDS):
-                await self.engine._calls.run(self.engine.store.last_position)
+                await self.engine.records.calls.run(self.engine.store.last_position)
         except (StoreUnavailableError, TimeoutError) as down:
             reason = str(down) or f"no answer within {_READY_SECONDS:g} s"
             _log.warning(

@@ -53,8 +53,9 @@ from starlette.routing import Route
 from support import Peer, Peer03, ServerThread
 
 from cardfence.engine.client.audit import audit
+from cardfence.engine.client.config import EngineConfig
 from cardfence.engine.client.creation import WebhookOutcome
-from cardfence.engine.client.engine import Engine, EngineConfig
+from cardfence.engine.client.engine import Engine
 from cardfence.engine.client.tasklog import task_stream_id
 from cardfence.engine.core import events as ev
 from cardfence.engine.demo.receiver import WebhookReceiver

@@ -22,7 +22,7 @@ import pytest
 from engine_fixtures import audited_engine, data_of, headers_for, types
 from support.hostile import SKILL, HostileAgent, Reply
 
-from cardfence.engine.client.engine import EngineConfig
+from cardfence.engine.client.config import EngineConfig
 from cardfence.engine.core import events as ev
 from cardfence.engine.core.answers import RemoteTask
 from cardfence.engine.core.observations import MAX_RECORDED_ARTIFACT_BYTES, stored_json

@@ -45,7 +45,8 @@ from cardfence.engine.auth.config import (
     OAuthClient,
     Secret,
 )
-from cardfence.engine.client.engine import Engine, EngineConfig
+from cardfence.engine.client.config import EngineConfig
+from cardfence.engine.client.engine import Engine
 from cardfence.engine.core import events as ev
 from cardfence.engine.core.views import TaskView
 from cardfence.engine.errors import (

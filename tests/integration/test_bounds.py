@@ -31,7 +31,7 @@ from cardfence.engine.cards.model import Interface, parse_card
 from cardfence.engine.cards.spoken import JSONRPC
 from cardfence.engine.cards.urls import url_refusal
 from cardfence.engine.cli.main import run as cli
-from cardfence.engine.client.engine import EngineConfig
+from cardfence.engine.client.config import EngineConfig
 from cardfence.engine.core import events as ev
 from cardfence.engine.discovery.fetch import CardLimits, card_urls
 from cardfence.engine.discovery.reads import Discovery

@@ -31,8 +31,8 @@ WORDS = "alpha beta gamma delta epsilon zeta eta theta"
 
 async def _agent_holds(engine: Engine, key: str) -> list[str]:
     """The text parts of the artifact the agent holds now (a read recorded nowhere)."""
-    state = await engine._state(key)
-    transport = await engine._task_transport(state)
+    state = await engine.records.state(key)
+    transport = await engine.connections.task_transport(state)
     task = await transport.get_task(state["remote_task_id"])
     return [part.text or "" for artifact in task.artifacts for part in artifact.parts]
 

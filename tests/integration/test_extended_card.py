@@ -35,7 +35,7 @@ from cardfence.engine.cards.model import parse_card
 from cardfence.engine.cards.spoken import HTTP_JSON, JSONRPC
 from cardfence.engine.cli._app import exit_code_for
 from cardfence.engine.cli.main import run as cli
-from cardfence.engine.client.engine import EngineConfig
+from cardfence.engine.client.config import EngineConfig
 from cardfence.engine.core import events as ev
 from cardfence.engine.discovery.fetch import card_urls
 from cardfence.engine.errors import (

@@ -712,7 +712,7 @@ async def test_readyz_answers_503_when_the_store_does_not_answer_within_its_time
     engine, base_url = idle_ingress
     assert (await client.get(base_url + READY_PATH)).json() == {"status": "ready"}
     # The store's one worker thread is busy for longer than readiness waits.
-    busy = asyncio.ensure_future(engine._calls.run(time.sleep, 3))
+    busy = asyncio.ensure_future(engine.records.calls.run(time.sleep, 3))
     try:
         response = await client.get(base_url + READY_PATH)
     finally:

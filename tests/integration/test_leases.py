@@ -277,7 +277,7 @@ async def test_a_background_decision_under_a_lease_since_lost_writes_nothing_and
 
             with tasklog.driving(lease):  # as a step of the driver spawns its checks
                 flag = (ev.FLAGGED_FOR_REVIEW, {"reason": "skill_withdrawn", "detail": "late"})
-                driver.engine._spawn(driver.engine._record(view.task, [flag]))
+                driver.engine.background.spawn(driver.engine.records.record(view.task, [flag]))
             await driver.engine.settle()  # nothing to report
 
             assert len(events(store, view.task)) == before
@@ -309,7 +309,7 @@ async def test_an_append_refused_under_an_older_lease_leaves_the_newer_one_drive
             driver._take([again])
             flag = (ev.FLAGGED_FOR_REVIEW, {"reason": "skill_withdrawn", "detail": "late"})
             try:  # this step's append, under the lease it started with
-                await driver.engine._record(key, [flag])
+                await driver.engine.records.record(key, [flag])
             except LeaseLostError as refused:
                 raced.append(refused)
                 raise
@@ -367,7 +367,7 @@ async def test_a_task_lost_while_its_state_is_read_is_followed_no_more(
             view = await starter.start_task(peer.base_url, skill="slow", text="slow 30")
             await wait_until(lambda: driver.followed == 1, what="the driver to claim it")
             store, stream = starter.store, task_stream_id(view.task)
-            reading = driver.engine._state
+            reading = driver.engine.records.state
             lost: list[str] = []
 
             async def read_while_the_lease_is_lost(key: str) -> State:
@@ -379,7 +379,7 @@ async def test_a_task_lost_while_its_state_is_read_is_followed_no_more(
                     lost.append(key)
                 return state
 
-            driver.engine._state = read_while_the_lease_is_lost  # type: ignore[method-assign]
+            driver.engine.records.state = read_while_the_lease_is_lost  # type: ignore[method-assign]
             driver._follow(view.task, driver._clock(), prompt=True)  # a step now
             await wait_until(lambda: bool(lost), what="the lease lost during a step")
             await asyncio.sleep(0.3)  # the step ends

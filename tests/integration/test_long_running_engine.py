@@ -20,8 +20,8 @@ async def test_driving_tasks_to_their_end_leaves_no_wake_up_behind(
         view = await engine.start_task(peer.base_url, skill="echo", text=f"echo {n}")
         assert (await engine.drive(view.task, until="terminal", timeout=10)).state == "completed"
 
-    assert engine._pushed == {}
-    assert not engine._driving
+    assert engine.observing.pushed == {}
+    assert not engine.following.driving
 
 
 async def test_the_wake_up_stays_while_another_drive_still_follows_the_task(
@@ -32,7 +32,7 @@ async def test_the_wake_up_stays_while_another_drive_still_follows_the_task(
     with pytest.raises(DeadlineExceeded):
         await engine.drive(view.task, until="terminal", timeout=0.3)
 
-    assert view.task in engine._pushed  # the patient drive still waits on it
+    assert view.task in engine.observing.pushed  # the patient drive still waits on it
     assert (await patient).state == "completed"
-    assert engine._pushed == {}
-    assert not engine._driving
+    assert engine.observing.pushed == {}
+    assert not engine.following.driving

@@ -17,7 +17,8 @@ from support.keepalive import ClosingUnderRequests, OkServer
 
 from cardfence.engine.cards.model import Interface
 from cardfence.engine.cards.spoken import JSONRPC, V10
-from cardfence.engine.client.engine import Engine, EngineConfig
+from cardfence.engine.client.config import EngineConfig
+from cardfence.engine.client.engine import Engine
 from cardfence.engine.errors import EndpointUnreachableError
 from cardfence.engine.http.pool import (
     KEEPALIVE_SECONDS,

@@ -789,7 +789,7 @@ async def test_a_followed_tasks_last_failed_poll_is_kept_without_its_frames(
     agent.set_endpoint_gone(True)
     pace = Pace.start(engine.config, now=0.0)
 
-    await engine.follow_step(view.task, await engine._state(view.task), pace)
+    await engine.follow_step(view.task, await engine.records.state(view.task), pace)
 
     kept: BaseException | None = pace.unreachable
     assert isinstance(kept, EndpointUnreachableError)  # what `drive` raises at its deadline
@@ -811,7 +811,7 @@ async def test_a_followed_tasks_last_failure_to_connect_keeps_no_request(engine:
         view = await engine.start_task(doomed.base_url, skill="slow", text="slow 5")
     pace = Pace.start(engine.config, now=0.0)
 
-    await engine.follow_step(view.task, await engine._state(view.task), pace)
+    await engine.follow_step(view.task, await engine.records.state(view.task), pace)
 
     kept = pace.unreachable
     assert isinstance(kept, EndpointUnreachableError)
@@ -1158,16 +1158,16 @@ async def test_boundary_recheck_decides_on_the_task_as_it_is_when_its_outcome_is
         outcome = await engine.register_webhook(view.task, hook.url)
         assert outcome.registered
         peer.mutate_card(withdraw_push)
-        read_card = engine._read
+        read_card = engine.connections.read
 
         async def read_while_another_report_downgrades(*args: Any, **kwargs: Any) -> Any:
             read = await read_card(*args, **kwargs)
             # While the re-check's card read was in flight, the task went to polling already.
             meanwhile = guards.downgrade("push_withdrawn", "seen first by another report")
-            await engine._record(view.task, [meanwhile])
+            await engine.records.record(view.task, [meanwhile])
             return read
 
-        monkeypatch.setattr(engine, "_read", read_while_another_report_downgrades)
+        monkeypatch.setattr(engine.connections, "read", read_while_another_report_downgrades)
         working = status_update_body(
             view.remote_task_id or "", view.context_id, "working", datetime.now(UTC)
         )

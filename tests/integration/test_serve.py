@@ -37,7 +37,8 @@ from engine_fixtures import (
 )
 from support import Peer, make_tls
 
-from cardfence.engine.client.engine import Engine, EngineConfig
+from cardfence.engine.client.config import EngineConfig
+from cardfence.engine.client.engine import Engine
 from cardfence.engine.core import events as ev
 from cardfence.engine.serve.driver import Driver
 from cardfence.engine.serve.host import listen, serve

@@ -27,7 +27,8 @@ from support.extended_peer import EXTENDED_ONLY, ExtendedPeer
 from cardfence.engine.cards.signature_policy import CardSignatures, SignaturePolicy
 from cardfence.engine.cards.signatures import FORM_A2A_SDK, FORM_RFC8785, sign_card
 from cardfence.engine.client.audit import audit
-from cardfence.engine.client.engine import Engine, EngineConfig
+from cardfence.engine.client.config import EngineConfig
+from cardfence.engine.client.engine import Engine
 from cardfence.engine.core import events as ev
 from cardfence.engine.discovery import _signed_reads as signed_reads
 from cardfence.engine.discovery import reads as discovery_module

@@ -33,7 +33,8 @@ from engine_fixtures import (
 )
 from support import Peer, Peer03
 
-from cardfence.engine.client.engine import Engine, EngineConfig
+from cardfence.engine.client.config import EngineConfig
+from cardfence.engine.client.engine import Engine
 from cardfence.engine.client.tasklog import TaskLog
 from cardfence.engine.core import events as ev
 from cardfence.engine.errors import (

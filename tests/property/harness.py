@@ -23,7 +23,8 @@ from hypothesis import Phase, settings
 
 from cardfence.engine.auth.config import Bearer, CredentialsConfig
 from cardfence.engine.client.audit import audit
-from cardfence.engine.client.engine import Engine, EngineConfig
+from cardfence.engine.client.config import EngineConfig
+from cardfence.engine.client.engine import Engine
 from cardfence.engine.client.tasklog import task_stream_id
 from cardfence.engine.core import events as ev
 from cardfence.engine.discovery.fetch import CardLimits

@@ -58,8 +58,12 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
+from cardfence.engine.client._observing import Observing
+from cardfence.engine.client._records import TaskRecords
 from cardfence.engine.client.audit import replay
-from cardfence.engine.client.engine import Engine, EngineConfig
+from cardfence.engine.client.config import EngineConfig
+from cardfence.engine.client.engine import Engine
+from cardfence.engine.client.following import Following
 from cardfence.engine.client.tasklog import task_stream_id
 from cardfence.engine.core import events as ev
 from cardfence.engine.core.observations import Observation
@@ -245,7 +249,7 @@ class Differential(RuleBasedStateMachine):
     @rule(label=tasks)
     def revalidate(self, label: str) -> None:
         """R7's off-path re-validation (in `drive` it runs every `max_card_age`)."""
-        self.each(lambda w: w.engine._revalidate(w.keys[label]))
+        self.each(lambda w: w.engine.observing.revalidate(w.keys[label]))
 
     @rule(label=tasks)
     def resume(self, label: str) -> None:
@@ -396,9 +400,13 @@ HUNT = settings(
 
 
 def _caught(
-    monkeypatch: pytest.MonkeyPatch, name: str, planted: Callable[..., Any], protocol: str
+    monkeypatch: pytest.MonkeyPatch,
+    part: type,
+    name: str,
+    planted: Callable[..., Any],
+    protocol: str,
 ) -> str:
-    monkeypatch.setattr(Engine, name, planted)
+    monkeypatch.setattr(part, name, planted)
     with pytest.raises(AssertionError) as failure:
         run_state_machine_as_test(functools.partial(Differential, protocol), settings=HUNT)
     return str(failure.value)
@@ -408,17 +416,17 @@ def _caught(
 def test_p1_catches_a_poll_that_reads_the_card_and_fails_the_task_on_a_503(
     monkeypatch: pytest.MonkeyPatch, protocol: str
 ) -> None:
-    original = Engine._poll
+    original = Following.poll_state
 
-    async def poll_reading_the_card(self: Engine, key: str, state: State) -> State:
+    async def poll_reading_the_card(self: Following, key: str, state: State) -> State:
         try:
-            await self.discovery.read(state["agent_url"], fresh=True)
+            await self.connections.discovery.read(state["agent_url"], fresh=True)
         except DiscoveryError:  # the incident 000 client: no card, so the task must be dead
-            return await self._observe_state(key, Observation("poll", "failed", None))
+            return await self.observing.observe_state(key, Observation("poll", "failed", None))
         return await original(self, key, state)
 
     assert "failing card altered transitions" in _caught(
-        monkeypatch, "_poll", poll_reading_the_card, protocol
+        monkeypatch, Following, "poll_state", poll_reading_the_card, protocol
     )
 
 
@@ -426,16 +434,16 @@ def test_p1_catches_a_poll_that_reads_the_card_and_fails_the_task_on_a_503(
 def test_p1_catches_a_continuation_guard_that_reads_the_latest_card(
     monkeypatch: pytest.MonkeyPatch, protocol: str
 ) -> None:
-    original = Engine._poll
+    original = Following.poll_state
 
-    async def poll_gated_by_the_latest_card(self: Engine, key: str, state: State) -> State:
-        agent = self.store.stream(ev.agent_stream_id(state["agent"]))
-        latest = self._card(agent.state["revision"]) if agent is not None else None
+    async def poll_gated_by_the_latest_card(self: Following, key: str, state: State) -> State:
+        agent = self.records.store.stream(ev.agent_stream_id(state["agent"]))
+        latest = self.records.card(agent.state["revision"]) if agent is not None else None
         if latest is not None and latest.skill(state["skill"]) is None:
             return state  # "the skill is gone": stop following the task
         return await original(self, key, state)
 
-    monkeypatch.setattr(Engine, "_poll", poll_gated_by_the_latest_card)
+    monkeypatch.setattr(Following, "poll_state", poll_gated_by_the_latest_card)
     with pytest.raises(AssertionError, match="changed card altered transitions"):
         _play_skill_dropped_then_resumed(protocol)
 
@@ -469,20 +477,27 @@ def _play_skill_dropped_then_resumed(protocol: str) -> None:
 def test_p1_catches_a_client_that_cancels_when_revalidation_fails(
     monkeypatch: pytest.MonkeyPatch, protocol: str
 ) -> None:
-    original = Engine._revalidate
+    original = Observing.revalidate
+    made = Engine.__init__
 
-    async def revalidate_then_cancel(self: Engine, key: str) -> None:
-        state = self.log.head(key).state
-        try:
-            await self.discovery.read(state["agent_url"], fresh=True)
-        except DiscoveryError:  # incident 000 #2: a card 503 read as "the task is unreachable"
-            if state["state"] not in TERMINAL:
-                with contextlib.suppress(RemoteRefusedError):
-                    await self.cancel(key)
-            return
-        await original(self, key)
+    def made_with_the_bug(self: Engine, *args: Any, **kwargs: Any) -> None:
+        made(self, *args, **kwargs)
+        engine = self  # the planted re-validation cancels, which only the whole engine does
 
-    message = _caught(monkeypatch, "_revalidate", revalidate_then_cancel, protocol)
+        async def revalidate_then_cancel(key: str) -> None:
+            state = engine.log.head(key).state
+            try:
+                await engine.discovery.read(state["agent_url"], fresh=True)
+            except DiscoveryError:  # incident 000 #2: a card 503 read as "the task is unreachable"
+                if state["state"] not in TERMINAL:
+                    with contextlib.suppress(RemoteRefusedError):
+                        await engine.cancel(key)
+                return
+            await original(engine.observing, key)
+
+        engine.observing.revalidate = revalidate_then_cancel  # type: ignore[method-assign]
+
+    message = _caught(monkeypatch, Engine, "__init__", made_with_the_bug, protocol)
     assert "failing" in message or "transitions" in message
 
 
@@ -494,10 +509,10 @@ def test_p1_catches_a_failed_report_held_up_by_an_unreadable_agent_record(
     failing world stops following its task. (The engine past the 0.3 translation is the
     same, so the 1.0 remote is enough.)"""
 
-    def agent_revision_unguarded(self: Engine, state: Mapping[str, Any]) -> str | None:
+    def agent_revision_unguarded(self: TaskRecords, state: Mapping[str, Any]) -> str | None:
         head = self.store.stream(ev.agent_stream_id(str(state.get("agent"))))
         return None if head is None else head.state.get("revision")
 
-    monkeypatch.setattr(Engine, "_agent_revision", agent_revision_unguarded)
+    monkeypatch.setattr(TaskRecords, "agent_revision", agent_revision_unguarded)
     with pytest.raises(CorruptRecordError, match=r"^stream 'agent:http://agent\.test', its proj"):
         run_state_machine_as_test(functools.partial(Differential, "1.0"), settings=HUNT)

@@ -77,9 +77,11 @@ from hypothesis import strategies as st
 
 from cardfence.engine.auth.authorization import Authorizer, Grant, TaskCredentials
 from cardfence.engine.auth.config import ApiKey, Basic, Bearer, CredentialsConfig
-from cardfence.engine.client import _base as engine_base
-from cardfence.engine.client import tasklog
+from cardfence.engine.client import _connections, tasklog
+from cardfence.engine.client import engine as engine_module
+from cardfence.engine.client._connections import Connections
 from cardfence.engine.client.engine import Engine
+from cardfence.engine.client.following import Following
 from cardfence.engine.client.tasklog import TaskLog, task_stream_id
 from cardfence.engine.core import events as ev
 from cardfence.engine.core.observations import Event, Observation
@@ -303,7 +305,7 @@ async def _act(side: Side, step: Step) -> str | None:
         elif step[0] == "drive":
             await engine.drive(key, until="terminal", timeout=0)
         elif step[0] == "revalidate":
-            await engine._revalidate(key)
+            await engine.observing.revalidate(key)
         elif step[0] == "resume":
             await engine.resume(key)
         elif step[0] == "register":
@@ -510,9 +512,10 @@ def _one_tls_context() -> Iterator[None]:
     """Every engine makes a default TLS context (its token source's), which costs more than an
     example's requests: here, where every request goes to the fake and no contract asks for
     mutual TLS, they all share one."""
-    shared = engine_base.tls_context(None)
+    shared = engine_module.tls_context(None)
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(engine_base, "tls_context", lambda ca_file=None: shared)
+        for module in (engine_module, _connections):
+            patch.setattr(module, "tls_context", lambda ca_file=None: shared)
         yield
 
 
@@ -552,12 +555,12 @@ def test_property_catches_credentials_rebuilt_from_the_latest_card(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Planted: every request's credentials follow the card in force, not the frozen one."""
-    original = Engine._task_transport
+    original = Connections.task_transport
 
-    async def latest_card_transport(self: Engine, state: State) -> Any:
+    async def latest_card_transport(self: Connections, state: State) -> Any:
         return await original(self, {**state, "card_revision": state["latest_card_revision"]})
 
-    monkeypatch.setattr(Engine, "_task_transport", latest_card_transport)
+    monkeypatch.setattr(Connections, "task_transport", latest_card_transport)
     problem = catches()
     assert "carried" in problem or "raised" in problem, problem
     # The quiet form of the bug: the key still sent, but where the latest card asks for it.
@@ -584,15 +587,15 @@ def test_property_catches_credentials_sent_to_another_origin(
 def test_property_catches_a_refusal_read_as_a_failed_task(monkeypatch: pytest.MonkeyPatch) -> None:
     """Planted: "the agent no longer accepts us, so the task is dead" -- a 401 or 403 on a poll
     recorded, then applied as a report that the task failed."""
-    original = Engine._poll
+    original = Following.poll_state
 
-    async def poll_failing_on_refusal(self: Engine, key: str, state: State) -> State:
+    async def poll_failing_on_refusal(self: Following, key: str, state: State) -> State:
         try:
             return await original(self, key, state)
         except AuthorizationFailedError:
-            return await self._observe_state(key, Observation("poll", "failed", None))
+            return await self.observing.observe_state(key, Observation("poll", "failed", None))
 
-    monkeypatch.setattr(Engine, "_poll", poll_failing_on_refusal)
+    monkeypatch.setattr(Following, "poll_state", poll_failing_on_refusal)
     problem = catches()
     assert "StateChanged to ('failed'" in problem or "twin" in problem, problem
 

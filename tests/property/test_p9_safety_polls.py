@@ -37,7 +37,8 @@ from support.mocked import ScriptedAgent, answering
 from support.virtual_time import run_virtual, virtual_deadlines, virtual_engine
 
 from cardfence.engine.client import following
-from cardfence.engine.client.engine import Engine, EngineConfig
+from cardfence.engine.client.config import EngineConfig
+from cardfence.engine.client.engine import Engine
 from cardfence.engine.core import events as ev
 from cardfence.engine.errors import DeadlineExceeded
 
@@ -68,7 +69,7 @@ def _polls(scenario: Scenario, *, pushed: bool) -> tuple[list[float], float, str
 
     async def wake(engine: Engine, key: str, at: float) -> None:
         await asyncio.sleep(at)
-        engine._wake(key)  # a push applied: the drive looks at the task again
+        engine.observing.wake(key)  # a push applied: the drive looks at the task again
 
     async def job() -> tuple[float, str]:
         async with virtual_engine(agent.transport(), config) as engine:
@@ -79,7 +80,7 @@ def _polls(scenario: Scenario, *, pushed: bool) -> tuple[list[float], float, str
             ]
             with suppress(DeadlineExceeded):
                 await engine.drive(key, until="terminal", timeout=timeout)
-            ended = engine._clock()
+            ended = engine.clock()
             for job in wakes:
                 job.cancel()
             await asyncio.gather(*wakes, return_exceptions=True)

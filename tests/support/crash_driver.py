@@ -51,7 +51,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import cardfence.migrations as migrations
-from cardfence.engine.client.engine import Engine, EngineConfig
+from cardfence.engine.client.config import EngineConfig
+from cardfence.engine.client.engine import Engine
 from cardfence.engine.client.tasklog import TaskLog
 from cardfence.engine.core.lifecycle import TERMINAL
 from cardfence.engine.discovery import _signed_reads as signed_reads_module

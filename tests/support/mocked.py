@@ -26,7 +26,8 @@ import httpx
 
 from cardfence.engine.cards.model import Interface
 from cardfence.engine.cards.spoken import JSONRPC
-from cardfence.engine.client.engine import Engine, EngineConfig
+from cardfence.engine.client.config import EngineConfig
+from cardfence.engine.client.engine import Engine
 from cardfence.engine.wire.transport import A2ATransport
 from cardfence.store.event_store import EventStore
 from support.cards import card_document
@@ -208,5 +209,5 @@ def task_card_as(engine: Engine, card: Any, failure: Any, unread: Any) -> list[b
         fresh_asked.append(fresh)
         return card, failure, unread
 
-    engine._task_card = read  # type: ignore[method-assign]
+    engine.connections.task_card = read  # type: ignore[method-assign]
     return fresh_asked

@@ -28,7 +28,8 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 
-from cardfence.engine.client.engine import Engine, EngineConfig
+from cardfence.engine.client.config import EngineConfig
+from cardfence.engine.client.engine import Engine
 from cardfence.engine.http import deadline
 from cardfence.store.event_store import EventStore
 

@@ -261,12 +261,41 @@ def test_no_private_module_or_name_is_imported_from_another_wing() -> None:
     assert found == set()
 
 
+def engine_bases(source: str) -> set[str]:
+    """The bases of the classes ``source`` defines that are the engine's own classes: defined
+    there, or imported from cardfence -- the error tree aside."""
+    tree = ast.parse(source)
+    ours = {node.name for node in ast.walk(tree) if isinstance(node, ast.ClassDef)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("cardfence."):
+            errors = (node.module or "").endswith(".errors")
+            ours |= {alias.asname or alias.name for alias in node.names if not errors}
+    return {
+        f"{node.name}({ast.unparse(base)})"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ClassDef)
+        for base in node.bases
+        if ast.unparse(base).split(".")[0].split("[")[0] in ours
+    }
+
+
+def test_the_engines_parts_are_held_not_inherited() -> None:
+    """The Engine holds its parts: no class of the client wing derives from another of the
+    engine's classes (the error tree aside), so no tower of layers comes back."""
+    found = {
+        f"{path.relative_to(ROOT)}: {sorted(bases)}"
+        for path in sorted((ROOT / "engine" / "client").rglob("*.py"))
+        if (bases := engine_bases(path.read_text(encoding="utf-8")))
+    }
+    assert found == set()
+
+
 @pytest.mark.parametrize(
     ("wing", "source"),
     [
         ("client", "from cardfence.engine.discovery import _agent_stream"),
         ("client", "from cardfence.engine.discovery.reads import _now"),
-        ("serve", "def f():\n    from cardfence.engine.client._base import EngineConfig"),
+        ("serve", "def f():\n    from cardfence.engine.client._records import TaskRecords"),
         ("cli", "import cardfence.store._base"),
     ],
 )
@@ -316,3 +345,11 @@ def test_a_circle_through_three_modules_is_named_whole() -> None:
         "cardfence.d": "import cardfence.a",
     }
     assert circles(import_graph(sources)) == [["cardfence.a", "cardfence.b", "cardfence.c"]]
+
+
+def test_a_class_derived_from_another_engine_class_is_caught() -> None:
+    source = "from cardfence.engine.client._observing import Observing\nclass C(Observing): ..."
+    assert engine_bases(source) == {"C(Observing)"}
+    assert engine_bases("class A: ...\nclass B(A): ...") == {"B(A)"}
+    errors = "from cardfence.engine.errors import UsageError\nclass E(UsageError): ..."
+    assert engine_bases(errors) == set()

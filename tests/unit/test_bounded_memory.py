@@ -8,7 +8,7 @@ from __future__ import annotations
 import httpx
 import pytest
 
-from cardfence.engine.client import _base as base_module
+from cardfence.engine.client import _background
 from cardfence.engine.client import tasklog as tasklog_module
 from cardfence.engine.client.engine import Engine
 from cardfence.engine.client.tasklog import TaskLog, task_stream_id
@@ -98,10 +98,10 @@ async def test_background_failures_kept_for_settle_are_the_first_hundred_each_lo
         raise RuntimeError(f"store down ({n})")
 
     async with httpx.AsyncClient() as client, Engine(store, client) as engine:
-        for n in range(base_module._ERRORS_KEPT + 50):
-            await engine._contained(failing(n))
+        for n in range(_background._ERRORS_KEPT + 50):
+            await engine.background.contained(failing(n))
 
-        assert len(engine.background_errors) == base_module._ERRORS_KEPT
-        assert len([r for r in caplog.records if r.exc_info]) == base_module._ERRORS_KEPT + 50
+        assert len(engine.background_errors) == _background._ERRORS_KEPT
+        assert len([r for r in caplog.records if r.exc_info]) == _background._ERRORS_KEPT + 50
         with pytest.raises(RuntimeError, match=r"store down \(0\)"):
             await engine.settle()

@@ -17,7 +17,7 @@ from support.cards import ORIGIN, card_document
 from support.mocked import engine_on, submitted_task, task_agent
 
 from cardfence.engine.auth.config import CredentialsConfig, OAuthClient
-from cardfence.engine.client.engine import EngineConfig
+from cardfence.engine.client.config import EngineConfig
 from cardfence.engine.core import events as ev
 from cardfence.engine.errors import (
     CardInvalidError,
@@ -79,13 +79,13 @@ async def test_a_refused_resend_names_the_task_it_would_have_sent(store: EventSt
     refusing = task_agent(lambda r: httpx.Response(503))
     async with engine_on(store, refusing) as engine:
         view = await engine.start_task(ORIGIN, skill="echo", text="hi")
-        state = await engine._state(view.task)
+        state = await engine.records.state(view.task)
     withdrawn = card_document()
     withdrawn["skills"][0]["id"] = "translate"
     sent: list[str] = []
     async with engine_on(store, _card_only(withdrawn, sent)) as engine:
         with pytest.raises(SkillUnavailableError):
-            await engine._resend_gate(view.task, state)
+            await engine.creation.resend_gate(view.task, state)
     refused = _agent_events(store)[-1]
     assert refused.type == ev.TASK_CREATION_REFUSED
     assert (refused.data["task"], refused.data["skill"]) == (view.task, "echo")

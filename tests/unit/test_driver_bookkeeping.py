@@ -171,9 +171,9 @@ async def test_an_orphaned_task_is_logged_and_not_checked_again_at_the_same_revi
     async def reconcile(_key: str) -> None:
         raise orphaned
 
-    engine._reconcile_endpoint = reconcile  # type: ignore[method-assign]
+    engine.following.reconcile_endpoint = reconcile  # type: ignore[method-assign]
     state = await driver._reconcile(key, "rev-2")
-    assert state == await engine._state(key)  # read again, as it is now
+    assert state == await engine.records.state(key)  # read again, as it is now
     assert driver._orphaned_at == {key: "rev-2"}
     await driver._reconcile(key, None)  # no revision read: nothing to remember
     assert driver._orphaned_at == {key: "rev-2"}

@@ -23,7 +23,8 @@ from support.cards import ORIGIN, card_document
 from support.mocked import rpc_result, task_answer
 from support.virtual_time import run_virtual, virtual_deadlines, virtual_engine
 
-from cardfence.engine.client.engine import Engine, EngineConfig
+from cardfence.engine.client.config import EngineConfig
+from cardfence.engine.client.engine import Engine
 from cardfence.engine.core import events as ev
 from cardfence.engine.serve.driver import Driver
 
@@ -78,7 +79,7 @@ def _driving(agent: Agent, seconds: float, meanwhile: Callable[[Engine], Awaitab
             running = asyncio.ensure_future(driver.run())
             await driver.ready()
             await meanwhile(engine)
-            await asyncio.sleep(seconds - engine._clock())
+            await asyncio.sleep(seconds - engine.clock())
             driver.stop()
             await running
 
@@ -139,7 +140,9 @@ def test_a_task_whose_pushes_arrive_every_second_is_still_polled_at_the_bound() 
                 "x-a2a-notification-token": outcome.token,
                 "authorization": outcome.authorization,
             }
-            webhooks.append((key, str((await engine._state(key))["remote_task_id"]), headers))
+            webhooks.append(
+                (key, str((await engine.records.state(key))["remote_task_id"]), headers)
+            )
 
         async def deliveries() -> None:
             for second in range(1, 120):
@@ -154,7 +157,7 @@ def test_a_task_whose_pushes_arrive_every_second_is_still_polled_at_the_bound() 
                     delivered = await engine.deliver(body, headers)
                     assert delivered.status == 200, delivered
             for key, _, _ in webhooks:
-                if (await engine._state(key))["webhook"]["status"] == "confirmed":
+                if (await engine.records.state(key))["webhook"]["status"] == "confirmed":
                     confirmed.append(key)
 
         pushers.append(asyncio.ensure_future(deliveries()))

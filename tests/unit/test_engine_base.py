@@ -1,6 +1,7 @@
-"""What every layer of the engine stands on (``engine/client/_base.py``): an engine opened on a URL
-and the client it owns, a task shown now or as of a past point, the state a follow-up starts from
-without a store read, and the annotations of a refused or unreached request."""
+"""What the engine's parts stand on (``engine/client/engine.py``, ``_records.py``,
+``_background.py``, ``_connections.py``): an engine opened on a URL and the client it owns, a
+task shown now or as of a past point, the state a follow-up starts from without a store read,
+and the annotations of a refused or unreached request."""
 
 from __future__ import annotations
 
@@ -28,9 +29,10 @@ from support.mocked import (
 )
 from support.virtual_time import run_virtual, virtual_deadlines, virtual_engine
 
-from cardfence.engine.client import _base as base
-from cardfence.engine.client._base import _authorization_failed, _unreachable
-from cardfence.engine.client.engine import Engine, EngineConfig
+from cardfence.engine.client import _records
+from cardfence.engine.client._records import _authorization_failed, _unreachable
+from cardfence.engine.client.config import EngineConfig
+from cardfence.engine.client.engine import Engine
 from cardfence.engine.client.tasklog import AsOf
 from cardfence.engine.core import events as ev
 from cardfence.engine.core.observations import Observation
@@ -111,7 +113,7 @@ async def test_an_engines_token_source_follows_its_configuration(
         body = b'{"token_endpoint": "https://login.example/token"}'
         assert tokens._on_discovery is not None
         await tokens._on_discovery(url, body)
-    assert engine._oidc == {
+    assert engine.access.oidc == {
         url: {
             "url": url,
             "sha256": hashlib.sha256(body).hexdigest(),
@@ -161,7 +163,9 @@ async def test_requests_are_bounded_per_agent_and_in_all_card_reads_included(
             {"url": f"https://{host}/a2a", "binding": "JSONRPC", "protocol_version": "1.0"}
             for host in hosts
         ]
-        polls = [engine._transport(endpoint).get_task("r-1") for endpoint in endpoints * 2]
+        polls = [
+            engine.connections.transport(endpoint).get_task("r-1") for endpoint in endpoints * 2
+        ]
         reads = [engine.discovery.read(f"https://{host}", fresh=True) for host in hosts * 2]
         await asyncio.gather(*polls, *reads)
     assert most == {"one.example": 1, "two.example": 1, "three.example": 1, "all": 2}
@@ -223,13 +227,13 @@ async def test_a_follow_up_starts_from_the_state_the_engine_last_wrote_with_no_s
 ) -> None:
     async with engine_on(store, ScriptedAgent().transport()) as engine:
         key = (await engine.start_task(ORIGIN, skill="echo", text="hi")).task
-        expected = await engine._state(key)
+        expected = await engine.records.state(key)
 
         async def no_read(_key: str) -> Any:
             raise AssertionError("the store was read")
 
-        engine._state = no_read  # type: ignore[method-assign]
-        assert await engine._known_state(key) == expected
+        engine.records.state = no_read  # type: ignore[method-assign]
+        assert await engine.records.known_state(key) == expected
 
 
 def _snapshot(store: EventStore, name: str, description: str = "") -> str:
@@ -252,8 +256,8 @@ async def test_a_card_revision_is_parsed_once_and_kept(
     real = store.get_snapshot
     monkeypatch.setattr(store, "get_snapshot", lambda r: reads.append(r) or real(r))
     async with engine_on(store) as engine:
-        first = engine._card(revision)
-        again = engine._card(revision)
+        first = engine.records.card(revision)
+        again = engine.records.card(revision)
     assert first is not None
     assert again is first
     assert reads == [revision]
@@ -263,12 +267,12 @@ async def test_a_card_revision_is_parsed_once_and_kept(
 async def test_the_oldest_parsed_card_is_let_go_past_the_number_kept(
     store: EventStore, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(base, "_CARDS_KEPT", 2)
+    monkeypatch.setattr(_records, "_CARDS_KEPT", 2)
     revisions = [_snapshot(store, name) for name in ("one", "two", "three")]
     async with engine_on(store) as engine:
         for revision in revisions:
-            engine._card(revision)
-        kept = list(engine._cards)
+            engine.records.card(revision)
+        kept = list(engine.records.cards)
     assert kept == revisions[1:]
 
 
@@ -277,7 +281,7 @@ async def test_a_stored_card_is_parsed_whatever_its_size(store: EventStore) -> N
     # the same (the default limit of a read is 1 MiB).
     revision = _snapshot(store, "large", "x" * 2_000_000)
     async with engine_on(store) as engine:
-        card = engine._card(revision)
+        card = engine.records.card(revision)
     assert card is not None
     assert card.name == "large"
 
@@ -292,7 +296,7 @@ async def test_a_background_decision_whose_lease_was_lost_is_logged_as_such_and_
 
     caplog.set_level(logging.INFO, logger="cardfence")
     async with engine_on(store) as engine:
-        await engine._contained(decided())
+        await engine.background.contained(decided())
     (record,) = [r for r in caplog.records if getattr(r, "event", None) == "LeaseLost"]
     assert record.getMessage() == "background decision not recorded: the lease was lost"
     assert record.levelno == logging.INFO
@@ -310,7 +314,7 @@ async def test_a_background_check_that_fails_is_logged_with_its_traceback_and_ke
 
     caplog.set_level(logging.INFO, logger="cardfence")
     async with engine_on(store) as engine:
-        await engine._contained(check())
+        await engine.background.contained(check())
     (record,) = [r for r in caplog.records if r.exc_info]
     assert record.getMessage() == "background card check failed"
     assert record.levelno == logging.ERROR
@@ -327,15 +331,15 @@ async def test_settling_waits_for_every_background_job_and_a_cancelled_one_is_no
         finished.append(name)
 
     async with engine_on(store) as engine:
-        engine._spawn(job("quick", 0))
-        engine._spawn(job("later", 0.01))
-        started = set(engine._background)
-        engine._spawn(job("never", 60))
-        (stopped,) = engine._background - started
+        engine.background.spawn(job("quick", 0))
+        engine.background.spawn(job("later", 0.01))
+        started = set(engine.background.jobs)
+        engine.background.spawn(job("never", 60))
+        (stopped,) = engine.background.jobs - started
         await asyncio.sleep(0)  # every job has started
         stopped.cancel()
         await engine.settle()
-        assert engine._background == set()
+        assert engine.background.jobs == set()
     assert finished == ["quick", "later"]
 
 
@@ -358,10 +362,10 @@ def _answering_get_task_after(seconds: float) -> httpx.MockTransport:
 async def _ended_by_a_push(engine: Engine) -> str:
     """A new task a push of one status update ended: its closing read is started."""
     key = (await engine.start_task(ORIGIN, skill="echo", text="hi")).task
-    state = await engine._state(key)
+    state = await engine.records.state(key)
     pushed = Observation(source="push", state="completed")
-    engine._observed(key, pushed, state, {**state, "state": "completed"}, whole=False)
-    assert key in engine._closing
+    engine.observing.observed(key, pushed, state, {**state, "state": "completed"}, whole=False)
+    assert key in engine.background.closing
     return key
 
 
@@ -388,7 +392,7 @@ def test_closing_an_engine_waits_for_its_closing_reads_no_longer_than_the_reques
                 await _ended_by_a_push(engine)
             await asyncio.sleep(0.5)  # the first eight end at 2 s, the others would at 4 s
             started = loop.time()
-            left = list(engine._closing.values())
+            left = list(engine.background.closing.values())
             assert len(left) == 16
         return loop.time() - started, [job.cancelled() for job in left]
 

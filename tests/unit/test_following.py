@@ -29,7 +29,8 @@ from support.mocked import (
 
 from cardfence.engine.cards.model import parse_card
 from cardfence.engine.client import following
-from cardfence.engine.client.engine import Engine, EngineConfig
+from cardfence.engine.client.config import EngineConfig
+from cardfence.engine.client.engine import Engine
 from cardfence.engine.client.following import Pace, _event_bytes, _unwound, reached
 from cardfence.engine.core import events as ev
 from cardfence.engine.core import guards
@@ -175,9 +176,9 @@ async def test_a_failed_poll_is_recorded_as_made_by_a_poll(
 async def test_a_task_without_a_remote_id_cannot_be_polled(store: EventStore) -> None:
     async with engine_on(store, ScriptedAgent().transport()) as engine:
         key = await _started(engine)
-        state = await engine._state(key)
+        state = await engine.records.state(key)
         with pytest.raises(UsageError) as raised:
-            await engine._poll(key, {**state, "remote_task_id": None})
+            await engine.following.poll_state(key, {**state, "remote_task_id": None})
     assert str(raised.value) == f"task {key} has no remote task id: run `resume` to find it"
 
 
@@ -188,10 +189,10 @@ async def test_an_answer_read_when_no_time_is_left_is_not_applied(
     async with engine_on(store, agent.transport()) as engine:
         key = await _started(engine)
         recorded = len(store.read_stream(f"task:{key}"))
-        state = await engine._state(key)
+        state = await engine.records.state(key)
         # The answer came as the deadline passed (R16): the next poll reads it again.
         monkeypatch.setattr(following, "time_left", lambda: 0.0)
-        after = await engine._poll(key, state)
+        after = await engine.following.poll_state(key, state)
     assert after["state"] == "submitted"
     assert len(store.read_stream(f"task:{key}")) == recorded
 
@@ -200,14 +201,14 @@ async def test_an_answer_read_when_no_time_is_left_is_not_applied(
 
 
 async def _step(engine: Engine, key: str, pace: Pace) -> dict[str, Any]:
-    return await engine.follow_step(key, await engine._state(key), pace)
+    return await engine.follow_step(key, await engine.records.state(key), pace)
 
 
 async def test_a_step_that_reaches_the_agent_forgets_the_last_failure(store: EventStore) -> None:
     agent = ScriptedAgent(answering("working"))
     async with engine_on(store, agent.transport()) as engine:
         key = await _started(engine)
-        pace = Pace.start(engine.config, engine._clock())
+        pace = Pace.start(engine.config, engine.clock())
         pace.unreachable = EndpointUnreachableError(ENDPOINT, "connect: refused")
         state = await _step(engine, key, pace)
     assert state["state"] == "working"
@@ -220,7 +221,7 @@ async def test_a_step_that_fails_keeps_the_failure_and_checks_no_endpoint_on_a_5
     agent = ScriptedAgent(lambda call: httpx.Response(503))
     async with engine_on(store, agent.transport()) as engine:
         key = await _started(engine)
-        pace = Pace.start(engine.config, engine._clock())
+        pace = Pace.start(engine.config, engine.clock())
         reads = agent.count("card")
         state = await _step(engine, key, pace)
     assert state["state"] == "submitted"
@@ -235,7 +236,7 @@ async def test_a_bare_404_checks_the_endpoint_once_per_max_card_age(store: Event
     agent = ScriptedAgent(lambda call: httpx.Response(404))
     async with engine_on(store, agent.transport()) as engine:
         key = await _started(engine)
-        pace = Pace.start(engine.config, engine._clock())
+        pace = Pace.start(engine.config, engine.clock())
         reads = agent.count("card")
         await _step(engine, key, pace)
         checked = agent.count("card")
@@ -243,7 +244,7 @@ async def test_a_bare_404_checks_the_endpoint_once_per_max_card_age(store: Event
         await _step(engine, key, pace)
     assert checked == reads + 1  # R9: the card read again for the endpoint
     assert agent.count("card") == checked  # not again within max_card_age
-    assert next_check > engine._clock() + engine.config.max_card_age - 5.0
+    assert next_check > engine.clock() + engine.config.max_card_age - 5.0
 
 
 async def test_a_bare_404_from_an_endpoint_the_card_dropped_orphans_the_task(
@@ -256,7 +257,7 @@ async def test_a_bare_404_from_an_endpoint_the_card_dropped_orphans_the_task(
         moved["supportedInterfaces"][0]["url"] = f"{ORIGIN}/v2/a2a"
         moved["skills"][0]["id"] = "translate"
         agent.card = moved
-        pace = Pace.start(engine.config, engine._clock())
+        pace = Pace.start(engine.config, engine.clock())
         with pytest.raises(TaskOrphanedError) as raised:
             await _step(engine, key, pace)
     assert raised.value.task == key
@@ -274,7 +275,7 @@ async def test_a_bare_404_with_the_card_unreadable_records_the_failed_read_and_o
     async with engine_on(store, agent.transport()) as engine:
         key = await _started(engine)
         agent.card = 503
-        pace = Pace.start(engine.config, engine._clock())
+        pace = Pace.start(engine.config, engine.clock())
         await _step(engine, key, pace)
     events = store.read_stream(f"task:{key}")
     unavailable = [e.data for e in events if e.type == ev.DISCOVERY_UNAVAILABLE]
@@ -295,8 +296,8 @@ async def test_a_bare_404_follows_a_move_to_plain_http_only_where_it_is_allowed(
         moved = card_document()
         moved["supportedInterfaces"][0]["url"] = "http://agent.example/v2/a2a"
         agent.card = moved
-        await _step(engine, key, Pace.start(engine.config, engine._clock()))
-        endpoint = (await engine._state(key))["endpoint"]["url"]
+        await _step(engine, key, Pace.start(engine.config, engine.clock()))
+        endpoint = (await engine.records.state(key))["endpoint"]["url"]
     assert endpoint == ("http://agent.example/v2/a2a" if allowed else ENDPOINT)
     assert (ev.ENDPOINT_MOVED in _types(store, key)) is allowed
 
@@ -320,15 +321,15 @@ async def test_a_bare_404_of_a_task_under_the_extended_card_has_the_public_card_
         key = await _started(engine)
         for card, failed in ((None, failure), (public, None)):
             fresh = task_card_as(engine, card, failed, unread)
-            state = await engine._state(key)
+            state = await engine.records.state(key)
             mark = len(store.read_stream(f"task:{key}"))
-            await engine._reconcile_endpoint(key)
+            await engine.following.reconcile_endpoint(key)
             assert fresh == [True]  # R9 reads the card again
             recorded = store.read_stream(f"task:{key}")[mark:]
             plan = guards.resume_stand_in(state, card, failed, unread, allow_insecure=True)
             assert [(e.type, e.data) for e in recorded] == list(plan.events)
             decided.append([e.type for e in recorded])
-        endpoint = (await engine._state(key))["endpoint"]["url"]
+        endpoint = (await engine.records.state(key))["endpoint"]["url"]
     unavailable = ev.DISCOVERY_UNAVAILABLE
     assert decided == [[unavailable, unavailable], [unavailable, ev.ENDPOINT_MOVED]]
     assert endpoint == "http://agent.example/v2/a2a"
@@ -338,7 +339,7 @@ async def test_a_malformed_answer_changes_nothing_and_is_not_raised(store: Event
     agent = ScriptedAgent(lambda call: rpc_result(call, 7))
     async with engine_on(store, agent.transport()) as engine:
         key = await _started(engine)
-        pace = Pace.start(engine.config, engine._clock())
+        pace = Pace.start(engine.config, engine.clock())
         state = await _step(engine, key, pace)
     assert state["state"] == "submitted"
     assert pace.unreachable is None
@@ -353,14 +354,14 @@ async def test_a_step_starts_a_revalidation_only_when_one_is_due(
     async with engine_on(store, agent.transport(), config) as engine:
         key = await _started(engine)
         await asyncio.sleep(0.02)
-        now = engine._clock()
+        now = engine.clock()
         pace = Pace(0.1, now - 1 if due else now + 60, now + 60)
         reads = agent.count("card")
         await _step(engine, key, pace)
         await engine.settle()
     assert (agent.count("card") > reads) is due  # R7: re-validated with a card read
     if due:
-        assert now + 0.01 <= pace.next_revalidation <= engine._clock() + 0.01
+        assert now + 0.01 <= pace.next_revalidation <= engine.clock() + 0.01
     else:
         assert pace.next_revalidation == now + 60
 
@@ -385,7 +386,7 @@ async def test_drive_follows_until_the_point_asked_and_lets_go_of_the_task(
     async with engine_on(store, agent.transport(), FAST) as engine:
         key = await _started(engine)
         asked = await engine.drive(key, timeout=5)  # until an interrupted state, by default
-        assert (key in engine._driving, key in engine._pushed) == (False, False)
+        assert (key in engine.following.driving, key in engine.observing.pushed) == (False, False)
         done = await engine.drive(key, until="terminal", timeout=5)
     assert (asked.state, done.state) == ("input-required", "completed")
 
@@ -411,7 +412,7 @@ async def test_drive_at_the_deadline_records_it_and_never_ends_the_task(
         key = await _started(engine)
         with pytest.raises(DeadlineExceeded) as raised:
             await engine.drive(key, until="terminal", timeout=0.3)
-        state = await engine._state(key)
+        state = await engine.records.state(key)
     last = store.read_stream(f"task:{key}")[-1]
     assert last.type == ev.DEADLINE_EXCEEDED
     assert {k: last.data[k] for k in ("state", "seconds", "until")} == {
@@ -444,10 +445,10 @@ async def test_a_push_applied_wakes_drive_before_its_next_poll(store: EventStore
         while agent.count("GetTask") < 1:
             await asyncio.sleep(0.01)
         stamp = "2026-01-01T00:00:30Z"
-        await engine._record(key, [(ev.STATE_CHANGED, {"from": "working", "to": "completed",
+        await engine.records.record(key, [(ev.STATE_CHANGED, {"from": "working", "to": "completed",
                                                         "source": "push",
                                                         "remote_timestamp": stamp})])  # fmt: skip
-        engine._wake(key)
+        engine.observing.wake(key)
         view = await asyncio.wait_for(driving, 5)
     assert view.state == "completed"
     assert agent.count("GetTask") == 1
@@ -479,7 +480,7 @@ async def test_a_tasks_stream_is_offered_when_its_card_and_its_state_allow(
     card["capabilities"]["streaming"] = streaming
     async with engine_on(store, ScriptedAgent(card=card).transport(), config) as engine:
         key = await _started(engine)
-        stored = await engine._state(key)
+        stored = await engine.records.state(key)
         assert await engine.stream_offered(key, {**stored, "state": state}) is offered
         assert await engine.stream_offered(key) is await engine.stream_offered(key, stored)
 
@@ -487,7 +488,7 @@ async def test_a_tasks_stream_is_offered_when_its_card_and_its_state_allow(
 async def test_a_task_without_a_remote_id_is_offered_no_stream(store: EventStore) -> None:
     async with engine_on(store, ScriptedAgent().transport(), STREAMING) as engine:
         key = await _started(engine)
-        state = {**(await engine._state(key)), "remote_task_id": None}
+        state = {**(await engine.records.state(key)), "remote_task_id": None}
         assert await engine.stream_offered(key, state) is False
 
 
@@ -500,7 +501,7 @@ async def test_a_followed_stream_applies_each_event_as_a_stream_report(store: Ev
     agent = ScriptedAgent(subscribe=events_streamed(working_event("r-1"), completed_event("r-1")))
     async with engine_on(store, agent.transport(), STREAMING) as engine:
         key = await _started(engine)
-        woken = engine._pushed[key] = asyncio.Event()
+        woken = engine.observing.pushed[key] = asyncio.Event()
         state = await engine.follow_stream(key)
     assert state["state"] == "completed"
     assert woken.is_set()
@@ -585,7 +586,7 @@ async def test_a_dropped_stream_is_followed_again_after_a_backoff_until_the_task
             engine.keep_streaming(key, retry_limit=0.05, after_each=lambda: ended.append(
                 loop.time())), 5,
         )  # fmt: skip
-        state = await engine._state(key)
+        state = await engine.records.state(key)
     assert agent.count("SubscribeToTask") == 3
     assert len(ended) == 3
     assert ended[2] - ended[0] < 1.0  # waits of retry_limit (0.05 s), not of a second
@@ -631,15 +632,15 @@ def test_an_event_weighs_its_size() -> None:
 
 async def test_the_last_drive_of_a_task_lets_go_of_its_wake_up(store: EventStore) -> None:
     async with engine_on(store) as engine:
-        engine._driving["k"] += 2  # two drives of one task at once
-        engine._pushed["k"] = asyncio.Event()
-        engine._let_go("k")
-        assert (engine._driving["k"], "k" in engine._pushed) == (1, True)
-        engine._let_go("k")
-        assert ("k" in engine._driving, "k" in engine._pushed) == (False, False)
-        engine._driving["j"] += 1  # a drive that never waited: no wake-up to let go
-        engine._let_go("j")
-        assert "j" not in engine._driving
+        engine.following.driving["k"] += 2  # two drives of one task at once
+        engine.observing.pushed["k"] = asyncio.Event()
+        engine.following.let_go("k")
+        assert (engine.following.driving["k"], "k" in engine.observing.pushed) == (1, True)
+        engine.following.let_go("k")
+        assert ("k" in engine.following.driving, "k" in engine.observing.pushed) == (False, False)
+        engine.following.driving["j"] += 1  # a drive that never waited: no wake-up to let go
+        engine.following.let_go("j")
+        assert "j" not in engine.following.driving
 
 
 async def test_a_silent_stream_is_dropped_after_the_idle_timeout(store: EventStore) -> None:
@@ -664,7 +665,7 @@ async def test_a_silent_stream_is_dropped_after_the_idle_timeout(store: EventSto
         key = await _started(engine)
         with pytest.raises(StreamDroppedError):
             await asyncio.wait_for(engine.follow_stream(key), 5)
-        assert (await engine._state(key))["state"] == "working"  # what came was applied
+        assert (await engine.records.state(key))["state"] == "working"  # what came was applied
 
 
 async def test_a_stream_that_cannot_be_opened_is_logged_by_its_error_and_tried_again(

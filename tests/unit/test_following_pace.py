@@ -28,7 +28,8 @@ from support.mocked import (
 )
 from support.virtual_time import run_virtual, virtual_deadlines, virtual_engine
 
-from cardfence.engine.client.engine import Engine, EngineConfig
+from cardfence.engine.client.config import EngineConfig
+from cardfence.engine.client.engine import Engine
 from cardfence.engine.core import events as ev
 from cardfence.engine.core.observations import from_update
 from cardfence.engine.core.views import TaskView
@@ -151,8 +152,8 @@ async def _pushed_at(engine: Engine, key: str, when: float, state: str) -> None:
     await asyncio.sleep(when - asyncio.get_running_loop().time())
     stamp = f"2026-01-01T00:01:{int(when):02d}Z"
     report = {"from": "working", "to": state, "source": "push", "remote_timestamp": stamp}
-    await engine._record(key, [(ev.STATE_CHANGED, report)])
-    engine._wake(key)
+    await engine.records.record(key, [(ev.STATE_CHANGED, report)])
+    engine.observing.wake(key)
 
 
 def _drive_with_push(
@@ -526,9 +527,11 @@ def test_a_drive_ended_by_a_push_returns_the_task_as_its_closing_read_found_it()
             body = json.dumps({"statusUpdate": update}).encode()
             observation = from_update(decode(body, {"content-type": "application/json"}), "push")
             assert observation is not None
-            before_after = await engine._calls.run(engine._apply, key, observation, None)
-            engine._observed(key, observation, *before_after, whole=False)
-            engine._wake(key)
+            before_after = await engine.records.calls.run(
+                engine.observing.apply, key, observation, None
+            )
+            engine.observing.observed(key, observation, *before_after, whole=False)
+            engine.observing.wake(key)
 
         pushing = asyncio.ensure_future(push())
         try:

@@ -57,6 +57,13 @@ class OnTheLoop:
         return fn()
 
 
+class StandInRecords:
+    """The engine's records: their store calls, made on the loop."""
+
+    def __init__(self) -> None:
+        self.calls = OnTheLoop()
+
+
 class StandIn:
     """In place of the engine: each delivery it is given is kept, waits for ``gate``, then is
     answered ``answer`` (an exception is raised)."""
@@ -67,7 +74,7 @@ class StandIn:
         self.gate = asyncio.Event()
         self.gate.set()
         self.store = StandInStore()
-        self._calls = OnTheLoop()
+        self.records = StandInRecords()
 
     async def deliver(self, body: bytes, headers: dict[str, str]) -> Delivery:
         self.bodies.append(body)
@@ -549,7 +556,7 @@ async def test_readyz_answers_503_when_the_store_does_not_answer_in_time_and_say
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(ingress, "_READY_SECONDS", 0.05)
-    engine._calls.hang = True
+    engine.records.calls.hang = True
     with caplog.at_level(logging.INFO, logger="cardfence.ingress"):
         answer = await client.get(READY_PATH)
     assert answer.status_code == 503

@@ -20,7 +20,8 @@ from support.mocked import engine_on, task_agent, task_card_as
 from cardfence.engine.cards.diff import diff
 from cardfence.engine.cards.model import parse_card
 from cardfence.engine.client._observing import _chunked, _delivery_outcome, _truncated
-from cardfence.engine.client.engine import Engine, EngineConfig
+from cardfence.engine.client.config import EngineConfig
+from cardfence.engine.client.engine import Engine
 from cardfence.engine.core import events as ev
 from cardfence.engine.core import guards
 from cardfence.engine.core.observations import Observation
@@ -111,12 +112,12 @@ async def test_the_agents_recorded_revision_is_read_when_it_is_one(
 ) -> None:
     _agent_record(store, revision)
     async with engine_on(store) as engine:
-        assert engine._agent_revision({"task": "k", "agent": AGENT}) == read
+        assert engine.records.agent_revision({"task": "k", "agent": AGENT}) == read
 
 
 async def test_no_agent_record_is_no_revision(store: EventStore) -> None:
     async with engine_on(store) as engine:
-        assert engine._agent_revision({"task": "k", "agent": AGENT}) is None
+        assert engine.records.agent_revision({"task": "k", "agent": AGENT}) is None
 
 
 async def test_an_altered_agent_record_is_no_revision_and_one_warning_naming_the_task(
@@ -127,7 +128,7 @@ async def test_an_altered_agent_record_is_no_revision_and_one_warning_naming_the
         conn.execute(sa.text("UPDATE streams SET state = '[1]'"))
     caplog.set_level(logging.INFO, logger="cardfence")
     async with engine_on(store) as engine:
-        assert engine._agent_revision({"task": "k", "agent": AGENT}) is None
+        assert engine.records.agent_revision({"task": "k", "agent": AGENT}) is None
     (warning,) = [r for r in caplog.records if r.levelno >= logging.WARNING]
     assert warning.getMessage() == (
         "the agent's record cannot be read: the task's card is not compared"
@@ -143,7 +144,7 @@ async def test_a_closing_read_refused_is_recorded_as_a_refused_poll(store: Event
     agent = task_agent(lambda r: httpx.Response(401))
     async with engine_on(store, agent) as engine:
         view = await engine.start_task(ORIGIN, skill="echo", text="hi")
-        await engine._closing_read_now(view.task)
+        await engine.observing.closing_read_now(view.task)
     last = store.read_stream(f"task:{view.task}")[-1]
     assert last.type == ev.AUTHORIZATION_FAILED
     assert (last.data["during"], last.data["status"], last.data["url"]) == (
@@ -162,7 +163,7 @@ async def test_a_closing_read_that_fails_is_logged_naming_the_task_and_records_n
         view = await engine.start_task(ORIGIN, skill="echo", text="hi")
         recorded = len(store.read_stream(f"task:{view.task}"))
         caplog.clear()
-        await engine._closing_read_now(view.task)
+        await engine.observing.closing_read_now(view.task)
     assert len(store.read_stream(f"task:{view.task}")) == recorded
     (line,) = [r for r in caplog.records if getattr(r, "event", None) == "ClosingReadFailed"]
     assert line.getMessage() == "closing read failed"
@@ -179,7 +180,7 @@ async def test_an_answer_about_another_task_is_recorded_with_its_state_and_sourc
     wrong = WrongTaskAnswerError(f"{ORIGIN}/a2a", "r-1", "r-other", "completed")
     async with engine_on(store, agent) as engine:
         view = await engine.start_task(ORIGIN, skill="echo", text="hi")
-        await engine._record_wrong_task(view.task, wrong, "cancel")
+        await engine.records.record_wrong_task(view.task, wrong, "cancel")
     ignored, flagged = store.read_stream(f"task:{view.task}")[-2:]
     assert (ignored.type, flagged.type) == (ev.OBSERVATION_IGNORED, ev.FLAGGED_FOR_REVIEW)
     assert ignored.data == {
@@ -205,7 +206,7 @@ def _ended(request: httpx.Request) -> httpx.Response:
 async def test_a_closing_read_is_applied_as_a_poll(store: EventStore) -> None:
     async with engine_on(store, task_agent(_ended)) as engine:
         view = await engine.start_task(ORIGIN, skill="echo", text="hi")
-        await engine._closing_read_now(view.task)
+        await engine.observing.closing_read_now(view.task)
     applied = {
         (e.type, e.data["source"])
         for e in store.read_stream(f"task:{view.task}")
@@ -217,9 +218,11 @@ async def test_a_closing_read_is_applied_as_a_poll(store: EventStore) -> None:
 async def test_an_ended_task_is_shown_once_its_closing_read_is_done(store: EventStore) -> None:
     async with engine_on(store, task_agent(_ended)) as engine:
         view = await engine.start_task(ORIGIN, skill="echo", text="hi")
-        before = await engine._state(view.task)
-        engine._closing[view.task] = asyncio.ensure_future(engine._closing_read_now(view.task))
-        shown = await engine._closed(view.task, before)
+        before = await engine.records.state(view.task)
+        engine.background.closing[view.task] = asyncio.ensure_future(
+            engine.observing.closing_read_now(view.task)
+        )
+        shown = await engine.observing.closed(view.task, before)
     assert (shown.state, [a["artifact_id"] for a in shown.artifacts]) == ("completed", ["a-1"])
 
 
@@ -228,16 +231,16 @@ async def test_waiting_for_a_closing_read_ends_at_the_deadline_with_the_task_as_
 ) -> None:
     async with engine_on(store, task_agent(_ended)) as engine:
         view = await engine.start_task(ORIGIN, skill="echo", text="hi")
-        before = await engine._state(view.task)
+        before = await engine.records.state(view.task)
         never = asyncio.ensure_future(asyncio.sleep(30))
-        engine._closing[view.task] = never
+        engine.background.closing[view.task] = never
         try:
             async with asyncio.timeout(5):
                 with deadline.within(0.1):
-                    shown = await engine._closed(view.task, before)
+                    shown = await engine.observing.closed(view.task, before)
         finally:
             never.cancel()
-            del engine._closing[view.task]
+            del engine.background.closing[view.task]
     assert (shown.state, shown.artifacts) == ("submitted", ())
 
 
@@ -258,7 +261,9 @@ async def test_tasks_of_one_agent_revalidated_at_once_share_one_card_read(
         second = await engine.start_task(ORIGIN, skill="echo", text="two")
     mocked = httpx.MockTransport(handler)
     async with engine_on(store, mocked) as engine:
-        await asyncio.gather(engine._revalidate(first.task), engine._revalidate(second.task))
+        await asyncio.gather(
+            engine.observing.revalidate(first.task), engine.observing.revalidate(second.task)
+        )
     assert card_reads == [f"{ORIGIN}/.well-known/agent-card.json"]
 
 
@@ -276,7 +281,7 @@ async def test_a_revalidation_just_after_a_read_is_answered_from_the_card_read(
     mocked = httpx.MockTransport(handler)
     async with engine_on(store, mocked) as engine:
         view = await engine.start_task(ORIGIN, skill="echo", text="one")
-        await engine._revalidate(view.task)
+        await engine.observing.revalidate(view.task)
     assert card_reads == [f"{ORIGIN}/.well-known/agent-card.json"]  # creation's (R2) only
 
 
@@ -296,18 +301,18 @@ async def test_an_extended_card_not_read_again_has_the_public_card_stand_in(
         view = await engine.start_task(ORIGIN, skill="echo", text="hi")
         if push_mode:
             hook = {"config_id": "cf-1", "url": "https://hooks.test/w"}
-            await engine._record(view.task, [(ev.WEBHOOK_REGISTERED, hook)])
-        state = await engine._state(view.task)
+            await engine.records.record(view.task, [(ev.WEBHOOK_REGISTERED, hook)])
+        state = await engine.records.state(view.task)
         decided = []
         for card, failed in ((public, None), (None, failure)):
             task_card_as(engine, card, failed, unread)
             mark = len(store.read_stream(f"task:{view.task}"))
-            await engine._revalidate(view.task)
+            await engine.observing.revalidate(view.task)
             recorded = store.read_stream(f"task:{view.task}")[mark:]
             expected = guards.reconcile_stand_in(state, card, failed, unread)
             assert [(e.type, e.data) for e in recorded] == expected
             decided.append([e.type for e in recorded])
-            state = await engine._state(view.task)
+            state = await engine.records.state(view.task)
     unavailable = ev.DISCOVERY_UNAVAILABLE
     downgraded = [unavailable, ev.DELIVERY_DOWNGRADED] if push_mode else [unavailable]
     assert decided == [downgraded, [unavailable] * 2]
@@ -345,11 +350,11 @@ async def test_a_revalidation_records_what_changed_since_the_revision_the_task_l
     for document in (v2, v3, None):  # each read by an engine of its own: nothing remembered
         mocked = _serving(document)
         async with engine_on(store, mocked) as engine:
-            state = await engine._state(view.task)
-            previous = engine._card(state["latest_card_revision"])
+            state = await engine.records.state(view.task)
+            previous = engine.records.card(state["latest_card_revision"])
             assert previous is not None
             mark = len(store.read_stream(f"task:{view.task}"))
-            await engine._revalidate(view.task)
+            await engine.observing.revalidate(view.task)
         recorded = [(e.type, e.data) for e in store.read_stream(f"task:{view.task}")[mark:]]
         if document is None:
             failure = DiscoveryError(ORIGIN, "http_status", "")
@@ -377,7 +382,7 @@ async def _with_webhook(engine: Engine) -> str:
         "token_sha256": webhook.digest(TOKEN),
         "auth_sha256": None,
     }
-    await engine._record(view.task, [(ev.WEBHOOK_REGISTERED, hook)])
+    await engine.records.record(view.task, [(ev.WEBHOOK_REGISTERED, hook)])
     return view.task
 
 
@@ -425,7 +430,7 @@ async def test_a_pushed_transition_is_applied_and_wakes_a_drive_waiting_on_the_t
 ) -> None:
     async with engine_on(store, task_agent(_ended)) as engine:
         key = await _with_webhook(engine)
-        waiting = engine._pushed[key] = asyncio.Event()
+        waiting = engine.observing.pushed[key] = asyncio.Event()
         answered = await engine.deliver(_status_push("working on it"), HEADERS)
         await engine.settle()  # R6's boundary re-check it set off
     assert answered == webhook.Delivery(200, "applied", "", key)
@@ -442,7 +447,7 @@ async def test_a_boundary_recheck_reads_the_card_again_even_just_after_a_read(
     mocked = _serving(card_document(), card_reads)
     async with engine_on(store, mocked) as engine:
         view = await engine.start_task(ORIGIN, skill="echo", text="hi")
-        await engine._boundary_recheck(view.task)
+        await engine.observing.boundary_recheck(view.task)
     assert len(card_reads) == 2  # creation's, and the re-check's own (R6: not the memo)
 
 
@@ -454,7 +459,8 @@ async def test_boundary_rechecks_of_one_agent_at_once_share_one_read(store: Even
         second = await engine.start_task(ORIGIN, skill="echo", text="two")
         card_reads.clear()
         await asyncio.gather(
-            engine._boundary_recheck(first.task), engine._boundary_recheck(second.task)
+            engine.observing.boundary_recheck(first.task),
+            engine.observing.boundary_recheck(second.task),
         )
     assert len(card_reads) == 1
 
@@ -467,8 +473,8 @@ async def test_a_boundary_recheck_that_finds_push_withdrawn_switches_to_polling(
     async with engine_on(store, task_agent(_ended)) as engine:
         key = await _with_webhook(engine)
     async with engine_on(store, _serving(withdrawn)) as engine:
-        await engine._boundary_recheck(key)
-        state = await engine._state(key)
+        await engine.observing.boundary_recheck(key)
+        state = await engine.records.state(key)
     last = store.read_stream(f"task:{key}")[-1]
     assert (last.type, last.data["reason"]) == (ev.DELIVERY_DOWNGRADED, "push_withdrawn")
     assert state["delivery_mode"] == "polling"
@@ -502,19 +508,19 @@ async def test_an_ended_task_is_read_once_more_after_a_push_or_a_chunked_stream(
 ) -> None:
     async with engine_on(store, task_agent(_ended)) as engine:
         view = await engine.start_task(ORIGIN, skill="echo", text="hi")
-        state = await engine._state(view.task)
+        state = await engine.records.state(view.task)
         artifacts = [{"artifact_id": "a-1", "chunks": 2}] if chunked else []
         observed = Observation(source=source, state=after)
         was, now = {**state, "state": before}, {**state, "state": after, "artifacts": artifacts}
-        engine._observed(view.task, observed, was, now, whole=whole)
-        job = engine._closing.get(view.task)
+        engine.observing.observed(view.task, observed, was, now, whole=whole)
+        job = engine.background.closing.get(view.task)
         assert (job is not None) == closing
         if job is not None:
-            engine._observed(view.task, observed, was, now, whole=whole)
-            assert engine._closing[view.task] is job  # one closing read at a time
+            engine.observing.observed(view.task, observed, was, now, whole=whole)
+            assert engine.background.closing[view.task] is job  # one closing read at a time
             await job
             await asyncio.sleep(0)  # its done callback
-            assert view.task not in engine._closing
+            assert view.task not in engine.background.closing
 
 
 async def test_a_boundary_recheck_whose_read_fails_records_the_card_unavailable(
@@ -523,7 +529,7 @@ async def test_a_boundary_recheck_whose_read_fails_records_the_card_unavailable(
     async with engine_on(store, task_agent(_ended)) as engine:
         key = await _with_webhook(engine)
     async with engine_on(store, _serving(None)) as engine:
-        await engine._boundary_recheck(key)
+        await engine.observing.boundary_recheck(key)
     last = store.read_stream(f"task:{key}")[-1]
     assert (last.type, last.data["kind"], last.data["during"]) == (
         ev.DISCOVERY_UNAVAILABLE,
@@ -546,10 +552,10 @@ async def test_a_push_mode_task_is_rechecked_when_it_crosses_a_live_boundary(
     card_reads: list[str] = []
     async with engine_on(store, _serving(card_document(), card_reads)) as engine:
         key = await _with_webhook(engine)
-        state = await engine._state(key)
+        state = await engine.records.state(key)
         card_reads.clear()
         observed = Observation(source="poll", state=after)
-        engine._observed(
+        engine.observing.observed(
             key, observed, {**state, "state": before}, {**state, "state": after}, whole=True
         )
         await engine.settle()
@@ -564,8 +570,8 @@ async def test_a_report_observed_is_taken_as_one_event_and_what_it_recorded_is_g
         recorded: list[Any] = []
         stamp = datetime(2026, 1, 1, 0, 0, 9, tzinfo=UTC)
         pushed = Observation(source="push", state="completed", remote_timestamp=stamp)
-        await engine._observe_state(view.task, pushed, recorded)
-        job = engine._closing.get(view.task)  # one event of the task: read it whole once
+        await engine.observing.observe_state(view.task, pushed, recorded)
+        job = engine.background.closing.get(view.task)  # one event of the task: read it whole once
         assert job is not None
         await job
     assert [(t, d["to"]) for t, d in recorded] == [(ev.STATE_CHANGED, "completed")]
@@ -576,7 +582,7 @@ async def test_a_report_observed_is_taken_as_one_event_and_what_it_recorded_is_g
 
 async def _applied(engine: Engine, key: str, observation: Observation) -> list[Any]:
     recorded: list[Any] = []
-    await engine._observe_state(key, observation, recorded)
+    await engine.observing.observe_state(key, observation, recorded)
     return recorded
 
 
@@ -698,7 +704,7 @@ async def test_the_first_push_confirms_the_webhook_naming_its_config(store: Even
         key = await _with_webhook(engine)
         first = await _applied(engine, key, Observation(source="push", state="working"))
         then = await _applied(engine, key, Observation(source="push", state="input-required"))
-        state = await engine._state(key)
+        state = await engine.records.state(key)
     assert (ev.WEBHOOK_CONFIRMED, {"config_id": "cf-1"}) in first
     assert ev.WEBHOOK_CONFIRMED not in [t for t, _ in then]  # confirmed once
     assert state["webhook"]["status"] == "confirmed"
@@ -712,7 +718,7 @@ async def test_a_repeated_report_is_counted_on_the_tasks_next_event(store: Event
         assert await _applied(engine, view.task, working)
         assert await _applied(engine, view.task, working) == []  # a repeat: nothing appended
         await _applied(engine, view.task, Observation(source="poll", state="completed"))
-        state = await engine._state(view.task)
+        state = await engine.records.state(view.task)
     assert state["repeats_ignored"] == 1
 
 
@@ -723,6 +729,6 @@ async def test_a_report_without_a_state_that_adds_nothing_is_not_counted_as_a_re
         view = await engine.start_task(ORIGIN, skill="echo", text="hi")
         records = await _applied(engine, view.task, Observation(source="push", state=None))
         await _applied(engine, view.task, Observation(source="poll", state="completed"))
-        state = await engine._state(view.task)
+        state = await engine.records.state(view.task)
     assert records == []
     assert state.get("repeats_ignored", 0) == 0

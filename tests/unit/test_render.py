@@ -18,7 +18,7 @@ from support.cards import card_document
 
 from cardfence.engine.cards.model import AgentCard, parse_card
 from cardfence.engine.cli._render import describe, summary, task_path, task_table, timeline
-from cardfence.engine.client._base import _authorization_failed
+from cardfence.engine.client._records import _authorization_failed
 from cardfence.engine.core import events as ev
 from cardfence.engine.core.guards import (
     downgrade,

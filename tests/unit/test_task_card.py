@@ -83,7 +83,7 @@ class ExtendedAgent:
 async def _extended_task(engine: Engine) -> dict[str, Any]:
     """The state of a task created under the extended card (its skill is on no other card)."""
     view = await engine.start_task(ORIGIN, skill="translate", text="hi")
-    state = await engine._state(view.task)
+    state = await engine.records.state(view.task)
     assert state["extended"]
     return state
 
@@ -109,7 +109,7 @@ async def test_an_extended_task_is_compared_with_the_extended_card_read_again(
         state = await _extended_task(engine)
         before = list(agent.asked)
         public_reads = _read_args(engine)
-        card, failure, unread = await engine._task_card(state, fresh=True)
+        card, failure, unread = await engine.connections.task_card(state, fresh=True)
     assert card is not None
     assert (card.version, failure, unread) == ("1.1.0", None, None)
     assert [skill.id for skill in card.skills] == ["echo", "translate"]
@@ -130,14 +130,16 @@ async def test_a_task_of_the_public_card_is_compared_with_the_public_card_as_ask
     agent = ExtendedAgent(offers_extended=False)
     async with engine_on(store, agent.transport()) as engine:
         key = (await engine.start_task(ORIGIN, skill="echo", text="hi")).task
-        state = await engine._state(key)
+        state = await engine.records.state(key)
         assert not state.get("extended")
         public_reads = _read_args(engine)
         for fresh, share in ((True, False), (False, True)):
-            card, failure, unread = await engine._task_card(state, fresh=fresh, share=share)
+            card, failure, unread = await engine.connections.task_card(
+                state, fresh=fresh, share=share
+            )
             assert card is not None
             assert (card.version, failure, unread) == ("1.0.0", None, None)
-        await engine._task_card(state, fresh=False)  # not shared unless asked
+        await engine.connections.task_card(state, fresh=False)  # not shared unless asked
     assert public_reads == [(ORIGIN, True, False), (ORIGIN, False, True), (ORIGIN, False, False)]
     assert agent.count("extended") == 0
 
@@ -149,21 +151,21 @@ async def test_an_extended_read_not_fresh_is_kept_per_endpoint_tenant_and_author
     async with engine_on(store, agent.transport()) as engine:
         state = await _extended_task(engine)
         asked = agent.count("extended")
-        await engine._task_card(state, fresh=False)
-        await engine._task_card(dict(state), fresh=False)
+        await engine.connections.task_card(state, fresh=False)
+        await engine.connections.task_card(dict(state), fresh=False)
         assert agent.count("extended") == asked + 1  # the second from memory
 
         # Another tenant, or another authorization recorded, is another reader: read again.
         for n, tenant in enumerate(("t-2", "t-3"), start=2):
             other = {**state, "endpoint": {**state["endpoint"], "tenant": tenant}}
-            await engine._task_card(other, fresh=False)
+            await engine.connections.task_card(other, fresh=False)
             assert agent.count("extended") == asked + n
         authorized = {**state, "authorization": {"schemes": [], "other": "grant"}}
-        await engine._task_card(authorized, fresh=False)
+        await engine.connections.task_card(authorized, fresh=False)
         assert agent.count("extended") == asked + 4
 
         # Asked fresh, it is read again whatever memory holds.
-        await engine._task_card(state, fresh=True)
+        await engine.connections.task_card(state, fresh=True)
         assert agent.count("extended") == asked + 5
 
 
@@ -178,7 +180,7 @@ async def test_a_refused_extended_read_lets_the_public_card_stand_in_and_says_wh
         state = await _extended_task(engine)
         agent.extended = 500
         public_reads = _read_args(engine)
-        card, failure, unread = await engine._task_card(state, fresh=fresh, share=share)
+        card, failure, unread = await engine.connections.task_card(state, fresh=fresh, share=share)
     assert card is not None
     assert (card.version, failure) == ("1.0.0", None)
     assert public_reads == [(ORIGIN, fresh, share)]
@@ -198,7 +200,7 @@ async def test_an_extended_read_that_cannot_be_asked_names_the_tasks_endpoint(
         # Credentials recorded for a frozen card the store no longer holds: the transport
         # refuses to choose them anew, before any request (the failure names no URL).
         lost = {**state, "authorization": {"schemes": ["key"]}, "card_revision": "0" * 64}
-        card, failure, unread = await engine._task_card(lost, fresh=True)
+        card, failure, unread = await engine.connections.task_card(lost, fresh=True)
     assert card is not None
     assert (card.version, failure) == ("1.0.0", None)
     assert agent.asked[asked:] == ["card"]
@@ -213,7 +215,7 @@ async def test_when_neither_card_can_be_read_both_failures_are_given(store: Even
     async with engine_on(store, agent.transport()) as engine:
         state = await _extended_task(engine)
         agent.extended, agent.public = 403, 503
-        card, failure, unread = await engine._task_card(state, fresh=True)
+        card, failure, unread = await engine.connections.task_card(state, fresh=True)
     assert card is None
     assert isinstance(failure, DiscoveryError)
     assert (failure.url, failure.detail) == (f"{ORIGIN}/.well-known/agent-card.json", "503")

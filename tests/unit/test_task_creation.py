@@ -18,7 +18,7 @@ from support.mocked import ScriptedAgent, engine_on, rpc_error, rpc_result, subm
 
 from cardfence.engine.auth.config import Bearer, CredentialsConfig, OAuthClient
 from cardfence.engine.cards.model import parse_card
-from cardfence.engine.client.engine import EngineConfig
+from cardfence.engine.client.config import EngineConfig
 from cardfence.engine.core import events as ev
 from cardfence.engine.core import guards
 from cardfence.engine.discovery.fetch import CardLimits
@@ -163,7 +163,7 @@ async def test_a_creation_the_agent_refuses_is_closed_as_never_created_in_both_s
     async with engine_on(store, Agent(refused).transport()) as engine:
         with pytest.raises(CreationRefusedError) as raised:
             await engine.start_task(ORIGIN, skill="echo", text="hi", key="k-1")
-        state = await engine._state("k-1")
+        state = await engine.records.state("k-1")
     assert (raised.value.task, raised.value.url) == ("k-1", ENDPOINT)
     assert (raised.value.code, raised.value.detail) == (-32602, "no such skill here")
     last = store.read_stream("task:k-1")[-1]
@@ -212,7 +212,7 @@ async def test_a_creation_whose_outcome_is_unknown_is_recorded_as_unreachable_du
     async with engine_on(store, Agent(answer).transport()) as engine:
         with pytest.raises(error):
             await engine.start_task(ORIGIN, skill="echo", text="hi", key="k-1")
-        state = await engine._state("k-1")
+        state = await engine.records.state("k-1")
     last = store.read_stream("task:k-1")[-1]
     assert last.type == ev.ENDPOINT_UNREACHABLE
     assert (last.data["during"], last.data["url"]) == ("send", ENDPOINT)
@@ -236,9 +236,9 @@ async def test_the_grant_recorded_names_the_openid_connect_discovery_its_token_c
     body = json.dumps({"token_endpoint": "https://id.example/token"}).encode()
     async with engine_on(store, None, config) as engine:
         grant = engine.authorizer.grant(card, "echo", ENDPOINT)
-        assert "discovery" not in engine._grant_record(grant)  # no token fetched yet
-        await engine._oidc_discovered(discovery_url, body)
-        record = engine._grant_record(grant)
+        assert "discovery" not in engine.access.grant_record(grant)  # no token fetched yet
+        await engine.access.oidc_discovered(discovery_url, body)
+        record = engine.access.grant_record(grant)
     assert record["schemes"] == ["oidc"]
     assert record["discovery"] == {
         "oidc": {
@@ -454,7 +454,7 @@ async def test_the_extended_read_is_recorded_naming_the_public_card_and_its_tran
     config = EngineConfig(credentials=CredentialsConfig.of({ORIGIN: {"bearer": Bearer("tok")}}))
     async with engine_on(store, agent.transport(), config) as engine:
         await engine.start_task(ORIGIN, skill="translate", text="hi")
-        kept = list(engine._transports)
+        kept = list(engine.connections.transports)
     public_revision = parse_card(json.dumps(public).encode(), url=ORIGIN).revision
     (read,) = [
         e.data
@@ -543,7 +543,7 @@ async def test_resume_sends_again_when_the_task_found_is_bound_to_another_task_o
             with pytest.raises(EndpointUnreachableError):
                 await engine.start_task(ORIGIN, skill="echo", text="hi", key="k-1")
             resumed = await engine.resume("k-1")
-            other = await engine._state("k-0")
+            other = await engine.records.state("k-0")
 
     assert (resumed.remote_task_id, other["remote_task_id"]) == ("r-2", "r-1")
     first, again = sent

@@ -17,7 +17,8 @@ from support.cards import ORIGIN, card_document
 from support.mocked import engine_on, rpc_result, submitted_task
 
 from cardfence.engine.auth.authorization import Authorizer
-from cardfence.engine.client.engine import Engine, EngineConfig
+from cardfence.engine.client.config import EngineConfig
+from cardfence.engine.client.engine import Engine
 from cardfence.engine.errors import CredentialsConfigError, CredentialsMissingError
 from cardfence.store.event_store import EventStore
 
@@ -48,7 +49,7 @@ class Agent:
 
 async def _task(engine: Engine, **options: Any) -> dict[str, Any]:
     view = await engine.start_task(ORIGIN, skill="echo", text="hi", **options)
-    return await engine._state(view.task)
+    return await engine.records.state(view.task)
 
 
 async def test_every_later_request_of_a_task_names_the_extensions_it_activated(
@@ -75,7 +76,9 @@ async def test_a_task_recorded_without_a_grant_is_asked_with_no_credentials(
     async with engine_on(store, Agent().transport()) as engine:
         state = await _task(engine)
         for recorded in (None, {"origin": ORIGIN, "schemes": []}):
-            transport = await engine._task_transport({**state, "authorization": recorded})
+            transport = await engine.connections.task_transport(
+                {**state, "authorization": recorded}
+            )
             assert transport.credentials is None
 
 
@@ -94,10 +97,10 @@ async def test_the_grant_of_a_frozen_card_is_worked_out_once_per_recorded_grant(
         state = await _task(engine)
         one = {**state, "authorization": {"origin": ORIGIN, "schemes": ["a"], "scopes": {}}}
         other = {**state, "authorization": {"origin": ORIGIN, "schemes": ["b"], "scopes": {}}}
-        first = await engine._task_transport(one)
-        again = await engine._task_transport(one)
-        another = await engine._task_transport(other)
-        extended = await engine._task_transport({**one, "extensions": ["urn:ext:trace"]})
+        first = await engine.connections.task_transport(one)
+        again = await engine.connections.task_transport(one)
+        another = await engine.connections.task_transport(other)
+        extended = await engine.connections.task_transport({**one, "extensions": ["urn:ext:trace"]})
     assert regranted == [one["authorization"], other["authorization"]]
     assert extended.credentials is not None
     assert extended.credentials.grant is first.credentials.grant  # type: ignore[union-attr]
@@ -116,7 +119,7 @@ async def test_credentials_are_never_chosen_anew_when_the_frozen_card_is_gone(
         state = await _task(engine)
         lost = {**state, "authorization": {"schemes": ["key"]}, "card_revision": "0" * 64}
         with pytest.raises(CredentialsMissingError) as refused:
-            await engine._task_transport(lost)
+            await engine.connections.task_transport(lost)
     assert (refused.value.agent, refused.value.skill) == (ORIGIN, "echo")
     assert refused.value.needs == f"the frozen card {'0' * 12} is not in the store"
     assert str(refused.value).endswith("; nothing was sent")
@@ -139,16 +142,16 @@ class _Grant:
 async def test_one_transport_is_kept_per_endpoint_tenant_and_grant(store: EventStore) -> None:
     config = EngineConfig(request_timeout=2.5)
     async with engine_on(store, Agent().transport(), config) as engine:
-        plain = engine._transport(REST_ENDPOINT)
-        assert engine._transport(dict(REST_ENDPOINT)) is plain
-        tenant = engine._transport({**REST_ENDPOINT, "tenant": "t-1"})
+        plain = engine.connections.transport(REST_ENDPOINT)
+        assert engine.connections.transport(dict(REST_ENDPOINT)) is plain
+        tenant = engine.connections.transport({**REST_ENDPOINT, "tenant": "t-1"})
         one, other = _Grant(), _Grant()
-        granted = engine._transport(REST_ENDPOINT, one)  # type: ignore[arg-type]
-        assert engine._transport(REST_ENDPOINT, one) is granted  # type: ignore[arg-type]
-        another = engine._transport(REST_ENDPOINT, other)  # type: ignore[arg-type]
+        granted = engine.connections.transport(REST_ENDPOINT, one)  # type: ignore[arg-type]
+        assert engine.connections.transport(REST_ENDPOINT, one) is granted  # type: ignore[arg-type]
+        another = engine.connections.transport(REST_ENDPOINT, other)  # type: ignore[arg-type]
         passing = {**REST_ENDPOINT, "tenant": "once"}
-        once = engine._transport(passing, keep=False)  # for one request: not kept
-        twice = engine._transport(passing, keep=False)
+        once = engine.connections.transport(passing, keep=False)  # for one request: not kept
+        twice = engine.connections.transport(passing, keep=False)
     assert len({id(t) for t in (plain, tenant, granted, another, once, twice)}) == 6
     assert (plain.interface.tenant, tenant.interface.tenant) == ("", "t-1")
     assert (plain.credentials, granted.credentials, another.credentials) == (None, one, other)
@@ -176,7 +179,9 @@ async def test_every_transport_shares_the_engines_bound_on_requests_in_flight(
 
     async with engine_on(store, httpx.MockTransport(handler), config) as engine:
         transports = [
-            engine._transport({**REST_ENDPOINT, "binding": "JSONRPC", "tenant": f"t-{n}"})
+            engine.connections.transport(
+                {**REST_ENDPOINT, "binding": "JSONRPC", "tenant": f"t-{n}"}
+            )
             for n in range(3)
         ]
         await asyncio.gather(*(t.get_task("r-1") for t in transports))
@@ -190,17 +195,17 @@ async def test_a_grant_that_needs_a_client_certificate_goes_by_a_client_presenti
     cert = (str(tls.client_cert), str(tls.client_key))
     config = EngineConfig(ca_file=str(tls.ca))
     async with engine_on(store, Agent().transport(), config) as engine:
-        first = engine._transport(REST_ENDPOINT, _Grant(cert))  # type: ignore[arg-type]
-        again = engine._transport({**REST_ENDPOINT, "tenant": "t"}, _Grant(cert))  # type: ignore[arg-type]
+        first = engine.connections.transport(REST_ENDPOINT, _Grant(cert))  # type: ignore[arg-type]
+        again = engine.connections.transport({**REST_ENDPOINT, "tenant": "t"}, _Grant(cert))  # type: ignore[arg-type]
         assert first.client is again.client is not engine.client
-        assert list(engine._tls_clients) == [cert]
+        assert list(engine.connections.tls_clients) == [cert]
         # It trusts the configured authorities only, as the engine's own client does.
         context = first.client._transport._context  # type: ignore[attr-defined]
         authorities = [dict(item[0] for item in ca["subject"]) for ca in context.get_ca_certs()]
         assert [names["commonName"] for names in authorities] == ["cardfence test CA"]
         missing = (str(tmp_path / "none.pem"), str(tmp_path / "none.key"))
         with pytest.raises(CredentialsConfigError) as refused:
-            engine._transport(REST_ENDPOINT, _Grant(missing))  # type: ignore[arg-type]
+            engine.connections.transport(REST_ENDPOINT, _Grant(missing))  # type: ignore[arg-type]
     assert refused.value.where == "mtls"
     assert str(refused.value).startswith(f"credentials mtls: client certificate {missing[0]} ")
-    assert list(engine._tls_clients) == [cert]
+    assert list(engine.connections.tls_clients) == [cert]

@@ -17,7 +17,8 @@ from support.cards import ORIGIN, card_document
 from support.mocked import engine_on, rpc_error, rpc_result, submitted_task
 
 from cardfence.engine.cards.model import parse_card
-from cardfence.engine.client.engine import Engine, EngineConfig
+from cardfence.engine.client.config import EngineConfig
+from cardfence.engine.client.engine import Engine
 from cardfence.engine.core import events as ev
 from cardfence.engine.discovery.fetch import CardLimits
 from cardfence.engine.errors import EndpointUnreachableError, UsageError
@@ -97,7 +98,7 @@ async def test_a_webhook_is_registered_with_a_token_and_a_bearer_secret_of_its_o
         key = await _task(engine)
         reads = agent.card_reads
         outcome = await engine.register_webhook(key, HOOK)
-        state = await engine._state(key)
+        state = await engine.records.state(key)
     assert agent.card_reads == reads + 1  # a read made for this registration (R4)
     assert (outcome.registered, outcome.reason, outcome.detail) == (True, "registered", "")
     assert outcome.config_id is not None
@@ -197,7 +198,7 @@ async def test_a_plain_http_webhook_off_loopback_is_not_registered_nor_the_card_
         key = await _task(engine)
         reads, calls = agent.card_reads, len(agent.calls)
         outcome = await engine.register_webhook(key, "http://hooks.example/w")
-        state = await engine._state(key)
+        state = await engine.records.state(key)
     detail = (
         "webhook URL http://hooks.example/w: plain http to a non-loopback host refused "
         "(https required); nothing was registered"
@@ -312,7 +313,7 @@ async def test_an_agent_refusing_the_config_leaves_the_task_on_polling(
     async with engine_on(store, agent.transport()) as engine:
         key = await _task(engine)
         outcome = await engine.register_webhook(key, HOOK)
-        state = await engine._state(key)
+        state = await engine.records.state(key)
     assert (outcome.registered, outcome.reason) == (False, "push_refused")
     assert "-32003" in outcome.detail
     assert "Push Notification is not supported" in outcome.detail
