@@ -9,9 +9,11 @@ reach every type of the catalogue and the fields any task event may carry (``rep
 
 from __future__ import annotations
 
+import json
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -45,3 +47,22 @@ def test_every_stream_replays_to_its_stored_projection(stored: EventStore) -> No
         head = stored.stream(stream_id)
         assert head is not None
         assert replay(stream_id, stored.read_stream(stream_id)) == head.state, stream_id
+
+
+def _stored(payload: Mapping[str, Any]) -> str:
+    """The text the store keeps and hashes for a payload (store/_appending.py ``_encode``)."""
+    return json.dumps(payload, separators=(",", ":"), sort_keys=True, allow_nan=False)
+
+
+def test_every_stored_event_reads_as_its_class_and_gives_back_its_payload_byte_for_byte(
+    stored: EventStore,
+) -> None:
+    classes: set[type] = set()
+    for event in iter_all(stored):
+        typed = ev.stream_event(event.stream_id, event.type, event.data)
+        assert not isinstance(typed, ev.UnknownEvent), event
+        assert typed.type == event.type
+        assert typed.extra == {}, (event.type, typed.extra)  # every key known to its class
+        assert _stored(typed.payload()) == event.payload, (event.stream_id, event.version)
+        classes.add(type(typed))
+    assert len(classes) == len(ev.AGENT_CLASSES) + len(ev.TASK_CLASSES)
