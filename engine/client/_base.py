@@ -33,7 +33,8 @@ from cardfence.engine.cards.model import AgentCard, Interface, parse_card
 from cardfence.engine.client.tasklog import AsOf, TaskLog, key_of
 from cardfence.engine.core import events as ev
 from cardfence.engine.core import guards
-from cardfence.engine.core.observations import DEFAULT_MAX_CLOCK_SKEW, Event
+from cardfence.engine.core.events import TaskEvent as Event
+from cardfence.engine.core.observations import DEFAULT_MAX_CLOCK_SKEW
 from cardfence.engine.core.replay import State
 from cardfence.engine.core.views import TaskView
 from cardfence.engine.discovery.fetch import CardLimits
@@ -494,15 +495,17 @@ class EngineBase:
 
 def _authorization_failed(refused: AuthorizationFailedError, during: str) -> Event:
     """R15: a 401/403 (or no token to be had) is an annotation, never a transition (R1)."""
-    return ev.AUTHORIZATION_FAILED, {
-        "url": refused.url,
-        "status": refused.status,
-        "schemes": list(refused.schemes),
-        "detail": str(refused),
-        "during": during,
-        "at": _now_iso(),
-    }
+    return ev.AuthorizationFailed(
+        url=refused.url,
+        status=refused.status,
+        schemes=list(refused.schemes),
+        detail=str(refused),
+        during=during,
+        at=_now_iso(),
+    )
 
 
-def _unreachable(failure: Exception, during: str) -> dict[str, Any]:
-    return {"url": getattr(failure, "url", ""), "detail": str(failure), "during": during}
+def _unreachable(failure: Exception, during: str) -> ev.EndpointUnreachable:
+    return ev.EndpointUnreachable(
+        url=getattr(failure, "url", ""), detail=str(failure), during=during
+    )

@@ -23,10 +23,10 @@ from cardfence.engine.client._base import (
 )
 from cardfence.engine.core import events as ev
 from cardfence.engine.core import guards
+from cardfence.engine.core.events import TaskEvent as Event
 from cardfence.engine.core.lifecycle import TERMINAL
 from cardfence.engine.core.observations import (
     FLAG_PAYLOAD_TRUNCATED,
-    Event,
     Observation,
     apply_observation,
     from_task,
@@ -175,17 +175,16 @@ class Observing(EngineBase):
             out = apply_observation(state, observation, max_clock_skew=skew)
             if out:
                 out += guards.context_check(state, observation.remote_context_id)
-            for type_, data in list(out):
-                if type_ == ev.STATE_CHANGED and data["to"] == "failed":
+            for event in list(out):
+                if isinstance(event, ev.StateChanged) and event.to == "failed":
                     if not agent_revision:
                         agent_revision.append(self._agent_revision(state))
-                    out += guards.failure_review(
-                        state, "failed", data.get("message"), agent_revision[0]
-                    )
+                    message = None if event.message is ev.ABSENT else event.message
+                    out += guards.failure_review(state, "failed", message, agent_revision[0])
             hook = state.get("webhook") or {}
             if observation.source == "push" and hook.get("status") == "provisional":
                 # R5: the first valid delivery confirms the webhook.
-                out.append((ev.WEBHOOK_CONFIRMED, {"config_id": hook.get("config_id")}))
+                out.append(ev.WebhookConfirmed(config_id=hook.get("config_id")))
             if recorded is not None:
                 recorded[:] = out
             decided[:] = out
@@ -249,7 +248,7 @@ class Observing(EngineBase):
             await self._record_throttled(key, throttled, during, self._throttle_wait(throttled))
             raise
         except EndpointUnreachableError as failure:
-            await self._record(key, [(ev.ENDPOINT_UNREACHABLE, _unreachable(failure, during))])
+            await self._record(key, [_unreachable(failure, during)])
             raise
         except WrongTaskAnswerError as wrong:
             await self._record_wrong_task(key, wrong, wrong_source)

@@ -46,7 +46,7 @@ class Engine(Following, Creation):
             raise UsageError(f"task {key} is {state['state']}, not waiting for input")
         message_id = f"m-{uuid.uuid4().hex}"
         transport = await self._task_transport(state)
-        await self._record(key, [(ev.REPLY_SENT, {"message_id": message_id, "chars": len(text)})])
+        await self._record(key, [ev.ReplySent(message_id=message_id, chars=len(text))])
         async with self._failures_recorded(key, "reply", wrong_source="send"):
             # R5: a reply answered 429 was not taken: the same one goes again after the wait.
             answer = await self._asked_again(
@@ -73,7 +73,7 @@ class Engine(Following, Creation):
         if not state.get("remote_task_id"):
             raise UsageError(f"task {key} has no remote task id: run `resume` first")
         transport = await self._task_transport(state)
-        await self._record(key, [(ev.CANCEL_REQUESTED, {"at": _now_iso()})])
+        await self._record(key, [ev.CancelRequested(at=_now_iso())])
         async with self._failures_recorded(key, "cancel", wrong_source="send"):
             try:
                 answer = await self._asked_again(
@@ -83,8 +83,8 @@ class Engine(Following, Creation):
                     "the cancel was not taken: `cardfence cancel` asks again",
                 )
             except RemoteRefusedError as refusal:
-                refused = {"code": refusal.code, "detail": str(refusal)}
-                await self._record(key, [(ev.CANCEL_REFUSED, refused)])
+                refused = ev.CancelRefused(code=refusal.code, detail=str(refusal))
+                await self._record(key, [refused])
                 raise
         return await self._observe(key, from_task(answer, "send"))
 
@@ -127,8 +127,8 @@ class Engine(Following, Creation):
             raise CredentialsMissingError(new, str(state["skill"]), needs)
         read = await self.discovery.read(str(state["agent_url"]), fresh=True)
         await self.discovery.check_contract(read, accept=True)
-        moved = {"old": old, "new": new, "revision": read.card.revision, "at": _now_iso()}
-        await self._record(key, [(ev.CREDENTIALS_MOVED, moved)])
+        moved = ev.CredentialsMoved(old=old, new=new, revision=read.card.revision, at=_now_iso())
+        await self._record(key, [moved])
 
     async def _rebind(self, key: str, state: State) -> None:
         """The send may or may not have reached the agent: ask it for our context's tasks."""

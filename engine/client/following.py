@@ -202,8 +202,7 @@ class Following(Observing):
             if now >= deadline or room <= 0:
                 await self._record(
                     key,
-                    [(ev.DEADLINE_EXCEEDED, {"state": state["state"], "seconds": timeout,
-                                             "until": until})],
+                    [ev.DeadlineExceeded(state=state["state"], seconds=timeout, until=until)],
                 )  # fmt: skip
                 if pace.unreachable is not None:
                     raise pace.unreachable  # the cause the caller can act on (CLI exit 9)

@@ -10,7 +10,7 @@ cardfence does not know is read as an :class:`UnknownEvent`, which replay passes
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Final, Self
 
@@ -175,7 +175,7 @@ def _specs(cls: type) -> tuple[_Spec, ...]:
     return specs
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class Recorded:
     """What every event class holds: its type name, and the keys of a stored payload that the
     class does not know (a later cardfence may add fields), given back as they were read."""
@@ -186,6 +186,21 @@ class Recorded:
     @property
     def type(self) -> str:
         return self.TYPE
+
+    def __iter__(self) -> Iterator[Any]:
+        """The event as the ``(type, payload)`` pair an event was before it had a class
+        (``type_, data = event``; ``event[1]``): read-only, a new payload each time."""
+        return iter((self.TYPE, self.payload()))
+
+    def __getitem__(self, index: int) -> Any:
+        return (self.TYPE, self.payload())[index]
+
+    def __eq__(self, other: object) -> bool:
+        """Two events are equal when they record the same: their type and payload (an event
+        given as its ``(type, payload)`` pair included)."""
+        if isinstance(other, Recorded | UnknownEvent | tuple):
+            return tuple(self) == tuple(other)
+        return NotImplemented
 
     def payload(self) -> dict[str, Any]:
         """The payload as recorded: every key the event holds, optional ones only when set."""
@@ -220,7 +235,7 @@ class Recorded:
         return cls(**values, extra=extra)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class TaskRecorded(Recorded):
     """A task event. The first event of an append may carry what was counted, not appended,
     since the stream's previous event (:data:`REPEATS_IGNORED`, :data:`FAILURES_REPEATED`) and
@@ -231,13 +246,24 @@ class TaskRecorded(Recorded):
     lease: Mapping[str, Any] | None = _optional()
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)
 class UnknownEvent:
     """An event of a type this cardfence does not know (written by a newer one): kept as
     stored; replay leaves the state unchanged and the audit reports it."""
 
     type: str
     data: Mapping[str, Any]
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter((self.type, self.payload()))
+
+    def __getitem__(self, index: int) -> Any:
+        return (self.type, self.payload())[index]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Recorded | UnknownEvent | tuple):
+            return tuple(self) == tuple(other)
+        return NotImplemented
 
     def payload(self) -> dict[str, Any]:
         return dict(self.data)
@@ -246,7 +272,7 @@ class UnknownEvent:
 # Agent stream.
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class CardFetched(Recorded):
     """A card read that reached the wire and gave a card (R14; R15 when ``extended``)."""
 
@@ -266,7 +292,7 @@ class CardFetched(Recorded):
     signature: Mapping[str, Any] | None = _optional()
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class DiscoveryFailed(Recorded):
     """A card read failed."""
 
@@ -277,7 +303,7 @@ class DiscoveryFailed(Recorded):
     at: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class ContractPinned(Recorded):
     """The first creation for an agent pinned its contract (R3)."""
 
@@ -286,7 +312,7 @@ class ContractPinned(Recorded):
     revision: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class ContractAccepted(Recorded):
     """Another contract than the pinned one, accepted by the caller (R3)."""
 
@@ -296,7 +322,7 @@ class ContractAccepted(Recorded):
     revision: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class TaskCreationRefused(Recorded):
     """The engine refused to create (or re-send) a task; nothing was sent (agent stream)."""
 
@@ -308,7 +334,7 @@ class TaskCreationRefused(Recorded):
     task: str | None = _optional()
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class CredentialsMissing(Recorded):
     """A creation refused: the credentials the contract requires are not configured (R15)."""
 
@@ -323,7 +349,7 @@ class CredentialsMissing(Recorded):
 # Task stream.
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class TaskSubmitted(TaskRecorded):
     """The task's first event, before its message is sent: the card in force frozen into it."""
 
@@ -351,7 +377,7 @@ class TaskSubmitted(TaskRecorded):
     extensions: Sequence[str] | None = _optional()
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class StateChanged(TaskRecorded):
     """A transition the remote reported (R1, R12)."""
 
@@ -376,7 +402,7 @@ class StateChanged(TaskRecorded):
     report: str | None = _optional()
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class ObservationIgnored(TaskRecorded):
     """A report that changed no state, and why (R10, R12)."""
 
@@ -399,7 +425,7 @@ class ObservationIgnored(TaskRecorded):
     answered: str | None = _optional()
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class ArtifactReceived(TaskRecorded):
     """An artifact new or changed, or a chunk of one (R12, R16)."""
 
@@ -418,7 +444,7 @@ class ArtifactReceived(TaskRecorded):
     dropped: Sequence[Mapping[str, Any]] | None = _optional()
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class WebhookRegistered(TaskRecorded):
     """A push config registered after a fresh read said push (R4)."""
 
@@ -431,7 +457,7 @@ class WebhookRegistered(TaskRecorded):
     card_revision: str | None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class WebhookConfirmed(TaskRecorded):
     """The first valid push delivery while the webhook was provisional (R5)."""
 
@@ -439,7 +465,7 @@ class WebhookConfirmed(TaskRecorded):
     config_id: str | None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class DeliveryDowngraded(TaskRecorded):
     """Push is off for the task; it continues by polling (R4, R6, R7)."""
 
@@ -450,7 +476,7 @@ class DeliveryDowngraded(TaskRecorded):
     to: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class DiscoveryUnavailable(TaskRecorded):
     """A card read failed while the task was live: an annotation (R8)."""
 
@@ -461,7 +487,7 @@ class DiscoveryUnavailable(TaskRecorded):
     during: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class CardRevisionChanged(TaskRecorded):
     """The card revision the task last saw was replaced (R7, R9)."""
 
@@ -471,7 +497,7 @@ class CardRevisionChanged(TaskRecorded):
     changes: Mapping[str, Any]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class FlaggedForReview(TaskRecorded):
     """Something a person should look at; the task is not acted on (R7, R11, R12)."""
 
@@ -481,7 +507,7 @@ class FlaggedForReview(TaskRecorded):
     revision: str | None = _optional()
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class ContractDiverged(TaskRecorded):
     """A card read after the send implies another contract than the task's (R3)."""
 
@@ -491,7 +517,7 @@ class ContractDiverged(TaskRecorded):
     revision: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class TaskOrphaned(TaskRecorded):
     """At resume, the card no longer carries the task's skill compatibly (R9)."""
 
@@ -502,7 +528,7 @@ class TaskOrphaned(TaskRecorded):
     detail: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class EndpointMoved(TaskRecorded):
     """At resume, the task follows its skill to another interface (R9)."""
 
@@ -511,7 +537,7 @@ class EndpointMoved(TaskRecorded):
     new: Mapping[str, Any]
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class EndpointUnreachable(TaskRecorded):
     """A request to the task's endpoint got no usable answer (R11)."""
 
@@ -521,7 +547,7 @@ class EndpointUnreachable(TaskRecorded):
     during: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class AuthorizationFailed(TaskRecorded):
     """A request of the task refused with 401/403, or no token to be had (R15)."""
 
@@ -534,7 +560,7 @@ class AuthorizationFailed(TaskRecorded):
     at: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class Throttled(TaskRecorded):
     """The agent asked for time (R5); once per task."""
 
@@ -546,7 +572,7 @@ class Throttled(TaskRecorded):
     during: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class CredentialsMoved(TaskRecorded):
     """The caller accepted the origin the task's endpoint moved to (R15)."""
 
@@ -557,7 +583,7 @@ class CredentialsMoved(TaskRecorded):
     at: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class CancelRequested(TaskRecorded):
     """The caller asked to cancel; the request is about to be sent (R10)."""
 
@@ -565,7 +591,7 @@ class CancelRequested(TaskRecorded):
     at: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class CancelRefused(TaskRecorded):
     """The remote refused the cancel with an A2A error."""
 
@@ -574,7 +600,7 @@ class CancelRefused(TaskRecorded):
     detail: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class ReplySent(TaskRecorded):
     """An answer to an interrupted task, recorded before it is sent; not its text."""
 
@@ -583,7 +609,7 @@ class ReplySent(TaskRecorded):
     chars: int
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class DeadlineExceeded(TaskRecorded):
     """The deadline passed before the task reached the point asked for (R10)."""
 
@@ -593,7 +619,7 @@ class DeadlineExceeded(TaskRecorded):
     until: str
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class CreationRefusedRemotely(TaskRecorded):
     """``TaskCreationRefused`` on the task stream: the agent refused the creation with an A2A
     error; final (R3)."""
@@ -612,8 +638,8 @@ AgentEvent = (
     | ContractAccepted
     | TaskCreationRefused
     | CredentialsMissing
-    | UnknownEvent
 )
+"""An event the engine appends to an agent stream."""
 TaskEvent = (
     TaskSubmitted
     | StateChanged
@@ -637,10 +663,10 @@ TaskEvent = (
     | ReplySent
     | DeadlineExceeded
     | CreationRefusedRemotely
-    | UnknownEvent
 )
-Event = AgentEvent | TaskEvent
-"""Any event, of either stream."""
+"""An event the engine appends to a task stream."""
+Event = AgentEvent | TaskEvent | UnknownEvent
+"""Any event, of either stream, as written or read (a type not known included)."""
 
 AGENT_CLASSES: Final[Mapping[str, type[Recorded]]] = {
     cls.TYPE: cls
@@ -685,7 +711,7 @@ TASK_CLASSES: Final[Mapping[str, type[TaskRecorded]]] = {
 """The class of each task-stream type."""
 
 
-def agent_event(type_: str, data: Mapping[str, Any]) -> AgentEvent:
+def agent_event(type_: str, data: Mapping[str, Any]) -> AgentEvent | UnknownEvent:
     """An agent-stream event read from its type and payload (:class:`UnknownEvent` for a type
     this cardfence does not know)."""
     cls = AGENT_CLASSES.get(type_)
@@ -694,7 +720,7 @@ def agent_event(type_: str, data: Mapping[str, Any]) -> AgentEvent:
     return cls.from_payload(data)  # type: ignore[return-value]
 
 
-def task_event(type_: str, data: Mapping[str, Any]) -> TaskEvent:
+def task_event(type_: str, data: Mapping[str, Any]) -> TaskEvent | UnknownEvent:
     """A task-stream event read from its type and payload (:class:`UnknownEvent` for a type
     this cardfence does not know)."""
     cls = TASK_CLASSES.get(type_)
