@@ -136,9 +136,9 @@ _KEY: Final = "key"  # the payload key of a field whose name is not it (``from``
 _OPTIONAL: Final = "optional"  # left out of the payload while the field holds its default
 
 
-def _optional(key: str | None = None) -> Any:
+def _optional() -> Any:
     """An optional key, left out of the payload when ``None`` (never written as null)."""
-    return field(default=None, metadata={_OPTIONAL: True, _KEY: key})
+    return field(default=None, metadata={_OPTIONAL: True})
 
 
 # An optional key that may hold null: left out of the payload when :data:`ABSENT`.

@@ -19,6 +19,7 @@ import pytest
 
 from cardfence.engine.client.audit import audit, replay
 from cardfence.engine.core import events as ev
+from cardfence.engine.core.replay import fold_agent, fold_task
 from cardfence.store.event_store import EventStore, iter_all
 
 STORED = Path(__file__).parents[1] / "support" / "data" / "store_before_typed_events.sqlite"
@@ -66,3 +67,18 @@ def test_every_stored_event_reads_as_its_class_and_gives_back_its_payload_byte_f
         assert _stored(typed.payload()) == event.payload, (event.stream_id, event.version)
         classes.add(type(typed))
     assert len(classes) == len(ev.AGENT_CLASSES) + len(ev.TASK_CLASSES)
+
+
+def test_every_stream_read_as_classes_replays_to_its_stored_projection(
+    stored: EventStore,
+) -> None:
+    for stream_id in stored.stream_ids():
+        head = stored.stream(stream_id)
+        assert head is not None
+        typed = [ev.stream_event(stream_id, e.type, e.data) for e in stored.read_stream(stream_id)]
+        if stream_id.startswith(ev.AGENT_STREAM_PREFIX):
+            origin = stream_id.removeprefix(ev.AGENT_STREAM_PREFIX)
+            replayed = fold_agent(origin, typed)
+        else:
+            replayed = fold_task(stream_id.removeprefix(ev.TASK_STREAM_PREFIX), typed)
+        assert replayed == head.state, stream_id
