@@ -43,9 +43,7 @@ class Conversation:
             raise UsageError(f"task {key} is {state['state']}, not waiting for input")
         message_id = f"m-{uuid.uuid4().hex}"
         transport = await self.connections.task_transport(state)
-        await self.records.record(
-            key, [(ev.REPLY_SENT, {"message_id": message_id, "chars": len(text)})]
-        )
+        await self.records.record(key, [ev.ReplySent(message_id=message_id, chars=len(text))])
         async with self.observing.failures_recorded(key, "reply", wrong_source="send"):
             # R5: a reply answered 429 was not taken: the same one goes again after the wait.
             answer = await self.asking.asked_again(
@@ -72,7 +70,7 @@ class Conversation:
         if not state.get("remote_task_id"):
             raise UsageError(f"task {key} has no remote task id: run `resume` first")
         transport = await self.connections.task_transport(state)
-        await self.records.record(key, [(ev.CANCEL_REQUESTED, {"at": _now_iso()})])
+        await self.records.record(key, [ev.CancelRequested(at=_now_iso())])
         async with self.observing.failures_recorded(key, "cancel", wrong_source="send"):
             try:
                 answer = await self.asking.asked_again(
@@ -82,7 +80,7 @@ class Conversation:
                     "the cancel was not taken: `cardfence cancel` asks again",
                 )
             except RemoteRefusedError as refusal:
-                refused = {"code": refusal.code, "detail": str(refusal)}
-                await self.records.record(key, [(ev.CANCEL_REFUSED, refused)])
+                refused = ev.CancelRefused(code=refusal.code, detail=str(refusal))
+                await self.records.record(key, [refused])
                 raise
         return await self.observing.observe(key, from_task(answer, "send"))

@@ -22,10 +22,10 @@ from cardfence.engine.client._records import TaskRecords, _authorization_failed,
 from cardfence.engine.client.config import EngineConfig
 from cardfence.engine.core import events as ev
 from cardfence.engine.core import guards
+from cardfence.engine.core.events import TaskEvent as Event
 from cardfence.engine.core.lifecycle import TERMINAL
 from cardfence.engine.core.observations import (
     FLAG_PAYLOAD_TRUNCATED,
-    Event,
     Observation,
     apply_observation,
     from_task,
@@ -208,17 +208,16 @@ class Observing:
             out = apply_observation(state, observation, max_clock_skew=skew)
             if out:
                 out += guards.context_check(state, observation.remote_context_id)
-            for type_, data in list(out):
-                if type_ == ev.STATE_CHANGED and data["to"] == "failed":
+            for event in list(out):
+                if isinstance(event, ev.StateChanged) and event.to == "failed":
                     if not agent_revision:
                         agent_revision.append(self.records.agent_revision(state))
-                    out += guards.failure_review(
-                        state, "failed", data.get("message"), agent_revision[0]
-                    )
+                    message = None if event.message is ev.ABSENT else event.message
+                    out += guards.failure_review(state, "failed", message, agent_revision[0])
             hook = state.get("webhook") or {}
             if observation.source == "push" and hook.get("status") == "provisional":
                 # R5: the first valid delivery confirms the webhook.
-                out.append((ev.WEBHOOK_CONFIRMED, {"config_id": hook.get("config_id")}))
+                out.append(ev.WebhookConfirmed(config_id=hook.get("config_id")))
             if recorded is not None:
                 recorded[:] = out
             decided[:] = out
@@ -272,9 +271,7 @@ class Observing:
             )
             raise
         except EndpointUnreachableError as failure:
-            await self.records.record(
-                key, [(ev.ENDPOINT_UNREACHABLE, _unreachable(failure, during))]
-            )
+            await self.records.record(key, [_unreachable(failure, during)])
             raise
         except WrongTaskAnswerError as wrong:
             await self.records.record_wrong_task(key, wrong, wrong_source)

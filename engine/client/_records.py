@@ -15,7 +15,7 @@ from cardfence.engine.cards.model import AgentCard, parse_card
 from cardfence.engine.client.tasklog import AsOf, TaskLog
 from cardfence.engine.core import events as ev
 from cardfence.engine.core import guards
-from cardfence.engine.core.observations import Event
+from cardfence.engine.core.events import TaskEvent as Event
 from cardfence.engine.core.replay import State
 from cardfence.engine.core.views import TaskView
 from cardfence.engine.errors import AuthorizationFailedError, ThrottledError, WrongTaskAnswerError
@@ -129,15 +129,17 @@ def _now_iso() -> str:
 
 def _authorization_failed(refused: AuthorizationFailedError, during: str) -> Event:
     """R15: a 401/403 (or no token to be had) is an annotation, never a transition (R1)."""
-    return ev.AUTHORIZATION_FAILED, {
-        "url": refused.url,
-        "status": refused.status,
-        "schemes": list(refused.schemes),
-        "detail": str(refused),
-        "during": during,
-        "at": _now_iso(),
-    }
+    return ev.AuthorizationFailed(
+        url=refused.url,
+        status=refused.status,
+        schemes=list(refused.schemes),
+        detail=str(refused),
+        during=during,
+        at=_now_iso(),
+    )
 
 
-def _unreachable(failure: Exception, during: str) -> dict[str, Any]:
-    return {"url": getattr(failure, "url", ""), "detail": str(failure), "during": during}
+def _unreachable(failure: Exception, during: str) -> ev.EndpointUnreachable:
+    return ev.EndpointUnreachable(
+        url=getattr(failure, "url", ""), detail=str(failure), during=during
+    )

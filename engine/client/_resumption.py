@@ -81,8 +81,8 @@ class Resumption:
             raise CredentialsMissingError(new, str(state["skill"]), needs)
         read = await self.discovery.read(str(state["agent_url"]), fresh=True)
         await self.discovery.check_contract(read, accept=True)
-        moved = {"old": old, "new": new, "revision": read.card.revision, "at": _now_iso()}
-        await self.records.record(key, [(ev.CREDENTIALS_MOVED, moved)])
+        moved = ev.CredentialsMoved(old=old, new=new, revision=read.card.revision, at=_now_iso())
+        await self.records.record(key, [moved])
 
     async def _rebind(self, key: str, state: State) -> None:
         """The send may or may not have reached the agent: ask it for our context's tasks."""

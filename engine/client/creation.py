@@ -34,7 +34,7 @@ from cardfence.engine.client.config import EngineConfig
 from cardfence.engine.core import events as ev
 from cardfence.engine.core import guards
 from cardfence.engine.core.answers import PushConfig, RemoteTask
-from cardfence.engine.core.observations import Event, from_message, from_task
+from cardfence.engine.core.observations import from_message, from_task
 from cardfence.engine.core.replay import State
 from cardfence.engine.core.views import TaskView
 from cardfence.engine.discovery.card_read import CardRead
@@ -179,7 +179,8 @@ class Creation:
         if extended is not None:
             # Frozen under the extended card: its revision, contract and skill (R3, R9, R15);
             # the public card it was offered by, and the contract pinned from it, beside them.
-            submitted[1].update(
+            submitted = dataclasses.replace(
+                submitted,
                 card_revision=card.revision,
                 card_version=card.version,
                 contract_hash=card.contract_hash,
@@ -189,10 +190,10 @@ class Creation:
                 public_contract_hash=check.contract_hash,
             )
         elif unread:
-            submitted[1]["extended_unread"] = unread
-        submitted[1]["authorization"] = self.access.grant_record(grant)
+            submitted = dataclasses.replace(submitted, extended_unread=unread)
+        submitted = dataclasses.replace(submitted, authorization=self.access.grant_record(grant))
         if activated:
-            submitted[1]["extensions"] = list(activated)
+            submitted = dataclasses.replace(submitted, extensions=list(activated))
         await self.records.calls.run(self.records.log.create, key, [submitted])
         credentials = self.access.authorizer.for_task(grant, interface.url)
         transport = self.connections.transport(endpoint, credentials, extensions=activated)
@@ -246,7 +247,7 @@ class Creation:
                 await credentials.prepare()
         except CredentialsMissingError as missing:
             await self._refuse(
-                agent_url, "credentials_missing", str(missing), skill, type_=ev.CREDENTIALS_MISSING
+                agent_url, "credentials_missing", str(missing), skill, type_=ev.CredentialsMissing
             )
             raise
         except (AuthorizationFailedError, CredentialsConfigError) as failure:
@@ -354,9 +355,7 @@ class Creation:
         except ThrottledError:
             raise
         except (EndpointUnreachableError, InvalidAgentResponseError) as failure:
-            await self.records.record(
-                key, [(ev.ENDPOINT_UNREACHABLE, _unreachable(failure, "send"))]
-            )
+            await self.records.record(key, [_unreachable(failure, "send")])
             raise
         except RemoteRefusedError as refusal:
             await self.records.record(
@@ -408,15 +407,13 @@ class Creation:
         skill: str,
         task: str | None = None,
         *,
-        type_: str = ev.TASK_CREATION_REFUSED,
+        type_: type[ev.TaskCreationRefused | ev.CredentialsMissing] = ev.TaskCreationRefused,
     ) -> None:
-        refusal = {"reason": reason, "detail": detail, "skill": skill, "at": _now_iso()}
-        if task is not None:
-            refusal["task"] = task
+        refusal = type_(reason=reason, detail=detail, skill=skill, at=_now_iso(), task=task)
         # Not recorded when the agent's record cannot be read (altered in the store): the
         # refusal is the caller's error all the same.
         with contextlib.suppress(DiscoveryError, CorruptRecordError):
-            await self.discovery.record_refusal(agent_url, refusal, type_)
+            await self.discovery.record_refusal(agent_url, refusal)
 
     # -- webhooks (R4, R5) ---------------------------------------------------------------------
 
@@ -488,15 +485,15 @@ class Creation:
             await self.records.record(key, [guards.downgrade("push_refused", detail)])
             return WebhookOutcome(False, "push_refused", detail)
         auth = f"{auth_scheme} {auth_credentials}" if auth_scheme and auth_credentials else None
-        registered = {
-            "config_id": config_id,
-            "url": url,
-            "token_sha256": webhook.digest(token),
-            "auth_sha256": webhook.digest(auth) if auth else None,
-            "status": "provisional",
-            "card_revision": card.revision if card else None,
-        }
-        await self.records.record(key, [(ev.WEBHOOK_REGISTERED, registered)])
+        registered = ev.WebhookRegistered(
+            config_id=config_id,
+            url=url,
+            token_sha256=webhook.digest(token),
+            auth_sha256=webhook.digest(auth) if auth else None,
+            status="provisional",
+            card_revision=card.revision if card else None,
+        )
+        await self.records.record(key, [registered])
         return WebhookOutcome(True, "registered", "", config_id, token, auth)
 
 
@@ -525,22 +522,22 @@ def _submitted(
     context_id: str,
     text: str,
     media_type: str,
-) -> Event:
+) -> ev.TaskSubmitted:
     card = read.card
-    return ev.TASK_SUBMITTED, {
-        "task": key,
-        "agent": read.agent,
-        "agent_url": agent_url,
-        "card_url": read.url,
-        "skill": skill,
-        "message_id": message_id,
-        "context_id": context_id,
-        "text": text,
-        "media_type": media_type,
-        "card_revision": card.revision,
-        "card_version": card.version,
-        "contract_hash": contract_hash,
-        "skill_hash": card.compatibility_hash(skill),
-        "endpoint": dict(endpoint),
-        "submitted_at": _now_iso(),
-    }
+    return ev.TaskSubmitted(
+        task=key,
+        agent=read.agent,
+        agent_url=agent_url,
+        card_url=read.url,
+        skill=skill,
+        message_id=message_id,
+        context_id=context_id,
+        text=text,
+        media_type=media_type,
+        card_revision=card.revision,
+        card_version=card.version,
+        contract_hash=contract_hash,
+        skill_hash=card.compatibility_hash(skill),
+        endpoint=dict(endpoint),
+        submitted_at=_now_iso(),
+    )

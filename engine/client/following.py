@@ -228,8 +228,7 @@ class Following:
             if now >= deadline or room <= 0:
                 await self.records.record(
                     key,
-                    [(ev.DEADLINE_EXCEEDED, {"state": state["state"], "seconds": timeout,
-                                             "until": until})],
+                    [ev.DeadlineExceeded(state=state["state"], seconds=timeout, until=until)],
                 )  # fmt: skip
                 if pace.unreachable is not None:
                     raise pace.unreachable  # the cause the caller can act on (CLI exit 9)

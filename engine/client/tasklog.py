@@ -23,11 +23,12 @@ from datetime import UTC, datetime
 from typing import Any, Final, TypeVar
 
 from cardfence.engine.core import events as ev
+from cardfence.engine.core.events import TaskEvent
 from cardfence.engine.core.guards import is_live
-from cardfence.engine.core.observations import Event
 from cardfence.engine.core.replay import (
     TASK_FIELDS,
     State,
+    StoredEvent,
     apply_task_events,
     fold_task,
     initial_task_state,
@@ -116,7 +117,7 @@ class AsOf:
         return self.time.isoformat()
 
 
-def _decided(key: str, events: Sequence[Event]) -> None:
+def _decided(key: str, events: Sequence[StoredEvent]) -> None:
     """One log line per recorded decision: the task, the event, and its reason if it has one
     (``cardfence serve`` writes them as JSON lines)."""
     if _log.isEnabledFor(logging.INFO):
@@ -204,17 +205,18 @@ class TaskLog:
         carried on an event (``failures_repeated`` of the task's next event)."""
         return self._failing.get(key, (frozenset(), 0, 0))[2]
 
-    def create(self, key: str, events: Sequence[Event]) -> State:
+    def create(self, key: str, events: Sequence[TaskEvent]) -> State:
         """Start a task's stream with ``events`` (it must not exist yet)."""
-        state = apply_task_events(initial_task_state(key), events)
+        stored = _stored(events)
+        state = apply_task_events(initial_task_state(key), stored)
         self.store.append(
             task_stream_id(key),
             0,
-            [NewEvent(type_, data) for type_, data in events],
+            [NewEvent(type_, data) for type_, data in stored],
             projection=projection_of(state),
         )
-        self._keep(TaskHead(key, len(events), state, None))
-        _decided(key, events)
+        self._keep(TaskHead(key, len(stored), state, None))
+        _decided(key, stored)
         return state
 
     def head(self, key: str) -> TaskHead:
@@ -237,7 +239,9 @@ class TaskLog:
         _hold(self._heads, head.key, head, _HEADS_KEPT)
         return head
 
-    def record(self, key: str, decide: Callable[[State], Sequence[Event]]) -> tuple[State, State]:
+    def record(
+        self, key: str, decide: Callable[[State], Sequence[TaskEvent]]
+    ) -> tuple[State, State]:
         """Append what ``decide`` makes of the current projection; return (before, after).
 
         Inside :func:`driving` for this task, the append is made under the driver's lease and
@@ -249,7 +253,7 @@ class TaskLog:
         head = self._heads.get(key) or self.head(key)
         for _ in range(_RETRIES):
             before = head.state
-            events = list(decide(before))
+            events = _stored(decide(before))
             if not events:
                 return before, before
             failure = _repeatable_failure(events)
@@ -423,6 +427,11 @@ _REPEATABLE: Final = frozenset(
 )
 
 
+def _stored(events: Sequence[TaskEvent]) -> list[StoredEvent]:
+    """Each event as the ``(type, payload)`` pair the store appends, its payload a new dict."""
+    return [(type_, data) for type_, data in events]
+
+
 def _hold(held: dict[str, _V], key: str, value: _V, kept: int) -> None:
     """``held[key] = value``; past ``kept`` tasks, the one held longest is dropped (a count: as
     if its process had restarted, its next repeat or failure is recorded anew)."""
@@ -431,7 +440,7 @@ def _hold(held: dict[str, _V], key: str, value: _V, kept: int) -> None:
         del held[next(iter(held))]
 
 
-def _repeatable_failure(events: Sequence[Event]) -> str | None:
+def _repeatable_failure(events: Sequence[StoredEvent]) -> str | None:
     """The fingerprint of a decision that is one repeatable failure (its type and every field:
     URL, status, error, ... -- all but the moment, ``at``, that the store records anyway),
     else None."""

@@ -18,7 +18,6 @@ from cardfence.engine.cards.model import AgentCard, Interface
 from cardfence.engine.cards.spoken import V10, dialect_of, spoken_version
 from cardfence.engine.core import events as ev
 from cardfence.engine.core.lifecycle import TERMINAL
-from cardfence.engine.core.observations import Event
 from cardfence.engine.errors import CardInvalidError, DiscoveryError
 
 
@@ -99,14 +98,9 @@ def resend_check(
     return Decision(True, "ok")
 
 
-def refused_creation(code: int | str, message: str, url: str) -> Event:
+def refused_creation(code: int | str, message: str, url: str) -> ev.CreationRefusedRemotely:
     """``TaskCreationRefused`` on the task: the agent refused the creation; final (R3)."""
-    return ev.TASK_CREATION_REFUSED, {
-        "reason": "remote_refused",
-        "code": code,
-        "message": message,
-        "url": url,
-    }
+    return ev.CreationRefusedRemotely(reason="remote_refused", code=code, message=message, url=url)
 
 
 def throttled(
@@ -116,7 +110,7 @@ def throttled(
     asked: float | None,
     wait: float | None,
     during: str,
-) -> list[Event]:
+) -> list[ev.TaskEvent]:
     """``Throttled``: the agent asked for time (R5); an annotation, never a transition, recorded
     once per task (the flag it sets says it was), so an agent throttling every request does not
     grow the log by an event a request. ``wait``: what the engine waits before its next request
@@ -125,8 +119,7 @@ def throttled(
     if "throttled" in task.get("flags", ()):
         return []
     waited = None if wait is None else round(wait, 3)
-    data = {"url": url, "status": status, "asked": asked, "wait": waited, "during": during}
-    return [(ev.THROTTLED, data)]
+    return [ev.Throttled(url=url, status=status, asked=asked, wait=waited, during=during)]
 
 
 # -- R4: webhook registration is gated by an unconditional fresh read ----------------------------
@@ -142,14 +135,9 @@ def registration_check(card: AgentCard | None, failure: DiscoveryError | None) -
     return Decision(True, "push_advertised")
 
 
-def downgrade(reason: str, detail: str, revision: str | None = None) -> Event:
+def downgrade(reason: str, detail: str, revision: str | None = None) -> ev.DeliveryDowngraded:
     """``DeliveryDowngraded``: push is off for this task, it continues by polling (R4-R7)."""
-    return ev.DELIVERY_DOWNGRADED, {
-        "reason": reason,
-        "detail": detail,
-        "card_revision": revision,
-        "to": "polling",
-    }
+    return ev.DeliveryDowngraded(reason=reason, detail=detail, card_revision=revision, to="polling")
 
 
 # -- R6: capability re-checks are bound to state boundaries ---------------------------------------
@@ -164,7 +152,7 @@ def boundary_recheck_due(task: Mapping[str, Any], from_state: str, to_state: str
 
 def push_recheck(
     task: Mapping[str, Any], card: AgentCard | None, failure: DiscoveryError | None
-) -> list[Event]:
+) -> list[ev.TaskEvent]:
     """The outcome of a boundary re-check (R6): the transition itself is already recorded (R1)."""
     if failure is not None:
         return [unavailable(failure, "boundary_recheck")]
@@ -176,14 +164,11 @@ def push_recheck(
 # -- R7, R8: mid-task reconciliation, never by cancelling ----------------------------------------
 
 
-def unavailable(failure: DiscoveryError, during: str) -> Event:
+def unavailable(failure: DiscoveryError, during: str) -> ev.DiscoveryUnavailable:
     """``DiscoveryUnavailable``: an annotation, nothing else happens (R8)."""
-    return ev.DISCOVERY_UNAVAILABLE, {
-        "kind": failure.kind,
-        "detail": failure.detail,
-        "url": failure.url,
-        "during": during,
-    }
+    return ev.DiscoveryUnavailable(
+        kind=failure.kind, detail=failure.detail, url=failure.url, during=during
+    )
 
 
 def reconcile_card(
@@ -191,7 +176,7 @@ def reconcile_card(
     card: AgentCard | None,
     failure: DiscoveryError | None,
     previous: AgentCard | None,
-) -> list[Event]:
+) -> list[ev.TaskEvent]:
     """What a mid-task card re-validation records (R7, R8): diagnostics, never a transition.
 
     ``previous`` is the revision the task last saw (``latest_card_revision``), for the diff.
@@ -201,10 +186,9 @@ def reconcile_card(
     if card is None or card.revision == task.get("latest_card_revision"):
         return []
     changes = diff(previous, card).to_json() if previous is not None else {}
-    out: list[Event] = [
-        (
-            ev.CARD_REVISION_CHANGED,
-            {"old": task.get("latest_card_revision"), "new": card.revision, "changes": changes},
+    out: list[ev.TaskEvent] = [
+        ev.CardRevisionChanged(
+            old=task.get("latest_card_revision"), new=card.revision, changes=changes
         )
     ]
     if task.get("delivery_mode") == "push" and not card.push_notifications:
@@ -221,7 +205,7 @@ def reconcile_stand_in(
     card: AgentCard | None,
     failure: DiscoveryError | None,
     unread: DiscoveryError,
-) -> list[Event]:
+) -> list[ev.TaskEvent]:
     """R7 for a task created under the authenticated extended card when that card could not be
     read again (``unread``, kind ``extended_card``): the public ``card`` (or its ``failure``)
     stands in. Annotations only, never a transition (R1, R8).
@@ -230,7 +214,7 @@ def reconcile_stand_in(
     task's: the skill is not reviewed (a skill only on the extended card never looks withdrawn),
     and nothing is compared but the card-level ``pushNotifications``.
     """
-    out: list[Event] = [unavailable(unread, "revalidation")]
+    out: list[ev.TaskEvent] = [unavailable(unread, "revalidation")]
     if failure is not None:
         out.append(unavailable(failure, "revalidation"))
     elif card is not None and task.get("delivery_mode") == "push" and not card.push_notifications:
@@ -238,7 +222,7 @@ def reconcile_stand_in(
     return out
 
 
-def _skill_review(task: Mapping[str, Any], card: AgentCard) -> list[Event]:
+def _skill_review(task: Mapping[str, Any], card: AgentCard) -> list[ev.TaskEvent]:
     skill_id = str(task.get("skill"))
     compat = card.compatibility_hash(skill_id)
     if compat is None:
@@ -248,18 +232,14 @@ def _skill_review(task: Mapping[str, Any], card: AgentCard) -> list[Event]:
     else:
         return []
     # Seed 004 #2: a skill dropped from the card is a reason to look, not to cancel.
-    return [
-        (ev.FLAGGED_FOR_REVIEW, {"reason": reason, "detail": detail, "revision": card.revision})
-    ]
+    return [ev.FlaggedForReview(reason=reason, detail=detail, revision=card.revision)]
 
 
-def _diverged(task: Mapping[str, Any], card: AgentCard) -> Event:
+def _diverged(task: Mapping[str, Any], card: AgentCard) -> ev.ContractDiverged:
     # R3: the contract frozen at send governs the task; nothing is switched.
-    return ev.CONTRACT_DIVERGED, {
-        "frozen": task.get("contract_hash"),
-        "observed": card.contract_hash,
-        "revision": card.revision,
-    }
+    return ev.ContractDiverged(
+        frozen=task.get("contract_hash"), observed=card.contract_hash, revision=card.revision
+    )
 
 
 # -- R9: resume reconciles the task with a fresh card ---------------------------------------------
@@ -271,7 +251,7 @@ class ResumePlan:
 
     orphaned: bool
     endpoint: Mapping[str, Any] | None
-    events: tuple[Event, ...]
+    events: tuple[ev.TaskEvent, ...]
     detail: str = ""
 
 
@@ -287,7 +267,9 @@ def resume_check(
     ``allow_insecure``)."""
     recorded = task.get("endpoint")
     if failure is not None or card is None:
-        events: tuple[Event, ...] = () if failure is None else (unavailable(failure, "resume"),)
+        events: tuple[ev.TaskEvent, ...] = (
+            () if failure is None else (unavailable(failure, "resume"),)
+        )
         return ResumePlan(False, recorded, events)
     skill_id = str(task.get("skill"))
     compat = card.compatibility_hash(skill_id)
@@ -298,17 +280,15 @@ def resume_check(
             if compat is None
             else f"skill {skill_id!r} changed incompatibly"
         )
-        orphaned = (
-            ev.TASK_ORPHANED,
-            {"reason": reason, "skill": skill_id, "revision": card.revision, "detail": detail},
+        orphaned = ev.TaskOrphaned(
+            reason=reason, skill=skill_id, revision=card.revision, detail=detail
         )
         return ResumePlan(True, recorded, (orphaned,), detail)
-    events_out: list[Event] = []
+    events_out: list[ev.TaskEvent] = []
     if card.revision != task.get("latest_card_revision"):
         events_out.append(
-            (
-                ev.CARD_REVISION_CHANGED,
-                {"old": task.get("latest_card_revision"), "new": card.revision, "changes": {}},
+            ev.CardRevisionChanged(
+                old=task.get("latest_card_revision"), new=card.revision, changes={}
             )
         )
     if card.contract_hash != task.get("contract_hash"):
@@ -330,7 +310,7 @@ def resume_stand_in(
     endpoint may have moved). Never orphaned: the public card need not carry the task's skill,
     and its revision and contract are not the task's, so they are not compared."""
     recorded = task.get("endpoint")
-    events: list[Event] = [unavailable(unread, "resume")]
+    events: list[ev.TaskEvent] = [unavailable(unread, "resume")]
     if failure is not None or card is None:
         if failure is not None:
             events.append(unavailable(failure, "resume"))
@@ -368,7 +348,7 @@ def endpoint_dialect(endpoint: Mapping[str, Any]) -> str:
 
 def _endpoint_on(
     recorded: Mapping[str, Any] | None, card: AgentCard, allow_insecure: bool
-) -> tuple[Mapping[str, Any] | None, tuple[Event, ...]]:
+) -> tuple[Mapping[str, Any] | None, tuple[ev.TaskEvent, ...]]:
     """The task's endpoint on ``card`` (same binding preferred; R16: only an interface that may
     be used), and ``EndpointMoved`` when it is not the recorded one: another URL, or the same
     URL now speaking another A2A version or for another tenant."""
@@ -386,7 +366,7 @@ def _endpoint_on(
     if chosen.url == recorded.get("url") and same_version and same_tenant:
         return recorded, ()
     endpoint = endpoint_of(chosen)
-    return endpoint, ((ev.ENDPOINT_MOVED, {"old": recorded, "new": endpoint}),)
+    return endpoint, (ev.EndpointMoved(old=recorded, new=endpoint),)
 
 
 def card_is_stale(task: Mapping[str, Any], agent_state: Mapping[str, Any]) -> bool:
@@ -410,7 +390,7 @@ def _public_revision(task: Mapping[str, Any], field: str) -> Any:
 
 def wrong_task(
     task: Mapping[str, Any], asked: str, answered: str, answered_state: str | None, source: str
-) -> list[Event]:
+) -> list[ev.TaskEvent]:
     """An answer naming another task than the one asked about: nothing of it is applied. The
     first is recorded (``ObservationIgnored``, reason ``wrong_task``) and flags the task; later
     ones add nothing, so a broken agent cannot grow the log poll after poll."""
@@ -418,22 +398,19 @@ def wrong_task(
         return []
     detail = f"asked about task {asked}, the agent answered about task {answered}"
     return [
-        (
-            ev.OBSERVATION_IGNORED,
-            {
-                "reason": "wrong_task",
-                "state": answered_state,
-                "source": source,
-                "remote_timestamp": None,
-                "asked": asked,
-                "answered": answered,
-            },
+        ev.ObservationIgnored(
+            reason="wrong_task",
+            state=answered_state,
+            source=source,
+            remote_timestamp=None,
+            asked=asked,
+            answered=answered,
         ),
-        (ev.FLAGGED_FOR_REVIEW, {"reason": "wrong_task", "detail": detail}),
+        ev.FlaggedForReview(reason="wrong_task", detail=detail),
     ]
 
 
-def context_check(task: Mapping[str, Any], remote_context_id: str | None) -> list[Event]:
+def context_check(task: Mapping[str, Any], remote_context_id: str | None) -> list[ev.TaskEvent]:
     """A report about the task in another ``contextId`` than the one bound: applied (it is the
     task's own report), but flagged ``context_mismatch`` -- once."""
     bound = task.get("remote_context_id")
@@ -442,7 +419,7 @@ def context_check(task: Mapping[str, Any], remote_context_id: str | None) -> lis
     if "context_mismatch" in (task.get("flags") or ()):
         return []
     detail = f"the task's context is {bound}, a report named {remote_context_id}"
-    return [(ev.FLAGGED_FOR_REVIEW, {"reason": "context_mismatch", "detail": detail})]
+    return [ev.FlaggedForReview(reason="context_mismatch", detail=detail)]
 
 
 # -- R11: a terminal `failed` without a diagnostic -----------------------------------------------
@@ -450,19 +427,16 @@ def context_check(task: Mapping[str, Any], remote_context_id: str | None) -> lis
 
 def failure_review(
     task: Mapping[str, Any], to_state: str, message: str | None, agent_revision: str | None
-) -> list[Event]:
+) -> list[ev.TaskEvent]:
     """A bare ``failed`` is terminal, never retried; flag it if the card moved since creation."""
     if to_state != "failed" or message:
         return []
     if agent_revision is None or agent_revision == _public_revision(task, "card_revision"):
         return []
     return [
-        (
-            ev.FLAGGED_FOR_REVIEW,
-            {
-                "reason": "revision_skew",
-                "detail": "failed without a diagnostic after the card revision changed",
-                "revision": agent_revision,
-            },
+        ev.FlaggedForReview(
+            reason="revision_skew",
+            detail="failed without a diagnostic after the card revision changed",
+            revision=agent_revision,
         )
     ]

@@ -126,15 +126,12 @@ class Observation:
     message_parts: tuple[Mapping[str, Any], ...] = ()
 
 
-Event = tuple[str, dict[str, Any]]
-
-
 def apply_observation(
     task: Mapping[str, Any],
     observation: Observation,
     *,
     max_clock_skew: float = DEFAULT_MAX_CLOCK_SKEW,
-) -> list[Event]:
+) -> list[ev.TaskEvent]:
     """The events that record ``observation`` against the task's current projection.
 
     One state event (``StateChanged`` or ``ObservationIgnored`` with its reason) when the
@@ -156,18 +153,18 @@ def apply_observation(
     records, dropped = _one_per_id(reported, held)
     report = _fingerprint(observation, records)
     flags = task.get("flags") or ()
-    state_event: Event | None = None
+    state_event: ev.StateChanged | ev.ObservationIgnored | None = None
+    out: list[ev.TaskEvent] = []
     if observation.state is not None:
         if _is_repeat(task, report):
-            out: list[Event] = []
             if not (observation.source == "poll" or report in task.get("reports_repeated", ())):
-                out.append((ev.OBSERVATION_IGNORED, _repeat(observation, report)))
+                out.append(_repeat(observation, report))
             # Otherwise the same report read again: recorded once, then counted out.
             return out + _dropped_flag(dropped, flags)
-        state_event = _state_event(task, observation, usable)
-        state_event[1]["report"] = report
+        state_event = _state_event(task, observation, usable, report)
     received = _artifact_events(task, observation, records, dropped, held)
-    out = [state_event] if state_event and _kept(task, observation, state_event, received) else []
+    if state_event and _kept(task, observation, state_event, received):
+        out.append(state_event)
     out += received
     if _skewed(observation, max_clock_skew) and FLAG_CLOCK_SKEW not in flags:
         detail = (
@@ -175,27 +172,30 @@ def apply_observation(
             f"{max_clock_skew:g} s ahead of its receipt at {_iso(observation.received_at)}; "
             "not used for ordering"
         )
-        out.append((ev.FLAGGED_FOR_REVIEW, {"reason": FLAG_CLOCK_SKEW, "detail": detail}))
+        out.append(ev.FlaggedForReview(reason=FLAG_CLOCK_SKEW, detail=detail))
     if _generation_skewed(task, observation) and FLAG_GENERATION_SKEW not in flags:
         detail = (
             f"generation {observation.generation} is above 2^53 or more than "
             f"{MAX_GENERATION_STEP:,} above the last one applied ({_last_generation(task)}); "
             "not used for ordering"
         )
-        out.append((ev.FLAGGED_FOR_REVIEW, {"reason": FLAG_GENERATION_SKEW, "detail": detail}))
-    truncated = any(data.get("truncated") for _, data in received)
-    message_cut = any(data.get("payload_truncated") for _, data in out)
+        out.append(ev.FlaggedForReview(reason=FLAG_GENERATION_SKEW, detail=detail))
+    truncated = any(event.truncated for event in received)
+    message_cut = any(isinstance(e, ev.StateChanged) and e.payload_truncated for e in out)
     if (truncated or message_cut) and FLAG_PAYLOAD_TRUNCATED not in flags:
         detail = "an oversize part of a remote report was kept as its size and SHA-256"
-        out.append((ev.FLAGGED_FOR_REVIEW, {"reason": FLAG_PAYLOAD_TRUNCATED, "detail": detail}))
+        out.append(ev.FlaggedForReview(reason=FLAG_PAYLOAD_TRUNCATED, detail=detail))
     return out + _dropped_flag(dropped, flags)
 
 
 def _kept(
-    task: Mapping[str, Any], observation: Observation, event: Event, received: list[Event]
+    task: Mapping[str, Any],
+    observation: Observation,
+    event: ev.StateChanged | ev.ObservationIgnored,
+    received: list[ev.ArtifactReceived],
 ) -> bool:
     """Whether the state event of a report that is not a repeat of a recorded one is appended."""
-    reason = event[1].get("reason")
+    reason = event.reason if isinstance(event, ev.ObservationIgnored) else None
     if observation.source == "poll" and reason == IGNORED_DUPLICATE:
         # A poll that reads back exactly what was already applied is the same report read
         # again, not a new one: recording it would add an event per safety poll for hours.
@@ -203,8 +203,7 @@ def _kept(
     # R12: the state the task is in, its status message again and no new or changed artifact is
     # a repeat whatever its timestamp (or generation): an agent restamping its status on every
     # poll must not add an event per poll. Counted, not appended (Observing.apply).
-    data = event[1]
-    restamped = data.get("said") == task.get("last_said") and "remote_task_id" not in data
+    restamped = event.said == task.get("last_said") and event.remote_task_id is None
     return not (reason == IGNORED_SAME_STATE and not received and restamped)
 
 
@@ -214,13 +213,13 @@ def _artifact_events(
     records: list[dict[str, Any]],
     dropped: Mapping[str, list[dict[str, Any]]],
     held: Mapping[str, Mapping[str, Any]],
-) -> list[Event]:
+) -> list[ev.ArtifactReceived]:
     """One ``ArtifactReceived`` per record not held already, nor a version replaced before."""
     seen = {artifact_id: a.get("sha256") for artifact_id, a in held.items()}
     # Versions a later one replaced: never appended again (R12), or an agent alternating two
     # versions of one artifact would grow the log on every read.
     superseded = task.get(ev.SUPERSEDED_ARTIFACTS) or {}
-    out: list[Event] = []
+    out: list[ev.ArtifactReceived] = []
     for record in records:
         artifact_id, digest = record["artifact_id"], record["sha256"]
         if seen.get(artifact_id) == digest:
@@ -228,12 +227,22 @@ def _artifact_events(
         if record.get("append") or digest not in superseded.get(artifact_id, ()):
             # A chunk is never a version the agent went back to: it always adds to what is held.
             replaces = artifact_id in seen and not record.get("append")
-            data = {**record, "source": observation.source}
-            if replaces:
-                data["replaces"] = True
-            if artifact_id in dropped:
-                data["dropped"] = dropped[artifact_id]
-            out.append((ev.ARTIFACT_RECEIVED, data))
+            out.append(
+                ev.ArtifactReceived(
+                    artifact_id=artifact_id,
+                    name=record["name"],
+                    parts=record.get("parts"),
+                    bytes=record.get("bytes"),
+                    sha256=digest,
+                    truncated=record.get("truncated"),
+                    append=record.get("append"),
+                    partial=record.get("partial"),
+                    chunks=record.get("chunks"),
+                    source=observation.source,
+                    replaces=True if replaces else None,
+                    dropped=dropped.get(artifact_id),
+                )
+            )
             seen[artifact_id] = digest
     return out
 
@@ -264,7 +273,9 @@ def _one_per_id(
     return list(records.values()), dropped
 
 
-def _dropped_flag(dropped: Mapping[str, list[dict[str, Any]]], flags: Iterable[str]) -> list[Event]:
+def _dropped_flag(
+    dropped: Mapping[str, list[dict[str, Any]]], flags: Iterable[str]
+) -> list[ev.TaskEvent]:
     """The ``artifact_dropped`` flag, the first time a report of the task dropped a version."""
     if not dropped or FLAG_ARTIFACT_DROPPED in flags:
         return []
@@ -276,7 +287,7 @@ def _dropped_flag(dropped: Mapping[str, list[dict[str, Any]]], flags: Iterable[s
         f"bytes with SHA-256 {versions[0]['sha256']} dropped"
         + (f" (and {more} more)" if more else "")
     )
-    return [(ev.FLAGGED_FOR_REVIEW, {"reason": FLAG_ARTIFACT_DROPPED, "detail": detail})]
+    return [ev.FlaggedForReview(reason=FLAG_ARTIFACT_DROPPED, detail=detail)]
 
 
 def _usable_timestamp(observation: Observation, max_clock_skew: float) -> datetime | None:
@@ -343,16 +354,15 @@ def _is_repeat(task: Mapping[str, Any], report: str) -> bool:
     return report == task.get("last_report") or report in set(task.get("reports_seen") or ())
 
 
-def _repeat(observation: Observation, report: str) -> dict[str, Any]:
-    data: dict[str, Any] = {
-        "reason": IGNORED_DUPLICATE,
-        "state": observation.state,
-        "source": observation.source,
-        "remote_timestamp": None,
-        "report": report,
-        "repeat": True,
-    }
-    return data
+def _repeat(observation: Observation, report: str) -> ev.ObservationIgnored:
+    return ev.ObservationIgnored(
+        reason=IGNORED_DUPLICATE,
+        state=observation.state,
+        source=observation.source,
+        remote_timestamp=None,
+        report=report,
+        repeat=True,
+    )
 
 
 def _recorded(artifact: ArtifactRecord, held: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
@@ -389,53 +399,74 @@ def _recorded(artifact: ArtifactRecord, held: Mapping[str, Mapping[str, Any]]) -
 
 
 def _state_event(
-    task: Mapping[str, Any], observation: Observation, usable: datetime | None
-) -> Event:
+    task: Mapping[str, Any], observation: Observation, usable: datetime | None, report: str
+) -> ev.StateChanged | ev.ObservationIgnored:
     current = task["state"]
     state = observation.state
     assert state is not None
-    base: dict[str, Any] = {
-        "source": observation.source,
-        "remote_timestamp": _iso(usable),
-    }
-    if usable is None and observation.remote_timestamp is not None:
-        # R12: too far ahead of its receipt to order anything; kept as reported, not as order.
-        base["reported_timestamp"] = _iso(observation.remote_timestamp)
-        base["clock_skew"] = True
+    # R12: a timestamp too far ahead of its receipt to order anything is kept as reported, not
+    # as order; a generation too far ahead likewise.
+    clock_skew = usable is None and observation.remote_timestamp is not None
     generation = _usable_generation(task, observation)
-    if generation is not None:
-        base["generation"] = generation
-    elif observation.generation is not None:
-        # R12: too far ahead to order anything; kept as reported, as a skewed timestamp is.
-        base["reported_generation"] = observation.generation
-        base["generation_skew"] = True
-    if observation.remote_task_id and not task.get("remote_task_id"):
-        # The observation that first names the remote task binds it (crash safety: docs/cli.md,
-        # `run`).
-        base["remote_task_id"] = observation.remote_task_id
-        base["remote_context_id"] = observation.remote_context_id
+    generation_skew = generation is None and observation.generation is not None
+    # The observation that first names the remote task binds it (crash safety: docs/cli.md,
+    # `run`).
+    binds = bool(observation.remote_task_id) and not task.get("remote_task_id")
+    remote_timestamp = _iso(usable)
+    reported_timestamp = _iso(observation.remote_timestamp) if clock_skew else None
+    reported_generation = observation.generation if generation_skew else None
+    remote_task_id = observation.remote_task_id if binds else None
+    remote_context_id = observation.remote_context_id if binds else ev.ABSENT
 
     reason = _ignored_reason(task, observation, usable)
-    if reason == IGNORED_SAME_STATE:
-        return ev.OBSERVATION_IGNORED, {"reason": reason, "state": state, **base,
-                                        "said": _said(observation)}  # fmt: skip
     if reason is not None:
-        return ev.OBSERVATION_IGNORED, {"reason": reason, "state": state, **base}
-    changed = {"from": current, "to": state, **base, "said": _said(observation)}
+        return ev.ObservationIgnored(
+            reason=reason,
+            state=state,
+            source=observation.source,
+            remote_timestamp=remote_timestamp,
+            reported_timestamp=reported_timestamp,
+            clock_skew=True if clock_skew else None,
+            generation=generation,
+            reported_generation=reported_generation,
+            generation_skew=True if generation_skew else None,
+            remote_task_id=remote_task_id,
+            remote_context_id=remote_context_id,
+            said=_said(observation) if reason == IGNORED_SAME_STATE else None,
+            report=report,
+        )
+    message: str | ev.Absent | None = ev.ABSENT
+    message_parts: list[Mapping[str, Any]] | None = None
+    message_bytes: int | None = None
+    message_sha256: str | None = None
     if observation.message is not None:
         parts = list(observation.message_parts)
         said = {"message": observation.message, "message_parts": parts}
         text = stored_json(said if parts else observation.message)
         if len(text) <= MAX_RECORDED_MESSAGE_BYTES:
-            changed.update(said if parts else {"message": observation.message})
+            message, message_parts = observation.message, parts or None
         else:  # R16: kept as its size and SHA-256
-            changed.update(
-                message=None,
-                message_bytes=len(text),
-                message_sha256=_sha256(text),
-                payload_truncated=True,
-            )
-    return ev.STATE_CHANGED, changed
+            message, message_bytes, message_sha256 = None, len(text), _sha256(text)
+    return ev.StateChanged(
+        from_=current,
+        to=state,
+        source=observation.source,
+        remote_timestamp=remote_timestamp,
+        reported_timestamp=reported_timestamp,
+        clock_skew=True if clock_skew else None,
+        generation=generation,
+        reported_generation=reported_generation,
+        generation_skew=True if generation_skew else None,
+        remote_task_id=remote_task_id,
+        remote_context_id=remote_context_id,
+        said=_said(observation),
+        message=message,
+        message_parts=message_parts,
+        message_bytes=message_bytes,
+        message_sha256=message_sha256,
+        payload_truncated=True if message_sha256 is not None else None,
+        report=report,
+    )
 
 
 def _ignored_reason(

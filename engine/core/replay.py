@@ -2,8 +2,11 @@
 
 The engine computes every projection it writes by applying these same functions to the events it
 appends, so a replay reproduces the stored projection by construction; the audit checks that it
-does. Unknown event types (from a newer cardfence) leave the state unchanged and are reported by
-the audit, never crashed on.
+does. Each event is folded by its class (``engine/core/events.py``), whether it comes as one or as
+the ``(type, payload)`` pair the store gives; what the fold reads is its payload, as stored, so a
+payload lacking a key the fold does not need still replays as it always did. Unknown event types
+(from a newer cardfence) leave the state unchanged and are reported by the audit, never crashed
+on.
 """
 
 from __future__ import annotations
@@ -15,6 +18,26 @@ from cardfence.engine.core import events as ev
 from cardfence.engine.core.observations import joined_parts, watermark_after
 
 State = dict[str, Any]
+StoredEvent = tuple[str, Mapping[str, Any]]
+"""An event as the store gives it: its type and decoded payload."""
+AgentInput = ev.AgentEvent | ev.UnknownEvent | StoredEvent
+TaskInput = ev.TaskEvent | ev.UnknownEvent | StoredEvent
+
+
+def _stored(event: AgentInput | TaskInput) -> StoredEvent:
+    """An event as the ``(type, payload)`` pair the store keeps."""
+    if isinstance(event, tuple):
+        return event
+    return event.type, event.payload()
+
+
+def _task_event(event: TaskInput) -> tuple[type[ev.Recorded] | None, Mapping[str, Any]]:
+    """The class a task-stream event is folded by (None: a type not known), and its payload."""
+    if isinstance(event, tuple):
+        return ev.TASK_CLASSES.get(event[0]), event[1]
+    if isinstance(event, ev.UnknownEvent):
+        return None, event.data
+    return type(event), event.payload()
 
 
 def initial_agent_state(origin: str) -> State:
@@ -40,11 +63,12 @@ def initial_agent_state(origin: str) -> State:
 def apply_agent_event(state: Mapping[str, Any], type_: str, data: Mapping[str, Any]) -> State:
     """The agent stream's state after one event (a new dict; ``state`` is not modified)."""
     out = dict(state)
-    if type_ == ev.CARD_FETCHED and data.get("extended"):
+    kind = ev.AGENT_CLASSES.get(type_)
+    if kind is ev.CardFetched and data.get("extended"):
         # R15: the authenticated extended card. The public card's fields stay as they were; the
         # keys are added by the first such read, so older logs replay to their projections.
         out.update(extended_revision=data["revision"], extended_fetched_at=data.get("fetched_at"))
-    elif type_ == ev.CARD_FETCHED:
+    elif kind is ev.CardFetched:
         out.update(
             card_url=data["url"],
             revision=data["revision"],
@@ -56,42 +80,41 @@ def apply_agent_event(state: Mapping[str, Any], type_: str, data: Mapping[str, A
             fetched_at=data.get("fetched_at"),
             reads=out["reads"] + 1,
         )
-    elif type_ == ev.DISCOVERY_FAILED:
+    elif kind is ev.DiscoveryFailed:
         out["last_failure"] = {
             "kind": data.get("kind"),
             "detail": data.get("detail"),
             "at": data.get("at"),
         }
         out["failures"] = out["failures"] + 1
-    elif type_ in (ev.CONTRACT_PINNED, ev.CONTRACT_ACCEPTED):
+    elif kind is ev.ContractPinned or kind is ev.ContractAccepted:
         out["pinned_contract"] = data["contract_hash"]
         out["pinned_revision"] = data.get("revision")
-    elif type_ in (ev.TASK_CREATION_REFUSED, ev.CREDENTIALS_MISSING):
+    elif kind is ev.TaskCreationRefused or kind is ev.CredentialsMissing:
         out["refusals"] = out["refusals"] + 1
     return out
 
 
-def fold_agent(
-    origin: str, events: Iterable[tuple[str, Mapping[str, Any]]], state: State | None = None
-) -> State:
-    """Fold ``(type, data)`` pairs over an agent stream's state (from its initial state)."""
+def fold_agent(origin: str, events: Iterable[AgentInput], state: State | None = None) -> State:
+    """Fold an agent stream's events over its state (from its initial state)."""
     current: State = initial_agent_state(origin) if state is None else state
-    for type_, data in events:
+    for event in events:
+        type_, data = _stored(event)
         current = apply_agent_event(current, type_, data)
     return current
 
 
 # -- task streams --------------------------------------------------------------------------------
 
-_FLAG_FOR_EVENT = {
-    ev.CONTRACT_DIVERGED: "contract_diverged",
-    ev.TASK_ORPHANED: "orphaned",
-    ev.DELIVERY_DOWNGRADED: "delivery_downgraded",
-    ev.ENDPOINT_MOVED: "endpoint_moved",
-    ev.DEADLINE_EXCEEDED: "deadline_exceeded",
-    ev.TASK_CREATION_REFUSED: "never_created",
-    ev.AUTHORIZATION_FAILED: "credentials_rejected",
-    ev.THROTTLED: "throttled",
+_FLAG_FOR_EVENT: Mapping[type[ev.Recorded], str] = {
+    ev.ContractDiverged: "contract_diverged",
+    ev.TaskOrphaned: "orphaned",
+    ev.DeliveryDowngraded: "delivery_downgraded",
+    ev.EndpointMoved: "endpoint_moved",
+    ev.DeadlineExceeded: "deadline_exceeded",
+    ev.CreationRefusedRemotely: "never_created",
+    ev.AuthorizationFailed: "credentials_rejected",
+    ev.Throttled: "throttled",
 }
 
 
@@ -156,9 +179,7 @@ def apply_task_event(state: Mapping[str, Any], type_: str, data: Mapping[str, An
     return apply_task_events(state, ((type_, data),))
 
 
-def apply_task_events(
-    state: Mapping[str, Any], events: Iterable[tuple[str, Mapping[str, Any]]]
-) -> State:
+def apply_task_events(state: Mapping[str, Any], events: Iterable[TaskInput]) -> State:
     """The task stream's state after ``events`` (a new state; ``state`` is not modified).
 
     Linear in the events and the state (R16): the lists the events grow are copied once, then
@@ -170,12 +191,13 @@ def apply_task_events(
             out[name] = list(out[name])  # grown in place below: never the caller's list
     index: dict[str, int] | None = None
     superseded: dict[str, list[str]] | None = None
-    for type_, data in events:
+    for event in events:
+        kind, data = _task_event(event)
         for counted in (ev.REPEATS_IGNORED, ev.FAILURES_REPEATED):  # carried on the next event
             repeats = data.get(counted)
             if isinstance(repeats, int) and repeats > 0:
                 out[counted] = out.get(counted, 0) + repeats
-        if type_ == ev.ARTIFACT_RECEIVED:
+        if kind is ev.ArtifactReceived:
             if index is None:
                 index = {a["artifact_id"]: i for i, a in enumerate(out["artifacts"])}
             replaced = _apply_artifact(out["artifacts"], index, data)
@@ -187,8 +209,8 @@ def apply_task_events(
                 versions = superseded.setdefault(replaced["artifact_id"], [])
                 if replaced["sha256"] not in versions:
                     versions.append(replaced["sha256"])
-        else:
-            _apply_in_place(out, type_, data)
+        elif kind is not None:
+            _apply_in_place(out, kind, data)
     return out
 
 
@@ -227,8 +249,8 @@ def _apply_artifact(
     return held
 
 
-def _apply_in_place(out: State, type_: str, data: Mapping[str, Any]) -> None:
-    if type_ == ev.TASK_SUBMITTED:
+def _apply_in_place(out: State, kind: type[ev.Recorded], data: Mapping[str, Any]) -> None:
+    if kind is ev.TaskSubmitted:
         for name in (
             "agent",
             "agent_url",
@@ -253,39 +275,39 @@ def _apply_in_place(out: State, type_: str, data: Mapping[str, Any]) -> None:
                 out[name] = data[name]
         if "extensions" in data:  # the extensions it activated (absent: none)
             out["extensions"] = list(data["extensions"])
-    elif type_ in (ev.STATE_CHANGED, ev.OBSERVATION_IGNORED):
-        _apply_observation_event(out, type_, data)
-    elif type_ == ev.WEBHOOK_REGISTERED:
+    elif kind is ev.StateChanged or kind is ev.ObservationIgnored:
+        _apply_observation_event(out, kind.TYPE, data)
+    elif kind is ev.WebhookRegistered:
         out["webhook"] = {
             k: data.get(k) for k in ("config_id", "url", "token_sha256", "auth_sha256")
         } | {"status": "provisional"}
         out["delivery_mode"] = "push"
-    elif type_ == ev.WEBHOOK_CONFIRMED:
+    elif kind is ev.WebhookConfirmed:
         if out["webhook"] is not None:
             out["webhook"] = {**out["webhook"], "status": "confirmed"}
-    elif type_ == ev.DELIVERY_DOWNGRADED:
+    elif kind is ev.DeliveryDowngraded:
         out["delivery_mode"] = "polling"
-    elif type_ == ev.CARD_REVISION_CHANGED:
+    elif kind is ev.CardRevisionChanged:
         out["latest_card_revision"] = data.get("new")
-    elif type_ == ev.FLAGGED_FOR_REVIEW:
+    elif kind is ev.FlaggedForReview:
         out["flags"] = _with_flag(out["flags"], str(data.get("reason")))
-    elif type_ == ev.ENDPOINT_MOVED:
+    elif kind is ev.EndpointMoved:
         out["endpoint"] = data.get("new")
-    elif type_ == ev.CREDENTIALS_MOVED and out.get("authorization"):
+    elif kind is ev.CredentialsMoved and out.get("authorization"):
         out["authorization"] = {**out["authorization"], "origin": data.get("new")}
-    elif type_ == ev.CANCEL_REQUESTED:
+    elif kind is ev.CancelRequested:
         out["cancel_requested"] = True
-    elif type_ == ev.REPLY_SENT and "last_report" in out:
+    elif kind is ev.ReplySent and "last_report" in out:
         # R12: after a reply the remote may rightly report again what it reported before.
         out.update(last_report=None, reports_seen=[], reports_repeated=[])
         out.pop("last_said", None)
-    elif type_ == ev.TASK_CREATION_REFUSED:
+    elif kind is ev.CreationRefusedRemotely:
         # R3: the agent refused the creation with an A2A error. The task is closed as never
         # created; its lifecycle state stays what the remote reported (nothing: `submitted`).
         out["closed"] = "never_created"
         out["creation_refused"] = {"code": data.get("code"), "message": data.get("message")}
-    if type_ in _FLAG_FOR_EVENT:
-        out["flags"] = _with_flag(out["flags"], _FLAG_FOR_EVENT[type_])
+    if kind in _FLAG_FOR_EVENT:
+        out["flags"] = _with_flag(out["flags"], _FLAG_FOR_EVENT[kind])
 
 
 def _apply_observation_event(out: State, type_: str, data: Mapping[str, Any]) -> None:
@@ -321,8 +343,6 @@ def _with_flag(flags: list[str], flag: str) -> list[str]:
     return sorted({*flags, flag})
 
 
-def fold_task(
-    key: str, events: Iterable[tuple[str, Mapping[str, Any]]], state: State | None = None
-) -> State:
-    """Fold ``(type, data)`` pairs over a task stream's state (from its initial state)."""
+def fold_task(key: str, events: Iterable[TaskInput], state: State | None = None) -> State:
+    """Fold a task stream's events over its state (from its initial state)."""
     return apply_task_events(initial_task_state(key) if state is None else state, events)

@@ -18,7 +18,6 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
-from typing import Any
 
 from cardfence.engine.cards.signatures import SignatureCheck
 from cardfence.engine.core import events as ev
@@ -38,20 +37,25 @@ _APPEND_RETRIES = 20
 _MAX_BACKOFF = 0.1  # seconds, at most, between two attempts of one agent-stream append
 
 
-def fetched_payload(read: CardRead) -> dict[str, Any]:
-    """The ``CardFetched`` payload of a read (docs/events.md)."""
+def fetched_payload(read: CardRead) -> ev.CardFetched:
+    """The ``CardFetched`` of a read (docs/events.md)."""
     card = read.card
-    return {
-        "url": read.url,
-        "status": read.status,
-        "revision": card.revision,
-        "version": card.version,
-        "etag": read.etag,
-        "last_modified": read.last_modified,
-        "contract_hash": card.contract_hash,
-        "push_notifications": card.push_notifications,
-        "fetched_at": read.fetched_at.isoformat(),
-    }
+    return ev.CardFetched(
+        url=read.url,
+        status=read.status,
+        revision=card.revision,
+        version=card.version,
+        etag=read.etag,
+        last_modified=read.last_modified,
+        contract_hash=card.contract_hash,
+        push_notifications=card.push_notifications,
+        fetched_at=read.fetched_at.isoformat(),
+    )
+
+
+def _new(event: ev.AgentEvent | NewEvent) -> NewEvent:
+    """An event as the store appends it."""
+    return event if isinstance(event, NewEvent) else NewEvent(event.TYPE, event.payload())
 
 
 def card_snapshot(read: CardRead) -> CardSnapshot:
@@ -90,7 +94,7 @@ def agent_head(store: EventStore, origin: str) -> tuple[int, State]:
 def append_agent_events(
     store: EventStore,
     origin: str,
-    decide: Callable[[State], list[NewEvent]],
+    decide: Callable[[State], Sequence[ev.AgentEvent | NewEvent]],
     snapshots: Sequence[CardSnapshot] = (),
     known: tuple[int, State] | None = None,
     lock: threading.Lock | None = None,
@@ -117,7 +121,7 @@ def append_agent_events(
                 read_here = True
             version, state = known
             known = None
-            new_events = decide(state)
+            new_events = [_new(event) for event in decide(state)]
             if not new_events:
                 return
             for event in new_events:

@@ -62,7 +62,7 @@ from cardfence.engine.http.offload import StoreCalls, sized_work
 from cardfence.engine.http.pool import RequestSlots
 from cardfence.store.errors import CorruptRecordError
 from cardfence.store.event_store import EventStore
-from cardfence.store.records import CardSnapshot, NewEvent
+from cardfence.store.records import CardSnapshot
 
 
 class ExtendedCardSource(Protocol):
@@ -335,16 +335,12 @@ class Discovery(SignedReads):
         fresh = read.card.contract_hash
         outcome: dict[str, ContractCheck] = {}
 
-        def decide(state: State) -> list[NewEvent]:
+        def decide(state: State) -> list[ev.AgentEvent]:
             pinned = state["pinned_contract"]
             outcome.clear()
             if pinned is None:
                 outcome["v"] = ContractCheck("pinned", fresh, None)
-                return [
-                    NewEvent(
-                        ev.CONTRACT_PINNED, {"contract_hash": fresh, "revision": read.revision}
-                    )
-                ]
+                return [ev.ContractPinned(contract_hash=fresh, revision=read.revision)]
             if pinned == fresh:
                 outcome["v"] = ContractCheck("matched", fresh, pinned)
                 return []
@@ -354,10 +350,7 @@ class Discovery(SignedReads):
                 )
             outcome["v"] = ContractCheck("accepted", fresh, pinned)
             return [
-                NewEvent(
-                    ev.CONTRACT_ACCEPTED,
-                    {"previous": pinned, "contract_hash": fresh, "revision": read.revision},
-                )
+                ev.ContractAccepted(previous=pinned, contract_hash=fresh, revision=read.revision)
             ]
 
         await self._append(read.agent, decide)
@@ -394,11 +387,11 @@ class Discovery(SignedReads):
         snapshots = [card_snapshot(read)] if read.status == 200 else []
         snapshots.extend(key_snapshots(read, signed))
 
-        def decide(_: State) -> list[NewEvent]:
+        def decide(_: State) -> list[ev.AgentEvent]:
             if signed is None:
-                return [NewEvent(ev.CARD_FETCHED, data)]
+                return [data]
             # Decided on the stream as it stands at the append: two first uses cannot both pin.
-            return [NewEvent(ev.CARD_FETCHED, {**data, "signature": self._pin(read, signed)})]
+            return [dataclasses.replace(data, signature=self._pin(read, signed))]
 
         await self._append(read.agent, decide, snapshots, known)
 
@@ -409,44 +402,41 @@ class Discovery(SignedReads):
         public_revision: str | None,
         signed: SignatureCheck | None = None,
     ) -> None:
-        data = {
-            **fetched_payload(read),  # a read of its own: no validators (etag, last_modified: None)
-            "extended": True,
-            "binding": binding,
-            "public_revision": public_revision,
-        }
+        data = dataclasses.replace(
+            fetched_payload(read),  # a read of its own: no validators (etag, last_modified: None)
+            extended=True,
+            binding=binding,
+            public_revision=public_revision,
+        )
         snapshots = [card_snapshot(read), *key_snapshots(read, signed)]
 
-        def decide(_: State) -> list[NewEvent]:
+        def decide(_: State) -> list[ev.AgentEvent]:
             if signed is None:
-                return [NewEvent(ev.CARD_FETCHED, data)]
+                return [data]
             # Pinned on the stream as it stands at the append, like the public card's.
             record = self._pin(read, signed, extended=True)
-            return [NewEvent(ev.CARD_FETCHED, {**data, "signature": record})]
+            return [dataclasses.replace(data, signature=record)]
 
         await self._append(read.agent, decide, snapshots)
 
     async def _record_failure(self, origin: str, failure: DiscoveryError) -> None:
-        data = {
-            "url": failure.url,
-            "kind": failure.kind,
-            "detail": failure.detail,
-            "at": _now().isoformat(),
-        }
-        await self._append(origin, lambda _: [NewEvent(ev.DISCOVERY_FAILED, data)])
+        data = ev.DiscoveryFailed(
+            url=failure.url, kind=failure.kind, detail=failure.detail, at=_now().isoformat()
+        )
+        await self._append(origin, lambda _: [data])
 
     async def record_refusal(
-        self, agent_url: str, data: Mapping[str, Any], type_: str = ev.TASK_CREATION_REFUSED
+        self, agent_url: str, refusal: ev.TaskCreationRefused | ev.CredentialsMissing
     ) -> None:
         """Record a creation refusal in the agent's stream: ``TaskCreationRefused`` (R2, R3),
         or ``CredentialsMissing`` (R15)."""
         origin = card_urls(agent_url)[0]
-        await self._append(origin, lambda _: [NewEvent(type_, dict(data))])
+        await self._append(origin, lambda _: [refusal])
 
     async def _append(
         self,
         origin: str,
-        decide: Callable[[State], list[NewEvent]],
+        decide: Callable[[State], list[ev.AgentEvent]],
         snapshots: Sequence[CardSnapshot] = (),
         known: tuple[int, State] | None = None,
     ) -> None:

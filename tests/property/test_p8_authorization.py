@@ -84,7 +84,8 @@ from cardfence.engine.client.engine import Engine
 from cardfence.engine.client.following import Following
 from cardfence.engine.client.tasklog import TaskLog, task_stream_id
 from cardfence.engine.core import events as ev
-from cardfence.engine.core.observations import Event, Observation
+from cardfence.engine.core.events import Event
+from cardfence.engine.core.observations import Observation
 from cardfence.engine.core.replay import State
 from cardfence.engine.errors import (
     AuthorizationFailedError,

@@ -1079,9 +1079,9 @@ async def test_a_contract_that_hashes_differently_in_no_named_part_says_it_diffe
 async def test_a_refused_creation_is_recorded_in_the_agent_stream(
     store: EventStore, client: httpx.AsyncClient
 ) -> None:
-    data = {"reason": "skill_absent", "skill": "x"}
-    await Discovery(store, client).record_refusal("http://127.0.0.1:9/agent/", data)
-    assert events_of(store, "http://127.0.0.1:9") == [(ev.TASK_CREATION_REFUSED, data)]
+    refusal = ev.TaskCreationRefused(reason="skill_absent", detail="d", skill="x", at="t")
+    await Discovery(store, client).record_refusal("http://127.0.0.1:9/agent/", refusal)
+    assert events_of(store, "http://127.0.0.1:9") == [tuple(refusal)]
 
 
 # -- appending under concurrency -------------------------------------------------------------------

@@ -72,7 +72,7 @@ def test_a_refused_request_is_recorded_with_what_was_refused_and_when() -> None:
 def test_an_unreached_endpoint_is_recorded_with_its_url_and_why(
     failure: Exception, url: str
 ) -> None:
-    assert _unreachable(failure, "cancel") == {
+    assert _unreachable(failure, "cancel").payload() == {
         "url": url,
         "detail": str(failure),
         "during": "cancel",

@@ -11,7 +11,7 @@ from typing import Any
 from cardfence.engine.client.audit import audit
 from cardfence.engine.client.tasklog import TaskLog, task_stream_id
 from cardfence.engine.core import events as ev
-from cardfence.engine.core.observations import Event
+from cardfence.engine.core.events import Event
 from cardfence.engine.core.replay import fold_task
 from cardfence.store.event_store import EventStore
 

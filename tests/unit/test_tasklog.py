@@ -27,7 +27,7 @@ from cardfence.engine.client.tasklog import (
     task_stream_id,
 )
 from cardfence.engine.core import events as ev
-from cardfence.engine.core.observations import Event
+from cardfence.engine.core.events import Event
 from cardfence.engine.core.replay import State, initial_task_state
 from cardfence.engine.errors import UsageError
 from cardfence.store.errors import ConcurrencyError, CorruptRecordError, LeaseLostError
