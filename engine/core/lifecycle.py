@@ -213,7 +213,7 @@ _PAGE_HEAD: Final = """\
 
 <!-- Generated from engine/core/lifecycle.py: `python -m cardfence.engine.core.lifecycle >
 docs/lifecycle.md`.
-     Do not edit: tests/unit/test_lifecycle.py fails when this page is stale. -->
+     Do not edit: tests/unit/core/test_lifecycle.py fails when this page is stale. -->
 
 Every A2A v1.0 task the engine follows moves through these states. `engine/core/lifecycle.py`
 declares

@@ -8,8 +8,8 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import pytest
-from engine_fixtures import assert_audit_ok, audited_engine, restored
 from support import AuthPeer, Peer, Peer03, Venv03Unavailable
+from support.engine_fixtures import assert_audit_ok, audited_engine, restored
 
 from cardfence.engine.client.engine import Engine
 from cardfence.store.event_store import EventStore

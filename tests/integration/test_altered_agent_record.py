@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import pytest
 import sqlalchemy as sa
-from engine_fixtures import FAST, calls, data_of, state_of
 from support import Peer
+from support.engine_fixtures import FAST, calls, data_of, state_of
 
 from cardfence.engine.client.engine import Engine
 from cardfence.engine.core import events as ev

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from engine_fixtures import audited_engine, data_of, headers_for, types
+from support.engine_fixtures import audited_engine, data_of, headers_for, types
 from support.hostile import SKILL, HostileAgent, Reply
 
 from cardfence.engine.client.config import EngineConfig

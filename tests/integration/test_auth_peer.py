@@ -16,7 +16,6 @@ from typing import Any
 
 import httpx
 import pytest
-from engine_fixtures import restored
 from support import AuthPeer, TlsFiles, make_tls
 from support.auth_peer import (
     api_key_scheme,
@@ -27,6 +26,7 @@ from support.auth_peer import (
     oidc_scheme,
     requirement,
 )
+from support.engine_fixtures import restored
 
 from cardfence.engine.auth.credentials import effective_requirements
 from cardfence.engine.cards.model import SecurityRequirement, parse_card

@@ -17,14 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from engine_fixtures import (
-    FAST,
-    assert_audit_ok,
-    data_of,
-    state_of,
-    transitions,
-    types,
-)
 from support import AuthPeer, TokenServer, make_tls
 from support.auth_peer import (
     api_key_scheme,
@@ -34,6 +26,14 @@ from support.auth_peer import (
     oauth2_scheme,
     oidc_scheme,
     requirement,
+)
+from support.engine_fixtures import (
+    FAST,
+    assert_audit_ok,
+    data_of,
+    state_of,
+    transitions,
+    types,
 )
 
 from cardfence.engine.auth.config import (

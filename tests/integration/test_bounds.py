@@ -22,8 +22,8 @@ from typing import Any
 import httpx
 import pytest
 import sqlalchemy as sa
-from engine_fixtures import audited_engine, types
 from support import Peer
+from support.engine_fixtures import audited_engine, types
 from support.hostile import SKILL, HostileAgent, Reply, SilentListener, zeros_gzip
 
 from cardfence.engine.cards.interfaces import select_interface

@@ -17,8 +17,8 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from engine_fixtures import Agent, data_of
 from support import Peer
+from support.engine_fixtures import Agent, data_of
 
 from cardfence.engine.client.engine import Engine
 from cardfence.engine.core import events as ev

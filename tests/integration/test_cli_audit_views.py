@@ -11,9 +11,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from engine_fixtures import audited_engine, make_tasks
 from support import Peer
 from support.cli import POLL, ROW_KEYS, cardfence, document, failed_with, last_line
+from support.engine_fixtures import audited_engine, make_tasks
 
 from cardfence.engine.client.tasklog import AsOf, TaskLog
 from cardfence.engine.core import events as ev

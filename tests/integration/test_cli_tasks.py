@@ -17,14 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from engine_fixtures import (
-    audited_engine,
-    data_of,
-    drop_skill,
-    make_tasks,
-    transitions,
-    withdraw_push,
-)
 from support import Peer
 from support.cli import (
     CARDFENCE,
@@ -35,6 +27,14 @@ from support.cli import (
     document,
     failed_with,
     last_line,
+)
+from support.engine_fixtures import (
+    audited_engine,
+    data_of,
+    drop_skill,
+    make_tasks,
+    transitions,
+    withdraw_push,
 )
 
 from cardfence.engine.cli.main import run as cli

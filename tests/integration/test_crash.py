@@ -54,9 +54,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from engine_fixtures import FAST, calls, data_of, types
 from support import Peer
 from support.crash_driver import PAUSE  # how long the child stands still after each probe line
+from support.engine_fixtures import FAST, calls, data_of, types
 
 import cardfence.migrations as migrations
 from cardfence.engine.cards.model import Interface

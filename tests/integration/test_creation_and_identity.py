@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from engine_fixtures import (
+from support import Peer
+from support.engine_fixtures import (
     FAST,
     audited_engine,
     calls,
@@ -35,7 +36,6 @@ from engine_fixtures import (
     status_update_body,
     types,
 )
-from support import Peer
 from support.hostile import SKILL, HostileAgent, Reply
 
 from cardfence.engine.cards.model import Interface

@@ -18,7 +18,7 @@ from typing import IO, Any
 
 import httpx
 import pytest
-from engine_fixtures import data_of, events, transitions, types
+from support.engine_fixtures import data_of, events, transitions, types
 
 from cardfence.engine.client.audit import audit
 from cardfence.engine.client.tasklog import TaskLog, task_stream_id

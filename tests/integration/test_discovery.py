@@ -9,8 +9,8 @@ from typing import Any
 
 import httpx
 import pytest
-from engine_fixtures import LoopWatch
 from support import Peer
+from support.engine_fixtures import LoopWatch
 
 from cardfence.engine.core import events as ev
 from cardfence.engine.discovery import reads as discovery_module

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from engine_fixtures import (
+from support import Peer
+from support.engine_fixtures import (
     FAST,
     MovableEndpoint,
     assert_audit_ok,
@@ -27,7 +28,6 @@ from engine_fixtures import (
     types,
     wait_until,
 )
-from support import Peer
 
 from cardfence.engine.client.audit import rebuild_projections
 from cardfence.engine.client.engine import Engine

@@ -21,8 +21,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from engine_fixtures import FAST, database_bytes
 from support.cli import CARDFENCE
+from support.engine_fixtures import FAST, database_bytes
 from support.hostile import SKILL, EchoingAgent, Reply, RoutedServer, echoed
 
 from cardfence.engine.auth.config import ApiKey, Bearer, CredentialsConfig

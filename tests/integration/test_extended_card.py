@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from engine_fixtures import (
+from support.engine_fixtures import (
     FAST,
     agent_events,
     audited_engine,

@@ -12,8 +12,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from engine_fixtures import FAST, Agent, agent_events, data_of
 from support import Peer
+from support.engine_fixtures import FAST, Agent, agent_events, data_of
 
 from cardfence.engine.client.engine import Engine
 from cardfence.engine.core import events as ev

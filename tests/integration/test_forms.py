@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import json
 
-from engine_fixtures import Agent, data_of
+from support.engine_fixtures import Agent, data_of
 
 from cardfence.engine.client.engine import Engine
 from cardfence.engine.core import events as ev

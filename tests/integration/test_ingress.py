@@ -24,7 +24,11 @@ import httpx
 import pytest
 import sqlalchemy as sa
 import uvicorn
-from engine_fixtures import (
+from starlette.applications import Starlette
+from starlette.types import ASGIApp
+from store_marks import write_marks
+from support import Peer
+from support.engine_fixtures import (
     FAST,
     assert_audit_ok,
     audited_engine,
@@ -40,10 +44,6 @@ from engine_fixtures import (
     types,
     wait_until,
 )
-from starlette.applications import Starlette
-from starlette.types import ASGIApp
-from store_marks import write_marks
-from support import Peer
 
 from cardfence.engine.client.creation import WebhookOutcome
 from cardfence.engine.client.engine import Engine

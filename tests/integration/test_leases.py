@@ -10,7 +10,8 @@ import threading
 import time
 
 import pytest
-from engine_fixtures import (
+from support import Peer
+from support.engine_fixtures import (
     FAST,
     assert_audit_ok,
     driving,
@@ -19,7 +20,6 @@ from engine_fixtures import (
     transitions,
     wait_until,
 )
-from support import Peer
 
 from cardfence.engine.client import tasklog
 from cardfence.engine.client.engine import Engine

@@ -25,7 +25,9 @@ from typing import Any
 
 import httpx
 import pytest
-from engine_fixtures import (
+from store_marks import write_marks
+from support import Peer
+from support.engine_fixtures import (
     FAST,
     Agent,
     MovableEndpoint,
@@ -55,8 +57,6 @@ from engine_fixtures import (
     wire_version,
     withdraw_push,
 )
-from store_marks import write_marks
-from support import Peer
 
 from cardfence.engine.auth.config import Bearer, CredentialsConfig
 from cardfence.engine.cards.model import Interface

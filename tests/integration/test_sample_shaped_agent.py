@@ -28,10 +28,10 @@ from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.routes import create_agent_card_routes, create_jsonrpc_routes
 from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
 from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill, TaskState
-from engine_fixtures import FAST, audited_engine, data_of, transitions, types
 from starlette.applications import Starlette
 from starlette.types import ASGIApp, Receive, Scope, Send
 from support import ServerThread
+from support.engine_fixtures import FAST, audited_engine, data_of, transitions, types
 
 from cardfence.engine.cli.main import run as cli
 from cardfence.engine.core import events as ev

@@ -19,8 +19,8 @@ import sys
 import time
 
 import pytest
-from engine_fixtures import FAST, assert_audit_ok, events, transitions, webhook_url
 from support.agent_process import demo_agent_process
+from support.engine_fixtures import FAST, assert_audit_ok, events, transitions, webhook_url
 
 from cardfence.engine.client.engine import Engine
 from cardfence.engine.client.tasklog import key_of, task_stream_id

@@ -14,7 +14,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from engine_fixtures import FAST, assert_audit_ok, data_of, database_bytes
 from support import AuthPeer, TokenServer
 from support.auth_peer import (
     api_key_scheme,
@@ -23,6 +22,7 @@ from support.auth_peer import (
     oauth2_scheme,
     requirement,
 )
+from support.engine_fixtures import FAST, assert_audit_ok, data_of, database_bytes
 
 from cardfence.engine.auth.config import ApiKey, Basic, Bearer, CredentialsConfig, OAuthClient
 from cardfence.engine.client.engine import Engine

@@ -18,7 +18,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from engine_fixtures import (
+from support import Peer, make_tls
+from support.engine_fixtures import (
     FAST,
     StreamCutter,
     assert_audit_ok,
@@ -35,7 +36,6 @@ from engine_fixtures import (
     webhook_url,
     withdraw_push,
 )
-from support import Peer, make_tls
 
 from cardfence.engine.client.config import EngineConfig
 from cardfence.engine.client.engine import Engine
@@ -613,7 +613,7 @@ async def test_serve_whose_log_nobody_reads_answers_every_delivery_and_logs_each
 ) -> None:
     # stderr is a pipe read only once serve has stopped: its buffer (64 KiB) fills after a few
     # hundred lines, and a process writing its log on the event loop would stop with it. The
-    # lines wait for the reader (up to 10,000 of them; tests/unit/test_decision_log.py drops
+    # lines wait for the reader (up to 10,000 of them; tests/unit/serve/test_decision_log.py drops
     # what finds no room past that).
     db = f"sqlite:///{tmp_path / 'c.db'}"
     sent = 800  # each refused (no such task) and logged: about 300 KB of lines

@@ -16,8 +16,15 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from engine_fixtures import FAST, assert_audit_ok, data_of, restored, transitions, webhook_url
 from support import Peer
+from support.engine_fixtures import (
+    FAST,
+    assert_audit_ok,
+    data_of,
+    restored,
+    transitions,
+    webhook_url,
+)
 
 from cardfence.engine.client.engine import Engine
 from cardfence.engine.core import events as ev

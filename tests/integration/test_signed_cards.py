@@ -17,11 +17,11 @@ from typing import Any
 
 import httpx
 import pytest
-from engine_fixtures import FAST, LoopWatch, agent_events, calls, data_of, restored, types
 from joserfc.jwk import ECKey, Key
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from support import Peer
+from support.engine_fixtures import FAST, LoopWatch, agent_events, calls, data_of, restored, types
 from support.extended_peer import EXTENDED_ONLY, ExtendedPeer
 
 from cardfence.engine.cards.signature_policy import CardSignatures, SignaturePolicy

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import sqlalchemy as sa
-from engine_fixtures import events_refused
+from support.engine_fixtures import events_refused
 
 from cardfence.store.chain import content_hash
 from cardfence.store.errors import (

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from engine_fixtures import data_of
 from support import Peer
+from support.engine_fixtures import data_of
 
 from cardfence.engine.client.engine import Engine
 from cardfence.engine.core import events as ev

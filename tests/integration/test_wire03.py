@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from engine_fixtures import (
+from support import Peer, Peer03
+from support.engine_fixtures import (
     FAST,
     PushReceiver,
     audited_engine,
@@ -31,7 +32,6 @@ from engine_fixtures import (
     types,
     wait_until,
 )
-from support import Peer, Peer03
 
 from cardfence.engine.client.config import EngineConfig
 from cardfence.engine.client.engine import Engine

@@ -33,7 +33,17 @@ from datetime import UTC
 from typing import Any, TypeVar
 
 import pytest
-from fake_agent import (
+from hypothesis import HealthCheck, Phase, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import (
+    Bundle,
+    RuleBasedStateMachine,
+    invariant,
+    precondition,
+    rule,
+    run_state_machine_as_test,
+)
+from support.fake_agent import (
     AGENT_URL,
     CARD_CHANGES,
     FAILURES,
@@ -46,16 +56,6 @@ from fake_agent import (
     Remote,
     Variant,
     push_body,
-)
-from hypothesis import HealthCheck, Phase, settings
-from hypothesis import strategies as st
-from hypothesis.stateful import (
-    Bundle,
-    RuleBasedStateMachine,
-    invariant,
-    precondition,
-    rule,
-    run_state_machine_as_test,
 )
 
 from cardfence.engine.client._observing import Observing

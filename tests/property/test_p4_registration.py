@@ -22,10 +22,10 @@ from dataclasses import dataclass
 
 import httpx
 import pytest
-from fake_agent import AGENT_URL, FAILURES, SKILL, VARIANTS, Behaviour, FakeAgent, Variant
-from harness import audit_problems, hunt, open_engine, task_events, task_version
 from hypothesis import find, given
 from hypothesis import strategies as st
+from support.fake_agent import AGENT_URL, FAILURES, SKILL, VARIANTS, Behaviour, FakeAgent, Variant
+from support.harness import audit_problems, hunt, open_engine, task_events, task_version
 
 from cardfence.engine.client.engine import Engine
 from cardfence.engine.core import events as ev

@@ -23,7 +23,10 @@ import asyncio
 from dataclasses import dataclass
 
 import pytest
-from fake_agent import (
+from hypothesis import find, given
+from hypothesis import strategies as st
+from store_marks import write_marks
+from support.fake_agent import (
     AGENT_URL,
     FAILURES,
     INVALID_BODIES,
@@ -35,7 +38,7 @@ from fake_agent import (
     Seen,
     Variant,
 )
-from harness import (
+from support.harness import (
     agent_events,
     agent_version,
     audit_problems,
@@ -44,9 +47,6 @@ from harness import (
     task_events,
     task_streams,
 )
-from hypothesis import find, given
-from hypothesis import strategies as st
-from store_marks import write_marks
 
 from cardfence.engine.client.engine import Engine
 from cardfence.engine.client.tasklog import key_of

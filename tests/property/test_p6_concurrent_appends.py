@@ -26,9 +26,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from harness import hunt
 from hypothesis import HealthCheck, find, given, settings
 from hypothesis import strategies as st
+from support.harness import hunt
 
 from cardfence.store.errors import ConcurrencyError
 from cardfence.store.event_store import EventStore

@@ -29,10 +29,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from fake_agent import AGENT_URL, SKILL, FakeAgent
-from harness import audit_problems, clone, fresh_store, hunt, open_engine, task_version
 from hypothesis import find, given
 from hypothesis import strategies as st
+from support.fake_agent import AGENT_URL, SKILL, FakeAgent
+from support.harness import audit_problems, clone, fresh_store, hunt, open_engine, task_version
 
 from cardfence.engine.client.engine import Engine
 from cardfence.engine.core.answers import StreamUpdate

@@ -61,7 +61,9 @@ from datetime import datetime
 from typing import Any
 
 import pytest
-from fake_agent import (
+from hypothesis import example, find, given, settings
+from hypothesis import strategies as st
+from support.fake_agent import (
     AGENT_URL,
     AUTH_CONTRACTS,
     SKILL,
@@ -71,9 +73,7 @@ from fake_agent import (
     Variant,
     push_body,
 )
-from harness import CONFIG, audit_problems, hunt, open_engine, task_events
-from hypothesis import example, find, given, settings
-from hypothesis import strategies as st
+from support.harness import CONFIG, audit_problems, hunt, open_engine, task_events
 
 from cardfence.engine.auth.authorization import Authorizer, Grant, TaskCredentials
 from cardfence.engine.auth.config import ApiKey, Basic, Bearer, CredentialsConfig

@@ -28,11 +28,11 @@ from contextlib import contextmanager, suppress
 from typing import Any
 
 import pytest
-from harness import hunt
 from hypothesis import example, given, settings
 from hypothesis import find as hypothesis_find
 from hypothesis import strategies as st
 from support.cards import ORIGIN
+from support.harness import hunt
 from support.mocked import ScriptedAgent, answering
 from support.virtual_time import run_virtual, virtual_deadlines, virtual_engine
 

@@ -1,5 +1,5 @@
 """engine/wire/_v03.py's translation functions called directly, for what the recorded exchanges of
-test_wire03_shapes.py do not reach: each 0.3 shape an answer or a push may take, each dialect's
+wire/test_v03.py do not reach: each 0.3 shape an answer or a push may take, each dialect's
 parts, the defaults of a request built from sparse params, and what is passed on unchanged for
 engine.remote to refuse. Pure: no transport, no agent.
 """

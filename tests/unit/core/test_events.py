@@ -22,7 +22,7 @@ from cardfence.engine.core import events as ev
 from cardfence.engine.core.replay import fold_agent, fold_task
 from cardfence.store.event_store import EventStore, iter_all
 
-STORED = Path(__file__).parents[1] / "support" / "data" / "store_before_typed_events.sqlite"
+STORED = Path(__file__).parents[2] / "support" / "data" / "store_before_typed_events.sqlite"
 
 
 @pytest.fixture

@@ -29,7 +29,7 @@ from cardfence.engine.core.lifecycle import (
     terminal,
 )
 
-DOCS = Path(__file__).resolve().parents[2] / "docs" / "lifecycle.md"
+DOCS = Path(__file__).resolve().parents[3] / "docs" / "lifecycle.md"
 NON_TERMINAL_AFTER_SUBMITTED = ("working", "input-required", "auth-required")
 EVERY_PAIR = list(itertools.product(STATES, STATES))
 

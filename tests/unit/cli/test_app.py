@@ -19,7 +19,7 @@ from cardfence.store.errors import (
     StoreUnavailableError,
 )
 
-CLI_DOC = Path(__file__).resolve().parents[2] / "docs" / "cli.md"
+CLI_DOC = Path(__file__).resolve().parents[3] / "docs" / "cli.md"
 
 
 @pytest.mark.parametrize(

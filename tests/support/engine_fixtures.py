@@ -50,7 +50,6 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
-from support import Peer, Peer03, ServerThread
 
 from cardfence.engine.client.audit import audit
 from cardfence.engine.client.config import EngineConfig
@@ -64,6 +63,7 @@ from cardfence.engine.serve.driver import Driver
 from cardfence.store.database import normalise_url
 from cardfence.store.event_store import EventStore
 from cardfence.store.records import RecordedEvent
+from support import Peer, Peer03, ServerThread
 
 FAST = EngineConfig(
     max_poll_interval=0.2,

@@ -18,7 +18,6 @@ import itertools
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
-from fake_agent import AGENT_URL, MAX_CARD_BYTES, ORIGIN, FakeAgent
 from hypothesis import Phase, settings
 
 from cardfence.engine.auth.config import Bearer, CredentialsConfig
@@ -30,6 +29,7 @@ from cardfence.engine.core import events as ev
 from cardfence.engine.discovery.fetch import CardLimits
 from cardfence.store.event_store import EventStore
 from cardfence.store.records import RecordedEvent
+from support.fake_agent import AGENT_URL, MAX_CARD_BYTES, ORIGIN, FakeAgent
 
 CONFIG = EngineConfig(
     max_poll_interval=0.05,
