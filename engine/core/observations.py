@@ -52,7 +52,7 @@ reports (R12): one far ahead would make every later report stale."""
 
 # R16: what one event keeps of a remote report. Anything larger is kept as its size and SHA-256
 # (flag ``payload_truncated``), so no event nears the store's 1 MiB per-event limit
-# (``store._base.DEFAULT_MAX_PAYLOAD_BYTES``; tests/unit/test_answer_limits.py checks it).
+# (``store._base.DEFAULT_MAX_PAYLOAD_BYTES``; tests/unit/core/test_observations.py checks it).
 MAX_RECORDED_ARTIFACT_BYTES: Final = 256 * 1024
 """An artifact whose record ({id, name, parts} as stored JSON) is longer is kept as a digest."""
 MAX_RECORDED_MESSAGE_BYTES: Final = 64 * 1024

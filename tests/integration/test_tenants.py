@@ -7,7 +7,7 @@ interface to another tenant moves the task on resume (R9), like another URL.
 The official a2a-sdk 1.3 agent reads the JSON-RPC tenant into each request's context (its
 executor sees it). Its HTTP+JSON routes put the tenant before their own prefix, not after the
 interface's URL as its client does, so the HTTP+JSON shape is proved on the request itself
-(tests/unit/test_exchange_tenant_extensions.py); docs/wire.md.
+(tests/unit/wire/test_transport.py); docs/wire.md.
 """
 
 from __future__ import annotations

@@ -763,3 +763,446 @@ def test_diff_payload_is_plain_json() -> None:
     assert payload["contract"]["parts"] == ["protocol_versions"]
     # a2a-sdk adds 0.3 "security" beside "securityRequirements": same compatibility, new bytes
     assert payload["skills"] == {"changed_compatibly": ["invoice.reconcile"]}
+
+
+# --------------------------------------------------------------------------------------------------
+# The hashes a store keeps of a card stay the same from one release to the next.
+#
+# A task records the revision, contract hash and skill compatibility hash of the card it was created
+# under (R3, R9, R14), and every later card read is compared with them: on resume, at each
+# re-validation, by the audit. A release that hashed the same card otherwise would see every stored
+# task's contract diverge and its skill change on the first read after the upgrade. So the hashes of
+# two fixed cards, one of each A2A generation, are written out here: a change to any of them is a
+# change to stored data, which needs a migration and a CHANGELOG entry, not a new expected value.
+
+
+V10_CARD: dict[str, Any] = {
+    "name": "Invoices",
+    "description": "Reconciles invoices",
+    "version": "2.1.0",
+    "supportedInterfaces": [
+        {"url": "https://a.test/rpc", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
+        {
+            "url": "https://a.test/rest",
+            "protocolBinding": "HTTP+JSON",
+            "protocolVersion": "1.0",
+            "tenant": "acme",
+        },
+        {"url": "https://a.test/v03", "protocolBinding": "JSONRPC", "protocolVersion": "0.3"},
+    ],
+    "capabilities": {"streaming": True, "pushNotifications": True},
+    "securitySchemes": {
+        "bearer": {"httpAuthSecurityScheme": {"scheme": "Bearer", "bearerFormat": "JWT"}},
+        "key": {"apiKeySecurityScheme": {"location": "header", "name": "X-Key"}},
+    },
+    "securityRequirements": [
+        {"schemes": {"bearer": {"list": ["write", "read"]}}},
+        {"schemes": {"key": {}}},
+    ],
+    "defaultInputModes": ["text/plain"],
+    "defaultOutputModes": ["application/json"],
+    "skills": [
+        {
+            "id": "reconcile",
+            "name": "Reconcile",
+            "description": "Matches",
+            "tags": ["finance"],
+            "examples": ["reconcile March"],
+            "inputModes": ["text/plain", "application/json"],
+            "inputSchema": {"type": "object"},
+            "securityRequirements": [{"schemes": {"bearer": {"list": ["admin"]}}}],
+        },
+        {"id": "echo", "name": "Echo", "description": "Echoes", "tags": []},
+    ],
+    "signatures": [{"protected": "e30", "signature": "AA"}],
+}
+
+# The same contract as published by a 0.3 agent: flattened schemes, "security", bare-word modes.
+V03_CARD: dict[str, Any] = {
+    "name": "Invoices",
+    "version": "2.1.0",
+    "url": "https://a.test/v03",
+    "protocolVersion": "0.3.0",
+    "additionalInterfaces": [{"url": "https://a.test/rest", "transport": "REST"}],
+    "securitySchemes": {
+        "bearer": {"type": "http", "scheme": "Bearer", "bearerFormat": "JWT"},
+        "key": {"type": "apiKey", "in": "header", "name": "X-Key"},
+    },
+    "security": [{"bearer": ["write", "read"]}, {"key": []}],
+    "defaultInputModes": ["text"],
+    "defaultOutputModes": ["data"],
+    "skills": [
+        {
+            "id": "reconcile",
+            "name": "Reconcile",
+            "description": "Matches",
+            "tags": [],
+            "security": [{"bearer": ["admin"]}],
+        }
+    ],
+}
+
+SCHEMES = "1add32001b58f9b61fd31e87f5247a6c81a63fe1fc8129ba3bb84a453c684b8c"
+REQUIREMENTS = "5b8ae811a97c79d02abb2018338fc29c1df15576fb47a5dde83ea4b5ffe25d40"
+
+
+def hashes(card: AgentCard) -> dict[str, Any]:
+    return {
+        "revision": card.revision,
+        "contract": card.contract_hash,
+        "schemes": card.contract.security_schemes_hash,
+        "requirements": card.contract.security_requirements_hash,
+        "skills": {s.id: (s.compatibility_hash, s.content_hash) for s in card.skills},
+    }
+
+
+def test_a_1_0_card_keeps_the_hashes_stores_already_hold() -> None:
+    assert hashes(parse_card(json.dumps(V10_CARD).encode())) == {
+        "revision": "216489213d7e8db2c9bd5ad31687f13b5a36c02cae15e8d39c8454c1ef5c3913",
+        "contract": "36af1ab5858d08426d5d4e1441fd4e5df269618b7b5a0546d5bf4a1624d92b48",
+        "schemes": SCHEMES,
+        "requirements": REQUIREMENTS,
+        "skills": {
+            "reconcile": (
+                "71c769724a9096ea51ec8265b1157d140e805470e5b415f99e175951e1b7d048",
+                "1498e73e2246566f5bb11dc39adfcb8c1f8c9eb1d224ef39a2d7118c79371494",
+            ),
+            "echo": (
+                "9e785a1b8a21fd20887cfbb228ce883d62eb0e7591bea622254e01330725cf05",
+                "cef95cc6fbcb81beaaf57617c67b77994ea3c3ee76b0d68e3dbe3686f0b16aa8",
+            ),
+        },
+    }
+
+
+def test_a_0_3_card_keeps_the_hashes_stores_already_hold() -> None:
+    assert hashes(parse_card(json.dumps(V03_CARD).encode())) == {
+        "revision": "b1e7da75d8b74675810d61e040a78e9de9bcc4be5bfccdd065b900e4f5cbcdb5",
+        "contract": "ba676331e61924c1105a80886aa69abcd3f53bc4eff45f12a81eec83992a10ab",
+        "schemes": SCHEMES,
+        "requirements": REQUIREMENTS,
+        "skills": {
+            "reconcile": (
+                "afd3a795b54a479c5b7e849421c4665e80e338da2f7b1653aa4a8e7fc1ffb859",
+                "6da00daa104b3830c6f5f98f736377b3950fcbd9e013a54c757cf876af1a4151",
+            ),
+        },
+    }
+
+
+# --------------------------------------------------------------------------------------------------
+# The card model (``engine/cards/model.py``) where the card tests looked only for a field's name:
+# each refusal's whole detail, the copies handed out, the schemes read in 1.0 shape, what a skill
+# produces. Each test kills mutants that the card tests let live (docs/proofs.md, "Mutation score").
+# Pure.
+
+
+CARD_URL_card_model = "https://a.test/.well-known/agent-card.json"
+
+
+def minimal_card_model(**fields: Any) -> dict[str, Any]:
+    card: dict[str, Any] = {
+        "name": "Agent",
+        "supportedInterfaces": [
+            {"url": "https://a.test/rpc", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"}
+        ],
+        "skills": [{"id": "echo", "name": "Echo", "description": "Echoes", "tags": []}],
+    }
+    card.update(fields)
+    return card
+
+
+def parse_card_model(doc: Any) -> AgentCard:
+    return parse_card(json.dumps(doc).encode(), url=CARD_URL_card_model)
+
+
+def refusal(doc: Any) -> CardInvalidError:
+    with pytest.raises(CardInvalidError) as refused:
+        parse_card_model(doc)
+    return refused.value
+
+
+@pytest.mark.parametrize(
+    ("doc", "field", "detail"),
+    [
+        ([1], "", "card must be a JSON object, not a list"),
+        (minimal_card_model(name=""), "name", "required: a non-empty string"),
+        (minimal_card_model(name=7), "name", "must be a string, not a number"),
+        (minimal_card_model(description=True), "description", "must be a string, not a boolean"),
+        (
+            minimal_card_model(supportedInterfaces=[]),
+            "supportedInterfaces",
+            "required: at least one interface (or a 0.3 top-level url)",
+        ),
+        (
+            minimal_card_model(supportedInterfaces=[{"url": ""}]),
+            "supportedInterfaces[0].url",
+            "required: a non-empty string",
+        ),
+        (
+            minimal_card_model(
+                supportedInterfaces=[{"url": "https://a.test", "protocolVersion": 1}]
+            ),
+            "supportedInterfaces[0].protocolVersion",
+            "must be a string, not a number",
+        ),
+        (
+            minimal_card_model(capabilities={"streaming": "yes"}),
+            "capabilities.streaming",
+            "must be a boolean, not a string",
+        ),
+        (
+            minimal_card_model(capabilities={"extensions": [{"uri": "urn:x", "required": 1}]}),
+            "capabilities.extensions[0].required",
+            "must be a boolean, not a number",
+        ),
+        (
+            minimal_card_model(supportsAuthenticatedExtendedCard="yes"),
+            "supportsAuthenticatedExtendedCard",
+            "must be a boolean, not a string",
+        ),
+        (
+            minimal_card_model(defaultInputModes="text/plain"),
+            "defaultInputModes",
+            "must be a list of strings, not a string",
+        ),
+        (
+            minimal_card_model(defaultOutputModes=["text/plain", None]),
+            "defaultOutputModes[1]",
+            "must be a string, not null",
+        ),
+        (
+            minimal_card_model(skills=[{"id": "a"}, {"id": "a"}]),
+            "skills[1].id",
+            "duplicate skill id 'a'",
+        ),
+        (
+            minimal_card_model(skills=[{"id": "a", "tags": [{}]}]),
+            "skills[0].tags[0]",
+            "must be a string, not an object",
+        ),
+        (
+            minimal_card_model(securityRequirements=[{"schemes": {"oauth": ["read"]}}]),
+            "securityRequirements[0].schemes.oauth",
+            "must be an object, not a list",
+        ),
+        (
+            minimal_card_model(securityRequirements=[{"schemes": {"oauth": {"list": "read"}}}]),
+            "securityRequirements[0].schemes.oauth.list",
+            "must be a list of strings, not a string",
+        ),
+        (
+            minimal_card_model(security=[{"oauth": "read"}]),
+            "security[0].oauth",
+            "must be a list of strings, not a string",
+        ),
+        (
+            minimal_card_model(securitySchemes=[1]),
+            "securitySchemes",
+            "must be an object, not a list",
+        ),
+        (minimal_card_model(version=2), "version", "must be a string, not a number"),
+        (
+            minimal_card_model(extra=2**1024),
+            "extra",
+            "number beyond the largest double (±1.7976931348623157e+308)",
+        ),
+        (
+            {"name": "A", "url": "https://a.test", "additionalInterfaces": [{"url": ""}]},
+            "additionalInterfaces[0].url",
+            "required: a non-empty string",
+        ),
+        (
+            {
+                "name": "A",
+                "url": "https://a.test",
+                "additionalInterfaces": [{"url": "https://b.test", "transport": 1}],
+            },
+            "additionalInterfaces[0].transport",
+            "must be a string, not a number",
+        ),
+        (
+            {"name": "A", "url": "https://a.test", "additionalInterfaces": {}},
+            "additionalInterfaces",
+            "must be a list, not an object",
+        ),
+        (
+            minimal_card_model(
+                supportedInterfaces=[{"url": "https://a.test", "protocolBinding": 1}]
+            ),
+            "supportedInterfaces[0].protocolBinding",
+            "must be a string, not a number",
+        ),
+        (
+            minimal_card_model(supportedInterfaces=[{"url": "https://a.test", "tenant": {}}]),
+            "supportedInterfaces[0].tenant",
+            "must be a string, not an object",
+        ),
+        ({"name": "A", "url": "", "skills": []}, "url", "required: a non-empty string"),
+        (
+            {"name": "A", "url": "https://a.test", "protocolVersion": 0.3},
+            "protocolVersion",
+            "must be a string, not a number",
+        ),
+        (
+            {"name": "A", "url": "https://a.test", "preferredTransport": 1},
+            "preferredTransport",
+            "must be a string, not a number",
+        ),
+        (
+            minimal_card_model(securityRequirements=[{"schemes": []}]),
+            "securityRequirements[0].schemes",
+            "must be an object, not a list",
+        ),
+        (minimal_card_model(capabilities=[]), "capabilities", "must be an object, not a list"),
+        (
+            minimal_card_model(capabilities={"extendedAgentCard": 1}),
+            "capabilities.extendedAgentCard",
+            "must be a boolean, not a number",
+        ),
+        (
+            minimal_card_model(capabilities={"extensions": [{"required": True}]}),
+            "capabilities.extensions[0].uri",
+            "required: a non-empty string",
+        ),
+        (minimal_card_model(skills={"id": "a"}), "skills", "must be a list, not an object"),
+        (
+            minimal_card_model(skills=[{"id": "a", "name": 1}]),
+            "skills[0].name",
+            "must be a string, not a number",
+        ),
+        (
+            minimal_card_model(skills=[{"id": "a", "description": []}]),
+            "skills[0].description",
+            "must be a string, not a list",
+        ),
+        (
+            minimal_card_model(skills=[{"id": "a", "examples": [1]}]),
+            "skills[0].examples[0]",
+            "must be a string, not a number",
+        ),
+        (
+            minimal_card_model(skills=[{"id": "a", "inputModes": "text/plain"}]),
+            "skills[0].inputModes",
+            "must be a list of strings, not a string",
+        ),
+        (
+            minimal_card_model(skills=[{"id": "a", "outputModes": [None]}]),
+            "skills[0].outputModes[0]",
+            "must be a string, not null",
+        ),
+        (
+            minimal_card_model(
+                skills=[{"id": "a", "securityRequirements": [{"schemes": {"k": 1}}]}]
+            ),
+            "skills[0].securityRequirements[0].schemes.k",
+            "must be an object, not a number",
+        ),
+        (
+            minimal_card_model(skills=[{"id": "a", "security": [{"k": "read"}]}]),
+            "skills[0].security[0].k",
+            "must be a list of strings, not a string",
+        ),
+        (
+            minimal_card_model(securitySchemes={"k": 1}),
+            "securitySchemes.k",
+            "must be an object, not a number",
+        ),
+        (
+            minimal_card_model(securitySchemes={"k": None}),
+            "securitySchemes.k",
+            "must be an object, not null",
+        ),
+    ],
+)
+def test_each_refusal_names_the_field_and_says_what_is_wrong_with_it(
+    doc: Any, field: str, detail: str
+) -> None:
+    refused = refusal(doc)
+    where = f"{field}: " if field else ""
+    assert (refused.field, refused.detail) == (field, f"invalid Agent Card: {where}{detail}")
+    assert (refused.url, refused.kind) == (CARD_URL_card_model, "invalid_card")
+
+
+def test_the_copies_a_card_hands_out_are_deep() -> None:
+    schemes = {"bearer": {"httpAuthSecurityScheme": {"scheme": "Bearer"}}}
+    card = parse_card_model(minimal_card_model(securitySchemes=schemes))
+    card.to_json()["securitySchemes"]["bearer"]["httpAuthSecurityScheme"]["scheme"] = "x"
+    card.security_schemes()["bearer"]["httpAuthSecurityScheme"]["scheme"] = "y"
+    assert card.to_json()["securitySchemes"] == schemes
+    assert card.security_schemes() == schemes
+
+
+def test_schemes_are_read_in_1_0_shape_and_one_of_unknown_type_as_written() -> None:
+    card = parse_card_model(
+        minimal_card_model(
+            securitySchemes={
+                "key": {"type": "apiKey", "in": "header", "name": "X-Key"},
+                "both": {
+                    "type": "http",
+                    "scheme": "basic",
+                    "httpAuthSecurityScheme": {"scheme": "Basic"},
+                },
+                "future": {"type": "quantumAuth", "strength": 9},
+                "odd": {"type": ["http"], "scheme": "basic"},
+                "untyped": {"scheme": "basic"},
+            }
+        )
+    )
+    assert card.security_schemes() == {
+        "key": {"apiKeySecurityScheme": {"location": "header", "name": "X-Key"}},
+        "both": {"httpAuthSecurityScheme": {"scheme": "Basic"}},
+        "future": {"type": "quantumAuth", "strength": 9},
+        "odd": {"type": ["http"], "scheme": "basic"},
+        "untyped": {"scheme": "basic"},
+    }
+    assert parse_card_model(minimal_card_model()).security_schemes() == {}
+    assert parse_card_model(minimal_card_model(securitySchemes=None)).security_schemes() == {}
+
+
+def test_a_skill_produces_only_its_output_modes() -> None:
+    skill = parse_card_model(minimal_card_model(defaultOutputModes=["text/plain"])).skill("echo")
+    assert skill is not None
+    assert skill.produces("text/markdown; charset=utf-8") is False
+    assert skill.produces("TEXT/PLAIN") is True
+
+
+def test_a_skill_keeps_its_descriptive_fields_as_the_card_gives_them() -> None:
+    described = {
+        "id": "echo",
+        "name": "Echo",
+        "description": "Echoes what it is sent",
+        "tags": ["debug", "text"],
+        "examples": ["echo hello", "echo again"],
+    }
+    skill = parse_card_model(minimal_card_model(skills=[described])).skill("echo")
+    assert skill is not None
+    assert (skill.name, skill.description, skill.tags, skill.examples) == (
+        "Echo",
+        "Echoes what it is sent",
+        ("debug", "text"),
+        ("echo hello", "echo again"),
+    )
+    bare = parse_card_model(minimal_card_model(skills=[{"id": "echo"}])).skill("echo")
+    assert bare is not None
+    assert (bare.name, bare.description, bare.tags, bare.examples) == ("", "", (), ())
+
+
+def test_a_body_over_the_limit_is_refused_by_its_size_and_the_default_limit_is_one_mib() -> None:
+    padded = json.dumps(minimal_card_model()).encode()
+    at_limit = padded + b" " * (1_048_576 - len(padded))
+    assert parse_card(at_limit).source_url == ""
+    with pytest.raises(CardInvalidError) as refused:
+        parse_card(at_limit + b" ", url=CARD_URL_card_model)
+    assert (refused.value.url, refused.value.kind) == (CARD_URL_card_model, "too_large")
+    assert refused.value.detail == "card body is 1048577 bytes, over the limit of 1048576"
+
+
+def test_the_card_default_modes_are_kept_as_declared() -> None:
+    card = parse_card_model(
+        minimal_card_model(defaultInputModes=["text/plain"], defaultOutputModes=["image/png"])
+    )
+    assert (card.default_input_modes, card.default_output_modes) == (
+        ("text/plain",),
+        ("image/png",),
+    )

@@ -9,17 +9,23 @@ The agent is a mock transport answering the public card, ``GetExtendedAgentCard`
 
 from __future__ import annotations
 
+import asyncio
+import json
+from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from support import make_tls
 from support.cards import ORIGIN, card_document
-from support.mocked import engine_on
+from support.mocked import engine_on, rpc_result, submitted_task
 
+from cardfence.engine.auth.authorization import Authorizer
+from cardfence.engine.client.config import EngineConfig
 from cardfence.engine.client.engine import Engine
 from cardfence.engine.core import events as ev
 from cardfence.engine.core.events import agent_stream_id
-from cardfence.engine.errors import DiscoveryError
+from cardfence.engine.errors import CredentialsConfigError, CredentialsMissingError, DiscoveryError
 from cardfence.store.event_store import EventStore
 
 ENDPOINT = f"{ORIGIN}/api"
@@ -222,3 +228,198 @@ async def test_when_neither_card_can_be_read_both_failures_are_given(store: Even
     assert isinstance(unread, DiscoveryError)
     assert (unread.url, unread.kind) == (EXTENDED_URL, "extended_card")
     assert unread.detail.startswith("AuthorizationFailedError: ")
+
+
+# --------------------------------------------------------------------------------------------------
+# The transport each later request of a task goes by (polls, replies, cancels, the extended card
+# read again): to its recorded endpoint, naming the extensions it activated at creation, and
+# carrying only the credentials its frozen contract grants (R15) -- worked out once per frozen card
+# and recorded grant, and never chosen anew when that card is gone from the store.
+
+
+class Agent:
+    """The card of ``support.cards`` (offering ``urn:ext:trace``), every request's headers kept
+    by method; SendMessage creates ``r-1``, GetTask finds it working."""
+
+    def __init__(self) -> None:
+        self.headers: list[tuple[str, httpx.Headers]] = []
+
+    def transport(self) -> httpx.MockTransport:
+        card = card_document()
+        card["capabilities"]["extensions"] = [{"uri": "urn:ext:trace"}]
+
+        def handler(request: httpx.Request) -> httpx.Response:
+            if request.method == "GET":
+                return httpx.Response(200, json=card)
+            call = json.loads(request.content)
+            self.headers.append((call["method"], request.headers))
+            if call["method"] == "SendMessage":
+                return submitted_task(call)
+            status = {"state": "TASK_STATE_WORKING", "timestamp": "2026-01-01T00:00:01Z"}
+            return rpc_result(call, {"id": "r-1", "contextId": "c-1", "status": status})
+
+        return httpx.MockTransport(handler)
+
+
+async def _task(engine: Engine, **options: Any) -> dict[str, Any]:
+    view = await engine.start_task(ORIGIN, skill="echo", text="hi", **options)
+    return await engine.records.state(view.task)
+
+
+async def test_every_later_request_of_a_task_names_the_extensions_it_activated(
+    store: EventStore,
+) -> None:
+    agent = Agent()
+    async with engine_on(store, agent.transport()) as engine:
+        activated = await _task(engine, extensions=["urn:ext:trace"])
+        plain = await _task(engine)
+        await engine.poll(activated["task"])
+        await engine.poll(plain["task"])
+    sent = [(method, headers.get("A2A-Extensions")) for method, headers in agent.headers]
+    assert sent == [
+        ("SendMessage", "urn:ext:trace"),
+        ("SendMessage", None),
+        ("GetTask", "urn:ext:trace"),
+        ("GetTask", None),
+    ]
+
+
+async def test_a_task_recorded_without_a_grant_is_asked_with_no_credentials(
+    store: EventStore,
+) -> None:
+    async with engine_on(store, Agent().transport()) as engine:
+        state = await _task(engine)
+        for recorded in (None, {"origin": ORIGIN, "schemes": []}):
+            transport = await engine.connections.task_transport(
+                {**state, "authorization": recorded}
+            )
+            assert transport.credentials is None
+
+
+async def test_the_grant_of_a_frozen_card_is_worked_out_once_per_recorded_grant(
+    store: EventStore, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    regranted: list[dict[str, Any]] = []
+    real = Authorizer.regrant
+
+    def counted(card: Any, recorded: dict[str, Any]) -> Any:
+        regranted.append(recorded)
+        return real(card, recorded)
+
+    monkeypatch.setattr(Authorizer, "regrant", staticmethod(counted))
+    async with engine_on(store, Agent().transport()) as engine:
+        state = await _task(engine)
+        one = {**state, "authorization": {"origin": ORIGIN, "schemes": ["a"], "scopes": {}}}
+        other = {**state, "authorization": {"origin": ORIGIN, "schemes": ["b"], "scopes": {}}}
+        first = await engine.connections.task_transport(one)
+        again = await engine.connections.task_transport(one)
+        another = await engine.connections.task_transport(other)
+        extended = await engine.connections.task_transport({**one, "extensions": ["urn:ext:trace"]})
+    assert regranted == [one["authorization"], other["authorization"]]
+    assert extended.credentials is not None
+    assert extended.credentials.grant is first.credentials.grant  # type: ignore[union-attr]
+    assert extended._headers.get("A2A-Extensions") == "urn:ext:trace"
+    assert first._headers.get("A2A-Extensions") is None
+    assert first is again
+    assert first.credentials is not None
+    assert another.credentials is not None
+    assert first.credentials.grant is not another.credentials.grant
+
+
+async def test_credentials_are_never_chosen_anew_when_the_frozen_card_is_gone(
+    store: EventStore,
+) -> None:
+    async with engine_on(store, Agent().transport()) as engine:
+        state = await _task(engine)
+        lost = {**state, "authorization": {"schemes": ["key"]}, "card_revision": "0" * 64}
+        with pytest.raises(CredentialsMissingError) as refused:
+            await engine.connections.task_transport(lost)
+    assert (refused.value.agent, refused.value.skill) == (ORIGIN, "echo")
+    assert refused.value.needs == f"the frozen card {'0' * 12} is not in the store"
+    assert str(refused.value).endswith("; nothing was sent")
+
+
+REST_ENDPOINT = {"url": f"{ORIGIN}/api", "binding": "HTTP+JSON", "protocol_version": "1.0"}
+
+
+class _Grant:
+    """Credentials as a transport sees them: their grant, and the client certificate it needs."""
+
+    def __init__(self, cert: tuple[str, str] | None = None) -> None:
+        self.grant = object()
+        self._cert = cert
+
+    def client_cert(self) -> tuple[str, str] | None:
+        return self._cert
+
+
+async def test_one_transport_is_kept_per_endpoint_tenant_and_grant(store: EventStore) -> None:
+    config = EngineConfig(request_timeout=2.5)
+    async with engine_on(store, Agent().transport(), config) as engine:
+        plain = engine.connections.transport(REST_ENDPOINT)
+        assert engine.connections.transport(dict(REST_ENDPOINT)) is plain
+        tenant = engine.connections.transport({**REST_ENDPOINT, "tenant": "t-1"})
+        one, other = _Grant(), _Grant()
+        granted = engine.connections.transport(REST_ENDPOINT, one)  # type: ignore[arg-type]
+        assert engine.connections.transport(REST_ENDPOINT, one) is granted  # type: ignore[arg-type]
+        another = engine.connections.transport(REST_ENDPOINT, other)  # type: ignore[arg-type]
+        passing = {**REST_ENDPOINT, "tenant": "once"}
+        once = engine.connections.transport(passing, keep=False)  # for one request: not kept
+        twice = engine.connections.transport(passing, keep=False)
+    assert len({id(t) for t in (plain, tenant, granted, another, once, twice)}) == 6
+    assert (plain.interface.tenant, tenant.interface.tenant) == ("", "t-1")
+    assert (plain.credentials, granted.credentials, another.credentials) == (None, one, other)
+    for transport in (plain, tenant, granted, once):
+        assert transport.interface.url == f"{ORIGIN}/api"
+        assert transport.timeout == 2.5
+        assert transport.client is engine.client
+
+
+async def test_every_transport_shares_the_engines_bound_on_requests_in_flight(
+    store: EventStore,
+) -> None:
+    config = EngineConfig(requests_per_agent=1)
+    in_flight, most = 0, 0
+
+    async def handler(request: httpx.Request) -> httpx.Response:
+        nonlocal in_flight, most
+        in_flight += 1
+        most = max(most, in_flight)
+        await asyncio.sleep(0.01)
+        in_flight -= 1
+        status = {"state": "TASK_STATE_WORKING", "timestamp": "2026-01-01T00:00:01Z"}
+        call = json.loads(request.content)
+        return rpc_result(call, {"id": "r-1", "contextId": "c-1", "status": status})
+
+    async with engine_on(store, httpx.MockTransport(handler), config) as engine:
+        transports = [
+            engine.connections.transport(
+                {**REST_ENDPOINT, "binding": "JSONRPC", "tenant": f"t-{n}"}
+            )
+            for n in range(3)
+        ]
+        await asyncio.gather(*(t.get_task("r-1") for t in transports))
+    assert most == 1
+
+
+async def test_a_grant_that_needs_a_client_certificate_goes_by_a_client_presenting_it(
+    store: EventStore, tmp_path: Path
+) -> None:
+    tls = make_tls(tmp_path)
+    cert = (str(tls.client_cert), str(tls.client_key))
+    config = EngineConfig(ca_file=str(tls.ca))
+    async with engine_on(store, Agent().transport(), config) as engine:
+        first = engine.connections.transport(REST_ENDPOINT, _Grant(cert))  # type: ignore[arg-type]
+        again = engine.connections.transport({**REST_ENDPOINT, "tenant": "t"}, _Grant(cert))  # type: ignore[arg-type]
+        assert first.client is again.client is not engine.client
+        assert list(engine.connections.tls_clients) == [cert]
+        # It trusts the configured authorities only, as the engine's own client does.
+        context = first.client._transport._context  # type: ignore[attr-defined]
+        authorities = [dict(item[0] for item in ca["subject"]) for ca in context.get_ca_certs()]
+        assert [names["commonName"] for names in authorities] == ["cardfence test CA"]
+        missing = (str(tmp_path / "none.pem"), str(tmp_path / "none.key"))
+        with pytest.raises(CredentialsConfigError) as refused:
+            engine.connections.transport(REST_ENDPOINT, _Grant(missing))  # type: ignore[arg-type]
+    assert refused.value.where == "mtls"
+    assert str(refused.value).startswith(f"credentials mtls: client certificate {missing[0]} ")
+    assert list(engine.connections.tls_clients) == [cert]

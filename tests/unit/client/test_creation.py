@@ -8,29 +8,48 @@ import functools
 import hashlib
 import json
 import re
+import socket
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
 import httpx
 import pytest
+import sqlalchemy as sa
 from support.cards import ORIGIN, card_document
-from support.mocked import ScriptedAgent, engine_on, rpc_error, rpc_result, submitted_task
+from support.mocked import (
+    ScriptedAgent,
+    engine_on,
+    rpc_error,
+    rpc_result,
+    submitted_task,
+    task_agent,
+)
 
 from cardfence.engine.auth.config import Bearer, CredentialsConfig, OAuthClient
 from cardfence.engine.cards.model import parse_card
 from cardfence.engine.client.config import EngineConfig
+from cardfence.engine.client.engine import Engine
 from cardfence.engine.core import events as ev
 from cardfence.engine.core import guards
 from cardfence.engine.discovery.fetch import CardLimits
 from cardfence.engine.errors import (
     AuthorizationFailedError,
+    CardInvalidError,
+    ContractChangedError,
     CreationRefusedError,
+    CredentialsMissingError,
+    DiscoveryError,
     EndpointUnreachableError,
+    ExtensionRequiredError,
     InvalidAgentResponseError,
     SkillUnavailableError,
+    TokenRequestError,
     UsageError,
 )
+from cardfence.engine.wire import push as webhook
 from cardfence.store.event_store import EventStore
+from cardfence.store.records import RecordedEvent
 
 ENDPOINT = f"{ORIGIN}/a2a"
 
@@ -549,3 +568,597 @@ async def test_resume_sends_again_when_the_task_found_is_bound_to_another_task_o
     first, again = sent
     assert again["messageId"] == first["messageId"]  # nothing found: the same send, again
     assert "GetTask" not in agent.asked
+
+
+# --------------------------------------------------------------------------------------------------
+# A creation refused (R2, R3, R15) is recorded in the agent's stream -- why, the skill asked for,
+# when, and for a re-send the task -- and nothing is sent. When the agent's record cannot take the
+# refusal (altered in the store, an agent URL that is no URL), the caller gets the refusal it was
+# going to get all the same.
+
+
+def _unanswered(request: httpx.Request) -> httpx.Response:
+    raise AssertionError(f"nothing may be sent: {request.method} {request.url}")
+
+
+def _agent_events(store: EventStore) -> list[RecordedEvent]:
+    return store.read_stream(ev.agent_stream_id(ORIGIN))
+
+
+def _card_only(
+    document: dict[str, Any], sent: list[str], *, created: bool = False
+) -> httpx.MockTransport:
+    """An agent serving ``document`` as its card; any other request is listed in ``sent`` and
+    answered 500 (``created``: a send answered with a new task ``r-1``)."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.method == "GET":
+            return httpx.Response(200, json=document)
+        call = json.loads(request.content)
+        sent.append(call["method"])
+        return submitted_task(call) if created else httpx.Response(500)
+
+    return httpx.MockTransport(handler)
+
+
+async def test_a_refused_creation_records_why_the_skill_and_when_and_sends_nothing(
+    store: EventStore,
+) -> None:
+    sent: list[str] = []
+    before = datetime.now(UTC)
+    async with engine_on(store, _card_only(card_document(), sent)) as engine:
+        with pytest.raises(SkillUnavailableError):
+            await engine.start_task(ORIGIN, skill="translate", text="hi")
+    after = datetime.now(UTC)
+    refused = _agent_events(store)[-1]
+    assert refused.type == ev.TASK_CREATION_REFUSED
+    assert set(refused.data) == {"reason", "detail", "skill", "at"}  # no task: none was made
+    assert (refused.data["reason"], refused.data["skill"]) == ("skill_absent", "translate")
+    assert refused.data["detail"] == "is absent from the card (offered: echo)"
+    assert before <= datetime.fromisoformat(refused.data["at"]) <= after
+    assert sent == []
+
+
+async def test_a_refused_resend_names_the_task_it_would_have_sent(store: EventStore) -> None:
+    refusing = task_agent(lambda r: httpx.Response(503))
+    async with engine_on(store, refusing) as engine:
+        view = await engine.start_task(ORIGIN, skill="echo", text="hi")
+        state = await engine.records.state(view.task)
+    withdrawn = card_document()
+    withdrawn["skills"][0]["id"] = "translate"
+    sent: list[str] = []
+    async with engine_on(store, _card_only(withdrawn, sent)) as engine:
+        with pytest.raises(SkillUnavailableError):
+            await engine.creation.resend_gate(view.task, state)
+    refused = _agent_events(store)[-1]
+    assert refused.type == ev.TASK_CREATION_REFUSED
+    assert (refused.data["task"], refused.data["skill"]) == (view.task, "echo")
+    assert sent == []
+
+
+async def test_a_creation_no_credential_covers_is_recorded_as_credentials_missing(
+    store: EventStore,
+) -> None:
+    secured = card_document()
+    secured["securitySchemes"] = {"bearer": {"httpAuthSecurityScheme": {"scheme": "bearer"}}}
+    secured["securityRequirements"] = [{"schemes": {"bearer": {"list": []}}}]
+    sent: list[str] = []
+    async with engine_on(store, _card_only(secured, sent)) as engine:
+        with pytest.raises(CredentialsMissingError) as raised:
+            await engine.start_task(ORIGIN, skill="echo", text="hi")
+    missing = _agent_events(store)[-1]
+    assert missing.type == ev.CREDENTIALS_MISSING
+    assert (missing.data["reason"], missing.data["skill"]) == ("credentials_missing", "echo")
+    assert missing.data["detail"] == str(raised.value)
+    assert sent == []
+
+
+def _closed_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+async def test_a_creation_whose_token_cannot_be_had_is_refused_before_anything_is_sent(
+    store: EventStore,
+) -> None:
+    token_url = f"http://127.0.0.1:{_closed_port()}/token"
+    secured = card_document()
+    flows = {"clientCredentials": {"tokenUrl": token_url, "scopes": {}}}
+    secured["securitySchemes"] = {"oauth": {"oauth2SecurityScheme": {"flows": flows}}}
+    secured["securityRequirements"] = [{"schemes": {"oauth": {"list": []}}}]
+    client = OAuthClient("cf-client", "cf-client-secret")
+    config = EngineConfig(credentials=CredentialsConfig.of({ORIGIN: {"oauth": client}}))
+    sent: list[str] = []
+    async with engine_on(store, _card_only(secured, sent), config) as engine:
+        with pytest.raises(TokenRequestError) as raised:
+            await engine.start_task(ORIGIN, skill="echo", text="hi")
+    assert raised.value.url == token_url
+    unusable = _agent_events(store)[-1]
+    assert unusable.type == ev.TASK_CREATION_REFUSED
+    assert {k: unusable.data[k] for k in ("reason", "detail", "skill")} == {
+        "reason": "credentials_unusable",
+        "detail": str(raised.value),
+        "skill": "echo",
+    }
+    assert sent == []  # no send without its token
+    assert store.streams(category=ev.TASK_CATEGORY) == []
+
+
+async def test_a_refusal_the_agents_altered_record_cannot_take_still_refuses_as_it_would(
+    store: EventStore,
+) -> None:
+    async with engine_on(store, task_agent(_unanswered)) as engine:
+        with pytest.raises(SkillUnavailableError):  # the record is made by this first read
+            await engine.start_task(ORIGIN, skill="translate", text="hi")
+    with store.engine.begin() as conn:
+        conn.execute(
+            sa.text("UPDATE streams SET state = '[1]' WHERE stream_id = :s"),
+            {"s": ev.agent_stream_id(ORIGIN)},
+        )
+    async with engine_on(store, task_agent(_unanswered)) as engine:
+        with pytest.raises(DiscoveryError) as raised:
+            await engine.start_task(ORIGIN, skill="echo", text="hi")
+    assert raised.value.kind == "record"
+    assert raised.value.consequence == "nothing was sent"
+
+
+@pytest.mark.parametrize(
+    ("url", "fault"),
+    [
+        ("ftp://agent.example", "not an http(s) URL with a host"),
+        ("https://agent.example:99999", "its port is not a number from 1 to 65535"),
+        ("https://svc:PASS@agent.example", "it carries credentials (user:password@): give them "
+         "in the credentials file instead"),
+    ],
+)  # fmt: skip
+async def test_an_agent_url_that_is_no_url_is_a_usage_error_and_nothing_recorded_or_sent(
+    store: EventStore, url: str, fault: str
+) -> None:
+    async with engine_on(store, task_agent(_unanswered)) as engine:
+        with pytest.raises(UsageError) as raised:
+            await engine.start_task(url, skill="echo", text="hi")
+    shown = url.replace("svc:PASS@", "")
+    assert str(raised.value).startswith(f"agent URL {shown!r}: {fault}")
+    assert store.streams() == []
+
+
+async def test_a_creation_whose_card_cannot_be_read_is_refused_naming_the_read(
+    store: EventStore,
+) -> None:
+    def unavailable(request: httpx.Request) -> httpx.Response:
+        return httpx.Response(503 if request.method == "GET" else 500)
+
+    async with engine_on(store, httpx.MockTransport(unavailable)) as engine:
+        with pytest.raises(DiscoveryError) as raised:
+            await engine.start_task(ORIGIN, skill="echo", text="hi")
+    refused = _agent_events(store)[-1]
+    assert refused.type == ev.TASK_CREATION_REFUSED
+    assert {k: refused.data[k] for k in ("reason", "detail", "skill")} == {
+        "reason": "discovery_failed",
+        "detail": str(raised.value),
+        "skill": "echo",
+    }
+    assert raised.value.consequence == "nothing was sent"
+
+
+async def test_a_card_requiring_an_extension_not_activated_refuses_naming_it(
+    store: EventStore,
+) -> None:
+    requiring = card_document()
+    requiring["capabilities"]["extensions"] = [
+        {"uri": "urn:ext:needed", "required": True},
+        {"uri": "urn:ext:optional"},
+    ]
+    sent: list[str] = []
+    async with engine_on(store, _card_only(requiring, sent)) as engine:
+        with pytest.raises(ExtensionRequiredError) as raised:
+            await engine.start_task(
+                ORIGIN, skill="echo", text="hi", extensions=["urn:ext:optional"]
+            )
+    assert (raised.value.agent, raised.value.uris) == (ORIGIN, ("urn:ext:needed",))
+    refused = _agent_events(store)[-1]
+    assert (refused.data["reason"], refused.data["detail"]) == (
+        "extension_required",
+        "urn:ext:needed",
+    )
+    assert sent == []
+
+
+async def test_a_card_requiring_an_extension_activated_creates_the_task(store: EventStore) -> None:
+    requiring = card_document()
+    requiring["capabilities"]["extensions"] = [{"uri": "urn:ext:needed", "required": True}]
+    sent: list[str] = []
+    async with engine_on(store, _card_only(requiring, sent, created=True)) as engine:
+        view = await engine.start_task(
+            ORIGIN, skill="echo", text="hi", extensions=["urn:ext:needed"]
+        )
+    assert view.remote_task_id == "r-1"
+    assert sent == ["SendMessage"]
+
+
+async def test_a_card_with_no_interface_the_engine_speaks_is_refused_and_recorded(
+    store: EventStore,
+) -> None:
+    foreign = card_document()
+    foreign["supportedInterfaces"] = [
+        {"url": f"{ORIGIN}/grpc", "protocolBinding": "GRPC", "protocolVersion": "1.0"}
+    ]
+    sent: list[str] = []
+    async with engine_on(store, _card_only(foreign, sent)) as engine:
+        with pytest.raises(CardInvalidError) as raised:
+            await engine.start_task(ORIGIN, skill="echo", text="hi")
+    assert raised.value.consequence == "nothing was sent"
+    assert str(raised.value).endswith("(nothing was sent)")
+    refused = _agent_events(store)[-1]
+    assert {k: refused.data[k] for k in ("reason", "detail", "skill")} == {
+        "reason": "CardInvalidError",
+        "detail": str(raised.value),
+        "skill": "echo",
+    }
+    assert sent == []
+
+
+async def test_a_contract_changed_and_not_accepted_is_refused_and_recorded(
+    store: EventStore,
+) -> None:
+    async with engine_on(store, task_agent(lambda r: httpx.Response(503))) as engine:
+        await engine.start_task(ORIGIN, skill="echo", text="hi")  # pins the contract
+    changed = card_document()
+    changed["securitySchemes"] = {
+        "key": {"apiKeySecurityScheme": {"location": "header", "name": "X-Key"}}
+    }
+    sent: list[str] = []
+    async with engine_on(store, _card_only(changed, sent)) as engine:
+        with pytest.raises(ContractChangedError) as raised:
+            await engine.start_task(ORIGIN, skill="echo", text="hi")
+    refused = _agent_events(store)[-1]
+    assert {k: refused.data[k] for k in ("reason", "detail", "skill")} == {
+        "reason": "ContractChangedError",
+        "detail": str(raised.value),
+        "skill": "echo",
+    }
+    assert sent == []
+
+
+# --------------------------------------------------------------------------------------------------
+# Webhook registration (R4, R15, R16), the second of the two things card state may gate: what is
+# asked of the agent, what is recorded, and every way it ends with the task on polling -- a URL that
+# would carry the task in clear text, a card read that fails or says no push, the agent refusing --
+# each with nothing registered and the task untouched.
+
+
+HOOK = "https://hooks.example/w"
+Answer = Callable[[dict[str, Any]], httpx.Response]
+
+
+def _pushing(version: str = "1.0") -> dict[str, Any]:
+    document = card_document()
+    document["capabilities"]["pushNotifications"] = True
+    document["supportedInterfaces"][0]["protocolVersion"] = version
+    return document
+
+
+def _submitted(call: dict[str, Any]) -> httpx.Response:
+    """SendMessage answered with a new task, in the A2A version the call speaks."""
+    if call["method"] == "message/send":  # A2A 0.3
+        task = {"kind": "task", "id": "r-1", "contextId": "c-1", "status": {"state": "submitted"}}
+        return rpc_result(call, task)
+    return submitted_task(call)
+
+
+def _stored(call: dict[str, Any]) -> httpx.Response:
+    """The config echoed as the agent stored it."""
+    return rpc_result(call, call["params"])
+
+
+class Agent_webhook_registration:
+    """A mock agent: its card (a document, or an HTTP status for every read), the send answered
+    by ``send``, a push config by ``push``; every JSON-RPC call listed, with its headers."""
+
+    def __init__(
+        self, card: dict[str, Any] | int, send: Answer = _submitted, push: Answer = _stored
+    ) -> None:
+        self.card, self.send, self.push = card, send, push
+        self.calls: list[dict[str, Any]] = []
+        self.card_reads = 0
+
+    def transport(self) -> httpx.MockTransport:
+        def handler(request: httpx.Request) -> httpx.Response:
+            if request.method == "GET":
+                self.card_reads += 1
+                if isinstance(self.card, int):
+                    return httpx.Response(self.card)
+                return httpx.Response(200, json=self.card)
+            call = json.loads(request.content)
+            self.calls.append(call)
+            if call["method"] in ("SendMessage", "message/send"):
+                return self.send(call)
+            return self.push(call)
+
+        return httpx.MockTransport(handler)
+
+    def methods(self) -> list[str]:
+        return [call["method"] for call in self.calls]
+
+
+async def _task(engine: Engine) -> str:
+    return (await engine.start_task(ORIGIN, skill="echo", text="hi")).task
+
+
+def _last(store: EventStore, key: str) -> Any:
+    return store.read_stream(f"task:{key}")[-1]
+
+
+# -- registered ------------------------------------------------------------------------------------
+
+
+async def test_a_webhook_is_registered_with_a_token_and_a_bearer_secret_of_its_own(
+    store: EventStore,
+) -> None:
+    agent = Agent_webhook_registration(_pushing())
+    async with engine_on(store, agent.transport()) as engine:
+        key = await _task(engine)
+        reads = agent.card_reads
+        outcome = await engine.register_webhook(key, HOOK)
+        state = await engine.records.state(key)
+    assert agent.card_reads == reads + 1  # a read made for this registration (R4)
+    assert (outcome.registered, outcome.reason, outcome.detail) == (True, "registered", "")
+    assert outcome.config_id is not None
+    assert re.fullmatch(r"cf-[0-9a-f]{16}", outcome.config_id)
+    assert outcome.token is not None
+    assert len(outcome.token) == 43  # 32 random bytes, URL-safe base64
+    assert outcome.authorization is not None
+    scheme, secret = outcome.authorization.split(" ")
+    assert scheme == "Bearer"
+    assert len(secret) == 43
+    assert secret != outcome.token
+    (asked,) = [c for c in agent.calls if c["method"] == "CreateTaskPushNotificationConfig"]
+    assert asked["params"] == {
+        "taskId": "r-1",
+        "id": outcome.config_id,
+        "url": HOOK,
+        "token": outcome.token,
+        "authentication": {"scheme": "Bearer", "credentials": secret},
+    }
+    registered = _last(store, key)
+    assert registered.type == ev.WEBHOOK_REGISTERED
+    assert registered.data == {
+        "config_id": outcome.config_id,
+        "url": HOOK,
+        "token_sha256": webhook.digest(outcome.token),
+        "auth_sha256": webhook.digest(outcome.authorization),
+        "status": "provisional",
+        "card_revision": parse_card(json.dumps(_pushing()).encode(), url=ORIGIN).revision,
+    }
+    assert state["webhook"]["status"] == "provisional"
+    assert state["delivery_mode"] == "push"
+
+
+async def test_a_webhook_registered_with_the_callers_token_and_authentication(
+    store: EventStore,
+) -> None:
+    agent = Agent_webhook_registration(_pushing())
+    async with engine_on(store, agent.transport()) as engine:
+        key = await _task(engine)
+        outcome = await engine.register_webhook(
+            key, HOOK, token="tok", auth_scheme="Basic", auth_credentials="dXNlcjpwdw=="
+        )
+    assert (outcome.token, outcome.authorization) == ("tok", "Basic dXNlcjpwdw==")
+    asked = agent.calls[-1]["params"]
+    assert (asked["token"], asked["authentication"]) == (
+        "tok",
+        {"scheme": "Basic", "credentials": "dXNlcjpwdw=="},
+    )
+    assert _last(store, key).data["auth_sha256"] == webhook.digest("Basic dXNlcjpwdw==")
+
+
+async def test_a_webhook_with_a_scheme_and_no_credentials_is_checked_for_the_token_alone(
+    store: EventStore,
+) -> None:
+    agent = Agent_webhook_registration(_pushing())
+    async with engine_on(store, agent.transport()) as engine:
+        key = await _task(engine)
+        outcome = await engine.register_webhook(key, HOOK, auth_scheme="Bearer")
+    assert outcome.authorization is None
+    assert agent.calls[-1]["params"]["authentication"] == {"scheme": "Bearer"}
+    assert _last(store, key).data["auth_sha256"] is None
+
+
+async def test_a_task_at_an_a2a_0_3_endpoint_registers_the_token_alone(store: EventStore) -> None:
+    agent = Agent_webhook_registration(_pushing("0.3"))
+    async with engine_on(store, agent.transport()) as engine:
+        key = await _task(engine)
+        outcome = await engine.register_webhook(key, HOOK)
+    assert outcome.registered
+    assert outcome.authorization is None
+    (asked,) = [c for c in agent.calls if c["method"] == "tasks/pushNotificationConfig/set"]
+    config = asked["params"]["pushNotificationConfig"]
+    assert (config["url"], config["token"]) == (HOOK, outcome.token)
+    assert "authentication" not in config
+    assert _last(store, key).data["auth_sha256"] is None
+
+
+# -- not registered: the task goes on by polling ---------------------------------------------------
+
+
+def _downgraded(store: EventStore, key: str, reason: str, detail: str) -> None:
+    downgraded = _last(store, key)
+    assert downgraded.type == ev.DELIVERY_DOWNGRADED
+    assert downgraded.data == {
+        "reason": reason,
+        "detail": detail,
+        "card_revision": None,
+        "to": "polling",
+    }
+
+
+async def test_a_plain_http_webhook_off_loopback_is_not_registered_nor_the_card_read(
+    store: EventStore,
+) -> None:
+    agent = Agent_webhook_registration(_pushing())
+    async with engine_on(store, agent.transport()) as engine:
+        key = await _task(engine)
+        reads, calls = agent.card_reads, len(agent.calls)
+        outcome = await engine.register_webhook(key, "http://hooks.example/w")
+        state = await engine.records.state(key)
+    detail = (
+        "webhook URL http://hooks.example/w: plain http to a non-loopback host refused "
+        "(https required); nothing was registered"
+    )
+    assert (outcome.registered, outcome.reason, outcome.detail) == (False, "insecure_url", detail)
+    assert (outcome.config_id, outcome.token, outcome.authorization) == (None, None, None)
+    assert (agent.card_reads, len(agent.calls)) == (reads, calls)  # nothing asked of the agent
+    _downgraded(store, key, "insecure_url", detail)
+    assert state["delivery_mode"] == "polling"
+    assert state["state"] == "submitted"  # the task itself untouched
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:8080/w", "http://localhost/w"])
+async def test_a_plain_http_webhook_on_loopback_is_registered(store: EventStore, url: str) -> None:
+    agent = Agent_webhook_registration(_pushing())
+    async with engine_on(store, agent.transport()) as engine:
+        key = await _task(engine)
+        outcome = await engine.register_webhook(key, url)
+    assert outcome.registered
+    assert agent.calls[-1]["params"]["url"] == url
+
+
+@pytest.mark.parametrize(
+    ("url", "fault"),
+    [
+        ("https://hook:PASS@hooks.example/w", "it carries credentials (user:password@): a "
+         "delivery is authenticated by the webhook's token (--webhook-token) instead"),
+        ("https://hooks.example:99999/w", "its port is not a number from 1 to 65535"),
+        ("http://[::1/w", "not a valid URL"),
+        ("https://hooks.example/w#x", "it has a fragment (#...), which is never sent"),
+    ],
+)  # fmt: skip
+async def test_a_webhook_url_that_cannot_be_used_is_a_usage_error_recording_and_sending_nothing(
+    store: EventStore, url: str, fault: str
+) -> None:
+    agent = Agent_webhook_registration(_pushing())
+    async with engine_on(store, agent.transport()) as engine:
+        key = await _task(engine)
+        recorded, reads = len(store.read_stream(f"task:{key}")), agent.card_reads
+        with pytest.raises(UsageError) as raised:
+            await engine.register_webhook(key, url)
+    shown = url.replace("hook:PASS@", "")
+    assert str(raised.value) == (
+        f"webhook URL {shown!r}: {fault}; nothing was recorded or registered"
+    )
+    assert len(store.read_stream(f"task:{key}")) == recorded
+    assert (agent.methods(), agent.card_reads) == (["SendMessage"], reads)
+
+
+async def test_an_engine_allowing_insecure_urls_registers_plain_http_anywhere(
+    store: EventStore,
+) -> None:
+    agent = Agent_webhook_registration(_pushing())
+    config = EngineConfig(card_limits=CardLimits(allow_insecure=True))
+    async with engine_on(store, agent.transport(), config) as engine:
+        key = await _task(engine)
+        outcome = await engine.register_webhook(key, "http://hooks.example/w")
+    assert outcome.registered
+
+
+async def test_a_card_that_says_no_push_registers_nothing(store: EventStore) -> None:
+    document = card_document()
+    agent = Agent_webhook_registration(document)
+    async with engine_on(store, agent.transport()) as engine:
+        key = await _task(engine)
+        outcome = await engine.register_webhook(key, HOOK)
+    revision = parse_card(json.dumps(document).encode(), url=ORIGIN).revision
+    detail = f"card {revision[:12]} says no push"
+    assert (outcome.registered, outcome.reason, outcome.detail) == (
+        False,
+        "push_not_advertised",
+        detail,
+    )
+    assert agent.methods() == ["SendMessage"]  # no registration request reached the agent
+    _downgraded(store, key, "push_not_advertised", detail)
+
+
+async def test_a_card_that_withdrew_push_since_creation_registers_nothing(
+    store: EventStore,
+) -> None:
+    agent = Agent_webhook_registration(_pushing())
+    async with engine_on(store, agent.transport()) as engine:
+        key = await _task(engine)
+        agent.card = card_document()  # read at creation with push; now without
+        outcome = await engine.register_webhook(key, HOOK)
+    assert (outcome.registered, outcome.reason) == (False, "push_not_advertised")
+    assert agent.methods() == ["SendMessage"]
+
+
+async def test_a_card_read_that_fails_registers_nothing_and_says_why(store: EventStore) -> None:
+    agent = Agent_webhook_registration(_pushing())
+    async with engine_on(store, agent.transport()) as engine:
+        key = await _task(engine)
+        agent.card = 503
+        outcome = await engine.register_webhook(key, HOOK)
+    assert (outcome.registered, outcome.reason, outcome.detail) == (
+        False,
+        "discovery_failed",
+        f"GET {ORIGIN}/.well-known/agent-card.json -> 503",
+    )
+    assert agent.methods() == ["SendMessage"]
+    _downgraded(store, key, "discovery_failed", outcome.detail)
+
+
+async def test_an_agent_refusing_the_config_leaves_the_task_on_polling(
+    store: EventStore,
+) -> None:
+    refused = functools.partial(
+        rpc_error, code=-32003, message="Push Notification is not supported"
+    )
+    agent = Agent_webhook_registration(_pushing(), push=refused)
+    async with engine_on(store, agent.transport()) as engine:
+        key = await _task(engine)
+        outcome = await engine.register_webhook(key, HOOK)
+        state = await engine.records.state(key)
+    assert (outcome.registered, outcome.reason) == (False, "push_refused")
+    assert "-32003" in outcome.detail
+    assert "Push Notification is not supported" in outcome.detail
+    _downgraded(store, key, "push_refused", outcome.detail)
+    assert state["delivery_mode"] == "polling"
+    assert "webhook" not in state or not state["webhook"]
+
+
+async def test_an_agent_rejecting_the_credentials_records_the_refusal_then_polling(
+    store: EventStore,
+) -> None:
+    agent = Agent_webhook_registration(_pushing(), push=lambda call: httpx.Response(401))
+    async with engine_on(store, agent.transport()) as engine:
+        key = await _task(engine)
+        outcome = await engine.register_webhook(key, HOOK)
+    assert (outcome.registered, outcome.reason) == (False, "credentials_rejected")
+    assert outcome.detail.endswith("; the task goes on by polling")
+    refused, downgraded = store.read_stream(f"task:{key}")[-2:]
+    assert refused.type == ev.AUTHORIZATION_FAILED
+    assert (refused.data["during"], refused.data["status"]) == ("register", 401)
+    assert downgraded.type == ev.DELIVERY_DOWNGRADED
+    assert (downgraded.data["reason"], downgraded.data["detail"]) == (
+        "credentials_rejected",
+        outcome.detail,
+    )
+
+
+async def test_a_task_the_agent_has_not_named_yet_has_nothing_to_register_for(
+    store: EventStore,
+) -> None:
+    agent = Agent_webhook_registration(_pushing(), send=lambda call: httpx.Response(503))
+    async with engine_on(store, agent.transport()) as engine:
+        with pytest.raises(EndpointUnreachableError):  # the send's outcome is unknown
+            await _task(engine)
+        (key,) = [s.removeprefix("task:") for s in _task_streams(store)]
+        recorded = len(store.read_stream(f"task:{key}"))
+        with pytest.raises(UsageError) as raised:
+            await engine.register_webhook(key, HOOK)
+    assert str(raised.value) == f"task {key} has no remote task id yet: nothing to register for"
+    assert len(store.read_stream(f"task:{key}")) == recorded
+    assert agent.methods() == ["SendMessage"]
+
+
+def _task_streams(store: EventStore) -> list[str]:
+    return [h.stream_id for h in store.streams(category=ev.TASK_CATEGORY)]

@@ -12,14 +12,17 @@ import json
 from typing import Any
 
 import pytest
+from support import cards
 from support.cards import card_document, interface, skill
 
 from cardfence.engine.cards.diff import diff
 from cardfence.engine.cards.model import AgentCard, parse_card
+from cardfence.engine.cli._render import describe
 from cardfence.engine.core import events as ev
 from cardfence.engine.core.guards import (
     Decision,
     ResumePlan,
+    boundary_recheck_due,
     card_is_stale,
     context_check,
     creation_check,
@@ -28,14 +31,22 @@ from cardfence.engine.core.guards import (
     never_created,
     push_recheck,
     reconcile_card,
+    reconcile_stand_in,
     refused_creation,
     registration_check,
     resend_check,
     resume_check,
+    resume_stand_in,
+    throttled,
     unavailable,
     wrong_task,
 )
-from cardfence.engine.core.replay import initial_task_state
+from cardfence.engine.core.replay import (
+    apply_agent_event,
+    fold_agent,
+    fold_task,
+    initial_task_state,
+)
 from cardfence.engine.errors import DiscoveryError
 
 CARD_URL = "http://a.test/.well-known/agent-card.json"
@@ -581,3 +592,416 @@ def test_resume_moves_to_plain_http_elsewhere_only_when_insecure_http_is_allowed
         "binding": "JSONRPC",
         "protocol_version": "1.0",
     }
+
+
+# --------------------------------------------------------------------------------------------------
+# The decisions of rules R2-R11 as pure functions of recorded facts.
+
+
+BASE_guards = card_document(
+    supportedInterfaces=[
+        interface("http://a.test/rpc"),
+        interface("http://a.test/rest", "HTTP+JSON"),
+    ],
+    capabilities={"pushNotifications": True},
+    skills=[skill("echo"), skill("ask", inputModes=["application/json"])],
+)
+
+
+def card_guards(change: Any = None) -> AgentCard:
+    doc = copy.deepcopy(BASE_guards)
+    if change is not None:
+        change(doc)
+    return parse_card(json.dumps(doc).encode(), url="http://a.test/.well-known/agent-card.json")
+
+
+def task_on_guards(c: AgentCard, skill: str = "echo", **extra: Any) -> dict[str, Any]:
+    return {
+        **initial_task_state("k"),
+        "skill": skill,
+        "card_revision": c.revision,
+        "latest_card_revision": c.revision,
+        "contract_hash": c.contract_hash,
+        "skill_hash": c.compatibility_hash(skill),
+        "endpoint": {"url": "http://a.test/rpc", "binding": "JSONRPC"},
+        **extra,
+    }
+
+
+FAILED_guards = DiscoveryError("http://a.test/.well-known/agent-card.json", "http_status", "503")
+
+
+def test_creation_needs_the_skill_and_its_media_type() -> None:
+    fresh = card_guards()
+    assert creation_check(fresh, "echo", "text/plain").allowed
+    absent = creation_check(fresh, "translate", "text/plain")
+    assert (absent.allowed, absent.reason) == (False, "skill_absent")
+    wrong = creation_check(fresh, "ask", "text/plain")
+    assert (wrong.allowed, wrong.reason) == (False, "media_type_not_accepted")
+
+
+def test_registration_needs_push_in_the_read_made_for_it() -> None:
+    assert registration_check(card_guards(), None).allowed
+    no_push = card_guards(lambda d: d["capabilities"].update(pushNotifications=False))
+    assert registration_check(no_push, None).reason == "push_not_advertised"
+    assert registration_check(None, FAILED_guards).reason == "discovery_failed"
+
+
+def test_boundary_recheck_only_when_waiting_for_push_after_a_real_transition() -> None:
+    push = {"delivery_mode": "push"}
+    assert boundary_recheck_due(push, "submitted", "working")
+    assert not boundary_recheck_due(push, "working", "completed")
+    assert not boundary_recheck_due(push, "working", "working")
+    assert not boundary_recheck_due({"delivery_mode": "polling"}, "submitted", "working")
+
+
+def test_push_withdrawn_at_a_boundary_downgrades_and_a_failed_read_only_annotates() -> None:
+    fresh = card_guards()
+    task = task_on_guards(fresh, delivery_mode="push")
+    withdrawn = card_guards(lambda d: d["capabilities"].update(pushNotifications=False))
+    [(kind, data)] = push_recheck(task, withdrawn, None)
+    assert (kind, data["reason"]) == (ev.DELIVERY_DOWNGRADED, "push_withdrawn")
+    [(kind, _)] = push_recheck(task, None, FAILED_guards)
+    assert kind == ev.DISCOVERY_UNAVAILABLE
+    assert push_recheck(task, fresh, None) == []
+
+
+def test_a_changed_card_mid_task_is_recorded_and_flagged_never_acted_on() -> None:
+    fresh = card_guards()
+    task = task_on_guards(fresh, state="working", delivery_mode="push")
+    dropped = card_guards(
+        lambda d: (d["skills"].pop(0), d["capabilities"].update(pushNotifications=False))
+    )
+    kinds = [kind for kind, _ in reconcile_card(task, dropped, None, fresh)]
+    assert kinds == [ev.CARD_REVISION_CHANGED, ev.DELIVERY_DOWNGRADED, ev.FLAGGED_FOR_REVIEW]
+    assert all(kind not in (ev.STATE_CHANGED, ev.CANCEL_REQUESTED) for kind in kinds)
+
+
+def test_a_rotated_contract_mid_task_is_a_divergence() -> None:
+    fresh = card_guards()
+    rotated = card_guards(lambda d: d.update(securitySchemes={"m": {"mtlsSecurityScheme": {}}}))
+    events = reconcile_card(task_on_guards(fresh, state="working"), rotated, None, fresh)
+    assert [k for k, _ in events] == [ev.CARD_REVISION_CHANGED, ev.CONTRACT_DIVERGED]
+
+
+def test_an_unchanged_card_or_a_failed_read_mid_task() -> None:
+    fresh = card_guards()
+    assert reconcile_card(task_on_guards(fresh), fresh, None, fresh) == []
+    [(kind, data)] = reconcile_card(task_on_guards(fresh), None, FAILED_guards, fresh)
+    assert (kind, data["during"]) == (ev.DISCOVERY_UNAVAILABLE, "revalidation")
+
+
+def test_resume_orphans_a_task_whose_skill_vanished_or_changed_incompatibly() -> None:
+    fresh = card_guards()
+    task = task_on_guards(fresh)
+    gone = resume_check(task, card_guards(lambda d: d["skills"].pop(0)), None)
+    assert gone.orphaned
+    assert gone.events[0][1]["reason"] == "skill_absent"
+    changed = resume_check(
+        task, card_guards(lambda d: d["skills"][0].update(inputModes=["image/png"])), None
+    )
+    assert changed.orphaned
+    assert changed.events[0][1]["reason"] == "skill_incompatible"
+
+
+def test_resume_ignores_descriptive_edits_and_follows_a_moved_endpoint() -> None:
+    fresh = card_guards()
+    task = task_on_guards(fresh)
+
+    def move(d: dict[str, Any]) -> None:
+        d["skills"][0]["description"] = "now with more words"
+        d["supportedInterfaces"][0]["url"] = "https://b.test/rpc"
+
+    plan = resume_check(task, card_guards(move), None)
+    assert not plan.orphaned
+    assert plan.endpoint == {
+        "url": "https://b.test/rpc",
+        "binding": "JSONRPC",
+        "protocol_version": "1.0",
+    }
+    assert [k for k, _ in plan.events] == [ev.CARD_REVISION_CHANGED, ev.ENDPOINT_MOVED]
+
+
+def test_resume_on_a_failed_read_stays_on_the_recorded_endpoint() -> None:
+    task = task_on_guards(card_guards())
+    plan = resume_check(task, None, FAILED_guards)
+    assert (plan.orphaned, plan.endpoint) == (False, task["endpoint"])
+    assert plan.events[0][0] == ev.DISCOVERY_UNAVAILABLE
+
+
+def test_a_bare_failure_after_a_revision_change_is_flagged_as_possible_skew() -> None:
+    fresh = card_guards()
+    task = task_on_guards(fresh)
+    [(kind, data)] = failure_review(task, "failed", None, "f" * 64)
+    assert (kind, data["reason"]) == (ev.FLAGGED_FOR_REVIEW, "revision_skew")
+    assert failure_review(task, "failed", "out of memory", "f" * 64) == []
+    assert failure_review(task, "failed", None, fresh.revision) == []
+    assert failure_review(task, "completed", None, "f" * 64) == []
+
+
+def test_an_agent_asking_for_time_is_recorded_once_as_a_flag_and_nothing_else() -> None:
+    task = initial_task_state("k")
+    [event] = throttled(task, "http://a.test/rpc", 429, 20.0, 12.3456, "poll")
+    assert event == (
+        ev.THROTTLED,
+        {"url": "http://a.test/rpc", "status": 429, "asked": 20.0, "wait": 12.346,
+         "during": "poll"},
+    )  # fmt: skip
+    after = fold_task("k", [event], task)
+    assert after == {**task, "flags": ["throttled"]}  # an annotation: no state, no transition
+    assert throttled(after, "http://a.test/rpc", 503, None, None, "send") == []
+
+
+# --------------------------------------------------------------------------------------------------
+# R15's authenticated extended card in the pure parts: the guards when the public card stands in for
+# an extended card that could not be read again, the comparisons that follow the public card, the
+# agent projection an extended ``CardFetched`` leaves alone (replay of older logs unchanged), and
+# the words ``show`` prints for it.
+
+
+PUBLIC = card_document(
+    "http://a.test/rpc", capabilities={"pushNotifications": True, "extendedAgentCard": True}
+)
+UNREAD = DiscoveryError(RPC["url"], "extended_card", "RemoteRefusedError: -32007")
+
+
+def parse(doc: dict[str, Any]) -> AgentCard:
+    return parse_card(json.dumps(doc).encode(), url=CARD_URL)
+
+
+def public(change: Any = None) -> AgentCard:
+    doc = copy.deepcopy(PUBLIC)
+    if change is not None:
+        change(doc)
+    return parse(doc)
+
+
+def extended_card() -> AgentCard:
+    doc = copy.deepcopy(PUBLIC)
+    doc["skills"].append({"id": "vip", "name": "VIP", "description": "for members"})
+    return parse(doc)
+
+
+def extended_task(**extra: Any) -> dict[str, Any]:
+    """A task created under the extended card, for its skill ``vip``."""
+    ext, pub = extended_card(), public()
+    return {
+        **initial_task_state("k"),
+        "skill": "vip",
+        "card_revision": ext.revision,
+        "latest_card_revision": ext.revision,
+        "contract_hash": ext.contract_hash,
+        "skill_hash": ext.compatibility_hash("vip"),
+        "endpoint": dict(RPC),
+        "extended": True,
+        "public_revision": pub.revision,
+        "public_contract_hash": pub.contract_hash,
+        **extra,
+    }
+
+
+def unavailable_extended_card_guards(
+    failure: DiscoveryError, during: str
+) -> tuple[str, dict[str, Any]]:
+    return ev.DISCOVERY_UNAVAILABLE, {
+        "kind": failure.kind,
+        "detail": failure.detail,
+        "url": failure.url,
+        "during": during,
+    }
+
+
+# -- R7: the public card stands in -----------------------------------------------------------------
+
+
+def test_revalidation_with_the_public_card_standing_in_only_annotates() -> None:
+    assert reconcile_stand_in(extended_task(), public(), None, UNREAD) == [
+        unavailable_extended_card_guards(UNREAD, "revalidation")
+    ]
+
+
+def test_revalidation_standing_in_annotates_a_public_card_failure_too() -> None:
+    assert reconcile_stand_in(extended_task(), None, FAILED, UNREAD) == [
+        unavailable_extended_card_guards(UNREAD, "revalidation"),
+        unavailable_extended_card_guards(FAILED, "revalidation"),
+    ]
+
+
+def test_revalidation_standing_in_downgrades_push_the_public_card_withdrew() -> None:
+    no_push = public(lambda d: d["capabilities"].update(pushNotifications=False))
+    task = extended_task(delivery_mode="push")
+    assert reconcile_stand_in(task, no_push, None, UNREAD) == [
+        unavailable_extended_card_guards(UNREAD, "revalidation"),
+        (
+            ev.DELIVERY_DOWNGRADED,
+            {
+                "reason": "push_withdrawn",
+                "detail": "card withdrew pushNotifications",
+                "card_revision": no_push.revision,
+                "to": "polling",
+            },
+        ),
+    ]
+
+
+def test_revalidation_standing_in_leaves_a_polled_task_alone_when_the_card_has_no_push() -> None:
+    no_push = public(lambda d: d["capabilities"].update(pushNotifications=False))
+    for mode in ("polling", None):
+        task = extended_task(delivery_mode=mode)
+        assert reconcile_stand_in(task, no_push, None, UNREAD) == [
+            unavailable_extended_card_guards(UNREAD, "revalidation")
+        ]
+
+
+# -- R9: never orphaned by the public card ---------------------------------------------------------
+
+
+def test_resume_with_the_public_card_standing_in_never_orphans_and_stays_put() -> None:
+    plan = resume_stand_in(extended_task(), public(), None, UNREAD)
+    assert plan.orphaned is False
+    assert plan.endpoint == RPC
+    assert plan.events == (unavailable_extended_card_guards(UNREAD, "resume"),)
+
+
+def test_resume_standing_in_follows_the_endpoint_the_public_card_moved() -> None:
+    def moved(doc: dict[str, Any]) -> None:
+        doc["supportedInterfaces"][0]["url"] = "http://a.test/rpc2"
+
+    plan = resume_stand_in(extended_task(), public(moved), None, UNREAD, allow_insecure=True)
+    new = {"url": "http://a.test/rpc2", "binding": "JSONRPC", "protocol_version": "1.0"}
+    assert plan.orphaned is False
+    assert plan.endpoint == new
+    assert plan.events == (
+        unavailable_extended_card_guards(UNREAD, "resume"),
+        (ev.ENDPOINT_MOVED, {"old": RPC, "new": new}),
+    )
+
+
+def test_resume_standing_in_never_moves_to_plain_http_unless_allowed() -> None:
+    def moved(doc: dict[str, Any]) -> None:
+        doc["supportedInterfaces"][0]["url"] = "http://a.test/rpc2"
+
+    plan = resume_stand_in(extended_task(), public(moved), None, UNREAD)
+    assert (plan.orphaned, plan.endpoint, plan.events) == (
+        False,
+        RPC,
+        (unavailable_extended_card_guards(UNREAD, "resume"),),
+    )
+
+
+def test_resume_standing_in_with_a_public_card_failure_stays_at_the_recorded_endpoint() -> None:
+    def moved(doc: dict[str, Any]) -> None:
+        doc["supportedInterfaces"][0]["url"] = "http://a.test/rpc2"
+
+    plan = resume_stand_in(extended_task(), public(moved), FAILED, UNREAD, allow_insecure=True)
+    assert (plan.orphaned, plan.endpoint, plan.events) == (
+        False,
+        RPC,
+        (
+            unavailable_extended_card_guards(UNREAD, "resume"),
+            unavailable_extended_card_guards(FAILED, "resume"),
+        ),
+    )
+
+
+def test_resume_standing_in_without_any_card_goes_on_at_the_recorded_endpoint() -> None:
+    plan = resume_stand_in(extended_task(), None, FAILED, UNREAD)
+    assert plan.orphaned is False
+    assert plan.endpoint == RPC
+    assert plan.events == (
+        unavailable_extended_card_guards(UNREAD, "resume"),
+        unavailable_extended_card_guards(FAILED, "resume"),
+    )
+
+
+# -- what follows the public card ------------------------------------------------------------------
+
+
+def test_an_extended_task_is_stale_only_when_the_public_card_moved() -> None:
+    task = extended_task()
+    assert not card_is_stale(task, {"revision": public().revision})
+    assert card_is_stale(task, {"revision": public(lambda d: d.update(version="2")).revision})
+
+
+def test_a_bare_failure_of_an_extended_task_is_flagged_only_when_the_public_card_moved() -> None:
+    task = extended_task()
+    assert failure_review(task, "failed", None, public().revision) == []
+    moved = public(lambda d: d.update(version="2")).revision
+    assert [e[1]["reason"] for e in failure_review(task, "failed", None, moved)] == [
+        "revision_skew"
+    ]
+
+
+def test_a_resend_of_an_extended_task_compares_the_public_contract() -> None:
+    task = extended_task(skill="echo", skill_hash=extended_card().compatibility_hash("echo"))
+    assert resend_check(task, public()).allowed
+    secured = public(lambda d: d.update(securitySchemes={"m": {"mtlsSecurityScheme": {}}}))
+    refused = resend_check(task, secured)
+    assert (refused.allowed, refused.reason) == (False, "contract_changed")
+    assert task["public_contract_hash"] in refused.detail
+
+
+def test_a_resend_of_an_extended_task_checks_its_skill_on_the_extended_card_read_again() -> None:
+    task = extended_task(public_contract_hash=public().contract_hash)
+    assert resend_check(task, public(), extended_card()) == Decision(True, "ok")
+    refused = resend_check(task, public())  # the public card alone lacks the skill
+    assert (refused.allowed, refused.reason) == (False, "skill_absent")
+
+
+def test_a_resend_compares_the_public_card_with_the_public_contract_not_the_extended_one() -> None:
+    def secured(doc: dict[str, Any]) -> None:
+        doc["securitySchemes"] = {"m": {"mtlsSecurityScheme": {}}}
+        doc["securityRequirements"] = [{"schemes": {"m": {"list": []}}}]
+
+    ext_doc = copy.deepcopy(PUBLIC)
+    secured(ext_doc)
+    ext_doc["skills"].append({"id": "vip", "name": "VIP", "description": "for members"})
+    ext = parse(ext_doc)
+    task = extended_task(contract_hash=ext.contract_hash)
+    assert ext.contract_hash != public().contract_hash
+    assert resend_check(task, public(), ext) == Decision(True, "ok")
+    bare = {k: v for k, v in task.items() if k != "public_contract_hash"}  # a non-extended task
+    refused = resend_check(bare, public(), ext)
+    assert refused == Decision(
+        False, "contract_changed", f"the contract is no longer {ext.contract_hash}"
+    )
+
+
+# -- the agent projection --------------------------------------------------------------------------
+
+
+def fetched(card: AgentCard, **extra: Any) -> dict[str, Any]:
+    return cards.fetched(card, CARD_URL, **extra)
+
+
+def test_an_extended_read_leaves_the_public_projection_and_adds_its_own_keys() -> None:
+    pub, ext = public(), extended_card()
+    after_public = fold_agent("http://a.test", [(ev.CARD_FETCHED, fetched(pub))])
+    extended = fetched(
+        ext,
+        url=RPC["url"],
+        fetched_at="2026-12-01T00:00:01+00:00",
+        extended=True,
+        binding="JSONRPC",
+        public_revision=pub.revision,
+    )
+    after = apply_agent_event(after_public, ev.CARD_FETCHED, extended)
+    assert {k: v for k, v in after.items() if not k.startswith("extended_")} == after_public
+    assert after["extended_revision"] == ext.revision
+    assert after["extended_fetched_at"] == "2026-12-01T00:00:01+00:00"
+
+
+def test_a_log_without_extended_reads_replays_to_the_same_keys_as_before() -> None:
+    state = fold_agent("http://a.test", [(ev.CARD_FETCHED, fetched(public()))])
+    assert "extended_revision" not in state
+    assert "extended_fetched_at" not in state
+
+
+def test_the_words_name_the_extended_card() -> None:
+    ext = extended_card()
+    read = fetched(ext, extended=True, binding="JSONRPC", public_revision=public().revision)
+    assert str(describe(ev.CARD_FETCHED, read)).startswith(f"extended card {ext.revision[:12]} ")
+    assert str(describe(ev.CARD_FETCHED, fetched(ext))).startswith(f"card {ext.revision[:12]} ")
+    submitted = {"skill": "vip", "agent": "http://a.test", "card_revision": ext.revision}
+    assert " extended card " in str(describe(ev.TASK_SUBMITTED, {**submitted, "extended": True}))
+    assert " extended card " not in str(describe(ev.TASK_SUBMITTED, submitted))

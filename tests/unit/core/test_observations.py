@@ -8,15 +8,21 @@ a push read as nothing): these tests pin each field from the wire value to the r
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import find, given, settings
+from hypothesis import strategies as st
 
+from cardfence.engine.client.tasklog import AsOf, TaskLog
 from cardfence.engine.core import events as ev
+from cardfence.engine.core import observations
 from cardfence.engine.core.answers import (
     Artifact,
     Part,
@@ -39,7 +45,16 @@ from cardfence.engine.core.observations import (
     stored_json,
     watermark_after,
 )
-from cardfence.engine.core.replay import initial_task_state
+from cardfence.engine.core.replay import (
+    apply_task_event,
+    apply_task_events,
+    fold_task,
+    initial_task_state,
+)
+from cardfence.engine.wire.exchange import DEFAULT_MAX_BYTES
+from cardfence.engine.wire.v10 import MAX_ID_CHARS
+from cardfence.store._base import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_MAX_PROJECTION_BYTES
+from cardfence.store.event_store import EventStore
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 T0_ISO = "2026-11-29T12:00:00.000000+00:00"
@@ -520,3 +535,753 @@ def test_the_clock_skew_allowed_is_the_one_given_and_its_bound_is_not_skew() -> 
     assert "more than 10 s ahead" in flag["detail"]
     [(_, data)] = recorded(-3600)  # behind its receipt: never skew
     assert data["remote_timestamp"] == _iso(-3600)
+
+
+# --------------------------------------------------------------------------------------------------
+# Applying remote reports (R10, R12): the continuation path, pure.
+
+
+def _after(task: dict[str, Any], observation: Observation) -> dict[str, Any]:
+    for type_, data in apply_observation(task, observation):
+        task = apply_task_event(task, type_, data)
+    return task
+
+
+def test_a_legal_new_state_is_a_state_change_with_its_source_and_time() -> None:
+    [(kind, data)] = apply_observation(_task(), Observation("poll", "working", _at(1)))
+    assert kind == ev.STATE_CHANGED
+    assert (data["from"], data["to"], data["source"]) == ("submitted", "working", "poll")
+    assert data["remote_timestamp"] == "2026-11-29T12:00:01.000000+00:00"
+
+
+@pytest.mark.parametrize("terminal", ["completed", "failed", "canceled", "rejected"])
+@pytest.mark.parametrize("later", ["working", "input-required", "submitted", "completed", "failed"])
+def test_terminal_states_absorb_every_later_report(terminal: str, later: str) -> None:
+    task = _task(terminal, remote_timestamp=_at(5).isoformat(timespec="microseconds"))
+    [(kind, data)] = apply_observation(task, Observation("push", later, _at(9)))
+    assert kind == ev.OBSERVATION_IGNORED
+    assert data["reason"] == ("duplicate" if later == terminal else "after_terminal")
+
+
+def test_an_older_report_is_stale_and_changes_nothing() -> None:
+    task = _after(_task(), Observation("poll", "input-required", _at(5)))
+    [(kind, data)] = apply_observation(task, Observation("push", "working", _at(3)))
+    assert (kind, data["reason"]) == (ev.OBSERVATION_IGNORED, "stale")
+
+
+def test_a_redelivered_report_is_a_duplicate() -> None:
+    report = Observation("push", "working", _at(2))
+    task = _after(_task(), report)
+    [(kind, data)] = apply_observation(task, report)
+    assert (kind, data["reason"]) == (ev.OBSERVATION_IGNORED, "duplicate")
+    assert _after(task, report)["state"] == "working"
+
+
+def test_a_newer_same_state_report_moves_the_watermark_so_a_late_older_one_is_stale() -> None:
+    task = _after(_task(), Observation("poll", "working", _at(1)))
+    task = _after(task, Observation("poll", "working", _at(3), message="half way"))
+    assert task["remote_timestamp"] == _at(3).isoformat(timespec="microseconds")
+    [(kind, data)] = apply_observation(task, Observation("push", "input-required", _at(2)))
+    assert (kind, data["reason"]) == (ev.OBSERVATION_IGNORED, "stale")
+
+
+def test_generation_orders_reports_before_timestamps() -> None:
+    task = _after(_task(), Observation("poll", "working", _at(9), generation=4))
+    [(kind, _)] = apply_observation(task, Observation("push", "input-required", _at(1), 5))
+    assert kind == ev.STATE_CHANGED
+    [(kind, data)] = apply_observation(task, Observation("push", "input-required", _at(20), 3))
+    assert (kind, data["reason"]) == (ev.OBSERVATION_IGNORED, "stale")
+
+
+def test_reports_without_time_are_ordered_by_arrival() -> None:
+    task = _after(_task(), Observation("poll", "working", _at(5)))
+    [(kind, _)] = apply_observation(task, Observation("push", "input-required", None))
+    assert kind == ev.STATE_CHANGED
+
+
+def test_unknown_changes_nothing_and_nothing_goes_back_to_submitted() -> None:
+    task = _after(_task(), Observation("poll", "working", _at(1)))
+    [(_, unknown)] = apply_observation(task, Observation("poll", "unknown", _at(2)))
+    [(_, back)] = apply_observation(task, Observation("poll", "submitted", _at(3)))
+    assert (unknown["reason"], back["reason"]) == ("unknown_state", "illegal")
+
+
+def test_the_first_report_naming_the_remote_task_binds_it() -> None:
+    task = _after(_task(), Observation("send", "submitted", _at(0), remote_task_id="r-1",
+                                       remote_context_id="c-1"))  # fmt: skip
+    assert (task["remote_task_id"], task["remote_context_id"]) == ("r-1", "c-1")
+    assert task["state"] == "submitted"
+    [(_, data)] = apply_observation(
+        task, Observation("poll", "working", _at(1), remote_task_id="r-1")
+    )
+    assert "remote_task_id" not in data  # bound once
+
+
+def test_new_artifacts_are_recorded_once() -> None:
+    artifact = ArtifactRecord("a1", "answer", ({"kind": "text", "text": "42"},))
+    report = Observation("poll", "completed", _at(1), artifacts=(artifact,))
+    task = _after(_task("working"), report)
+    assert [a["artifact_id"] for a in task["artifacts"]] == ["a1"]
+    again = Observation("push", "completed", _at(1), artifacts=(artifact,))
+    types = [t for t, _ in apply_observation(task, again)]
+    assert types == [ev.OBSERVATION_IGNORED]  # same artifact again: nothing new
+
+
+def test_a_file_part_is_recorded_with_its_filename_and_media_type() -> None:
+    part = Part("url", url="https://x.test/r.pdf", media_type="application/pdf", filename="r.pdf")
+    record = artifact_record(Artifact("a1", "report", (part,)))
+
+    recorded = record.to_json()["parts"]
+    assert recorded == [
+        {"kind": "url", "url": "https://x.test/r.pdf", "media_type": "application/pdf",
+         "filename": "r.pdf"},
+    ]  # fmt: skip
+    assert "filename" not in artifact_record(Artifact("a2", None, (Part("text", "t"),))).parts[0]
+
+
+FORM_PARTS = (
+    {"kind": "text", "text": "Your answer?"},
+    {"kind": "data", "data": {"type": "object"}},
+)
+
+
+def test_a_message_with_a_form_records_its_parts_and_the_next_text_only_one_drops_them() -> None:
+    asked = Observation("poll", "input-required", _at(1), message="Your answer?",
+                        message_parts=FORM_PARTS)  # fmt: skip
+    (recorded,) = apply_observation(_task("working"), asked)
+    task = _after(_task("working"), asked)
+    later = _after(task, Observation("poll", "working", _at(2), message="Thanks"))
+
+    assert recorded[1]["message_parts"] == list(FORM_PARTS)
+    assert task["last_message_parts"] == list(FORM_PARTS)
+    assert later["last_message"] == "Thanks"
+    assert "last_message_parts" not in later
+
+
+def test_the_same_text_with_another_form_is_another_report() -> None:
+    other = (FORM_PARTS[0], {"kind": "data", "data": {"type": "string"}})
+    first = Observation("push", "input-required", None, message="Your answer?",
+                        message_parts=FORM_PARTS)  # fmt: skip
+    task = _after(_task("working"), first)
+
+    again = Observation("push", "input-required", None, message="Your answer?",
+                        message_parts=other)  # fmt: skip
+    same = Observation("push", "input-required", None, message="Your answer?",
+                       message_parts=FORM_PARTS)  # fmt: skip
+    assert apply_observation(task, same)[0][1].get("repeat") is True
+    assert apply_observation(task, again)[0][1].get("repeat") is None
+
+
+def test_a_form_too_large_to_keep_is_kept_as_its_size_and_digest() -> None:
+    huge = ({"kind": "data", "data": {"x": "y" * MAX_RECORDED_MESSAGE_BYTES}},)
+    asked = Observation("poll", "input-required", _at(1), message="", message_parts=huge)
+    recorded = dict(apply_observation(_task("working"), asked))[ev.STATE_CHANGED]
+
+    assert "message_parts" not in recorded
+    assert recorded["message"] is None
+    assert recorded["payload_truncated"] is True
+    assert recorded["message_bytes"] > MAX_RECORDED_MESSAGE_BYTES
+
+
+def test_a_redelivered_push_is_recorded_but_a_poll_reading_back_the_same_is_not() -> None:
+    task = _after(_task(), Observation("poll", "working", _at(2)))
+    assert apply_observation(task, Observation("poll", "working", _at(2))) == []
+    [(kind, data)] = apply_observation(task, Observation("push", "working", _at(2)))
+    assert (kind, data["reason"]) == (ev.OBSERVATION_IGNORED, "duplicate")
+
+
+def test_status_message_rides_on_the_state_change() -> None:
+    [(_, data)] = apply_observation(
+        _task("working"), Observation("poll", "input-required", _at(1), message="Which one?")
+    )
+    assert data["message"] == "Which one?"
+
+
+# -- R12: what a remote reports must not wedge the task, bloat its log or vanish -----------------
+
+
+def test_a_generation_far_ahead_is_flagged_once_and_orders_nothing() -> None:
+    ahead = Observation("poll", "working", None, generation=10**30)
+    [(kind, data), (flag, flagged)] = apply_observation(_task(), ahead)
+    task = _after(_task(), ahead)
+
+    assert kind == ev.STATE_CHANGED
+    assert (data["reported_generation"], data["generation_skew"]) == (10**30, True)
+    assert "generation" not in data
+    assert (flag, flagged["reason"]) == (ev.FLAGGED_FOR_REVIEW, "generation_skew")
+    assert task["generation"] is None  # the watermark did not move
+    [(kind, _)] = apply_observation(task, Observation("poll", "input-required", None, 7, "Q?"))
+    assert kind == ev.STATE_CHANGED  # not stale: ordered by arrival
+    again = apply_observation(
+        task, Observation("poll", "input-required", None, generation=2**53 + 1)
+    )
+    assert [k for k, _ in again] == [ev.STATE_CHANGED]  # flagged once per task
+
+
+@pytest.mark.parametrize(("step", "skewed"), [(10**6, False), (10**6 + 1, True)])
+def test_a_generation_more_than_a_million_above_the_last_applied_is_skewed(
+    step: int, skewed: bool
+) -> None:
+    task = _after(_task(), Observation("poll", "working", _at(1), generation=5))
+    events = apply_observation(
+        task, Observation("poll", "input-required", _at(2), generation=5 + step)
+    )
+    assert [d.get("reason") for _, d in events][1:] == (["generation_skew"] if skewed else [])
+    assert ("generation" in events[0][1]) is not skewed
+
+
+def test_a_generation_past_2_53_applied_before_it_was_bounded_orders_nothing() -> None:
+    wedged = _task("working", generation=10**30, remote_timestamp=_at(1).isoformat())
+    [(kind, data)] = apply_observation(wedged, Observation("poll", "input-required", _at(2), 7))
+    assert (kind, data["generation"]) == (ev.STATE_CHANGED, 7)
+
+
+def test_a_restamped_status_is_a_repeat_whatever_its_timestamp() -> None:
+    task = _after(_task(), Observation("poll", "working", _at(1), 1, "busy"))
+    for source in ("poll", "push"):
+        assert apply_observation(task, Observation(source, "working", _at(2), 2, "busy")) == []
+
+    news = Observation("poll", "working", _at(3), message="half way")
+    [(_, said)] = apply_observation(task, news)
+    artifact = ArtifactRecord("a1", None, ({"kind": "text", "text": "x"},))
+    with_artifact = Observation("poll", "working", _at(3), message="busy", artifacts=(artifact,))
+    later = _after(task, news)
+    replied = apply_task_event(task, ev.REPLY_SENT, {"message_id": "m"})
+
+    assert said["reason"] == "same_state"
+    assert [k for k, _ in apply_observation(task, with_artifact)] == [
+        ev.OBSERVATION_IGNORED,
+        ev.ARTIFACT_RECEIVED,
+    ]
+    assert (
+        apply_observation(later, Observation("poll", "working", _at(4), message="half way")) == []
+    )
+    assert len(apply_observation(replied, Observation("poll", "working", _at(4), 4, "busy"))) == 1
+    binding = Observation("poll", "working", _at(2), 2, "busy", remote_task_id="r-1")
+    assert [d["remote_task_id"] for _, d in apply_observation(task, binding)] == ["r-1"]
+
+
+def test_a_state_left_and_reported_again_is_applied_however_like_it_was() -> None:
+    task = _after(_task(), Observation("poll", "working", _at(1)))
+    task = _after(task, Observation("poll", "auth-required", _at(2)))
+    [(kind, _)] = apply_observation(task, Observation("poll", "working", _at(3)))
+    assert kind == ev.STATE_CHANGED
+
+
+def _text(artifact_id: str, text: str) -> ArtifactRecord:
+    return ArtifactRecord(artifact_id, None, ({"kind": "text", "text": text},))
+
+
+def test_a_report_naming_one_artifact_twice_records_the_last_and_what_it_dropped() -> None:
+    first, last = _text("a1", "draft"), _text("a1", "final")
+    report = Observation("poll", "working", _at(1), artifacts=(first, last, last))
+    [_, (kind, received), (_, flagged)] = apply_observation(_task(), report)
+    dropped = {"bytes": first.to_json()["bytes"], "sha256": first.to_json()["sha256"]}
+
+    assert (kind, received["parts"]) == (ev.ARTIFACT_RECEIVED, [{"kind": "text", "text": "final"}])
+    assert received["dropped"] == [dropped]
+    assert flagged["reason"] == "artifact_dropped"
+    assert flagged["detail"] == (
+        "one report named artifactId 'a1' more than once with different contents; the last was "
+        f"kept, and the one of {dropped['bytes']} bytes with SHA-256 {dropped['sha256']} dropped"
+    )
+    held = _after(_task(), Observation("poll", "working", _at(1), artifacts=(last,)))
+    again = Observation("poll", "working", _at(1), artifacts=(first, last))
+    assert [d["reason"] for _, d in apply_observation(held, again)] == ["artifact_dropped"]
+    assert apply_observation(_after(_task(), report), again) == []  # flagged once per task
+    same = apply_observation(_task(), Observation("poll", "working", artifacts=(last, last)))
+    assert [sorted(d) for _, d in same][1] == sorted({**last.to_json(), "source": "poll"})
+
+
+# --------------------------------------------------------------------------------------------------
+# R16: applying and replaying artifacts is linear, and the limits on what is kept agree.
+
+
+def _growth(seconds: Callable[[int], float], small: int, large: int) -> float:
+    """How many times longer ``seconds(large)`` takes than ``seconds(small)``: the best of three
+    runs of each, with the cyclic garbage collector off while they run (its passes grow with the
+    heap, not with the work measured) and CPU time rather than wall time (a loaded machine
+    stretches the second, not the first). Linear work grows about ``large / small`` times,
+    quadratic work its square: a factor of 4 between sizes tells them apart by 4 against 16."""
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        seconds(small)  # warm up
+        return min(seconds(large) for _ in range(3)) / min(seconds(small) for _ in range(3))
+    finally:
+        if collecting:
+            gc.enable()
+
+
+def _apply_and_replay(count: int) -> float:
+    report = Observation(
+        "send",
+        "completed",
+        artifacts=tuple(
+            ArtifactRecord(f"a{n}", None, ({"kind": "text", "text": f"part {n}"},))
+            for n in range(count)
+        ),
+    )
+    started = time.process_time()
+    task = initial_task_state("k")
+    events = apply_observation(task, report)
+    projection = apply_task_events(task, events)
+    assert fold_task("k", events) == projection
+    assert len(projection["artifacts"]) == count
+    return time.process_time() - started
+
+
+def test_applying_and_replaying_artifacts_is_linear_in_their_number() -> None:
+    assert _growth(_apply_and_replay, 5_000, 20_000) < 8.0  # linear about 4, quadratic 16
+
+
+def _listed_as_of(folder: Path, count: int) -> float:
+    """CPU seconds ``TaskLog.all_as_of`` takes over one task of ``count`` artifact events."""
+    name = f"as-of-{count}-{time.perf_counter_ns()}.db"  # a new store each time
+    with EventStore.open(f"sqlite:///{folder / name}") as store:
+        log = TaskLog(store)
+        log.create("k", [(ev.TASK_SUBMITTED, {"task": "k"})])
+        artifacts = [
+            (ev.ARTIFACT_RECEIVED, {"artifact_id": f"a{n}", "name": None, "parts": []})
+            for n in range(count)
+        ]
+        log.record("k", lambda _state: artifacts)
+        started = time.process_time()
+        [head] = log.all_as_of(AsOf(position=count + 1))
+        elapsed = time.process_time() - started
+        assert len(head.state["artifacts"]) == count
+        assert head.state == log.head("k").state
+        return elapsed
+
+
+def test_listing_as_of_a_point_is_linear_in_a_tasks_artifacts(tmp_path: Path) -> None:
+    growth = _growth(lambda count: _listed_as_of(tmp_path, count), 2_500, 10_000)
+    assert growth < 8.0  # linear about 4, quadratic 16
+
+
+def test_100000_artifacts_are_applied_and_replayed() -> None:
+    _apply_and_replay(100_000)  # before: did not finish in 120 s; no wall-clock bound here
+
+
+def test_an_artifact_replayed_one_event_at_a_time_is_replaced_in_place() -> None:
+    events: list[tuple[str, dict[str, Any]]] = [
+        (ev.ARTIFACT_RECEIVED, {"artifact_id": "a1", "name": None, "parts": []}),
+        (ev.ARTIFACT_RECEIVED, {"artifact_id": "a2", "name": None, "parts": []}),
+        (ev.ARTIFACT_RECEIVED, {"artifact_id": "a1", "name": "new", "parts": [], "replaces": True}),
+    ]
+    state = initial_task_state("k")
+    for event in events:
+        state = apply_task_events(state, [event])
+    assert state == fold_task("k", events)
+    assert [(a["artifact_id"], a["name"]) for a in state["artifacts"]] == [
+        ("a1", "new"),
+        ("a2", None),
+    ]
+
+
+def test_the_largest_record_kept_whole_fits_in_one_event_with_room_to_spare() -> None:
+    # Kept whole: at most MAX_RECORDED_ARTIFACT_BYTES plus its digest fields and source.
+    whole: dict[str, Any] = {"artifact_id": "a" * MAX_ID_CHARS, "name": None, "parts": []}
+    envelope = len(stored_json({**whole, "bytes": 10**9, "sha256": "0" * 64, "source": "push"}))
+    assert MAX_RECORDED_ARTIFACT_BYTES + envelope < DEFAULT_MAX_PAYLOAD_BYTES
+    # A state event carries at most one message kept whole, plus ids and timestamps.
+    assert MAX_RECORDED_MESSAGE_BYTES + 4 * MAX_ID_CHARS + 1024 < DEFAULT_MAX_PAYLOAD_BYTES
+    # A record kept as a digest is small whatever the artifact's size.
+    truncated = ArtifactRecord("a" * MAX_ID_CHARS, "n" * 10**6, ({"text": "x" * 2**20},))
+    kept = truncated.to_json()
+    assert kept["truncated"] is True
+    assert len(kept["name"]) == MAX_RECORDED_NAME_CHARS
+    assert len(stored_json(kept)) < 1024
+
+
+def test_one_whole_answer_fits_in_a_projection() -> None:
+    # The transport accepts an answer of DEFAULT_MAX_BYTES; what it adds to a projection is at
+    # most its artifacts' records, never longer than about twice their wire form (a digest record
+    # is under 1 KiB): the projection limit leaves room for several such answers.
+    assert DEFAULT_MAX_PROJECTION_BYTES >= 4 * 2 * DEFAULT_MAX_BYTES
+
+
+# --------------------------------------------------------------------------------------------------
+# An artifact sent in chunks (A2A ``append``), as agents stream a model's answer token by token:
+# each chunk extends the artifact held, the log keeps each chunk's own parts (never the whole
+# again), the projection joins text that follows text into one part (so it grows with the text, not
+# with the number of chunks), and the whole artifact read when the task ends is recorded once, as
+# the agent holds it. Pure: apply_observation and the fold.
+
+
+KEY = "k"
+
+
+def _text_artifact_chunks(text: str) -> dict[str, Any]:
+    return {"kind": "text", "text": text}
+
+
+def _chunk(text: str, *, append: bool = True, artifact_id: str = "answer") -> Observation:
+    record = ArtifactRecord(artifact_id, "answer", (_text_artifact_chunks(text),), append=append)
+    return Observation("stream", None, artifacts=(record,))
+
+
+def _whole(*texts: str, state: str = "completed") -> Observation:
+    record = ArtifactRecord("answer", "answer", tuple(_text_artifact_chunks(t) for t in texts))
+    return Observation("poll", state, artifacts=(record,))
+
+
+def _play(*observations: Observation) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]:
+    task: dict[str, Any] = {**initial_task_state(KEY), "state": "working"}
+    logged: list[tuple[str, dict[str, Any]]] = []
+    for observation in observations:
+        for type_, data in apply_observation(task, observation):
+            logged.append((type_, data))
+            task = apply_task_event(task, type_, data)
+    return task, logged
+
+
+def _received(logged: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
+    return [data for type_, data in logged if type_ == ev.ARTIFACT_RECEIVED]
+
+
+def test_chunks_make_up_one_artifact_and_each_event_keeps_only_its_own_parts() -> None:
+    task, logged = _play(_chunk("one ", append=False), _chunk("two "), _chunk("three"))
+
+    (artifact,) = task["artifacts"]
+    assert [p["text"] for p in artifact["parts"]] == ["one two three"]  # text after text: joined
+    assert artifact["chunks"] == 2
+    received = _received(logged)
+    assert [[p["text"] for p in r["parts"]] for r in received] == [["one "], ["two "], ["three"]]
+    assert [r.get("append", False) for r in received] == [False, True, True]
+    assert not any(r.get("replaces") for r in received)  # a chunk replaces no version
+
+
+def test_only_text_parts_alike_are_joined() -> None:
+    figure = ArtifactRecord("answer", "answer", ({"kind": "url", "url": "https://x.test/f.png"},),
+                            append=True)  # fmt: skip
+    other = ArtifactRecord("answer", "answer", ({"kind": "text", "text": "# t", "media_type":
+                                                 "text/markdown"},), append=True)  # fmt: skip
+    task, _ = _play(
+        _chunk("one ", append=False), Observation("stream", None, artifacts=(figure,)),
+        _chunk("two "), _chunk("three"), Observation("stream", None, artifacts=(other,)),
+    )  # fmt: skip
+
+    kinds = [(p["kind"], p.get("text"), p.get("media_type")) for p in task["artifacts"][0]["parts"]]
+    assert kinds == [
+        ("text", "one ", None), ("url", None, None), ("text", "two three", None),
+        ("text", "# t", "text/markdown"),
+    ]  # fmt: skip
+
+
+def test_the_whole_artifact_read_after_its_chunks_is_recorded_once_as_the_agent_holds_it() -> None:
+    task, _ = _play(_chunk("one ", append=False), _chunk("two "), _chunk("three"))
+    whole = ArtifactRecord(
+        "answer", "answer", tuple(_text_artifact_chunks(t) for t in ("one ", "two ", "three"))
+    )
+    read = Observation("poll", None, artifacts=(whole,))
+
+    first = apply_observation(task, read)
+    task = _play(_chunk("one ", append=False), _chunk("two "), _chunk("three"), read)[0]
+
+    assert [d.get("replaces") for _, d in first] == [True]
+    assert [p["text"] for p in task["artifacts"][0]["parts"]] == ["one ", "two ", "three"]
+    assert "chunks" not in task["artifacts"][0]
+    assert apply_observation(task, read) == []  # read again: nothing
+
+
+def test_a_chunk_costs_what_it_holds_not_the_artifact_again() -> None:
+    chunks = [_chunk("word ", append=n > 0) for n in range(2_000)]
+    task, logged = _play(*chunks)
+
+    assert len(task["artifacts"][0]["parts"]) == 1
+    assert task["artifacts"][0]["bytes"] > 2_000 * len("word ")
+    assert max(len(str(data)) for _, data in logged) < 300  # each event: one chunk
+
+
+def test_a_chunk_met_twice_is_put_right_by_the_whole_artifact_read_at_the_end() -> None:
+    # A chunk delivered by the stream and again by push: the projection holds it twice until
+    # the closing read brings the agent's whole artifact, which replaces it.
+    task, logged = _play(
+        _chunk("one ", append=False), _chunk("two "), _chunk("two "), _whole("one ", "two ")
+    )
+
+    assert [p["text"] for p in task["artifacts"][0]["parts"]] == ["one ", "two "]
+    assert _received(logged)[-1].get("replaces") is True
+    assert "chunks" not in task["artifacts"][0]  # whole again, as the agent holds it
+
+
+def test_a_chunk_of_an_artifact_never_seen_is_kept_as_it_comes_marked_partial() -> None:
+    # Its first chunks came before the stream was followed (a 0.3 agent sends no snapshot).
+    task, logged = _play(_chunk("two "), _chunk("three"))
+
+    (artifact,) = task["artifacts"]
+    assert [p["text"] for p in artifact["parts"]] == ["two three"]
+    assert artifact["partial"] is True  # still missing its start: read whole at the end
+    assert "append" not in _received(logged)[0]
+    whole = _play(_chunk("two "), _whole("one ", "two ", "three"))[0]["artifacts"][0]
+    assert "partial" not in whole
+
+
+def test_a_partial_start_is_unmarked_by_the_whole_read_even_when_it_was_all_there() -> None:
+    # The stream was followed from the artifact's only chunk: the whole read finds the same
+    # text, and is recorded all the same, for it says the artifact is complete.
+    task, logged = _play(_chunk("all"), _whole("all"))
+
+    (artifact,) = task["artifacts"]
+    assert [p["text"] for p in artifact["parts"]] == ["all"]
+    assert "partial" not in artifact
+    assert _received(logged)[-1].get("replaces") is True
+
+
+def test_an_empty_chunk_records_nothing() -> None:
+    empty = Observation(
+        "stream", None, artifacts=(ArtifactRecord("answer", "answer", (), append=True),)
+    )
+    _, logged = _play(_chunk("one ", append=False), empty)
+
+    assert len(_received(logged)) == 1
+
+
+def test_chunks_growing_past_the_limit_leave_a_digest_and_go_on_counting_bytes() -> None:
+    piece = "x" * (MAX_RECORDED_ARTIFACT_BYTES // 3)
+    task, logged = _play(*(_chunk(piece, append=n > 0) for n in range(5)))
+
+    artifact = task["artifacts"][0]
+    assert artifact.get("truncated") is True
+    assert "parts" not in artifact
+    assert artifact["bytes"] > 5 * len(piece)
+    assert artifact["chunks"] == 4
+    assert (ev.FLAGGED_FOR_REVIEW, {"reason": "payload_truncated"}) in [
+        (t, {"reason": d.get("reason")}) for t, d in logged if t == ev.FLAGGED_FOR_REVIEW
+    ]
+    assert all(len(str(d)) < 2 * len(piece) for _, d in logged)  # no event holds the whole
+    assert len({d["sha256"] for t, d in logged if t == ev.ARTIFACT_RECEIVED}) == 5
+
+
+def test_the_projection_of_chunks_is_the_fold_of_their_events() -> None:
+    task, logged = _play(
+        _chunk("one ", append=False), _chunk("two "), _chunk("a", artifact_id="other"),
+        _chunk("three"), _whole("one ", "two ", "three"),
+    )  # fmt: skip
+
+    folded = fold_task(KEY, [(ev.TASK_SUBMITTED, {"task": KEY}), *logged])
+    assert folded["artifacts"] == task["artifacts"]
+    assert [a["artifact_id"] for a in task["artifacts"]] == ["answer", "other"]
+
+
+# -- the property: any mix of chunks and whole reports puts together what the agent sent --------
+
+Step = tuple[str, str, tuple[str, ...]]  # (artifact id, "first" | "chunk" | "whole" | "big", texts)
+
+BIG = "z" * (MAX_RECORDED_ARTIFACT_BYTES // 2)
+steps = st.lists(
+    st.tuples(
+        st.sampled_from(["a1", "a2"]),
+        st.sampled_from(["first", "chunk", "chunk", "chunk", "whole", "big"]),
+        st.lists(st.text(alphabet="ab \n", max_size=3), min_size=1, max_size=3).map(tuple),
+    ),
+    max_size=30,
+)
+
+
+def _observation(step: Step) -> Observation:
+    artifact_id, kind, texts = step
+    if kind == "big":
+        texts = (BIG,)
+    parts = tuple(_text_artifact_chunks(t) for t in (texts if kind == "whole" else texts[:1]))
+    record = ArtifactRecord(artifact_id, artifact_id, parts, append=kind in ("chunk", "big"))
+    return Observation("poll" if kind == "whole" else "stream", None, artifacts=(record,))
+
+
+def chunk_violation(scenario: list[Step]) -> str | None:
+    """What goes wrong putting ``scenario`` together, against a model of the agent's artifacts:
+    a whole report sets one (unless it is a version already replaced: R12 never records one
+    again), a chunk adds to it, or starts it when none is held (a start that is no version)."""
+    text: dict[str, str] = {}
+    version: dict[str, tuple[str, ...] | None] = {}  # the parts of a whole one; None: of chunks
+    replaced: dict[str, set[tuple[str, ...]]] = {}
+    task: dict[str, Any] = {**initial_task_state(KEY), "state": "working"}
+    logged: list[tuple[str, dict[str, Any]]] = [(ev.TASK_SUBMITTED, {"task": KEY})]
+    for step in scenario:
+        observation = _observation(step)
+        (record,) = observation.artifacts
+        said = tuple(str(p["text"]) for p in record.parts)
+        aid, held = record.artifact_id, record.artifact_id in text
+        if record.append:  # a chunk (of one not held: a partial start) is never a version
+            text[aid], version[aid] = text.get(aid, "") + "".join(said), None
+        elif not held or (version[aid] != said and said not in replaced.get(aid, set())):
+            if held and version[aid] is not None:
+                replaced.setdefault(aid, set()).add(version[aid])  # type: ignore[arg-type]
+            text[aid], version[aid] = "".join(said), said
+        events = apply_observation(task, observation)
+        if len(events) > 2:
+            return f"{step}: {len(events)} events for one report"
+        for type_, data in events:
+            task = apply_task_event(task, type_, data)
+        logged += events
+        if fold_task(KEY, logged)["artifacts"] != task["artifacts"]:
+            return f"{step}: the projection is not the fold of its events"
+        for artifact in task["artifacts"]:
+            expected = text[artifact["artifact_id"]]
+            if artifact.get("truncated"):
+                if len(expected) < MAX_RECORDED_ARTIFACT_BYTES // 2:
+                    return f"{step}: {artifact['artifact_id']} kept as a digest, yet small"
+                continue
+            kept = "".join(str(p.get("text", "")) for p in artifact["parts"])
+            if kept != expected:
+                return (
+                    f"{step}: {artifact['artifact_id']} holds {kept!r}, the agent sent {expected!r}"
+                )
+    return None
+
+
+@given(steps)
+def test_any_mix_of_chunks_and_whole_reports_holds_what_the_agent_sent(
+    scenario: list[Step],
+) -> None:
+    assert chunk_violation(scenario) is None
+
+
+def test_property_catches_a_chunk_read_as_the_whole_artifact(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Planted: the engine as it was, every chunk taken for the whole artifact (its last chunk
+    replacing the rest)."""
+    monkeypatch.setattr(observations, "_recorded", lambda artifact, held: artifact.to_json())
+    found = find(
+        steps,
+        lambda scenario: chunk_violation(scenario) is not None,
+        settings=settings(max_examples=500, database=None, deadline=None, derandomize=True),
+    )
+    assert "the agent sent" in (chunk_violation(found) or ""), found
+
+
+# -- coalescing: a burst of chunks recorded at once ------------------------------------------------
+
+
+def _state(state: str) -> Observation:
+    return Observation("stream", state)
+
+
+def test_a_run_of_chunks_is_one_chunk_holding_them_all_joined_and_counted() -> None:
+    burst = [_chunk("one ", append=False), _chunk("two "), _chunk("three "), _chunk("four")]
+
+    merged = observations.coalesced(burst)
+    task, logged = _play(*merged)
+
+    assert len(merged) == 2  # the first chunk starts the artifact; the rest are one
+    ((_, first), (_, rest)) = logged
+    assert [p["text"] for p in rest["parts"]] == ["two three four"]
+    assert (rest["append"], rest["chunks"]) == (True, 3)
+    assert "chunks" not in first
+    (artifact,) = task["artifacts"]
+    assert [p["text"] for p in artifact["parts"]] == ["one two three four"]
+    assert artifact["chunks"] == 3  # the agent's chunks, not the events
+    one_by_one = _play(*burst)[0]["artifacts"][0]
+    assert artifact == {**one_by_one, "bytes": artifact["bytes"], "sha256": artifact["sha256"]}
+
+
+def test_a_state_a_whole_artifact_or_another_artifact_ends_a_run_in_its_place() -> None:
+    reports = [
+        _chunk("a "), _chunk("b "), _state("input-required"), _chunk("c "),
+        _chunk("x", artifact_id="other"), _chunk("d "), _whole("a b c d"), _chunk("e"),
+    ]  # fmt: skip
+
+    merged = observations.coalesced(reports)
+
+    said = [
+        (o.state, [(a.artifact_id, [p["text"] for p in a.parts], a.chunks) for a in o.artifacts])
+        for o in merged
+    ]
+    assert said == [
+        (None, [("answer", ["a b "], 2)]), ("input-required", []), (None, [("answer", ["c "], 1)]),
+        (None, [("other", ["x"], 1)]), (None, [("answer", ["d "], 1)]),
+        ("completed", [("answer", ["a b c d"], 1)]), (None, [("answer", ["e"], 1)]),
+    ]  # fmt: skip
+
+
+def test_chunks_of_other_tasks_or_sources_are_never_joined() -> None:
+    mine = _chunk("a ")
+    theirs = Observation("stream", None, artifacts=mine.artifacts, remote_task_id="t-2")
+    pushed = Observation("push", None, artifacts=mine.artifacts)
+
+    assert len(observations.coalesced([mine, theirs, pushed, mine])) == 4
+
+
+Report = tuple[str, str, tuple[str, ...]]  # a step, or ("", state, ()) for a status update
+
+reports = st.lists(
+    st.one_of(
+        st.tuples(
+            st.sampled_from(["a1", "a2"]),
+            st.sampled_from(["first", "chunk", "chunk", "chunk", "chunk", "whole"]),
+            st.lists(st.text(alphabet="ab \n", max_size=3), min_size=0, max_size=3).map(tuple),
+        ),
+        st.tuples(st.just(""), st.sampled_from(["working", "input-required"]), st.just(())),
+    ),
+    max_size=40,
+)
+
+
+def _report(report: Report) -> Observation:
+    artifact_id, kind, texts = report
+    if not artifact_id:
+        return _state(kind)
+    if kind != "whole":
+        texts = texts[:1]
+    parts = tuple(_text_artifact_chunks(t) for t in texts)
+    record = ArtifactRecord(artifact_id, artifact_id, parts, append=kind == "chunk")
+    return Observation("poll" if kind == "whole" else "stream", None, artifacts=(record,))
+
+
+def _held(task: dict[str, Any]) -> list[tuple[str, str, bool, int]]:
+    return [
+        (a["artifact_id"], "".join(str(p.get("text", "")) for p in a["parts"]),
+         bool(a.get("partial")), int(a.get("chunks") or 0))
+        for a in task["artifacts"]
+    ]  # fmt: skip
+
+
+def coalescing_violation(scenario: list[Report]) -> str | None:
+    """What coalescing ``scenario`` changes: recorded together, the reports must leave the task
+    in the same state, holding the same artifacts (text, partial mark, chunks counted), in no
+    more events, and the projection must still be the fold of the events."""
+    each = [_report(r) for r in scenario]
+    one_by_one, logged = _play(*each)
+    together, merged_log = _play(*observations.coalesced(each))
+    if together["state"] != one_by_one["state"]:
+        return f"state {together['state']}, one by one {one_by_one['state']}"
+    if _held(together) != _held(one_by_one):
+        return f"holds {_held(together)}, one by one {_held(one_by_one)}"
+    if len(merged_log) > len(logged):
+        return f"{len(merged_log)} events, one by one {len(logged)}"
+    working = {"from": "submitted", "to": "working"}
+    start = [(ev.TASK_SUBMITTED, {"task": KEY}), (ev.STATE_CHANGED, working)]
+    if fold_task(KEY, [*start, *merged_log])["artifacts"] != together["artifacts"]:
+        return "the projection is not the fold of its events"
+    return None
+
+
+@given(reports)
+def test_any_reports_recorded_together_hold_what_they_hold_one_by_one(
+    scenario: list[Report],
+) -> None:
+    assert coalescing_violation(scenario) is None
+
+
+def test_property_catches_chunks_of_two_artifacts_joined(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Planted: a run of chunks ends at a state or a whole report, but not at another
+    artifact's chunk (the ids not compared)."""
+
+    def joinable(last: Observation, observation: Observation) -> bool:
+        return (
+            len(last.artifacts) == len(observation.artifacts) == 1
+            and last.artifacts[0].append
+            and observation.artifacts[0].append
+            and last.state is None
+            and observation.state is None
+        )
+
+    monkeypatch.setattr(observations, "_joinable", joinable)
+    found = find(
+        reports,
+        lambda scenario: coalescing_violation(scenario) is not None,
+        settings=settings(max_examples=1000, database=None, deadline=None, derandomize=True),
+    )
+    assert "holds" in (coalescing_violation(found) or ""), found
