@@ -1,10 +1,9 @@
 """The credentials file and its secrets (engine/auth/config.py), field by field.
 
-Written to kill the mutants of ``engine/auth/config.py``: every ``env:`` field of every
-kind of secret resolved from the mapping given (not the process's), named in the refusal with its
-entry, and the copy marked resolved so its values are never read as references again; and every
-refusal of the file naming where, which entry and what, in words a test compares whole.
-"""
+Every ``env:`` field of every kind of secret is resolved from the mapping given (not the process's),
+named in the refusal with its entry, and the copy marked resolved so its values are never read as
+references again; every refusal of the file names where, which entry and what, in words a test
+compares whole."""
 
 from __future__ import annotations
 

@@ -416,11 +416,10 @@ def test_no_repr_or_str_shows_a_secret_or_its_variable(tmp_path: Path) -> None:
 
 
 # --------------------------------------------------------------------------------------------------
-# R15's credentials pinned down for their mutants (``scripts/mutation``): the exact words of every
-# refusal (which entry, which scheme, what was wrong: never the secret), the secrets a request lists
-# for redaction, how two schemes' additions merge, and what the authorizer passes on (its
-# environment, the grant's origin, scheme and scopes, a refresh) when it prepares a request or a
-# client certificate, or rebuilds a recorded grant.
+# R15's credentials word by word: every refusal (which entry, which scheme, what was wrong: never
+# the secret), the secrets a request lists for redaction, how two schemes' additions merge, and what
+# the authorizer passes on (its environment, the grant's origin, scheme and scopes, a refresh) when
+# it prepares a request or a client certificate, or rebuilds a recorded grant.
 
 
 API_KEY_HEADER = {"apiKeySecurityScheme": {"location": "header", "name": "X-Key"}}

@@ -1,9 +1,8 @@
-"""engine.tokens pinned down for its mutants (``scripts/mutation``): the one-line messages a
-token failure gives (cut, flattened, naming the right URL and status), the answers refused
-before Authlib reads them, the numbers and key ids read from an answer, and the OpenID Connect
-discovery read: https only, the headers it sends, each way it can fail, and two providers'
-documents read at once. The token exchanges themselves are tested against a real token server
-in tests/integration/test_tokens.py."""
+"""OAuth tokens (engine/auth/tokens.py) word by word: the one-line messages a token failure gives
+(cut, flattened, naming the right URL and status), the answers refused before Authlib reads them,
+the numbers and key ids read from an answer, and the OpenID Connect discovery read: https only, the
+headers it sends, each way it can fail, and two providers' documents read at once. The token
+exchanges themselves are tested against a real token server in tests/integration/test_tokens.py."""
 
 from __future__ import annotations
 

@@ -1,11 +1,9 @@
 """Remote JSON bytes to a JSON value, limit by limit, and the RFC 8785 hashes (R2, R3, R16).
 
-Written to kill the mutants of ``engine/cards/canonical.py`` that ``scripts/mutation`` found
-alive: each refusal names the field it is about and says what is wrong with it, and each limit
-holds exactly at its bound. Every remote document (card, key set, answer, stream event, push
-body, token answer, discovery document) is read by its ``loads``: a repeated member name is
-refused by each, naming it.
-"""
+Each refusal names the field it is about and says what is wrong with it, and each limit holds
+exactly at its bound. Every remote document (card, key set, answer, stream event, push body, token
+answer, discovery document) is read by its ``loads``: a repeated member name is refused by each,
+naming it."""
 
 from __future__ import annotations
 

@@ -1,7 +1,6 @@
 """Which of a card's interfaces cardfence talks to, and in what (``engine/cards/interfaces.py``),
-pinned value by value: the URL rule (R16), the ranking of interfaces, the refusals and their
-messages, the media-type matching of skills' modes and the A2A versions spoken. Each test kills
-mutants that the card tests let live (docs/proofs.md, "Mutation score")."""
+value by value: the URL rule (R16), the ranking of interfaces, the refusals and their messages, the
+media-type matching of skills' modes and the A2A versions spoken."""
 
 from __future__ import annotations
 

@@ -891,10 +891,8 @@ def test_a_0_3_card_keeps_the_hashes_stores_already_hold() -> None:
 
 
 # --------------------------------------------------------------------------------------------------
-# The card model (``engine/cards/model.py``) where the card tests looked only for a field's name:
-# each refusal's whole detail, the copies handed out, the schemes read in 1.0 shape, what a skill
-# produces. Each test kills mutants that the card tests let live (docs/proofs.md, "Mutation score").
-# Pure.
+# The card model (``engine/cards/model.py``) refusal by refusal: each refusal's whole detail, the
+# copies handed out, the schemes read in 1.0 shape, what a skill produces. Pure.
 
 
 CARD_URL_card_model = "https://a.test/.well-known/agent-card.json"

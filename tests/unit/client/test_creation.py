@@ -852,7 +852,7 @@ def _stored(call: dict[str, Any]) -> httpx.Response:
     return rpc_result(call, call["params"])
 
 
-class Agent_webhook_registration:
+class WebhookAgent:
     """A mock agent: its card (a document, or an HTTP status for every read), the send answered
     by ``send``, a push config by ``push``; every JSON-RPC call listed, with its headers."""
 
@@ -896,7 +896,7 @@ def _last(store: EventStore, key: str) -> Any:
 async def test_a_webhook_is_registered_with_a_token_and_a_bearer_secret_of_its_own(
     store: EventStore,
 ) -> None:
-    agent = Agent_webhook_registration(_pushing())
+    agent = WebhookAgent(_pushing())
     async with engine_on(store, agent.transport()) as engine:
         key = await _task(engine)
         reads = agent.card_reads
@@ -938,7 +938,7 @@ async def test_a_webhook_is_registered_with_a_token_and_a_bearer_secret_of_its_o
 async def test_a_webhook_registered_with_the_callers_token_and_authentication(
     store: EventStore,
 ) -> None:
-    agent = Agent_webhook_registration(_pushing())
+    agent = WebhookAgent(_pushing())
     async with engine_on(store, agent.transport()) as engine:
         key = await _task(engine)
         outcome = await engine.register_webhook(
@@ -956,7 +956,7 @@ async def test_a_webhook_registered_with_the_callers_token_and_authentication(
 async def test_a_webhook_with_a_scheme_and_no_credentials_is_checked_for_the_token_alone(
     store: EventStore,
 ) -> None:
-    agent = Agent_webhook_registration(_pushing())
+    agent = WebhookAgent(_pushing())
     async with engine_on(store, agent.transport()) as engine:
         key = await _task(engine)
         outcome = await engine.register_webhook(key, HOOK, auth_scheme="Bearer")
@@ -966,7 +966,7 @@ async def test_a_webhook_with_a_scheme_and_no_credentials_is_checked_for_the_tok
 
 
 async def test_a_task_at_an_a2a_0_3_endpoint_registers_the_token_alone(store: EventStore) -> None:
-    agent = Agent_webhook_registration(_pushing("0.3"))
+    agent = WebhookAgent(_pushing("0.3"))
     async with engine_on(store, agent.transport()) as engine:
         key = await _task(engine)
         outcome = await engine.register_webhook(key, HOOK)
@@ -996,7 +996,7 @@ def _downgraded(store: EventStore, key: str, reason: str, detail: str) -> None:
 async def test_a_plain_http_webhook_off_loopback_is_not_registered_nor_the_card_read(
     store: EventStore,
 ) -> None:
-    agent = Agent_webhook_registration(_pushing())
+    agent = WebhookAgent(_pushing())
     async with engine_on(store, agent.transport()) as engine:
         key = await _task(engine)
         reads, calls = agent.card_reads, len(agent.calls)
@@ -1016,7 +1016,7 @@ async def test_a_plain_http_webhook_off_loopback_is_not_registered_nor_the_card_
 
 @pytest.mark.parametrize("url", ["http://127.0.0.1:8080/w", "http://localhost/w"])
 async def test_a_plain_http_webhook_on_loopback_is_registered(store: EventStore, url: str) -> None:
-    agent = Agent_webhook_registration(_pushing())
+    agent = WebhookAgent(_pushing())
     async with engine_on(store, agent.transport()) as engine:
         key = await _task(engine)
         outcome = await engine.register_webhook(key, url)
@@ -1037,7 +1037,7 @@ async def test_a_plain_http_webhook_on_loopback_is_registered(store: EventStore,
 async def test_a_webhook_url_that_cannot_be_used_is_a_usage_error_recording_and_sending_nothing(
     store: EventStore, url: str, fault: str
 ) -> None:
-    agent = Agent_webhook_registration(_pushing())
+    agent = WebhookAgent(_pushing())
     async with engine_on(store, agent.transport()) as engine:
         key = await _task(engine)
         recorded, reads = len(store.read_stream(f"task:{key}")), agent.card_reads
@@ -1054,7 +1054,7 @@ async def test_a_webhook_url_that_cannot_be_used_is_a_usage_error_recording_and_
 async def test_an_engine_allowing_insecure_urls_registers_plain_http_anywhere(
     store: EventStore,
 ) -> None:
-    agent = Agent_webhook_registration(_pushing())
+    agent = WebhookAgent(_pushing())
     config = EngineConfig(card_limits=CardLimits(allow_insecure=True))
     async with engine_on(store, agent.transport(), config) as engine:
         key = await _task(engine)
@@ -1064,7 +1064,7 @@ async def test_an_engine_allowing_insecure_urls_registers_plain_http_anywhere(
 
 async def test_a_card_that_says_no_push_registers_nothing(store: EventStore) -> None:
     document = card_document()
-    agent = Agent_webhook_registration(document)
+    agent = WebhookAgent(document)
     async with engine_on(store, agent.transport()) as engine:
         key = await _task(engine)
         outcome = await engine.register_webhook(key, HOOK)
@@ -1082,7 +1082,7 @@ async def test_a_card_that_says_no_push_registers_nothing(store: EventStore) -> 
 async def test_a_card_that_withdrew_push_since_creation_registers_nothing(
     store: EventStore,
 ) -> None:
-    agent = Agent_webhook_registration(_pushing())
+    agent = WebhookAgent(_pushing())
     async with engine_on(store, agent.transport()) as engine:
         key = await _task(engine)
         agent.card = card_document()  # read at creation with push; now without
@@ -1092,7 +1092,7 @@ async def test_a_card_that_withdrew_push_since_creation_registers_nothing(
 
 
 async def test_a_card_read_that_fails_registers_nothing_and_says_why(store: EventStore) -> None:
-    agent = Agent_webhook_registration(_pushing())
+    agent = WebhookAgent(_pushing())
     async with engine_on(store, agent.transport()) as engine:
         key = await _task(engine)
         agent.card = 503
@@ -1112,7 +1112,7 @@ async def test_an_agent_refusing_the_config_leaves_the_task_on_polling(
     refused = functools.partial(
         rpc_error, code=-32003, message="Push Notification is not supported"
     )
-    agent = Agent_webhook_registration(_pushing(), push=refused)
+    agent = WebhookAgent(_pushing(), push=refused)
     async with engine_on(store, agent.transport()) as engine:
         key = await _task(engine)
         outcome = await engine.register_webhook(key, HOOK)
@@ -1128,7 +1128,7 @@ async def test_an_agent_refusing_the_config_leaves_the_task_on_polling(
 async def test_an_agent_rejecting_the_credentials_records_the_refusal_then_polling(
     store: EventStore,
 ) -> None:
-    agent = Agent_webhook_registration(_pushing(), push=lambda call: httpx.Response(401))
+    agent = WebhookAgent(_pushing(), push=lambda call: httpx.Response(401))
     async with engine_on(store, agent.transport()) as engine:
         key = await _task(engine)
         outcome = await engine.register_webhook(key, HOOK)
@@ -1147,7 +1147,7 @@ async def test_an_agent_rejecting_the_credentials_records_the_refusal_then_polli
 async def test_a_task_the_agent_has_not_named_yet_has_nothing_to_register_for(
     store: EventStore,
 ) -> None:
-    agent = Agent_webhook_registration(_pushing(), send=lambda call: httpx.Response(503))
+    agent = WebhookAgent(_pushing(), send=lambda call: httpx.Response(503))
     async with engine_on(store, agent.transport()) as engine:
         with pytest.raises(EndpointUnreachableError):  # the send's outcome is unknown
             await _task(engine)

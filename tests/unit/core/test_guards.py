@@ -1,9 +1,7 @@
 """The guards' decisions and events, field by field (R2-R11).
 
-Written to kill the mutants of ``engine/core/guards.py`` that ``scripts/mutation`` found alive: the
-events a guard returns are recorded and audited, so their exact payloads — keys, reasons, details,
-revisions — are the contract, not just their types.
-"""
+The events a guard returns are recorded and audited, so their exact payloads (keys, reasons,
+details, revisions) are the contract, not just their types."""
 
 from __future__ import annotations
 

@@ -206,10 +206,9 @@ def test_reports_the_cost_of_is_legal_against_a_send() -> None:
 # --------------------------------------------------------------------------------------------------
 # Compiling the declaration: the tables it gives, and the charts it refuses.
 #
-# Written to kill the mutants of ``engine/core/lifecycle.py`` that ``scripts/mutation`` found alive.
-# The module compiles its tables once, at import, before any mutant is switched on; these tests call
-# the compiling functions again, on the real chart (which must give the documented tables) and on
-# charts that break the rules the static table relies on (which must be refused).
+# The module compiles its tables once, at import; these tests call the compiling functions again, on
+# the real chart (which must give the documented tables) and on charts that break the rules the
+# static table relies on (which must be refused).
 
 
 TERMINAL_lifecycle = ("completed", "failed", "canceled", "rejected")

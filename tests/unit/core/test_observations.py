@@ -1,10 +1,7 @@
 """Observations, field by field: what is recorded, the ordering watermark, and the wire mapping.
 
-Written to kill the mutants of ``engine/core/observations.py`` that ``scripts/mutation`` found
-alive.
-The P1 differential proof cannot see a fault that every world shares (a dropped status message,
-a push read as nothing): these tests pin each field from the wire value to the recorded event.
-"""
+The P1 differential proof cannot see a fault that every world shares (a dropped status message, a
+push read as nothing): these tests pin each field from the wire value to the recorded event."""
 
 from __future__ import annotations
 

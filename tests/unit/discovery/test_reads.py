@@ -1,11 +1,9 @@
 """Card discovery against real HTTP servers on 127.0.0.1, field by field (R2-R4, R14, R16).
 
-Written to kill the mutants of ``engine/discovery/reads.py``: which URLs are asked and with which
-headers, where each refusal points and what it says, what is recorded for every read and every
-failure, when the memo answers instead of the wire, and how pinning decides. The servers are the
-raw HTTP/1.1 servers of ``tests/support/hostile.py``, told what to answer per path; every test
-runs in well under a second.
-"""
+Which URLs are asked and with which headers, where each refusal points and what it says, what is
+recorded for every read and every failure, when the memo answers instead of the wire, and how
+pinning decides. The servers are the raw HTTP/1.1 servers of ``tests/support/hostile.py``, told what
+to answer per path; every test runs in well under a second."""
 
 from __future__ import annotations
 
@@ -1196,15 +1194,13 @@ def test_an_agent_stream_is_indexed_under_its_origin(store: EventStore) -> None:
 # The authenticated extended card (R15) read by :class:`Discovery`, field by field, against real
 # HTTP servers on 127.0.0.1.
 #
-# Written to kill the mutants of ``Discovery.read_extended`` and ``Discovery._record_extended``,
-# ``Discovery._memo_holds`` and ``extended_card_url``: where ``GetExtendedAgentCard`` is asked on
-# each binding and version, what a read records (every key of its ``CardFetched``) and stores, when
-# the memo answers instead of the wire (per key, per agent, up to ``max_card_age`` and 64 reads),
-# how a signed extended card is checked and its key set pinned apart from the public card's, what a
-# failure records (a signature refusal) or leaves unrecorded (an answer that is not a card, whatever
-# the transport raises), and when a signed public card may be confirmed by a 304. The agent is a raw
-# HTTP/1.1 server of ``tests/support/hostile.py`` answering per path; every test runs in well under
-# a second.
+# Where ``GetExtendedAgentCard`` is asked on each binding and version, what a read records (every
+# key of its ``CardFetched``) and stores, when the memo answers instead of the wire (per key, per
+# agent, up to ``max_card_age`` and 64 reads), how a signed extended card is checked and its key set
+# pinned apart from the public card's, what a failure records (a signature refusal) or leaves
+# unrecorded (an answer that is not a card, whatever the transport raises), and when a signed public
+# card may be confirmed by a 304. The agent is a raw HTTP/1.1 server of ``tests/support/hostile.py``
+# answering per path; every test runs in well under a second.
 
 
 RPC = "/rpc"

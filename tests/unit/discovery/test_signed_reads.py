@@ -1,17 +1,15 @@
 """Signed card reads against real HTTP servers on 127.0.0.1, branch by branch (R14, R3).
 
-Written to kill the mutants of ``engine/discovery/_signed_reads.py``: which key set an agent's
-policy
-picks (a key file, a keys URL, the ``jku`` the signatures name) and the exact one-line reason of
-each refusal; how a key set on the network is read (within the card's bounds, in a request slot),
-kept for ``max_card_age`` (an injected clock, on both sides of the boundary) and reported under
-the source it was asked for, from the cache too; how the pinned key set is found in the agent's
-stream (incrementally, the public card's and the extended card's apart, passing over every event
-that pins nothing); and how a read's key set is compared with the pinned one: pinned, matched,
-accepted, or refused with both key sets and the kids named. The servers are the raw HTTP/1.1
-servers of ``tests/support/hostile.py``, told what to answer per path; the events are appended
-by hand where that is the clearer way to reach a branch. Every test runs in well under a second.
-"""
+Which key set an agent's policy picks (a key file, a keys URL, the ``jku`` the signatures name) and
+the exact one-line reason of each refusal; how a key set on the network is read (within the card's
+bounds, in a request slot), kept for ``max_card_age`` (an injected clock, on both sides of the
+boundary) and reported under the source it was asked for, from the cache too; how the pinned key set
+is found in the agent's stream (incrementally, the public card's and the extended card's apart,
+passing over every event that pins nothing); and how a read's key set is compared with the pinned
+one: pinned, matched, accepted, or refused with both key sets and the kids named. The servers are
+the raw HTTP/1.1 servers of ``tests/support/hostile.py``, told what to answer per path; the events
+are appended by hand where that is the clearer way to reach a branch. Every test runs in well under
+a second."""
 
 from __future__ import annotations
 

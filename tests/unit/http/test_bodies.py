@@ -1,10 +1,7 @@
 """Bounded decoding at its edges: how the raw bytes are cut, the deflate header, the last piece.
 
-Written to kill the mutants of ``engine/http/bodies.py`` that ``scripts/mutation`` found alive: the
-same
-body must decode to the same bytes however the network cuts it, a refusal must stop exactly one
-byte past the limit, and a deflate body must be told zlib-wrapped or raw by its header alone.
-"""
+The same body decodes to the same bytes however the network cuts it, a refusal stops exactly one
+byte past the limit, and a deflate body is told zlib-wrapped or raw by its header alone."""
 
 from __future__ import annotations
 

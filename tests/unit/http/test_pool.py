@@ -1,8 +1,8 @@
-"""engine.pool pinned down for its mutants (``scripts/mutation``): the exact bounds and messages,
-the TLS context and limits each origin's pool is made with, what the connection backend and its
-streams pass on (timeouts, local address, socket options), and the two ways a kept-alive
-connection can end under a request (a FIN or a reset), each told apart from a new connection's
-end. Against real sockets on 127.0.0.1; the replay itself is in tests/integration/test_pool.py."""
+"""The HTTP pool (engine/http/pool.py): the exact bounds and messages, the TLS context and limits
+each origin's pool is made with, what the connection backend and its streams pass on (timeouts,
+local address, socket options), and the two ways a kept-alive connection can end under a request (a
+FIN or a reset), each told apart from a new connection's end. Against real sockets on 127.0.0.1; the
+replay itself is in tests/integration/test_pool.py."""
 
 from __future__ import annotations
 

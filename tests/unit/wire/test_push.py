@@ -1,7 +1,6 @@
 """Webhook ingress, answer by answer (R12, R16).
 
-Written to kill the mutants of ``engine/wire/push.py`` that ``scripts/mutation`` found alive: a
-delivery's HTTP status and the detail it is refused with are what the agent sees, and which task a
+A delivery's HTTP status and the detail it is refused with are what the agent sees, and which task a
 delivery is matched to, or refused for, is the security boundary (never the remote task id alone).
 """
 

@@ -595,7 +595,7 @@ async def test_a_streamed_message_closed_before_any_event_is_dropped_about_no_ta
 # MockTransport answers them).
 
 
-TASK_exchange_tenant_extensions = {
+TASK_ANSWER = {
     "id": "t-1",
     "contextId": "c-1",
     "status": {"state": "TASK_STATE_WORKING", "timestamp": "2026-12-03T10:00:00Z"},
@@ -610,17 +610,17 @@ def _answer(request: httpx.Request) -> httpx.Response:
             json={
                 "jsonrpc": "2.0",
                 "id": envelope["id"],
-                "result": TASK_exchange_tenant_extensions,
+                "result": TASK_ANSWER,
             },
         )
-    return httpx.Response(200, json=TASK_exchange_tenant_extensions)
+    return httpx.Response(200, json=TASK_ANSWER)
 
 
-Make_exchange_tenant_extensions = Callable[[str, str], A2ATransport]
+MakeTransport = Callable[[str, str], A2ATransport]
 
 
 @pytest.fixture
-async def seen() -> AsyncIterator[tuple[list[httpx.Request], Make_exchange_tenant_extensions]]:
+async def seen() -> AsyncIterator[tuple[list[httpx.Request], MakeTransport]]:
     requests: list[httpx.Request] = []
 
     def handler(request: httpx.Request) -> httpx.Response:
@@ -637,7 +637,7 @@ async def seen() -> AsyncIterator[tuple[list[httpx.Request], Make_exchange_tenan
 
 
 async def test_jsonrpc_names_the_tenant_in_every_requests_params(
-    seen: tuple[list[httpx.Request], Make_exchange_tenant_extensions],
+    seen: tuple[list[httpx.Request], MakeTransport],
 ) -> None:
     requests, make = seen
     await make(JSONRPC, "acme").get_task("t-1")
@@ -650,7 +650,7 @@ async def test_jsonrpc_names_the_tenant_in_every_requests_params(
 
 
 async def test_http_json_puts_the_tenant_first_in_the_path_escaped(
-    seen: tuple[list[httpx.Request], Make_exchange_tenant_extensions],
+    seen: tuple[list[httpx.Request], MakeTransport],
 ) -> None:
     requests, make = seen
     await make(HTTP_JSON, "acme").get_task("t-1")
@@ -662,7 +662,7 @@ async def test_http_json_puts_the_tenant_first_in_the_path_escaped(
 
 
 async def test_no_tenant_leaves_every_request_as_it_was(
-    seen: tuple[list[httpx.Request], Make_exchange_tenant_extensions],
+    seen: tuple[list[httpx.Request], MakeTransport],
 ) -> None:
     requests, make = seen
     await make(JSONRPC, "").get_task("t-1")

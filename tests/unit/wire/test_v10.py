@@ -703,12 +703,11 @@ def test_v03_push_and_stream_shapes() -> None:
 # --------------------------------------------------------------------------------------------------
 # Answers read field by field, and every refusal naming its field and the agent (R12, R16).
 #
-# Written to kill the mutants of ``engine/wire/v10.py`` that ``scripts/mutation`` found alive: a
-# stream event or push delivery is applied from the fields read here, so each field of each event
+# A stream event or push delivery is applied from the fields read here, so each field of each event
 # kind is the contract, and so is the dotted path a refusal names (what an operator reads first).
 
 
-URL_remote = "http://a.test/rpc"
+RPC_URL = "http://a.test/rpc"
 MESSAGE: dict[str, Any] = {
     "messageId": "m-1",
     "contextId": "c-1",
@@ -724,14 +723,14 @@ STATUS_MESSAGE = StatusMessage(
 )
 
 
-def refused(call: Any, document: object, url: str = URL_remote) -> str:
+def refused(call: Any, document: object, url: str = RPC_URL) -> str:
     with pytest.raises(InvalidAgentResponseError) as caught:
         call(document, url=url)
     assert caught.value.url == url
     return str(caught.value)
 
 
-def detail(text: str, url: str = URL_remote) -> str:
+def detail(text: str, url: str = RPC_URL) -> str:
     return f"{url}: invalid agent response: {text} (nothing was changed)"
 
 
@@ -763,13 +762,13 @@ def test_a_task_page_gives_its_tasks_and_next_page_token() -> None:
         "tasks": [{"id": "t-1", "status": {"state": "TASK_STATE_WORKING"}}],
         "nextPageToken": "p-2",
     }
-    tasks, token = parse_task_page(page, url=URL_remote)
+    tasks, token = parse_task_page(page, url=RPC_URL)
     assert [(t.id, t.state) for t in tasks] == [("t-1", "working")]
     assert token == "p-2"
 
 
 def test_a_timestamp_is_read_as_aware_utc_and_refused_as_timestamp() -> None:
-    assert parse_timestamp("2026-01-02T03:04:05+01:00", url=URL_remote) == datetime(
+    assert parse_timestamp("2026-01-02T03:04:05+01:00", url=RPC_URL) == datetime(
         2026, 1, 2, 2, 4, 5, tzinfo=UTC
     )
     assert refused(parse_timestamp, 3) == detail(
@@ -985,7 +984,7 @@ def test_a_push_config_is_read_with_its_authentication() -> None:
             "token": "tok",
             "authentication": {"scheme": "Bearer", "credentials": "abc"},
         },
-        url=URL_remote,
+        url=RPC_URL,
     )
     assert (config.id, config.url, config.token) == ("p-1", "https://hook.test/x", "tok")
     assert (config.auth_scheme, config.auth_credentials) == ("Bearer", "abc")
