@@ -110,8 +110,9 @@ from cardfence.engine.client.engine import Engine
 from cardfence.engine.client.following import reached
 from cardfence.engine.client.tasklog import TaskLog, projection_of, task_stream_id
 from cardfence.engine.core import events as ev
+from cardfence.engine.core.events import TaskEvent as Event
 from cardfence.engine.core.lifecycle import TERMINAL, TaskLifecycle, is_legal, machine_at
-from cardfence.engine.core.observations import ArtifactRecord, Event, Observation, apply_observation
+from cardfence.engine.core.observations import ArtifactRecord, Observation, apply_observation
 from cardfence.engine.core.replay import apply_task_event, fold_task
 from cardfence.store.event_store import EventStore
 from cardfence.store.records import NewEvent, RecordedEvent
@@ -175,23 +176,25 @@ class Sizes:
 def submitted_event(key: str, agent_url: str) -> Event:
     """A ``TaskSubmitted`` as ``Engine.start_task`` records it (about 730 bytes of JSON)."""
     revision, contract, skill_hash = (uuid.uuid4().hex * 2 for _ in range(3))
-    return ev.TASK_SUBMITTED, {
-        "task": key,
-        "agent": agent_url,
-        "agent_url": agent_url,
-        "card_url": f"{agent_url}/.well-known/agent-card.json",
-        "skill": "ask",
-        "message_id": f"m-{uuid.uuid4().hex}",
-        "context_id": f"c-{uuid.uuid4().hex}",
-        "text": "ask what is the answer?",
-        "media_type": "text/plain",
-        "card_revision": revision,
-        "card_version": "1.0.0",
-        "contract_hash": contract,
-        "skill_hash": skill_hash,
-        "endpoint": {"url": f"{agent_url}/a2a/jsonrpc", "binding": "JSONRPC"},
-        "submitted_at": datetime.now(UTC).isoformat(),
-    }
+    return ev.TaskSubmitted.from_payload(
+        {
+            "task": key,
+            "agent": agent_url,
+            "agent_url": agent_url,
+            "card_url": f"{agent_url}/.well-known/agent-card.json",
+            "skill": "ask",
+            "message_id": f"m-{uuid.uuid4().hex}",
+            "context_id": f"c-{uuid.uuid4().hex}",
+            "text": "ask what is the answer?",
+            "media_type": "text/plain",
+            "card_revision": revision,
+            "card_version": "1.0.0",
+            "contract_hash": contract,
+            "skill_hash": skill_hash,
+            "endpoint": {"url": f"{agent_url}/a2a/jsonrpc", "binding": "JSONRPC"},
+            "submitted_at": datetime.now(UTC).isoformat(),
+        }
+    )
 
 
 class RemoteTaskScript:
@@ -297,7 +300,8 @@ class RawPlan:
         rows: list[dict[str, Any]] = []
         for key, observation in self.plan.take(count):
             events = apply_observation(self.states[key], observation)
-            for type_, data in events:
+            for event in events:
+                type_, data = event.TYPE, event.payload()
                 self.states[key] = apply_task_event(self.states[key], type_, data)
                 self.versions[key] += 1
                 self.types[type_] = self.types.get(type_, 0) + 1
@@ -760,10 +764,10 @@ def realistic_stream(key: str, agent_url: str, length: int) -> list[Event]:
 
     def add(new: list[Event]) -> None:
         nonlocal state
-        for type_, data in new:
+        for event in new:
             if len(events) < length - 1:
-                events.append((type_, data))
-                state = apply_task_event(state, type_, data)
+                events.append(event)
+                state = apply_task_event(state, event.TYPE, event.payload())
 
     add(apply_observation(state, remote.snapshot("working")))
     round_ = 0
@@ -771,7 +775,7 @@ def realistic_stream(key: str, agent_url: str, length: int) -> list[Event]:
         round_ += 1
         add(apply_observation(state, remote.snapshot("input-required")))
         add(apply_observation(state, remote.again()))
-        add([(ev.REPLY_SENT, {"message_id": f"m-{uuid.uuid4().hex}", "chars": 2})])
+        add([ev.ReplySent(message_id=f"m-{uuid.uuid4().hex}", chars=2)])
         artifact = ArtifactRecord(
             str(uuid.uuid4()), "answer", ({"kind": "text", "text": f"answer: {round_}"},)
         )
@@ -829,13 +833,13 @@ def bench_replay(ctx: BenchContext, db: Database, store: EventStore, sizes: Size
         store.append(
             stream_id,
             0,
-            [NewEvent(type_, data) for type_, data in events],
+            [NewEvent(event.TYPE, event.payload()) for event in events],
             projection=projection_of(state),
         )
         stream_ids.append(stream_id)
-        for type_, data in events:
-            types[type_] = types.get(type_, 0) + 1
-            sizes_seen.append(len(json.dumps(data, separators=(",", ":"))))
+        for event in events:
+            types[event.TYPE] = types.get(event.TYPE, 0) + 1
+            sizes_seen.append(len(json.dumps(event.payload(), separators=(",", ":"))))
     # The replay must reproduce what was stored, or it is not the audit's replay.
     head = store.stream(stream_ids[0])
     if head is None or replay(stream_ids[0], store.read_stream(stream_ids[0])) != head.state:

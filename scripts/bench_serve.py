@@ -115,7 +115,8 @@ from cardfence.engine.client.engine import Engine
 from cardfence.engine.client.following import reached
 from cardfence.engine.client.tasklog import TaskLog, task_stream_id
 from cardfence.engine.core import events as ev
-from cardfence.engine.core.observations import Event, Observation, apply_observation
+from cardfence.engine.core.events import TaskEvent as Event
+from cardfence.engine.core.observations import Observation, apply_observation
 from cardfence.engine.core.replay import fold_task
 from cardfence.engine.demo.server import ServerThread
 from cardfence.engine.http.offload import StoreCalls
@@ -397,7 +398,7 @@ def clone_events(
     submitted.update(
         task=key, message_id=f"m-{uuid.uuid4().hex}", context_id=f"c-{uuid.uuid4().hex}"
     )
-    events: list[Event] = [(ev.TASK_SUBMITTED, submitted)]
+    events: list[Event] = [ev.TaskSubmitted.from_payload(submitted)]
     binding = Observation(
         source="send",
         state=bound_as,
@@ -419,7 +420,7 @@ def clone_events(
             "status": "provisional",
             "card_revision": template["card_revision"],
         }
-        events.append((ev.WEBHOOK_REGISTERED, registered))
+        events.append(ev.WebhookRegistered.from_payload(registered))
         headers = {
             "content-type": "application/json",
             "x-a2a-notification-token": token,
