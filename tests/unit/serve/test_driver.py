@@ -27,7 +27,7 @@ import httpx
 import pytest
 from support.cards import ORIGIN, card_document
 from support.mocked import ScriptedAgent, engine_on, rpc_result, task_answer
-from support.virtual_time import run_virtual, virtual_deadlines, virtual_engine
+from support.virtual_time import run_virtual, virtual_engine
 
 from cardfence.engine.client.config import EngineConfig
 from cardfence.engine.client.engine import Engine
@@ -395,12 +395,6 @@ async def test_a_driver_not_yet_loaded_scans_the_global_log_from_its_start(
 
 
 CONFIG = EngineConfig(first_poll_interval=0.5, max_poll_interval=4.0, follow_streams=False)
-
-
-@pytest.fixture
-def _deadlines_on_the_virtual_clock(monkeypatch: pytest.MonkeyPatch) -> Any:
-    with virtual_deadlines(monkeypatch):
-        yield
 
 
 class Agent:

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import copy
 import dataclasses
-import time
-from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -1087,19 +1085,6 @@ def test_a_broken_send_answer_is_refused_at_its_path(answer: object, problem: st
 
 
 # --- timestamps and generations ------------------------------------------------------------------
-
-
-@pytest.fixture
-def local_zone_is_not_utc() -> Iterator[None]:
-    """The machine's local time zone set to UTC+9 (a POSIX TZ string: no tz database needed)."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("TZ", "JST-9")
-        time.tzset()
-        try:
-            yield
-        finally:
-            patch.undo()
-            time.tzset()
 
 
 @pytest.mark.usefixtures("local_zone_is_not_utc")
