@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from support.mocked import Make as MakeTransport
 
 from cardfence.engine.cards.interfaces import select_interface
 from cardfence.engine.cards.model import Interface, parse_card
@@ -282,21 +283,16 @@ Make = Callable[..., tuple[A2ATransport, Fake03]]
 
 
 @pytest.fixture
-async def fake() -> AsyncIterator[Make]:
+def fake(agent: MakeTransport) -> Make:
     """``fake(answers, binding=JSONRPC, version="0.3.0")``: a transport to a :class:`Fake03`."""
-    clients: list[httpx.AsyncClient] = []
 
     def make(
         answers: dict[str, Any], binding: str = JSONRPC, version: str = "0.3.0"
     ) -> tuple[A2ATransport, Fake03]:
-        agent = Fake03(answers)
-        clients.append(httpx.AsyncClient(transport=httpx.MockTransport(agent)))
-        url = RPC_URL if binding == JSONRPC else REST_URL
-        return A2ATransport(clients[-1], Interface(url, binding, version)), agent
+        fake03 = Fake03(answers)
+        return agent(fake03, binding, version), fake03
 
-    yield make
-    for client in clients:
-        await client.aclose()
+    return make
 
 
 PUSH = PushConfig("cf-1", "https://hook.test/h", "tok", "Bearer", "sekrit")
