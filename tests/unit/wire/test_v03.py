@@ -634,21 +634,20 @@ async def test_a_rest_stream_reads_proto_json_events(fake: Make) -> None:
 
 
 async def test_a_jsonrpc_resubscribe_refused_in_the_stream_is_the_agents_refusal(
-    fake: Make,
+    agent: MakeTransport,
 ) -> None:
     """a2a-sdk 0.3 refuses a terminal task's resubscribe inside the event stream (-32602)."""
 
-    def agent(request: httpx.Request) -> httpx.Response:
+    def refusing(request: httpx.Request) -> httpx.Response:
         request_id = json.loads(request.content)["id"]
         error = {"code": -32602, "message": f"Task {TASK_ID} is in terminal state: failed"}
         event = {"error": error, "id": request_id, "jsonrpc": "2.0"}
         return sse(f"data: {json.dumps(event)}\n\n")
 
-    async with httpx.AsyncClient(transport=httpx.MockTransport(agent)) as client:
-        transport = A2ATransport(client, Interface(RPC_URL, JSONRPC, "0.3.0"))
-        with pytest.raises(RemoteRefusedError) as raised:
-            async with transport.subscribe(TASK_ID) as updates:
-                _ = [u async for u in updates]
+    transport = agent(refusing, JSONRPC, "0.3.0")
+    with pytest.raises(RemoteRefusedError) as raised:
+        async with transport.subscribe(TASK_ID) as updates:
+            _ = [u async for u in updates]
     assert raised.value.code == -32602
 
 
