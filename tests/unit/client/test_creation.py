@@ -8,7 +8,6 @@ import functools
 import hashlib
 import json
 import re
-import socket
 from datetime import UTC, datetime
 from typing import Any
 
@@ -16,6 +15,7 @@ import httpx
 import pytest
 import sqlalchemy as sa
 from support.cards import ORIGIN, card_document
+from support.hostile import closed_port
 from support.mocked import (
     Answer,
     ScriptedAgent,
@@ -611,16 +611,10 @@ async def test_a_creation_no_credential_covers_is_recorded_as_credentials_missin
     assert agent.methods() == []
 
 
-def _closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 async def test_a_creation_whose_token_cannot_be_had_is_refused_before_anything_is_sent(
     store: EventStore,
 ) -> None:
-    token_url = f"http://127.0.0.1:{_closed_port()}/token"
+    token_url = f"http://127.0.0.1:{closed_port()}/token"
     secured = card_document()
     flows = {"clientCredentials": {"tokenUrl": token_url, "scopes": {}}}
     secured["securitySchemes"] = {"oauth": {"oauth2SecurityScheme": {"flows": flows}}}
