@@ -1,18 +1,14 @@
 """Transports to agents that are httpx handlers (``httpx.MockTransport``): for answers no real
 agent gives on request, compared whole without a server.
 
-    @pytest.fixture
-    async def agent() -> AsyncIterator[Make]:
-        async with mocked_agents() as make:
-            yield make
+``mocked_agents()`` yields ``make(handler, binding=JSONRPC, version="1.0", **transport_options)``:
+an :class:`A2ATransport` to the interface at :data:`RPC` (JSON-RPC) or :data:`REST` (HTTP+JSON),
+each on a client of its own, all closed when the block ends (the wire tests' ``agent`` fixture).
 
-``make(handler, binding=JSONRPC, version="1.0", **transport_options)`` is an
-:class:`A2ATransport` to the interface at :data:`RPC` (JSON-RPC) or :data:`REST` (HTTP+JSON),
-each on a client of its own, all closed when the block ends.
-
+:class:`ScriptedAgent` is the one mock agent of the engine's tests:
 ``engine_on(store, ScriptedAgent(...).transport())`` is an :class:`Engine` whose requests go to
-the mock agent of ``support.cards``: its card, a new task ``r-1`` for every send, the answers the
-test scripts for the rest.
+the agent of ``support.cards``: its card, a new task ``r-1`` for every send, the answers the test
+scripts for the rest, and every request kept.
 """
 
 from __future__ import annotations
