@@ -211,6 +211,41 @@ class ScriptedAgent:
         return [when for asked, when in self.at if asked == method]
 
 
+class RestAgent:
+    """A mock agent over HTTP+JSON with an authenticated extended card: ``card`` is its public
+    card (answered with the status :attr:`public`), ``extended`` what its GetExtendedAgentCard
+    (``GET …/extendedAgentCard``, under a tenant's path too) answers, a card document or an HTTP
+    status; every send creates ``r-1``. What it is asked is counted (``card``, ``extended``,
+    ``send``: :attr:`asked`), each request kept as ``"VERB /path"`` (:attr:`paths`)."""
+
+    def __init__(self, card: dict[str, Any], extended: dict[str, Any] | int) -> None:
+        self.card, self.extended = card, extended
+        self.public = 200
+        self.asked: list[str] = []
+        self.paths: list[str] = []
+
+    def count(self, what: str) -> int:
+        return self.asked.count(what)
+
+    def transport(self) -> httpx.MockTransport:
+        def handler(request: httpx.Request) -> httpx.Response:
+            self.paths.append(f"{request.method} {request.url.path}")
+            if request.url.path.endswith("/extendedAgentCard"):
+                self.asked.append("extended")
+                if isinstance(self.extended, int):
+                    return httpx.Response(self.extended, json={"error": "refused"})
+                return httpx.Response(200, json=self.extended)
+            if request.method == "GET":
+                self.asked.append("card")
+                return httpx.Response(self.public, json=self.card)
+            self.asked.append("send")
+            return httpx.Response(
+                200, json={"task": task_answer("submitted", "2026-01-01T00:00:00Z")}
+            )
+
+        return httpx.MockTransport(handler)
+
+
 def task_card_as(engine: Engine, card: Any, failure: Any, unread: Any) -> list[bool]:
     """From now on, ``engine``'s reads of a task's card (``_task_card``) give ``(card, failure,
     unread)``, as when the extended card could not be read again and the public one stands in.

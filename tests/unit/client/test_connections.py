@@ -3,8 +3,9 @@ card, or for a task created under the authenticated extended card that card read
 task's own transport and credentials (R15), kept in memory per endpoint and grant, and the public
 card standing in -- with why -- when it cannot be read.
 
-The agent is a mock transport answering the public card, ``GetExtendedAgentCard`` (HTTP+JSON:
-``GET {url}/extendedAgentCard``, which is not the endpoint's own URL) and ``SendMessage``.
+The agent (``support.mocked.RestAgent``) answers the public card, ``GetExtendedAgentCard``
+(HTTP+JSON: ``GET {url}/extendedAgentCard``, which is not the endpoint's own URL) and
+``SendMessage``.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import httpx
 import pytest
 from support import make_tls
 from support.cards import ORIGIN, card_document
-from support.mocked import ScriptedAgent, engine_on, rpc_result, task_answer
+from support.mocked import RestAgent, ScriptedAgent, engine_on, rpc_result, task_answer
 
 from cardfence.engine.auth.authorization import Authorizer
 from cardfence.engine.client.config import EngineConfig
@@ -50,40 +51,8 @@ def _extended() -> dict[str, Any]:
     return card
 
 
-class ExtendedAgent:
-    """An agent over HTTP+JSON with an authenticated extended card: ``extended`` is the card
-    document its ``GetExtendedAgentCard`` answers, or an HTTP status; ``public`` the status its
-    public card is answered with. Counts what it is asked."""
-
-    def __init__(self, *, offers_extended: bool = True) -> None:
-        self.offers_extended = offers_extended
-        self.extended: dict[str, Any] | int = _extended()
-        self.public = 200  # the status of a public card read
-        self.asked: list[str] = []
-
-    def count(self, what: str) -> int:
-        return self.asked.count(what)
-
-    def transport(self) -> httpx.MockTransport:
-        def handler(request: httpx.Request) -> httpx.Response:
-            url = str(request.url)
-            if url.endswith("/extendedAgentCard"):  # under a tenant's path too
-                self.asked.append("extended")
-                if isinstance(self.extended, int):
-                    return httpx.Response(self.extended, json={"error": "refused"})
-                return httpx.Response(200, json=self.extended)
-            if request.method == "GET":
-                self.asked.append("card")
-                return httpx.Response(
-                    self.public, json=_public(offers_extended=self.offers_extended)
-                )
-            self.asked.append("send")
-            status = {"state": "TASK_STATE_SUBMITTED", "timestamp": "2026-01-01T00:00:00Z"}
-            return httpx.Response(
-                200, json={"task": {"id": "r-1", "contextId": "c-1", "status": status}}
-            )
-
-        return httpx.MockTransport(handler)
+def _agent(*, offers_extended: bool = True) -> RestAgent:
+    return RestAgent(_public(offers_extended=offers_extended), _extended())
 
 
 async def _extended_task(engine: Engine) -> dict[str, Any]:
@@ -110,7 +79,7 @@ def _read_args(engine: Engine) -> list[tuple[str, bool, bool]]:
 async def test_an_extended_task_is_compared_with_the_extended_card_read_again(
     store: EventStore,
 ) -> None:
-    agent = ExtendedAgent()
+    agent = _agent()
     async with engine_on(store, agent.transport()) as engine:
         state = await _extended_task(engine)
         before = list(agent.asked)
@@ -133,7 +102,7 @@ async def test_an_extended_task_is_compared_with_the_extended_card_read_again(
 async def test_a_task_of_the_public_card_is_compared_with_the_public_card_as_asked(
     store: EventStore,
 ) -> None:
-    agent = ExtendedAgent(offers_extended=False)
+    agent = _agent(offers_extended=False)
     async with engine_on(store, agent.transport()) as engine:
         key = (await engine.start_task(ORIGIN, skill="echo", text="hi")).task
         state = await engine.records.state(key)
@@ -153,7 +122,7 @@ async def test_a_task_of_the_public_card_is_compared_with_the_public_card_as_ask
 async def test_an_extended_read_not_fresh_is_kept_per_endpoint_tenant_and_authorization(
     store: EventStore,
 ) -> None:
-    agent = ExtendedAgent()
+    agent = _agent()
     async with engine_on(store, agent.transport()) as engine:
         state = await _extended_task(engine)
         asked = agent.count("extended")
@@ -181,7 +150,7 @@ async def test_an_extended_read_not_fresh_is_kept_per_endpoint_tenant_and_author
 async def test_a_refused_extended_read_lets_the_public_card_stand_in_and_says_why(
     store: EventStore, fresh: bool, share: bool
 ) -> None:
-    agent = ExtendedAgent()
+    agent = _agent()
     async with engine_on(store, agent.transport()) as engine:
         state = await _extended_task(engine)
         agent.extended = 500
@@ -199,7 +168,7 @@ async def test_a_refused_extended_read_lets_the_public_card_stand_in_and_says_wh
 async def test_an_extended_read_that_cannot_be_asked_names_the_tasks_endpoint(
     store: EventStore,
 ) -> None:
-    agent = ExtendedAgent()
+    agent = _agent()
     async with engine_on(store, agent.transport()) as engine:
         state = await _extended_task(engine)
         asked = len(agent.asked)
@@ -217,7 +186,7 @@ async def test_an_extended_read_that_cannot_be_asked_names_the_tasks_endpoint(
 
 
 async def test_when_neither_card_can_be_read_both_failures_are_given(store: EventStore) -> None:
-    agent = ExtendedAgent()
+    agent = _agent()
     async with engine_on(store, agent.transport()) as engine:
         state = await _extended_task(engine)
         agent.extended, agent.public = 403, 503

@@ -18,6 +18,7 @@ from support.cards import ORIGIN, card_document
 from support.hostile import closed_port
 from support.mocked import (
     Answer,
+    RestAgent,
     ScriptedAgent,
     engine_on,
     rpc_error,
@@ -420,23 +421,11 @@ async def test_the_extended_card_is_read_over_the_interface_the_task_would_use(
         card["supportedInterfaces"].append(
             {"url": f"{ORIGIN}/rest", "protocolBinding": "HTTP+JSON", "protocolVersion": "1.0"}
         )
-    asked: list[str] = []
-
-    def handler(request: httpx.Request) -> httpx.Response:
-        asked.append(f"{request.method} {request.url.path}")
-        if request.url.path == "/rest/extendedAgentCard":
-            return httpx.Response(200, json=extended)
-        if request.method == "GET":
-            return httpx.Response(200, json=public)
-        status = {"state": "TASK_STATE_SUBMITTED", "timestamp": "2026-01-01T00:00:00Z"}
-        return httpx.Response(
-            200, json={"task": {"id": "r-1", "contextId": "c-1", "status": status}}
-        )
-
+    agent = RestAgent(public, extended)
     config = EngineConfig(prefer_bindings=("HTTP+JSON",))
-    async with engine_on(store, httpx.MockTransport(handler), config) as engine:
+    async with engine_on(store, agent.transport(), config) as engine:
         await engine.start_task(ORIGIN, skill="translate", text="hi")
-    assert asked[1:] == ["GET /rest/extendedAgentCard", "POST /rest/message:send"]
+    assert agent.paths[1:] == ["GET /rest/extendedAgentCard", "POST /rest/message:send"]
 
 
 async def test_the_extended_read_is_recorded_naming_the_public_card_and_its_transport_let_go(
