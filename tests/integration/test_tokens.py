@@ -17,6 +17,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 from support import TokenServer
+from support.virtual_time import Clock
 
 from cardfence.engine.auth import tokens
 from cardfence.engine.auth.config import OAuthClient
@@ -48,14 +49,6 @@ def client(server: TokenServer) -> OAuthClient:
     registered = OAuthClient(f"client-{secrets.token_hex(4)}", secrets.token_urlsafe(24))
     server.register(registered.client_id, registered.client_secret, scopes=("read", "write"))
     return registered
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def oauth2(server: TokenServer, client: OAuthClient, *scopes: str) -> TokenNeeded:

@@ -18,21 +18,12 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from hypothesis import example, find, given
 from hypothesis import strategies as st
+from support.virtual_time import Clock
 
 from cardfence.engine.serve._shedding import RefusalBudget
-
-
-@dataclass
-class Clock:
-    now: float = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
 
 Step = tuple[str, float]  # (source, seconds since the step before)
 steps = st.lists(

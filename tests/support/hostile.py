@@ -1,7 +1,8 @@
 """Hostile remotes for the R16 bound tests: a raw HTTP/1.1 server that answers as a minimal A2A
 agent unless told to misbehave (stacked encodings, compression bombs, bodies that drip forever),
 an agent whose event streams are scripted (`StreamingAgent`: huge events, streams cut, silent or
-about another task), and a TCP listener that accepts connections and never says a word.
+about another task), a TCP listener that accepts connections and never says a word, and a port
+nobody listens on.
 
 All run on 127.0.0.1, port 0, in a thread of their own, so the code under test (an engine, or the
 command line with its own ``asyncio.run``) can run in the test's thread.
@@ -300,6 +301,13 @@ class SilentListener:
 
 REST_PATH = "/rest"
 Frame = Callable[[dict[str, Any]], bytes]
+
+
+def closed_port() -> int:
+    """A port of 127.0.0.1 nothing listens on (bound a moment, then let go)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
 
 
 def working_event(task_id: str = "t-1") -> dict[str, Any]:

@@ -1,17 +1,14 @@
 """Transports to agents that are httpx handlers (``httpx.MockTransport``): for answers no real
 agent gives on request, compared whole without a server.
 
-    @pytest.fixture
-    async def agent() -> AsyncIterator[Make]:
-        async with mocked_agents() as make:
-            yield make
+``mocked_agents()`` yields ``make(handler, binding=JSONRPC, version="1.0", **transport_options)``:
+an :class:`A2ATransport` to the interface at :data:`RPC` (JSON-RPC) or :data:`REST` (HTTP+JSON),
+each on a client of its own, all closed when the block ends (the wire tests' ``agent`` fixture).
 
-``make(handler, binding=JSONRPC, version="1.0", **transport_options)`` is an
-:class:`A2ATransport` to the interface at :data:`RPC` (JSON-RPC) or :data:`REST` (HTTP+JSON),
-each on a client of its own, all closed when the block ends.
-
-``engine_on(store, task_agent(get_task))`` is an :class:`Engine` whose requests go to the agent
-of ``support.cards``: its card, a new task ``r-1`` for every send, ``get_task`` for GetTask.
+:class:`ScriptedAgent` is the one mock agent of the engine's tests:
+``engine_on(store, ScriptedAgent(...).transport())`` is an :class:`Engine` whose requests go to
+the agent of ``support.cards``: its card, a new task ``r-1`` for every send, the answers the test
+scripts for the rest, and every request kept.
 """
 
 from __future__ import annotations
@@ -91,7 +88,11 @@ def rpc_error(call: Mapping[str, Any], code: int, message: str) -> httpx.Respons
 
 
 def submitted_task(call: Mapping[str, Any]) -> httpx.Response:
-    """SendMessage answered with a new task ``r-1`` (context ``c-1``), submitted."""
+    """SendMessage answered with a new task ``r-1`` (context ``c-1``), submitted, in the A2A
+    version the call speaks."""
+    if call["method"] == "message/send":  # A2A 0.3
+        task = {"kind": "task", "id": "r-1", "contextId": "c-1", "status": {"state": "submitted"}}
+        return rpc_result(call, task)
     status = {"state": "TASK_STATE_SUBMITTED", "timestamp": "2026-01-01T00:00:00Z"}
     return rpc_result(call, {"task": {"id": "r-1", "contextId": "c-1", "status": status}})
 
@@ -107,6 +108,11 @@ class Body(httpx.AsyncByteStream):
             yield chunk
 
 
+def stored_as_asked(call: Mapping[str, Any]) -> httpx.Response:
+    """A push config answered as the agent stored it: the config asked for, echoed."""
+    return rpc_result(call, call["params"])
+
+
 def events_streamed(*events: dict[str, Any]) -> Answer:
     """A subscription answered with ``events`` (each a ``StreamResponse``) as server-sent
     events, then the end of the stream."""
@@ -120,21 +126,6 @@ def events_streamed(*events: dict[str, Any]) -> Answer:
         )
 
     return answer
-
-
-def task_agent(get_task: Handler) -> httpx.MockTransport:
-    """The agent of ``support.cards``: its card, a new task ``r-1`` for every send, and
-    ``get_task(request)`` for every GetTask."""
-
-    def handler(request: httpx.Request) -> httpx.Response:
-        if request.method == "GET":
-            return httpx.Response(200, json=card_document())
-        call = json.loads(request.content)
-        if call["method"] == "GetTask":
-            return get_task(request)  # type: ignore[no-any-return]
-        return submitted_task(call)
-
-    return httpx.MockTransport(handler)
 
 
 def task_answer(state: str, stamp: str = "2026-01-01T00:00:01Z") -> dict[str, Any]:
@@ -155,9 +146,12 @@ def answering(*states: str) -> Answer:
 
 
 class ScriptedAgent:
-    """A mock agent: its card (a document, or a status for every read), GetTask answered by
-    ``get``, SubscribeToTask by ``subscribe``, SendMessage by ``send``; every request counted by
-    method (:attr:`asked`), with the loop's time it came at (:attr:`at`)."""
+    """The one mock agent: its card (a document, or a status for every read), SendMessage
+    (``message/send`` in A2A 0.3) answered by ``send``, a push config by ``push`` (stored as
+    asked), SubscribeToTask by ``subscribe``, any method named in ``answers`` by its answer,
+    every other call by ``get``. Every request is
+    counted by method (:attr:`asked`, ``"card"`` for a card read), with the loop's time it came
+    at (:attr:`at`); every call is kept as it came (:attr:`requests`)."""
 
     def __init__(
         self,
@@ -166,12 +160,16 @@ class ScriptedAgent:
         card: dict[str, Any] | int | None = None,
         subscribe: Answer | None = None,
         send: Answer | None = None,
+        push: Answer = stored_as_asked,
+        answers: Mapping[str, Answer] | None = None,
     ) -> None:
-        self.send = send
+        self.send, self.push = send, push
         self.get, self.subscribe = get or answering("working"), subscribe
+        self.answers = dict(answers or {})
         self.card: dict[str, Any] | int = card_document() if card is None else card
         self.asked: list[str] = []
         self.at: list[tuple[str, float]] = []
+        self.requests: list[httpx.Request] = []
 
     def transport(self) -> httpx.MockTransport:
         def handler(request: httpx.Request) -> httpx.Response:
@@ -182,14 +180,28 @@ class ScriptedAgent:
                 if isinstance(self.card, int):
                     return httpx.Response(self.card)
                 return httpx.Response(200, json=self.card)
+            self.requests.append(request)
             call = json.loads(request.content)
-            if method == "SendMessage":
+            if method in self.answers:
+                return self.answers[method](call)
+            if method in ("SendMessage", "message/send"):
                 return (self.send or submitted_task)(call)
+            if method in ("CreateTaskPushNotificationConfig", "tasks/pushNotificationConfig/set"):
+                return self.push(call)
             if method == "SubscribeToTask" and self.subscribe is not None:
                 return self.subscribe(call)
             return self.get(call)
 
         return httpx.MockTransport(handler)
+
+    @property
+    def calls(self) -> list[dict[str, Any]]:
+        """Every call, decoded, in the order it came."""
+        return [json.loads(request.content) for request in self.requests]
+
+    def methods(self) -> list[str]:
+        """The method of every call (card reads left out), in the order they came."""
+        return [call["method"] for call in self.calls]
 
     def count(self, method: str) -> int:
         return self.asked.count(method)
@@ -197,6 +209,41 @@ class ScriptedAgent:
     def times(self, method: str) -> list[float]:
         """When each ``method`` request came, by the loop's clock."""
         return [when for asked, when in self.at if asked == method]
+
+
+class RestAgent:
+    """A mock agent over HTTP+JSON with an authenticated extended card: ``card`` is its public
+    card (answered with the status :attr:`public`), ``extended`` what its GetExtendedAgentCard
+    (``GET …/extendedAgentCard``, under a tenant's path too) answers, a card document or an HTTP
+    status; every send creates ``r-1``. What it is asked is counted (``card``, ``extended``,
+    ``send``: :attr:`asked`), each request kept as ``"VERB /path"`` (:attr:`paths`)."""
+
+    def __init__(self, card: dict[str, Any], extended: dict[str, Any] | int) -> None:
+        self.card, self.extended = card, extended
+        self.public = 200
+        self.asked: list[str] = []
+        self.paths: list[str] = []
+
+    def count(self, what: str) -> int:
+        return self.asked.count(what)
+
+    def transport(self) -> httpx.MockTransport:
+        def handler(request: httpx.Request) -> httpx.Response:
+            self.paths.append(f"{request.method} {request.url.path}")
+            if request.url.path.endswith("/extendedAgentCard"):
+                self.asked.append("extended")
+                if isinstance(self.extended, int):
+                    return httpx.Response(self.extended, json={"error": "refused"})
+                return httpx.Response(200, json=self.extended)
+            if request.method == "GET":
+                self.asked.append("card")
+                return httpx.Response(self.public, json=self.card)
+            self.asked.append("send")
+            return httpx.Response(
+                200, json={"task": task_answer("submitted", "2026-01-01T00:00:00Z")}
+            )
+
+        return httpx.MockTransport(handler)
 
 
 def task_card_as(engine: Engine, card: Any, failure: Any, unread: Any) -> list[bool]:

@@ -14,6 +14,8 @@ at all, and a socket read the loop waits on with a timer due would be cut short 
 The deadline every request ends by (:mod:`cardfence.engine.http.deadline`) reads the same clock
 while
 :func:`virtual_deadlines` is in force.
+
+:class:`Clock` is the simpler kind, for code that is handed a clock: it reads what the test set.
 """
 
 from __future__ import annotations
@@ -34,6 +36,16 @@ from cardfence.engine.http import deadline
 from cardfence.store.event_store import EventStore
 
 _T = TypeVar("_T")
+
+
+class Clock:
+    """A monotonic clock the test moves by hand: it reads :attr:`now`."""
+
+    def __init__(self, now: float = 0.0) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
 
 
 class _Jumping:

@@ -4,34 +4,13 @@ frozen card for later requests, never sent to another origin, applied per reques
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
-from typing import Any
 
 import pytest
-from support.credentials import AGENT, SCHEMES, alternative, card
+from support.credentials import AGENT, SCHEMES, Tokens, alternative, card
 
 from cardfence.engine.auth.authorization import Authorizer, Grant
 from cardfence.engine.auth.config import ApiKey, Bearer, CredentialsConfig, OAuthClient
 from cardfence.engine.errors import CredentialsMissingError
-
-
-@dataclass
-class Token:
-    value: str
-    token_type: str = "Bearer"
-
-    def authorization(self) -> str:
-        return f"Bearer {self.value}"
-
-
-class Tokens:
-    def __init__(self) -> None:
-        self.asked: list[tuple[str, bool]] = []
-
-    async def token(self, needed: Any, *, scheme: str = "", refresh: bool = False) -> Any:
-        self.asked.append((needed.token_url, refresh))
-        return Token(f"tok-{len(self.asked)}")
-
 
 CONFIG = CredentialsConfig.of(
     {
@@ -117,7 +96,8 @@ async def test_an_oauth_scheme_gets_a_token_and_a_refresh_asks_for_a_new_one() -
 
     assert first.headers == (("Authorization", "Bearer tok-1"),)
     assert second.headers == (("Authorization", "Bearer tok-2"),)
-    assert tokens.asked == [("https://auth.test/token", False), ("https://auth.test/token", True)]
+    asked = [(needed.token_url, refresh) for needed, _, refresh in tokens.asked]
+    assert asked == [("https://auth.test/token", False), ("https://auth.test/token", True)]
     assert "c-secret" in first.secrets
     assert "tok-1" in first.secrets
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 from support.cards import agent_card, skill
-from support.credentials import AGENT, alternative
+from support.credentials import AGENT, Tokens, alternative
 from support.credentials import card as card_credentials
 
 from cardfence.engine.auth.authorization import Authorizer, Grant, TaskCredentials
@@ -552,25 +552,6 @@ def test_two_oauth_tokens_cannot_share_a_request_and_one_is_kept_whichever_side(
 
 
 # -- what the authorizer passes on -----------------------------------------------------------------
-
-
-class Tokens:
-    """A token source that records what it was asked."""
-
-    def __init__(self) -> None:
-        self.asked: list[tuple[TokenNeeded, str, bool]] = []
-
-    async def token(self, needed: TokenNeeded, *, scheme: str = "", refresh: bool = False) -> Any:
-        self.asked.append((needed, scheme, refresh))
-        return _Token(f"tok-{len(self.asked)}")
-
-
-class _Token:
-    def __init__(self, value: str) -> None:
-        self.value = value
-
-    def authorization(self) -> str:
-        return f"Bearer {self.value}"
 
 
 def _oauth_grant(scopes: tuple[str, ...] = ("read",)) -> Grant:

@@ -895,10 +895,10 @@ def test_a_0_3_card_keeps_the_hashes_stores_already_hold() -> None:
 # copies handed out, the schemes read in 1.0 shape, what a skill produces. Pure.
 
 
-CARD_URL_card_model = "https://a.test/.well-known/agent-card.json"
+HTTPS_CARD_URL = "https://a.test/.well-known/agent-card.json"
 
 
-def minimal_card_model(**fields: Any) -> dict[str, Any]:
+def required_only(**fields: Any) -> dict[str, Any]:
     card: dict[str, Any] = {
         "name": "Agent",
         "supportedInterfaces": [
@@ -910,13 +910,13 @@ def minimal_card_model(**fields: Any) -> dict[str, Any]:
     return card
 
 
-def parse_card_model(doc: Any) -> AgentCard:
-    return parse_card(json.dumps(doc).encode(), url=CARD_URL_card_model)
+def parse_https(doc: Any) -> AgentCard:
+    return parse_card(json.dumps(doc).encode(), url=HTTPS_CARD_URL)
 
 
 def refusal(doc: Any) -> CardInvalidError:
     with pytest.raises(CardInvalidError) as refused:
-        parse_card_model(doc)
+        parse_https(doc)
     return refused.value
 
 
@@ -924,84 +924,82 @@ def refusal(doc: Any) -> CardInvalidError:
     ("doc", "field", "detail"),
     [
         ([1], "", "card must be a JSON object, not a list"),
-        (minimal_card_model(name=""), "name", "required: a non-empty string"),
-        (minimal_card_model(name=7), "name", "must be a string, not a number"),
-        (minimal_card_model(description=True), "description", "must be a string, not a boolean"),
+        (required_only(name=""), "name", "required: a non-empty string"),
+        (required_only(name=7), "name", "must be a string, not a number"),
+        (required_only(description=True), "description", "must be a string, not a boolean"),
         (
-            minimal_card_model(supportedInterfaces=[]),
+            required_only(supportedInterfaces=[]),
             "supportedInterfaces",
             "required: at least one interface (or a 0.3 top-level url)",
         ),
         (
-            minimal_card_model(supportedInterfaces=[{"url": ""}]),
+            required_only(supportedInterfaces=[{"url": ""}]),
             "supportedInterfaces[0].url",
             "required: a non-empty string",
         ),
         (
-            minimal_card_model(
-                supportedInterfaces=[{"url": "https://a.test", "protocolVersion": 1}]
-            ),
+            required_only(supportedInterfaces=[{"url": "https://a.test", "protocolVersion": 1}]),
             "supportedInterfaces[0].protocolVersion",
             "must be a string, not a number",
         ),
         (
-            minimal_card_model(capabilities={"streaming": "yes"}),
+            required_only(capabilities={"streaming": "yes"}),
             "capabilities.streaming",
             "must be a boolean, not a string",
         ),
         (
-            minimal_card_model(capabilities={"extensions": [{"uri": "urn:x", "required": 1}]}),
+            required_only(capabilities={"extensions": [{"uri": "urn:x", "required": 1}]}),
             "capabilities.extensions[0].required",
             "must be a boolean, not a number",
         ),
         (
-            minimal_card_model(supportsAuthenticatedExtendedCard="yes"),
+            required_only(supportsAuthenticatedExtendedCard="yes"),
             "supportsAuthenticatedExtendedCard",
             "must be a boolean, not a string",
         ),
         (
-            minimal_card_model(defaultInputModes="text/plain"),
+            required_only(defaultInputModes="text/plain"),
             "defaultInputModes",
             "must be a list of strings, not a string",
         ),
         (
-            minimal_card_model(defaultOutputModes=["text/plain", None]),
+            required_only(defaultOutputModes=["text/plain", None]),
             "defaultOutputModes[1]",
             "must be a string, not null",
         ),
         (
-            minimal_card_model(skills=[{"id": "a"}, {"id": "a"}]),
+            required_only(skills=[{"id": "a"}, {"id": "a"}]),
             "skills[1].id",
             "duplicate skill id 'a'",
         ),
         (
-            minimal_card_model(skills=[{"id": "a", "tags": [{}]}]),
+            required_only(skills=[{"id": "a", "tags": [{}]}]),
             "skills[0].tags[0]",
             "must be a string, not an object",
         ),
         (
-            minimal_card_model(securityRequirements=[{"schemes": {"oauth": ["read"]}}]),
+            required_only(securityRequirements=[{"schemes": {"oauth": ["read"]}}]),
             "securityRequirements[0].schemes.oauth",
             "must be an object, not a list",
         ),
         (
-            minimal_card_model(securityRequirements=[{"schemes": {"oauth": {"list": "read"}}}]),
+            required_only(securityRequirements=[{"schemes": {"oauth": {"list": "read"}}}]),
             "securityRequirements[0].schemes.oauth.list",
             "must be a list of strings, not a string",
         ),
         (
-            minimal_card_model(security=[{"oauth": "read"}]),
+            required_only(security=[{"oauth": "read"}]),
             "security[0].oauth",
             "must be a list of strings, not a string",
         ),
         (
-            minimal_card_model(securitySchemes=[1]),
+            required_only(securitySchemes=[1]),
             "securitySchemes",
             "must be an object, not a list",
         ),
-        (minimal_card_model(version=2), "version", "must be a string, not a number"),
+        (required_only(version=2), "version", "must be a string, not a number"),
         (
-            minimal_card_model(extra=2**1024),
+            required_only(extra=2**1024),
             "extra",
             "number beyond the largest double (±1.7976931348623157e+308)",
         ),
@@ -1025,14 +1023,12 @@ def refusal(doc: Any) -> CardInvalidError:
             "must be a list, not an object",
         ),
         (
-            minimal_card_model(
-                supportedInterfaces=[{"url": "https://a.test", "protocolBinding": 1}]
-            ),
+            required_only(supportedInterfaces=[{"url": "https://a.test", "protocolBinding": 1}]),
             "supportedInterfaces[0].protocolBinding",
             "must be a string, not a number",
         ),
         (
-            minimal_card_model(supportedInterfaces=[{"url": "https://a.test", "tenant": {}}]),
+            required_only(supportedInterfaces=[{"url": "https://a.test", "tenant": {}}]),
             "supportedInterfaces[0].tenant",
             "must be a string, not an object",
         ),
@@ -1048,66 +1044,64 @@ def refusal(doc: Any) -> CardInvalidError:
             "must be a string, not a number",
         ),
         (
-            minimal_card_model(securityRequirements=[{"schemes": []}]),
+            required_only(securityRequirements=[{"schemes": []}]),
             "securityRequirements[0].schemes",
             "must be an object, not a list",
         ),
-        (minimal_card_model(capabilities=[]), "capabilities", "must be an object, not a list"),
+        (required_only(capabilities=[]), "capabilities", "must be an object, not a list"),
         (
-            minimal_card_model(capabilities={"extendedAgentCard": 1}),
+            required_only(capabilities={"extendedAgentCard": 1}),
             "capabilities.extendedAgentCard",
             "must be a boolean, not a number",
         ),
         (
-            minimal_card_model(capabilities={"extensions": [{"required": True}]}),
+            required_only(capabilities={"extensions": [{"required": True}]}),
             "capabilities.extensions[0].uri",
             "required: a non-empty string",
         ),
-        (minimal_card_model(skills={"id": "a"}), "skills", "must be a list, not an object"),
+        (required_only(skills={"id": "a"}), "skills", "must be a list, not an object"),
         (
-            minimal_card_model(skills=[{"id": "a", "name": 1}]),
+            required_only(skills=[{"id": "a", "name": 1}]),
             "skills[0].name",
             "must be a string, not a number",
         ),
         (
-            minimal_card_model(skills=[{"id": "a", "description": []}]),
+            required_only(skills=[{"id": "a", "description": []}]),
             "skills[0].description",
             "must be a string, not a list",
         ),
         (
-            minimal_card_model(skills=[{"id": "a", "examples": [1]}]),
+            required_only(skills=[{"id": "a", "examples": [1]}]),
             "skills[0].examples[0]",
             "must be a string, not a number",
         ),
         (
-            minimal_card_model(skills=[{"id": "a", "inputModes": "text/plain"}]),
+            required_only(skills=[{"id": "a", "inputModes": "text/plain"}]),
             "skills[0].inputModes",
             "must be a list of strings, not a string",
         ),
         (
-            minimal_card_model(skills=[{"id": "a", "outputModes": [None]}]),
+            required_only(skills=[{"id": "a", "outputModes": [None]}]),
             "skills[0].outputModes[0]",
             "must be a string, not null",
         ),
         (
-            minimal_card_model(
-                skills=[{"id": "a", "securityRequirements": [{"schemes": {"k": 1}}]}]
-            ),
+            required_only(skills=[{"id": "a", "securityRequirements": [{"schemes": {"k": 1}}]}]),
             "skills[0].securityRequirements[0].schemes.k",
             "must be an object, not a number",
         ),
         (
-            minimal_card_model(skills=[{"id": "a", "security": [{"k": "read"}]}]),
+            required_only(skills=[{"id": "a", "security": [{"k": "read"}]}]),
             "skills[0].security[0].k",
             "must be a list of strings, not a string",
         ),
         (
-            minimal_card_model(securitySchemes={"k": 1}),
+            required_only(securitySchemes={"k": 1}),
             "securitySchemes.k",
             "must be an object, not a number",
         ),
         (
-            minimal_card_model(securitySchemes={"k": None}),
+            required_only(securitySchemes={"k": None}),
             "securitySchemes.k",
             "must be an object, not null",
         ),
@@ -1119,12 +1113,12 @@ def test_each_refusal_names_the_field_and_says_what_is_wrong_with_it(
     refused = refusal(doc)
     where = f"{field}: " if field else ""
     assert (refused.field, refused.detail) == (field, f"invalid Agent Card: {where}{detail}")
-    assert (refused.url, refused.kind) == (CARD_URL_card_model, "invalid_card")
+    assert (refused.url, refused.kind) == (HTTPS_CARD_URL, "invalid_card")
 
 
 def test_the_copies_a_card_hands_out_are_deep() -> None:
     schemes = {"bearer": {"httpAuthSecurityScheme": {"scheme": "Bearer"}}}
-    card = parse_card_model(minimal_card_model(securitySchemes=schemes))
+    card = parse_https(required_only(securitySchemes=schemes))
     card.to_json()["securitySchemes"]["bearer"]["httpAuthSecurityScheme"]["scheme"] = "x"
     card.security_schemes()["bearer"]["httpAuthSecurityScheme"]["scheme"] = "y"
     assert card.to_json()["securitySchemes"] == schemes
@@ -1132,8 +1126,8 @@ def test_the_copies_a_card_hands_out_are_deep() -> None:
 
 
 def test_schemes_are_read_in_1_0_shape_and_one_of_unknown_type_as_written() -> None:
-    card = parse_card_model(
-        minimal_card_model(
+    card = parse_https(
+        required_only(
             securitySchemes={
                 "key": {"type": "apiKey", "in": "header", "name": "X-Key"},
                 "both": {
@@ -1154,12 +1148,12 @@ def test_schemes_are_read_in_1_0_shape_and_one_of_unknown_type_as_written() -> N
         "odd": {"type": ["http"], "scheme": "basic"},
         "untyped": {"scheme": "basic"},
     }
-    assert parse_card_model(minimal_card_model()).security_schemes() == {}
-    assert parse_card_model(minimal_card_model(securitySchemes=None)).security_schemes() == {}
+    assert parse_https(required_only()).security_schemes() == {}
+    assert parse_https(required_only(securitySchemes=None)).security_schemes() == {}
 
 
 def test_a_skill_produces_only_its_output_modes() -> None:
-    skill = parse_card_model(minimal_card_model(defaultOutputModes=["text/plain"])).skill("echo")
+    skill = parse_https(required_only(defaultOutputModes=["text/plain"])).skill("echo")
     assert skill is not None
     assert skill.produces("text/markdown; charset=utf-8") is False
     assert skill.produces("TEXT/PLAIN") is True
@@ -1173,7 +1167,7 @@ def test_a_skill_keeps_its_descriptive_fields_as_the_card_gives_them() -> None:
         "tags": ["debug", "text"],
         "examples": ["echo hello", "echo again"],
     }
-    skill = parse_card_model(minimal_card_model(skills=[described])).skill("echo")
+    skill = parse_https(required_only(skills=[described])).skill("echo")
     assert skill is not None
     assert (skill.name, skill.description, skill.tags, skill.examples) == (
         "Echo",
@@ -1181,24 +1175,24 @@ def test_a_skill_keeps_its_descriptive_fields_as_the_card_gives_them() -> None:
         ("debug", "text"),
         ("echo hello", "echo again"),
     )
-    bare = parse_card_model(minimal_card_model(skills=[{"id": "echo"}])).skill("echo")
+    bare = parse_https(required_only(skills=[{"id": "echo"}])).skill("echo")
     assert bare is not None
     assert (bare.name, bare.description, bare.tags, bare.examples) == ("", "", (), ())
 
 
 def test_a_body_over_the_limit_is_refused_by_its_size_and_the_default_limit_is_one_mib() -> None:
-    padded = json.dumps(minimal_card_model()).encode()
+    padded = json.dumps(required_only()).encode()
     at_limit = padded + b" " * (1_048_576 - len(padded))
     assert parse_card(at_limit).source_url == ""
     with pytest.raises(CardInvalidError) as refused:
-        parse_card(at_limit + b" ", url=CARD_URL_card_model)
-    assert (refused.value.url, refused.value.kind) == (CARD_URL_card_model, "too_large")
+        parse_card(at_limit + b" ", url=HTTPS_CARD_URL)
+    assert (refused.value.url, refused.value.kind) == (HTTPS_CARD_URL, "too_large")
     assert refused.value.detail == "card body is 1048577 bytes, over the limit of 1048576"
 
 
 def test_the_card_default_modes_are_kept_as_declared() -> None:
-    card = parse_card_model(
-        minimal_card_model(defaultInputModes=["text/plain"], defaultOutputModes=["image/png"])
+    card = parse_https(
+        required_only(defaultInputModes=["text/plain"], defaultOutputModes=["image/png"])
     )
     assert (card.default_input_modes, card.default_output_modes) == (
         ("text/plain",),

@@ -568,11 +568,7 @@ def test_a_policy_file_that_cannot_be_read_says_so(tmp_path: Path) -> None:
 # network.
 
 
-def ec_key_card_signatures(kid: str = "k1") -> ECKey:
-    return ECKey.generate_key("P-256", parameters={"kid": kid})
-
-
-def key_set_card_signatures(*keys: Key, source: str = "file") -> CardKeys:
+def key_set_of(*keys: Key, source: str = "file") -> CardKeys:
     body = json.dumps({"keys": [k.as_dict(private=False) for k in keys]}).encode()
     return parse_keys(body, source=source, url="file:///keys.json", card_url=URL)
 
@@ -607,13 +603,13 @@ def b64(value: object) -> str:
     ],
 )
 def test_a_card_signed_with_each_accepted_algorithm_verifies(alg: str, key: Key) -> None:
-    assert checked(sign_card(CARD, key, alg=alg), key_set_card_signatures(key)) == FORM_RFC8785
+    assert checked(sign_card(CARD, key, alg=alg), key_set_of(key)) == FORM_RFC8785
 
 
 def test_a_signature_covers_exactly_the_revision_bytes_so_signing_leaves_the_revision_alone() -> (
     None
 ):
-    key = ec_key_card_signatures()
+    key = ec_key()
     signed = sign_card(CARD, key)
     plain, card = parse_card(json.dumps(CARD).encode()), parse_card(json.dumps(signed).encode())
     assert card.revision == plain.revision
@@ -627,27 +623,25 @@ def test_a_signature_covers_exactly_the_revision_bytes_so_signing_leaves_the_rev
 
 
 def test_a_skill_added_after_signing_is_refused() -> None:
-    key = ec_key_card_signatures()
+    key = ec_key()
     signed = sign_card(CARD, key)
     signed["skills"].append({"id": "steal", "name": "Steal", "description": "", "tags": []})
-    assert checked(signed, key_set_card_signatures(key)) == (
+    assert checked(signed, key_set_of(key)) == (
         "refused: signature 0 (kid 'k1', ES256) does not verify: the card was altered after it "
         "was signed, or signed with another key"
     )
 
 
 def test_a_signature_by_another_key_under_a_known_kid_is_refused() -> None:
-    signed = sign_card(CARD, ec_key_card_signatures("k1"))
-    assert checked(signed, key_set_card_signatures(ec_key_card_signatures("k1"))).startswith(
+    signed = sign_card(CARD, ec_key("k1"))
+    assert checked(signed, key_set_of(ec_key("k1"))).startswith(
         "refused: signature 0 (kid 'k1', ES256) does not verify"
     )
 
 
 def test_a_kid_the_key_set_lacks_is_refused_naming_the_kids_it_has() -> None:
-    signed = sign_card(CARD, ec_key_card_signatures("other"))
-    assert checked(
-        signed, key_set_card_signatures(ec_key_card_signatures("k1"), ec_key_card_signatures("k2"))
-    ) == (
+    signed = sign_card(CARD, ec_key("other"))
+    assert checked(signed, key_set_of(ec_key("k1"), ec_key("k2"))) == (
         "refused: signature 0 (kid 'other', ES256): kid 'other' is not in the key set "
         "(kids: k1, k2)"
     )
@@ -655,33 +649,31 @@ def test_a_kid_the_key_set_lacks_is_refused_naming_the_kids_it_has() -> None:
 
 def test_a_named_key_that_does_not_fit_the_algorithm_refuses_the_card() -> None:
     """No algorithm confusion: the key named is used with its own algorithm or not at all."""
-    signed = sign_card(CARD, ec_key_card_signatures("k1"))
+    signed = sign_card(CARD, ec_key("k1"))
     p384 = ECKey.generate_key("P-384", parameters={"kid": "k1"})
     rsa = RSAKey.generate_key(2048, parameters={"kid": "k1"})
     for wrong in (p384, rsa):
-        assert checked(signed, key_set_card_signatures(wrong)) == (
+        assert checked(signed, key_set_of(wrong)) == (
             "refused: signature 0 (kid 'k1', ES256): the key 'k1' does not fit ES256"
         )
     unnamed = sign_card(CARD, ECKey.generate_key("P-256"), kid=None)
-    assert checked(unnamed, key_set_card_signatures(rsa)) == (
+    assert checked(unnamed, key_set_of(rsa)) == (
         "refused: signature 0 (ES256): no key of the set does fit ES256"
     )
 
 
 def test_while_keys_rotate_one_good_signature_is_enough_and_an_unknown_kid_is_passed_over() -> None:
-    old, new = ec_key_card_signatures("old"), ec_key_card_signatures("new")
+    old, new = ec_key("old"), ec_key("new")
     signed = sign_card(sign_card(CARD, old), new)
-    assert checked(signed, key_set_card_signatures(new)) == FORM_RFC8785
-    assert checked(signed, key_set_card_signatures(old)) == FORM_RFC8785
+    assert checked(signed, key_set_of(new)) == FORM_RFC8785
+    assert checked(signed, key_set_of(old)) == FORM_RFC8785
 
 
 def test_one_bad_signature_refuses_the_card_even_beside_a_good_one() -> None:
-    good, forged = ec_key_card_signatures("good"), ec_key_card_signatures("forged")
+    good, forged = ec_key("good"), ec_key("forged")
     signed = sign_card(CARD, good)
     signed["signatures"].append(sign_card(CARD, forged, kid="good")["signatures"][0])
-    assert checked(signed, key_set_card_signatures(good)).startswith(
-        "refused: signature 1 (kid 'good', ES256)"
-    )
+    assert checked(signed, key_set_of(good)).startswith("refused: signature 1 (kid 'good', ES256)")
 
 
 @pytest.mark.parametrize(
@@ -712,7 +704,7 @@ def test_a_refused_header_is_refused_before_any_key_is_looked_for(
 
 def test_an_hmac_signature_made_with_the_public_key_as_secret_is_refused() -> None:
     """The classic confusion: HS256 keyed with the verifier's public key. Refused by name."""
-    key = ec_key_card_signatures()
+    key = ec_key()
     secret = OctKey.import_key(json.dumps(key.as_dict(private=False)).encode())
     header = {"alg": "HS256", "kid": "k1"}
     card = parse_card(json.dumps(CARD).encode())
@@ -722,7 +714,7 @@ def test_an_hmac_signature_made_with_the_public_key_as_secret_is_refused() -> No
     mac = JWSRegistry.algorithms["HS256"].sign(f"{b64(header)}.{payload}".encode(), secret)
     signature = base64.urlsafe_b64encode(mac).rstrip(b"=").decode()
     forged = {**CARD, "signatures": [{"protected": b64(header), "signature": signature}]}
-    assert checked(forged, key_set_card_signatures(key)) == (
+    assert checked(forged, key_set_of(key)) == (
         "refused: signature 0: alg HS256 (HMAC) is refused: a shared secret proves no signer"
     )
 
@@ -746,7 +738,7 @@ def test_a_malformed_signatures_member_is_refused(signatures: object, reason: st
 
 
 def test_the_kid_may_come_from_the_unprotected_header_but_jku_only_from_the_protected_one() -> None:
-    key = ec_key_card_signatures("k1")
+    key = ec_key("k1")
     signed = sign_card(CARD, key, kid=None, header={"kid": "k1", "jku": "https://evil.example/"})
     signed["signatures"][0]["protected"] = b64({"alg": "ES256", "typ": "JOSE"})
     card = parse_card(json.dumps(signed).encode())
@@ -773,9 +765,9 @@ def test_require_refuses_an_unsigned_card_and_prefer_records_it_as_unsigned() ->
 
 
 def test_a_verified_check_records_the_raw_signatures_and_the_key_set() -> None:
-    key = ec_key_card_signatures()
+    key = ec_key()
     signed = sign_card(CARD, key)
-    keys = key_set_card_signatures(key)
+    keys = key_set_of(key)
     card = parse_card(json.dumps(signed).encode())
     record = apply_policy(card, SignaturePolicy(PREFER), keys, URL).record()
     assert record == {
@@ -855,7 +847,7 @@ def test_a_malformed_policy_file_is_a_usage_error(tmp_path: Path, text: str, rea
 @pytest.mark.filterwarnings("ignore::joserfc.errors.SecurityWarning")  # the 1024-bit key
 def test_a_key_set_keeps_public_signing_keys_only() -> None:
     signing, rsa = (
-        ec_key_card_signatures("sig"),
+        ec_key("sig"),
         RSAKey.generate_key(2048, parameters={"kid": "rsa"}),
     )
     document = {
@@ -863,7 +855,7 @@ def test_a_key_set_keeps_public_signing_keys_only() -> None:
             signing.as_dict(private=True),  # private members are dropped
             rsa.as_dict(private=False),
             OctKey.generate_key(256, parameters={"kid": "mac"}).as_dict(private=True),
-            ec_key_card_signatures("enc").as_dict(private=False) | {"use": "enc"},
+            ec_key("enc").as_dict(private=False) | {"use": "enc"},
             RSAKey.generate_key(1024, parameters={"kid": "weak"}).as_dict(private=False),
             OKPKey.generate_key("X25519", parameters={"kid": "dh"}).as_dict(private=False),
             {"kty": "EC", "crv": "P-256", "x": "broken"},
@@ -877,16 +869,16 @@ def test_a_key_set_keeps_public_signing_keys_only() -> None:
 
 
 def test_the_pinned_hash_depends_on_the_keys_only() -> None:
-    a, b = ec_key_card_signatures("a"), ec_key_card_signatures("b")
-    one = key_set_card_signatures(a, b)
+    a, b = ec_key("a"), ec_key("b")
+    one = key_set_of(a, b)
     other = parse_keys(
         json.dumps({"keys": [b.as_dict(private=False) | {"x5u": "https://meta"},
                              a.as_dict(private=False)]}).encode(),
         source="jku", url="elsewhere", card_url=URL,
     )  # fmt: skip
     assert one.key_set == other.key_set
-    assert key_set_card_signatures(a).key_set != one.key_set
-    assert key_set_card_signatures(a).key_set == key_set_card_signatures(a).key_set
+    assert key_set_of(a).key_set != one.key_set
+    assert key_set_of(a).key_set == key_set_of(a).key_set
 
 
 @pytest.mark.parametrize(
@@ -904,7 +896,7 @@ def test_a_key_set_without_a_usable_key_is_refused(body: bytes, reason: str) -> 
 
 
 def test_a_single_jwk_is_read_as_a_set_of_one() -> None:
-    key = ec_key_card_signatures()
+    key = ec_key()
     keys = parse_keys(
         json.dumps(key.as_dict(private=False)).encode(), source="file", url="u", card_url=URL
     )
@@ -923,10 +915,10 @@ def test_a_signature_over_a2a_sdks_view_counts_when_that_view_decides_alike() ->
     view = sdk_form(served)
     assert view is not None
     assert view != parse_card(json.dumps(served).encode()).canonical_bytes()
-    key = ec_key_card_signatures()
+    key = ec_key()
     signed = sign_card(json.loads(view), key)
     served["signatures"] = signed["signatures"]
-    assert checked(served, key_set_card_signatures(key)) == FORM_A2A_SDK
+    assert checked(served, key_set_of(key)) == FORM_A2A_SDK
 
 
 def test_a_signature_over_a2a_sdks_view_that_drops_a_security_requirement_is_refused() -> None:
@@ -942,9 +934,9 @@ def test_a_signature_over_a2a_sdks_view_that_drops_a_security_requirement_is_ref
         "securityRequirements",
         "contract",
     )
-    key = ec_key_card_signatures()
+    key = ec_key()
     served["signatures"] = sign_card(json.loads(view), key)["signatures"]
-    assert checked(served, key_set_card_signatures(key)) == (
+    assert checked(served, key_set_of(key)) == (
         "refused: signature 0 (kid 'k1', ES256) covers only a2a-sdk's view of the card, which "
         "leaves out what cardfence decides on (securityRequirements, contract)"
     )
@@ -958,9 +950,9 @@ def test_a_view_that_is_no_card_covers_nothing() -> None:
 
 
 def test_reverify_holds_for_the_recorded_read_and_fails_for_an_altered_snapshot() -> None:
-    key = ec_key_card_signatures()
+    key = ec_key()
     signed = sign_card(CARD, key)
-    keys = key_set_card_signatures(key)
+    keys = key_set_of(key)
     card = parse_card(json.dumps(signed).encode())
     record = apply_policy(card, SignaturePolicy(REQUIRE), keys, URL).record()
     body = card.canonical_bytes().decode()
@@ -973,19 +965,17 @@ def test_reverify_holds_for_the_recorded_read_and_fails_for_an_altered_snapshot(
     assert reverify(body, {**record, "signatures": []}, keys.body) == (
         "the recorded signatures are missing"
     )
-    assert (
-        reverify(body, record, key_set_card_signatures(ec_key_card_signatures()).body) is not None
-    )
+    assert reverify(body, record, key_set_of(ec_key()).body) is not None
     assert (reverify("[1", record, keys.body) or "").startswith("the stored card cannot be read")
 
 
 def test_sign_card_refuses_hmac_none_and_a_key_that_does_not_fit() -> None:
     with pytest.raises(ValueError, match="not accepted"):
-        sign_card(CARD, ec_key_card_signatures(), alg="HS256")
+        sign_card(CARD, ec_key(), alg="HS256")
     with pytest.raises(ValueError, match="not accepted"):
-        sign_card(CARD, ec_key_card_signatures(), alg="none")
+        sign_card(CARD, ec_key(), alg="none")
     with pytest.raises(ValueError, match="needs a private RSA key"):
-        sign_card(CARD, ec_key_card_signatures(), alg="RS256")
-    public = ECKey.import_key(ec_key_card_signatures().as_dict(private=False))
+        sign_card(CARD, ec_key(), alg="RS256")
+    public = ECKey.import_key(ec_key().as_dict(private=False))
     with pytest.raises(ValueError, match="needs a private EC key"):
         sign_card(CARD, public)

@@ -3,8 +3,9 @@ card, or for a task created under the authenticated extended card that card read
 task's own transport and credentials (R15), kept in memory per endpoint and grant, and the public
 card standing in -- with why -- when it cannot be read.
 
-The agent is a mock transport answering the public card, ``GetExtendedAgentCard`` (HTTP+JSON:
-``GET {url}/extendedAgentCard``, which is not the endpoint's own URL) and ``SendMessage``.
+The agent (``support.mocked.RestAgent``) answers the public card, ``GetExtendedAgentCard``
+(HTTP+JSON: ``GET {url}/extendedAgentCard``, which is not the endpoint's own URL) and
+``SendMessage``.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import httpx
 import pytest
 from support import make_tls
 from support.cards import ORIGIN, card_document
-from support.mocked import engine_on, rpc_result, submitted_task
+from support.mocked import RestAgent, ScriptedAgent, engine_on, rpc_result, task_answer
 
 from cardfence.engine.auth.authorization import Authorizer
 from cardfence.engine.client.config import EngineConfig
@@ -50,40 +51,8 @@ def _extended() -> dict[str, Any]:
     return card
 
 
-class ExtendedAgent:
-    """An agent over HTTP+JSON with an authenticated extended card: ``extended`` is the card
-    document its ``GetExtendedAgentCard`` answers, or an HTTP status; ``public`` the status its
-    public card is answered with. Counts what it is asked."""
-
-    def __init__(self, *, offers_extended: bool = True) -> None:
-        self.offers_extended = offers_extended
-        self.extended: dict[str, Any] | int = _extended()
-        self.public = 200  # the status of a public card read
-        self.asked: list[str] = []
-
-    def count(self, what: str) -> int:
-        return self.asked.count(what)
-
-    def transport(self) -> httpx.MockTransport:
-        def handler(request: httpx.Request) -> httpx.Response:
-            url = str(request.url)
-            if url.endswith("/extendedAgentCard"):  # under a tenant's path too
-                self.asked.append("extended")
-                if isinstance(self.extended, int):
-                    return httpx.Response(self.extended, json={"error": "refused"})
-                return httpx.Response(200, json=self.extended)
-            if request.method == "GET":
-                self.asked.append("card")
-                return httpx.Response(
-                    self.public, json=_public(offers_extended=self.offers_extended)
-                )
-            self.asked.append("send")
-            status = {"state": "TASK_STATE_SUBMITTED", "timestamp": "2026-01-01T00:00:00Z"}
-            return httpx.Response(
-                200, json={"task": {"id": "r-1", "contextId": "c-1", "status": status}}
-            )
-
-        return httpx.MockTransport(handler)
+def _agent(*, offers_extended: bool = True) -> RestAgent:
+    return RestAgent(_public(offers_extended=offers_extended), _extended())
 
 
 async def _extended_task(engine: Engine) -> dict[str, Any]:
@@ -110,7 +79,7 @@ def _read_args(engine: Engine) -> list[tuple[str, bool, bool]]:
 async def test_an_extended_task_is_compared_with_the_extended_card_read_again(
     store: EventStore,
 ) -> None:
-    agent = ExtendedAgent()
+    agent = _agent()
     async with engine_on(store, agent.transport()) as engine:
         state = await _extended_task(engine)
         before = list(agent.asked)
@@ -133,7 +102,7 @@ async def test_an_extended_task_is_compared_with_the_extended_card_read_again(
 async def test_a_task_of_the_public_card_is_compared_with_the_public_card_as_asked(
     store: EventStore,
 ) -> None:
-    agent = ExtendedAgent(offers_extended=False)
+    agent = _agent(offers_extended=False)
     async with engine_on(store, agent.transport()) as engine:
         key = (await engine.start_task(ORIGIN, skill="echo", text="hi")).task
         state = await engine.records.state(key)
@@ -153,7 +122,7 @@ async def test_a_task_of_the_public_card_is_compared_with_the_public_card_as_ask
 async def test_an_extended_read_not_fresh_is_kept_per_endpoint_tenant_and_authorization(
     store: EventStore,
 ) -> None:
-    agent = ExtendedAgent()
+    agent = _agent()
     async with engine_on(store, agent.transport()) as engine:
         state = await _extended_task(engine)
         asked = agent.count("extended")
@@ -181,7 +150,7 @@ async def test_an_extended_read_not_fresh_is_kept_per_endpoint_tenant_and_author
 async def test_a_refused_extended_read_lets_the_public_card_stand_in_and_says_why(
     store: EventStore, fresh: bool, share: bool
 ) -> None:
-    agent = ExtendedAgent()
+    agent = _agent()
     async with engine_on(store, agent.transport()) as engine:
         state = await _extended_task(engine)
         agent.extended = 500
@@ -199,7 +168,7 @@ async def test_a_refused_extended_read_lets_the_public_card_stand_in_and_says_wh
 async def test_an_extended_read_that_cannot_be_asked_names_the_tasks_endpoint(
     store: EventStore,
 ) -> None:
-    agent = ExtendedAgent()
+    agent = _agent()
     async with engine_on(store, agent.transport()) as engine:
         state = await _extended_task(engine)
         asked = len(agent.asked)
@@ -217,7 +186,7 @@ async def test_an_extended_read_that_cannot_be_asked_names_the_tasks_endpoint(
 
 
 async def test_when_neither_card_can_be_read_both_failures_are_given(store: EventStore) -> None:
-    agent = ExtendedAgent()
+    agent = _agent()
     async with engine_on(store, agent.transport()) as engine:
         state = await _extended_task(engine)
         agent.extended, agent.public = 403, 503
@@ -237,28 +206,12 @@ async def test_when_neither_card_can_be_read_both_failures_are_given(store: Even
 # and recorded grant, and never chosen anew when that card is gone from the store.
 
 
-class Agent:
-    """The card of ``support.cards`` (offering ``urn:ext:trace``), every request's headers kept
-    by method; SendMessage creates ``r-1``, GetTask finds it working."""
-
-    def __init__(self) -> None:
-        self.headers: list[tuple[str, httpx.Headers]] = []
-
-    def transport(self) -> httpx.MockTransport:
-        card = card_document()
-        card["capabilities"]["extensions"] = [{"uri": "urn:ext:trace"}]
-
-        def handler(request: httpx.Request) -> httpx.Response:
-            if request.method == "GET":
-                return httpx.Response(200, json=card)
-            call = json.loads(request.content)
-            self.headers.append((call["method"], request.headers))
-            if call["method"] == "SendMessage":
-                return submitted_task(call)
-            status = {"state": "TASK_STATE_WORKING", "timestamp": "2026-01-01T00:00:01Z"}
-            return rpc_result(call, {"id": "r-1", "contextId": "c-1", "status": status})
-
-        return httpx.MockTransport(handler)
+def _tracing_agent() -> ScriptedAgent:
+    """The card of ``support.cards`` offering ``urn:ext:trace``; SendMessage creates ``r-1``,
+    GetTask finds it working."""
+    card = card_document()
+    card["capabilities"]["extensions"] = [{"uri": "urn:ext:trace"}]
+    return ScriptedAgent(lambda call: rpc_result(call, task_answer("working")), card=card)
 
 
 async def _task(engine: Engine, **options: Any) -> dict[str, Any]:
@@ -269,13 +222,16 @@ async def _task(engine: Engine, **options: Any) -> dict[str, Any]:
 async def test_every_later_request_of_a_task_names_the_extensions_it_activated(
     store: EventStore,
 ) -> None:
-    agent = Agent()
+    agent = _tracing_agent()
     async with engine_on(store, agent.transport()) as engine:
         activated = await _task(engine, extensions=["urn:ext:trace"])
         plain = await _task(engine)
         await engine.poll(activated["task"])
         await engine.poll(plain["task"])
-    sent = [(method, headers.get("A2A-Extensions")) for method, headers in agent.headers]
+    sent = [
+        (m, r.headers.get("A2A-Extensions"))
+        for m, r in zip(agent.methods(), agent.requests, strict=True)
+    ]
     assert sent == [
         ("SendMessage", "urn:ext:trace"),
         ("SendMessage", None),
@@ -287,7 +243,7 @@ async def test_every_later_request_of_a_task_names_the_extensions_it_activated(
 async def test_a_task_recorded_without_a_grant_is_asked_with_no_credentials(
     store: EventStore,
 ) -> None:
-    async with engine_on(store, Agent().transport()) as engine:
+    async with engine_on(store, _tracing_agent().transport()) as engine:
         state = await _task(engine)
         for recorded in (None, {"origin": ORIGIN, "schemes": []}):
             transport = await engine.connections.task_transport(
@@ -307,7 +263,7 @@ async def test_the_grant_of_a_frozen_card_is_worked_out_once_per_recorded_grant(
         return real(card, recorded)
 
     monkeypatch.setattr(Authorizer, "regrant", staticmethod(counted))
-    async with engine_on(store, Agent().transport()) as engine:
+    async with engine_on(store, _tracing_agent().transport()) as engine:
         state = await _task(engine)
         one = {**state, "authorization": {"origin": ORIGIN, "schemes": ["a"], "scopes": {}}}
         other = {**state, "authorization": {"origin": ORIGIN, "schemes": ["b"], "scopes": {}}}
@@ -329,7 +285,7 @@ async def test_the_grant_of_a_frozen_card_is_worked_out_once_per_recorded_grant(
 async def test_credentials_are_never_chosen_anew_when_the_frozen_card_is_gone(
     store: EventStore,
 ) -> None:
-    async with engine_on(store, Agent().transport()) as engine:
+    async with engine_on(store, _tracing_agent().transport()) as engine:
         state = await _task(engine)
         lost = {**state, "authorization": {"schemes": ["key"]}, "card_revision": "0" * 64}
         with pytest.raises(CredentialsMissingError) as refused:
@@ -355,7 +311,7 @@ class _Grant:
 
 async def test_one_transport_is_kept_per_endpoint_tenant_and_grant(store: EventStore) -> None:
     config = EngineConfig(request_timeout=2.5)
-    async with engine_on(store, Agent().transport(), config) as engine:
+    async with engine_on(store, _tracing_agent().transport(), config) as engine:
         plain = engine.connections.transport(REST_ENDPOINT)
         assert engine.connections.transport(dict(REST_ENDPOINT)) is plain
         tenant = engine.connections.transport({**REST_ENDPOINT, "tenant": "t-1"})
@@ -408,7 +364,7 @@ async def test_a_grant_that_needs_a_client_certificate_goes_by_a_client_presenti
     tls = make_tls(tmp_path)
     cert = (str(tls.client_cert), str(tls.client_key))
     config = EngineConfig(ca_file=str(tls.ca))
-    async with engine_on(store, Agent().transport(), config) as engine:
+    async with engine_on(store, _tracing_agent().transport(), config) as engine:
         first = engine.connections.transport(REST_ENDPOINT, _Grant(cert))  # type: ignore[arg-type]
         again = engine.connections.transport({**REST_ENDPOINT, "tenant": "t"}, _Grant(cert))  # type: ignore[arg-type]
         assert first.client is again.client is not engine.client

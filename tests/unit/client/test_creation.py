@@ -8,8 +8,6 @@ import functools
 import hashlib
 import json
 import re
-import socket
-from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -17,13 +15,14 @@ import httpx
 import pytest
 import sqlalchemy as sa
 from support.cards import ORIGIN, card_document
+from support.hostile import closed_port
 from support.mocked import (
+    Answer,
+    RestAgent,
     ScriptedAgent,
     engine_on,
     rpc_error,
     rpc_result,
-    submitted_task,
-    task_agent,
 )
 
 from cardfence.engine.auth.config import Bearer, CredentialsConfig, OAuthClient
@@ -54,23 +53,6 @@ from cardfence.store.records import RecordedEvent
 ENDPOINT = f"{ORIGIN}/a2a"
 
 
-class Agent:
-    """The card of ``support.cards`` (or ``card``), and ``send`` answering the creation."""
-
-    def __init__(self, send: Any = submitted_task, card: dict[str, Any] | None = None) -> None:
-        self.send, self.card = send, card or card_document()
-        self.sent: list[httpx.Request] = []
-
-    def transport(self) -> httpx.MockTransport:
-        def handler(request: httpx.Request) -> httpx.Response:
-            if request.method == "GET":
-                return httpx.Response(200, json=self.card)
-            self.sent.append(request)
-            return self.send(json.loads(request.content))  # type: ignore[no-any-return]
-
-        return httpx.MockTransport(handler)
-
-
 def _first(store: EventStore, key: str) -> dict[str, Any]:
     return store.read_stream(f"task:{key}")[0].data
 
@@ -78,7 +60,7 @@ def _first(store: EventStore, key: str) -> dict[str, Any]:
 async def test_a_task_is_frozen_with_its_card_contract_skill_and_endpoint_then_sent(
     store: EventStore,
 ) -> None:
-    agent = Agent()
+    agent = ScriptedAgent()
     before = datetime.now(UTC)
     async with engine_on(store, agent.transport()) as engine:
         view = await engine.start_task(
@@ -109,7 +91,7 @@ async def test_a_task_is_frozen_with_its_card_contract_skill_and_endpoint_then_s
     }  # fmt: skip
     assert "extensions" not in data
     assert (view.task, view.state, view.remote_task_id) == ("k-1", "submitted", "r-1")
-    (sent,) = agent.sent
+    (sent,) = agent.requests
     assert str(sent.url) == ENDPOINT
     params = json.loads(sent.content)["params"]
     assert params["message"]["messageId"] == data["message_id"]
@@ -120,7 +102,7 @@ async def test_a_task_is_frozen_with_its_card_contract_skill_and_endpoint_then_s
 
 
 async def test_a_task_without_a_key_gets_a_fresh_one(store: EventStore) -> None:
-    async with engine_on(store, Agent().transport()) as engine:
+    async with engine_on(store, ScriptedAgent().transport()) as engine:
         one = await engine.start_task(ORIGIN, skill="echo", text="a")
         two = await engine.start_task(ORIGIN, skill="echo", text="b")
     assert re.fullmatch(r"[0-9a-f]{32}", one.task)
@@ -130,20 +112,20 @@ async def test_a_task_without_a_key_gets_a_fresh_one(store: EventStore) -> None:
 async def test_activated_extensions_are_frozen_stripped_once_each_in_their_order(
     store: EventStore,
 ) -> None:
-    agent = Agent()
+    agent = ScriptedAgent()
     async with engine_on(store, agent.transport()) as engine:
         view = await engine.start_task(
             ORIGIN, skill="echo", text="hi", extensions=[" urn:b ", "urn:a", "urn:b"]
         )
     assert _first(store, view.task)["extensions"] == ["urn:b", "urn:a"]
-    assert agent.sent[0].headers["a2a-extensions"] == "urn:b, urn:a"
+    assert agent.requests[0].headers["a2a-extensions"] == "urn:b, urn:a"
 
 
 @pytest.mark.parametrize("uri", ["", "  ", "urn:a b", "urn:a,b", "urn:é", "urn:\x7f"])
 async def test_an_extension_that_is_not_a_uri_is_refused_and_nothing_sent(
     store: EventStore, uri: str
 ) -> None:
-    agent = Agent()
+    agent = ScriptedAgent()
     async with engine_on(store, agent.transport()) as engine:
         with pytest.raises(UsageError) as raised:
             await engine.start_task(ORIGIN, skill="echo", text="hi", extensions=["urn:ok", uri])
@@ -151,13 +133,13 @@ async def test_an_extension_that_is_not_a_uri_is_refused_and_nothing_sent(
         f"extension {uri.strip()!r} is not a URI (printable ASCII, no spaces or commas): "
         "nothing was sent"
     )
-    assert agent.sent == []
+    assert agent.requests == []
     assert store.streams(category=ev.TASK_CATEGORY) == []
 
 
 @pytest.mark.parametrize("uri", ["urn:a!~", "https://x.example/ext/v1?q=1#f"])
 async def test_every_printable_ascii_uri_is_an_extension(store: EventStore, uri: str) -> None:
-    async with engine_on(store, Agent().transport()) as engine:
+    async with engine_on(store, ScriptedAgent().transport()) as engine:
         view = await engine.start_task(ORIGIN, skill="echo", text="hi", extensions=[uri])
     assert _first(store, view.task)["extensions"] == [uri]
 
@@ -169,7 +151,7 @@ async def test_a_creation_answered_by_a_message_is_applied_as_the_sends_report(
         said = {"messageId": "m-r", "role": "ROLE_AGENT", "parts": [{"text": "done"}]}
         return rpc_result(call, {"message": said})
 
-    async with engine_on(store, Agent(message).transport()) as engine:
+    async with engine_on(store, ScriptedAgent(send=message).transport()) as engine:
         view = await engine.start_task(ORIGIN, skill="echo", text="hi")
     changed = [e.data for e in store.read_stream(f"task:{view.task}") if e.type == ev.STATE_CHANGED]
     assert [(c["to"], c["source"]) for c in changed] == [("completed", "send")]
@@ -179,7 +161,7 @@ async def test_a_creation_the_agent_refuses_is_closed_as_never_created_in_both_s
     store: EventStore,
 ) -> None:
     refused = functools.partial(rpc_error, code=-32602, message="no such skill here")
-    async with engine_on(store, Agent(refused).transport()) as engine:
+    async with engine_on(store, ScriptedAgent(send=refused).transport()) as engine:
         with pytest.raises(CreationRefusedError) as raised:
             await engine.start_task(ORIGIN, skill="echo", text="hi", key="k-1")
         state = await engine.records.state("k-1")
@@ -203,7 +185,7 @@ async def test_a_creation_the_agent_refuses_is_closed_as_never_created_in_both_s
 async def test_a_creation_the_agent_does_not_authorize_is_recorded_during_send(
     store: EventStore,
 ) -> None:
-    agent = Agent(lambda call: httpx.Response(403))
+    agent = ScriptedAgent(send=lambda call: httpx.Response(403))
     async with engine_on(store, agent.transport()) as engine:
         with pytest.raises(AuthorizationFailedError):
             await engine.start_task(ORIGIN, skill="echo", text="hi", key="k-1")
@@ -228,7 +210,7 @@ async def test_a_creation_the_agent_does_not_authorize_is_recorded_during_send(
 async def test_a_creation_whose_outcome_is_unknown_is_recorded_as_unreachable_during_send(
     store: EventStore, answer: Any, error: type[Exception]
 ) -> None:
-    async with engine_on(store, Agent(answer).transport()) as engine:
+    async with engine_on(store, ScriptedAgent(send=answer).transport()) as engine:
         with pytest.raises(error):
             await engine.start_task(ORIGIN, skill="echo", text="hi", key="k-1")
         state = await engine.records.state("k-1")
@@ -275,7 +257,7 @@ async def test_a_creation_answered_by_a_task_is_applied_as_the_sends_report(
         status = {"state": "TASK_STATE_WORKING", "timestamp": "2026-01-01T00:00:00Z"}
         return rpc_result(call, {"task": {"id": "r-1", "contextId": "c-1", "status": status}})
 
-    async with engine_on(store, Agent(working).transport()) as engine:
+    async with engine_on(store, ScriptedAgent(send=working).transport()) as engine:
         view = await engine.start_task(ORIGIN, skill="echo", text="hi")
     changed = [e.data for e in store.read_stream(f"task:{view.task}") if e.type == ev.STATE_CHANGED]
     assert [(c["to"], c["source"]) for c in changed] == [("working", "send")]
@@ -284,12 +266,12 @@ async def test_a_creation_answered_by_a_task_is_applied_as_the_sends_report(
 async def test_the_media_type_asked_for_is_the_one_sent(store: EventStore) -> None:
     card = card_document()
     card["defaultInputModes"] = ["text/plain", "text/markdown"]
-    agent = Agent(card=card)
+    agent = ScriptedAgent(card=card)
     async with engine_on(store, agent.transport()) as engine:
         view = await engine.start_task(
             ORIGIN, skill="echo", text="# hi", media_type="text/markdown"
         )
-    (part,) = json.loads(agent.sent[0].content)["params"]["message"]["parts"]
+    (part,) = json.loads(agent.requests[0].content)["params"]["message"]["parts"]
     assert part == {"text": "# hi", "mediaType": "text/markdown"}
     assert _first(store, view.task)["media_type"] == "text/markdown"
 
@@ -316,32 +298,25 @@ def _extended_card() -> dict[str, Any]:
     return card
 
 
-def _serving_extended(card: dict[str, Any], extended: Any) -> Any:
-    """A send answer that also answers GetExtendedAgentCard with ``extended`` (a card document,
-    or an HTTP status)."""
+def _serving_extended(extended: Any) -> dict[str, Answer]:
+    """GetExtendedAgentCard answered with ``extended`` (a card document, or an HTTP status)."""
 
     def answer(call: dict[str, Any]) -> httpx.Response:
-        if call["method"] != "GetExtendedAgentCard":
-            return submitted_task(call)
         if isinstance(extended, int):
             return httpx.Response(extended)
         return rpc_result(call, extended)
 
-    return answer
-
-
-def _methods(agent: Agent) -> list[str]:
-    return [json.loads(r.content)["method"] for r in agent.sent]
+    return {"GetExtendedAgentCard": answer}
 
 
 async def test_a_skill_of_the_extended_card_is_created_frozen_under_that_card(
     store: EventStore,
 ) -> None:
     public = _offering_extended()
-    agent = Agent(_serving_extended(public, _extended_card()), card=public)
+    agent = ScriptedAgent(card=public, answers=_serving_extended(_extended_card()))
     async with engine_on(store, agent.transport()) as engine:
         view = await engine.start_task(ORIGIN, skill="translate", text="hi")
-    assert _methods(agent) == ["GetExtendedAgentCard", "SendMessage"]
+    assert agent.methods() == ["GetExtendedAgentCard", "SendMessage"]
     extended = parse_card(json.dumps(_extended_card()).encode(), url=ORIGIN)
     public_card = parse_card(json.dumps(public).encode(), url=ORIGIN)
     frozen = _first(store, view.task)
@@ -362,7 +337,7 @@ async def test_an_extended_card_not_read_leaves_the_public_card_to_decide_and_sa
     store: EventStore,
 ) -> None:
     public = _offering_extended()
-    agent = Agent(_serving_extended(public, 503), card=public)
+    agent = ScriptedAgent(card=public, answers=_serving_extended(503))
     async with engine_on(store, agent.transport()) as engine:
         view = await engine.start_task(ORIGIN, skill="echo", text="hi")
         with pytest.raises(SkillUnavailableError):
@@ -381,7 +356,7 @@ async def test_no_credentials_go_to_an_extended_card_under_a_contract_not_accept
     store: EventStore,
 ) -> None:
     public = _offering_extended()
-    agent = Agent(_serving_extended(public, _extended_card()), card=public)
+    agent = ScriptedAgent(card=public, answers=_serving_extended(_extended_card()))
     async with engine_on(store, agent.transport()) as engine:
         await engine.start_task(ORIGIN, skill="echo", text="hi")  # the contract pinned
         changed = _offering_extended()
@@ -390,17 +365,17 @@ async def test_no_credentials_go_to_an_extended_card_under_a_contract_not_accept
             "key": {"apiKeySecurityScheme": {"location": "header", "name": "X-Key"}}
         }
         agent.card = changed
-        agent.sent.clear()
+        agent.requests.clear()
         with pytest.raises(SkillUnavailableError) as refused:
             await engine.start_task(ORIGIN, skill="translate", text="hi")
-        assert agent.sent == []  # no extended read: it would carry credentials
+        assert agent.requests == []  # no extended read: it would carry credentials
         assert str(refused.value) == (
             f"{ORIGIN}: skill 'translate' is absent from the card (offered: echo); the extended "
             "card could not be read (the contract changed and is not accepted: no credentials "
             "were sent) (nothing was sent)"
         )
         view = await engine.start_task(ORIGIN, skill="translate", text="hi", accept_contract=True)
-    assert _methods(agent) == ["GetExtendedAgentCard", "SendMessage"]
+    assert agent.methods() == ["GetExtendedAgentCard", "SendMessage"]
     assert _first(store, view.task)["extended"] is True
 
 
@@ -411,7 +386,7 @@ async def test_an_engine_allowing_plain_http_reads_the_extended_card_over_it_too
     public, extended = _offering_extended(), _extended_card()
     for card in (public, extended):
         card["supportedInterfaces"][0]["url"] = f"{plain}/a2a"
-    agent = Agent(_serving_extended(public, extended), card=public)
+    agent = ScriptedAgent(card=public, answers=_serving_extended(extended))
     config = EngineConfig(card_limits=CardLimits(allow_insecure=True))
     async with engine_on(store, agent.transport(), config) as engine:
         view = await engine.start_task(plain, skill="translate", text="hi")
@@ -428,11 +403,11 @@ async def test_the_extended_card_is_asked_for_with_the_credentials_the_card_requ
     store: EventStore,
 ) -> None:
     public, extended = _secured(_offering_extended()), _secured(_extended_card())
-    agent = Agent(_serving_extended(public, extended), card=public)
+    agent = ScriptedAgent(card=public, answers=_serving_extended(extended))
     config = EngineConfig(credentials=CredentialsConfig.of({ORIGIN: {"bearer": Bearer("tok")}}))
     async with engine_on(store, agent.transport(), config) as engine:
         view = await engine.start_task(ORIGIN, skill="translate", text="hi")
-    asked = agent.sent[0]
+    asked = agent.requests[0]
     assert json.loads(asked.content)["method"] == "GetExtendedAgentCard"
     assert asked.headers["authorization"] == "Bearer tok"
     assert _first(store, view.task)["extended"] is True
@@ -446,30 +421,18 @@ async def test_the_extended_card_is_read_over_the_interface_the_task_would_use(
         card["supportedInterfaces"].append(
             {"url": f"{ORIGIN}/rest", "protocolBinding": "HTTP+JSON", "protocolVersion": "1.0"}
         )
-    asked: list[str] = []
-
-    def handler(request: httpx.Request) -> httpx.Response:
-        asked.append(f"{request.method} {request.url.path}")
-        if request.url.path == "/rest/extendedAgentCard":
-            return httpx.Response(200, json=extended)
-        if request.method == "GET":
-            return httpx.Response(200, json=public)
-        status = {"state": "TASK_STATE_SUBMITTED", "timestamp": "2026-01-01T00:00:00Z"}
-        return httpx.Response(
-            200, json={"task": {"id": "r-1", "contextId": "c-1", "status": status}}
-        )
-
+    agent = RestAgent(public, extended)
     config = EngineConfig(prefer_bindings=("HTTP+JSON",))
-    async with engine_on(store, httpx.MockTransport(handler), config) as engine:
+    async with engine_on(store, agent.transport(), config) as engine:
         await engine.start_task(ORIGIN, skill="translate", text="hi")
-    assert asked[1:] == ["GET /rest/extendedAgentCard", "POST /rest/message:send"]
+    assert agent.paths[1:] == ["GET /rest/extendedAgentCard", "POST /rest/message:send"]
 
 
 async def test_the_extended_read_is_recorded_naming_the_public_card_and_its_transport_let_go(
     store: EventStore,
 ) -> None:
     public, extended = _secured(_offering_extended()), _secured(_extended_card())
-    agent = Agent(_serving_extended(public, extended), card=public)
+    agent = ScriptedAgent(card=public, answers=_serving_extended(extended))
     config = EngineConfig(credentials=CredentialsConfig.of({ORIGIN: {"bearer": Bearer("tok")}}))
     async with engine_on(store, agent.transport(), config) as engine:
         await engine.start_task(ORIGIN, skill="translate", text="hi")
@@ -488,7 +451,7 @@ async def test_a_skill_on_neither_card_is_refused_without_blaming_the_extended_r
     store: EventStore,
 ) -> None:
     public = _offering_extended()
-    agent = Agent(_serving_extended(public, _extended_card()), card=public)
+    agent = ScriptedAgent(card=public, answers=_serving_extended(_extended_card()))
     async with engine_on(store, agent.transport()) as engine:
         with pytest.raises(SkillUnavailableError) as refused:
             await engine.start_task(ORIGIN, skill="summarise", text="hi")
@@ -499,11 +462,11 @@ async def test_a_skill_on_neither_card_is_refused_without_blaming_the_extended_r
 
 
 async def test_a_task_started_without_a_media_type_is_plain_text(store: EventStore) -> None:
-    agent = Agent()
+    agent = ScriptedAgent()
     async with engine_on(store, agent.transport()) as engine:
         view = await engine.start_task(ORIGIN, skill="echo", text="hi")
     assert _first(store, view.task)["media_type"] == "text/plain"
-    (part,) = json.loads(agent.sent[0].content)["params"]["message"]["parts"]
+    (part,) = json.loads(agent.requests[0].content)["params"]["message"]["parts"]
     assert part["mediaType"] == "text/plain"
 
 
@@ -577,36 +540,20 @@ async def test_resume_sends_again_when_the_task_found_is_bound_to_another_task_o
 # going to get all the same.
 
 
-def _unanswered(request: httpx.Request) -> httpx.Response:
-    raise AssertionError(f"nothing may be sent: {request.method} {request.url}")
+def _unanswered(call: dict[str, Any]) -> httpx.Response:
+    raise AssertionError(f"nothing may be sent: {call['method']}")
 
 
 def _agent_events(store: EventStore) -> list[RecordedEvent]:
     return store.read_stream(ev.agent_stream_id(ORIGIN))
 
 
-def _card_only(
-    document: dict[str, Any], sent: list[str], *, created: bool = False
-) -> httpx.MockTransport:
-    """An agent serving ``document`` as its card; any other request is listed in ``sent`` and
-    answered 500 (``created``: a send answered with a new task ``r-1``)."""
-
-    def handler(request: httpx.Request) -> httpx.Response:
-        if request.method == "GET":
-            return httpx.Response(200, json=document)
-        call = json.loads(request.content)
-        sent.append(call["method"])
-        return submitted_task(call) if created else httpx.Response(500)
-
-    return httpx.MockTransport(handler)
-
-
 async def test_a_refused_creation_records_why_the_skill_and_when_and_sends_nothing(
     store: EventStore,
 ) -> None:
-    sent: list[str] = []
     before = datetime.now(UTC)
-    async with engine_on(store, _card_only(card_document(), sent)) as engine:
+    agent = ScriptedAgent()
+    async with engine_on(store, agent.transport()) as engine:
         with pytest.raises(SkillUnavailableError):
             await engine.start_task(ORIGIN, skill="translate", text="hi")
     after = datetime.now(UTC)
@@ -616,24 +563,24 @@ async def test_a_refused_creation_records_why_the_skill_and_when_and_sends_nothi
     assert (refused.data["reason"], refused.data["skill"]) == ("skill_absent", "translate")
     assert refused.data["detail"] == "is absent from the card (offered: echo)"
     assert before <= datetime.fromisoformat(refused.data["at"]) <= after
-    assert sent == []
+    assert agent.methods() == []
 
 
 async def test_a_refused_resend_names_the_task_it_would_have_sent(store: EventStore) -> None:
-    refusing = task_agent(lambda r: httpx.Response(503))
+    refusing = ScriptedAgent(lambda call: httpx.Response(503)).transport()
     async with engine_on(store, refusing) as engine:
         view = await engine.start_task(ORIGIN, skill="echo", text="hi")
         state = await engine.records.state(view.task)
     withdrawn = card_document()
     withdrawn["skills"][0]["id"] = "translate"
-    sent: list[str] = []
-    async with engine_on(store, _card_only(withdrawn, sent)) as engine:
+    agent = ScriptedAgent(card=withdrawn)
+    async with engine_on(store, agent.transport()) as engine:
         with pytest.raises(SkillUnavailableError):
             await engine.creation.resend_gate(view.task, state)
     refused = _agent_events(store)[-1]
     assert refused.type == ev.TASK_CREATION_REFUSED
     assert (refused.data["task"], refused.data["skill"]) == (view.task, "echo")
-    assert sent == []
+    assert agent.methods() == []
 
 
 async def test_a_creation_no_credential_covers_is_recorded_as_credentials_missing(
@@ -642,35 +589,29 @@ async def test_a_creation_no_credential_covers_is_recorded_as_credentials_missin
     secured = card_document()
     secured["securitySchemes"] = {"bearer": {"httpAuthSecurityScheme": {"scheme": "bearer"}}}
     secured["securityRequirements"] = [{"schemes": {"bearer": {"list": []}}}]
-    sent: list[str] = []
-    async with engine_on(store, _card_only(secured, sent)) as engine:
+    agent = ScriptedAgent(card=secured)
+    async with engine_on(store, agent.transport()) as engine:
         with pytest.raises(CredentialsMissingError) as raised:
             await engine.start_task(ORIGIN, skill="echo", text="hi")
     missing = _agent_events(store)[-1]
     assert missing.type == ev.CREDENTIALS_MISSING
     assert (missing.data["reason"], missing.data["skill"]) == ("credentials_missing", "echo")
     assert missing.data["detail"] == str(raised.value)
-    assert sent == []
-
-
-def _closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+    assert agent.methods() == []
 
 
 async def test_a_creation_whose_token_cannot_be_had_is_refused_before_anything_is_sent(
     store: EventStore,
 ) -> None:
-    token_url = f"http://127.0.0.1:{_closed_port()}/token"
+    token_url = f"http://127.0.0.1:{closed_port()}/token"
     secured = card_document()
     flows = {"clientCredentials": {"tokenUrl": token_url, "scopes": {}}}
     secured["securitySchemes"] = {"oauth": {"oauth2SecurityScheme": {"flows": flows}}}
     secured["securityRequirements"] = [{"schemes": {"oauth": {"list": []}}}]
     client = OAuthClient("cf-client", "cf-client-secret")
     config = EngineConfig(credentials=CredentialsConfig.of({ORIGIN: {"oauth": client}}))
-    sent: list[str] = []
-    async with engine_on(store, _card_only(secured, sent), config) as engine:
+    agent = ScriptedAgent(card=secured)
+    async with engine_on(store, agent.transport(), config) as engine:
         with pytest.raises(TokenRequestError) as raised:
             await engine.start_task(ORIGIN, skill="echo", text="hi")
     assert raised.value.url == token_url
@@ -681,14 +622,14 @@ async def test_a_creation_whose_token_cannot_be_had_is_refused_before_anything_i
         "detail": str(raised.value),
         "skill": "echo",
     }
-    assert sent == []  # no send without its token
+    assert agent.methods() == []  # no send without its token
     assert store.streams(category=ev.TASK_CATEGORY) == []
 
 
 async def test_a_refusal_the_agents_altered_record_cannot_take_still_refuses_as_it_would(
     store: EventStore,
 ) -> None:
-    async with engine_on(store, task_agent(_unanswered)) as engine:
+    async with engine_on(store, ScriptedAgent(_unanswered).transport()) as engine:
         with pytest.raises(SkillUnavailableError):  # the record is made by this first read
             await engine.start_task(ORIGIN, skill="translate", text="hi")
     with store.engine.begin() as conn:
@@ -696,7 +637,7 @@ async def test_a_refusal_the_agents_altered_record_cannot_take_still_refuses_as_
             sa.text("UPDATE streams SET state = '[1]' WHERE stream_id = :s"),
             {"s": ev.agent_stream_id(ORIGIN)},
         )
-    async with engine_on(store, task_agent(_unanswered)) as engine:
+    async with engine_on(store, ScriptedAgent(_unanswered).transport()) as engine:
         with pytest.raises(DiscoveryError) as raised:
             await engine.start_task(ORIGIN, skill="echo", text="hi")
     assert raised.value.kind == "record"
@@ -715,7 +656,7 @@ async def test_a_refusal_the_agents_altered_record_cannot_take_still_refuses_as_
 async def test_an_agent_url_that_is_no_url_is_a_usage_error_and_nothing_recorded_or_sent(
     store: EventStore, url: str, fault: str
 ) -> None:
-    async with engine_on(store, task_agent(_unanswered)) as engine:
+    async with engine_on(store, ScriptedAgent(_unanswered).transport()) as engine:
         with pytest.raises(UsageError) as raised:
             await engine.start_task(url, skill="echo", text="hi")
     shown = url.replace("svc:PASS@", "")
@@ -750,8 +691,8 @@ async def test_a_card_requiring_an_extension_not_activated_refuses_naming_it(
         {"uri": "urn:ext:needed", "required": True},
         {"uri": "urn:ext:optional"},
     ]
-    sent: list[str] = []
-    async with engine_on(store, _card_only(requiring, sent)) as engine:
+    agent = ScriptedAgent(card=requiring)
+    async with engine_on(store, agent.transport()) as engine:
         with pytest.raises(ExtensionRequiredError) as raised:
             await engine.start_task(
                 ORIGIN, skill="echo", text="hi", extensions=["urn:ext:optional"]
@@ -762,19 +703,19 @@ async def test_a_card_requiring_an_extension_not_activated_refuses_naming_it(
         "extension_required",
         "urn:ext:needed",
     )
-    assert sent == []
+    assert agent.methods() == []
 
 
 async def test_a_card_requiring_an_extension_activated_creates_the_task(store: EventStore) -> None:
     requiring = card_document()
     requiring["capabilities"]["extensions"] = [{"uri": "urn:ext:needed", "required": True}]
-    sent: list[str] = []
-    async with engine_on(store, _card_only(requiring, sent, created=True)) as engine:
+    agent = ScriptedAgent(card=requiring)
+    async with engine_on(store, agent.transport()) as engine:
         view = await engine.start_task(
             ORIGIN, skill="echo", text="hi", extensions=["urn:ext:needed"]
         )
     assert view.remote_task_id == "r-1"
-    assert sent == ["SendMessage"]
+    assert agent.methods() == ["SendMessage"]
 
 
 async def test_a_card_with_no_interface_the_engine_speaks_is_refused_and_recorded(
@@ -784,8 +725,8 @@ async def test_a_card_with_no_interface_the_engine_speaks_is_refused_and_recorde
     foreign["supportedInterfaces"] = [
         {"url": f"{ORIGIN}/grpc", "protocolBinding": "GRPC", "protocolVersion": "1.0"}
     ]
-    sent: list[str] = []
-    async with engine_on(store, _card_only(foreign, sent)) as engine:
+    agent = ScriptedAgent(card=foreign)
+    async with engine_on(store, agent.transport()) as engine:
         with pytest.raises(CardInvalidError) as raised:
             await engine.start_task(ORIGIN, skill="echo", text="hi")
     assert raised.value.consequence == "nothing was sent"
@@ -796,20 +737,22 @@ async def test_a_card_with_no_interface_the_engine_speaks_is_refused_and_recorde
         "detail": str(raised.value),
         "skill": "echo",
     }
-    assert sent == []
+    assert agent.methods() == []
 
 
 async def test_a_contract_changed_and_not_accepted_is_refused_and_recorded(
     store: EventStore,
 ) -> None:
-    async with engine_on(store, task_agent(lambda r: httpx.Response(503))) as engine:
+    async with engine_on(
+        store, ScriptedAgent(lambda call: httpx.Response(503)).transport()
+    ) as engine:
         await engine.start_task(ORIGIN, skill="echo", text="hi")  # pins the contract
     changed = card_document()
     changed["securitySchemes"] = {
         "key": {"apiKeySecurityScheme": {"location": "header", "name": "X-Key"}}
     }
-    sent: list[str] = []
-    async with engine_on(store, _card_only(changed, sent)) as engine:
+    agent = ScriptedAgent(card=changed)
+    async with engine_on(store, agent.transport()) as engine:
         with pytest.raises(ContractChangedError) as raised:
             await engine.start_task(ORIGIN, skill="echo", text="hi")
     refused = _agent_events(store)[-1]
@@ -818,7 +761,7 @@ async def test_a_contract_changed_and_not_accepted_is_refused_and_recorded(
         "detail": str(raised.value),
         "skill": "echo",
     }
-    assert sent == []
+    assert agent.methods() == []
 
 
 # --------------------------------------------------------------------------------------------------
@@ -829,7 +772,6 @@ async def test_a_contract_changed_and_not_accepted_is_refused_and_recorded(
 
 
 HOOK = "https://hooks.example/w"
-Answer = Callable[[dict[str, Any]], httpx.Response]
 
 
 def _pushing(version: str = "1.0") -> dict[str, Any]:
@@ -837,49 +779,6 @@ def _pushing(version: str = "1.0") -> dict[str, Any]:
     document["capabilities"]["pushNotifications"] = True
     document["supportedInterfaces"][0]["protocolVersion"] = version
     return document
-
-
-def _submitted(call: dict[str, Any]) -> httpx.Response:
-    """SendMessage answered with a new task, in the A2A version the call speaks."""
-    if call["method"] == "message/send":  # A2A 0.3
-        task = {"kind": "task", "id": "r-1", "contextId": "c-1", "status": {"state": "submitted"}}
-        return rpc_result(call, task)
-    return submitted_task(call)
-
-
-def _stored(call: dict[str, Any]) -> httpx.Response:
-    """The config echoed as the agent stored it."""
-    return rpc_result(call, call["params"])
-
-
-class WebhookAgent:
-    """A mock agent: its card (a document, or an HTTP status for every read), the send answered
-    by ``send``, a push config by ``push``; every JSON-RPC call listed, with its headers."""
-
-    def __init__(
-        self, card: dict[str, Any] | int, send: Answer = _submitted, push: Answer = _stored
-    ) -> None:
-        self.card, self.send, self.push = card, send, push
-        self.calls: list[dict[str, Any]] = []
-        self.card_reads = 0
-
-    def transport(self) -> httpx.MockTransport:
-        def handler(request: httpx.Request) -> httpx.Response:
-            if request.method == "GET":
-                self.card_reads += 1
-                if isinstance(self.card, int):
-                    return httpx.Response(self.card)
-                return httpx.Response(200, json=self.card)
-            call = json.loads(request.content)
-            self.calls.append(call)
-            if call["method"] in ("SendMessage", "message/send"):
-                return self.send(call)
-            return self.push(call)
-
-        return httpx.MockTransport(handler)
-
-    def methods(self) -> list[str]:
-        return [call["method"] for call in self.calls]
 
 
 async def _task(engine: Engine) -> str:
@@ -896,13 +795,13 @@ def _last(store: EventStore, key: str) -> Any:
 async def test_a_webhook_is_registered_with_a_token_and_a_bearer_secret_of_its_own(
     store: EventStore,
 ) -> None:
-    agent = WebhookAgent(_pushing())
+    agent = ScriptedAgent(card=_pushing())
     async with engine_on(store, agent.transport()) as engine:
         key = await _task(engine)
-        reads = agent.card_reads
+        reads = agent.count("card")
         outcome = await engine.register_webhook(key, HOOK)
         state = await engine.records.state(key)
-    assert agent.card_reads == reads + 1  # a read made for this registration (R4)
+    assert agent.count("card") == reads + 1  # a read made for this registration (R4)
     assert (outcome.registered, outcome.reason, outcome.detail) == (True, "registered", "")
     assert outcome.config_id is not None
     assert re.fullmatch(r"cf-[0-9a-f]{16}", outcome.config_id)
@@ -938,7 +837,7 @@ async def test_a_webhook_is_registered_with_a_token_and_a_bearer_secret_of_its_o
 async def test_a_webhook_registered_with_the_callers_token_and_authentication(
     store: EventStore,
 ) -> None:
-    agent = WebhookAgent(_pushing())
+    agent = ScriptedAgent(card=_pushing())
     async with engine_on(store, agent.transport()) as engine:
         key = await _task(engine)
         outcome = await engine.register_webhook(
@@ -956,7 +855,7 @@ async def test_a_webhook_registered_with_the_callers_token_and_authentication(
 async def test_a_webhook_with_a_scheme_and_no_credentials_is_checked_for_the_token_alone(
     store: EventStore,
 ) -> None:
-    agent = WebhookAgent(_pushing())
+    agent = ScriptedAgent(card=_pushing())
     async with engine_on(store, agent.transport()) as engine:
         key = await _task(engine)
         outcome = await engine.register_webhook(key, HOOK, auth_scheme="Bearer")
@@ -966,7 +865,7 @@ async def test_a_webhook_with_a_scheme_and_no_credentials_is_checked_for_the_tok
 
 
 async def test_a_task_at_an_a2a_0_3_endpoint_registers_the_token_alone(store: EventStore) -> None:
-    agent = WebhookAgent(_pushing("0.3"))
+    agent = ScriptedAgent(card=_pushing("0.3"))
     async with engine_on(store, agent.transport()) as engine:
         key = await _task(engine)
         outcome = await engine.register_webhook(key, HOOK)
@@ -996,10 +895,10 @@ def _downgraded(store: EventStore, key: str, reason: str, detail: str) -> None:
 async def test_a_plain_http_webhook_off_loopback_is_not_registered_nor_the_card_read(
     store: EventStore,
 ) -> None:
-    agent = WebhookAgent(_pushing())
+    agent = ScriptedAgent(card=_pushing())
     async with engine_on(store, agent.transport()) as engine:
         key = await _task(engine)
-        reads, calls = agent.card_reads, len(agent.calls)
+        reads, calls = agent.count("card"), len(agent.calls)
         outcome = await engine.register_webhook(key, "http://hooks.example/w")
         state = await engine.records.state(key)
     detail = (
@@ -1008,7 +907,7 @@ async def test_a_plain_http_webhook_off_loopback_is_not_registered_nor_the_card_
     )
     assert (outcome.registered, outcome.reason, outcome.detail) == (False, "insecure_url", detail)
     assert (outcome.config_id, outcome.token, outcome.authorization) == (None, None, None)
-    assert (agent.card_reads, len(agent.calls)) == (reads, calls)  # nothing asked of the agent
+    assert (agent.count("card"), len(agent.calls)) == (reads, calls)  # nothing asked of the agent
     _downgraded(store, key, "insecure_url", detail)
     assert state["delivery_mode"] == "polling"
     assert state["state"] == "submitted"  # the task itself untouched
@@ -1016,7 +915,7 @@ async def test_a_plain_http_webhook_off_loopback_is_not_registered_nor_the_card_
 
 @pytest.mark.parametrize("url", ["http://127.0.0.1:8080/w", "http://localhost/w"])
 async def test_a_plain_http_webhook_on_loopback_is_registered(store: EventStore, url: str) -> None:
-    agent = WebhookAgent(_pushing())
+    agent = ScriptedAgent(card=_pushing())
     async with engine_on(store, agent.transport()) as engine:
         key = await _task(engine)
         outcome = await engine.register_webhook(key, url)
@@ -1037,10 +936,10 @@ async def test_a_plain_http_webhook_on_loopback_is_registered(store: EventStore,
 async def test_a_webhook_url_that_cannot_be_used_is_a_usage_error_recording_and_sending_nothing(
     store: EventStore, url: str, fault: str
 ) -> None:
-    agent = WebhookAgent(_pushing())
+    agent = ScriptedAgent(card=_pushing())
     async with engine_on(store, agent.transport()) as engine:
         key = await _task(engine)
-        recorded, reads = len(store.read_stream(f"task:{key}")), agent.card_reads
+        recorded, reads = len(store.read_stream(f"task:{key}")), agent.count("card")
         with pytest.raises(UsageError) as raised:
             await engine.register_webhook(key, url)
     shown = url.replace("hook:PASS@", "")
@@ -1048,13 +947,13 @@ async def test_a_webhook_url_that_cannot_be_used_is_a_usage_error_recording_and_
         f"webhook URL {shown!r}: {fault}; nothing was recorded or registered"
     )
     assert len(store.read_stream(f"task:{key}")) == recorded
-    assert (agent.methods(), agent.card_reads) == (["SendMessage"], reads)
+    assert (agent.methods(), agent.count("card")) == (["SendMessage"], reads)
 
 
 async def test_an_engine_allowing_insecure_urls_registers_plain_http_anywhere(
     store: EventStore,
 ) -> None:
-    agent = WebhookAgent(_pushing())
+    agent = ScriptedAgent(card=_pushing())
     config = EngineConfig(card_limits=CardLimits(allow_insecure=True))
     async with engine_on(store, agent.transport(), config) as engine:
         key = await _task(engine)
@@ -1064,7 +963,7 @@ async def test_an_engine_allowing_insecure_urls_registers_plain_http_anywhere(
 
 async def test_a_card_that_says_no_push_registers_nothing(store: EventStore) -> None:
     document = card_document()
-    agent = WebhookAgent(document)
+    agent = ScriptedAgent(card=document)
     async with engine_on(store, agent.transport()) as engine:
         key = await _task(engine)
         outcome = await engine.register_webhook(key, HOOK)
@@ -1082,7 +981,7 @@ async def test_a_card_that_says_no_push_registers_nothing(store: EventStore) -> 
 async def test_a_card_that_withdrew_push_since_creation_registers_nothing(
     store: EventStore,
 ) -> None:
-    agent = WebhookAgent(_pushing())
+    agent = ScriptedAgent(card=_pushing())
     async with engine_on(store, agent.transport()) as engine:
         key = await _task(engine)
         agent.card = card_document()  # read at creation with push; now without
@@ -1092,7 +991,7 @@ async def test_a_card_that_withdrew_push_since_creation_registers_nothing(
 
 
 async def test_a_card_read_that_fails_registers_nothing_and_says_why(store: EventStore) -> None:
-    agent = WebhookAgent(_pushing())
+    agent = ScriptedAgent(card=_pushing())
     async with engine_on(store, agent.transport()) as engine:
         key = await _task(engine)
         agent.card = 503
@@ -1112,7 +1011,7 @@ async def test_an_agent_refusing_the_config_leaves_the_task_on_polling(
     refused = functools.partial(
         rpc_error, code=-32003, message="Push Notification is not supported"
     )
-    agent = WebhookAgent(_pushing(), push=refused)
+    agent = ScriptedAgent(card=_pushing(), push=refused)
     async with engine_on(store, agent.transport()) as engine:
         key = await _task(engine)
         outcome = await engine.register_webhook(key, HOOK)
@@ -1128,7 +1027,7 @@ async def test_an_agent_refusing_the_config_leaves_the_task_on_polling(
 async def test_an_agent_rejecting_the_credentials_records_the_refusal_then_polling(
     store: EventStore,
 ) -> None:
-    agent = WebhookAgent(_pushing(), push=lambda call: httpx.Response(401))
+    agent = ScriptedAgent(card=_pushing(), push=lambda call: httpx.Response(401))
     async with engine_on(store, agent.transport()) as engine:
         key = await _task(engine)
         outcome = await engine.register_webhook(key, HOOK)
@@ -1147,7 +1046,7 @@ async def test_an_agent_rejecting_the_credentials_records_the_refusal_then_polli
 async def test_a_task_the_agent_has_not_named_yet_has_nothing_to_register_for(
     store: EventStore,
 ) -> None:
-    agent = WebhookAgent(_pushing(), send=lambda call: httpx.Response(503))
+    agent = ScriptedAgent(card=_pushing(), send=lambda call: httpx.Response(503))
     async with engine_on(store, agent.transport()) as engine:
         with pytest.raises(EndpointUnreachableError):  # the send's outcome is unknown
             await _task(engine)

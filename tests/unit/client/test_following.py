@@ -30,7 +30,7 @@ from support.mocked import (
     task_answer,
     task_card_as,
 )
-from support.virtual_time import run_virtual, virtual_deadlines, virtual_engine
+from support.virtual_time import run_virtual, virtual_engine
 
 from cardfence.engine.cards.model import parse_card
 from cardfence.engine.client import following
@@ -728,12 +728,6 @@ _T = TypeVar("_T")
 
 # No streams: the polls alone, unless a test asks for them.
 POLLS = EngineConfig(first_poll_interval=1.0, max_poll_interval=8.0, follow_streams=False)
-
-
-@pytest.fixture
-def _deadlines_on_the_virtual_clock(monkeypatch: pytest.MonkeyPatch) -> Any:
-    with virtual_deadlines(monkeypatch):
-        yield
 
 
 def _driven(

@@ -15,7 +15,7 @@ import httpx
 import pytest
 import sqlalchemy as sa
 from support.cards import ORIGIN, card_document
-from support.mocked import engine_on, task_agent, task_card_as
+from support.mocked import ScriptedAgent, engine_on, rpc_result, task_answer, task_card_as
 
 from cardfence.engine.cards.diff import diff
 from cardfence.engine.cards.model import parse_card
@@ -141,7 +141,7 @@ async def test_an_altered_agent_record_is_no_revision_and_one_warning_naming_the
 
 
 async def test_a_closing_read_refused_is_recorded_as_a_refused_poll(store: EventStore) -> None:
-    agent = task_agent(lambda r: httpx.Response(401))
+    agent = ScriptedAgent(lambda call: httpx.Response(401)).transport()
     async with engine_on(store, agent) as engine:
         view = await engine.start_task(ORIGIN, skill="echo", text="hi")
         await engine.observing.closing_read_now(view.task)
@@ -157,7 +157,7 @@ async def test_a_closing_read_refused_is_recorded_as_a_refused_poll(store: Event
 async def test_a_closing_read_that_fails_is_logged_naming_the_task_and_records_nothing(
     store: EventStore, caplog: pytest.LogCaptureFixture
 ) -> None:
-    agent = task_agent(lambda r: httpx.Response(503))
+    agent = ScriptedAgent(lambda call: httpx.Response(503)).transport()
     caplog.set_level(logging.INFO, logger="cardfence")
     async with engine_on(store, agent) as engine:
         view = await engine.start_task(ORIGIN, skill="echo", text="hi")
@@ -176,7 +176,7 @@ async def test_a_closing_read_that_fails_is_logged_naming_the_task_and_records_n
 async def test_an_answer_about_another_task_is_recorded_with_its_state_and_source(
     store: EventStore,
 ) -> None:
-    agent = task_agent(lambda r: httpx.Response(503))
+    agent = ScriptedAgent(lambda call: httpx.Response(503)).transport()
     wrong = WrongTaskAnswerError(f"{ORIGIN}/a2a", "r-1", "r-other", "completed")
     async with engine_on(store, agent) as engine:
         view = await engine.start_task(ORIGIN, skill="echo", text="hi")
@@ -193,18 +193,16 @@ async def test_an_answer_about_another_task_is_recorded_with_its_state_and_sourc
     }
 
 
-def _ended(request: httpx.Request) -> httpx.Response:
+def _ended(call: dict[str, Any]) -> httpx.Response:
     """GetTask: the task completed, with the artifact whose own push was lost."""
-    status = {"state": "TASK_STATE_COMPLETED", "timestamp": "2026-01-01T00:00:05Z"}
     artifact = {"artifactId": "a-1", "parts": [{"text": "the output"}]}
-    task = {"id": "r-1", "contextId": "c-1", "status": status, "artifacts": [artifact]}
-    return httpx.Response(
-        200, json={"jsonrpc": "2.0", "id": json.loads(request.content)["id"], "result": task}
+    return rpc_result(
+        call, {**task_answer("completed", "2026-01-01T00:00:05Z"), "artifacts": [artifact]}
     )
 
 
 async def test_a_closing_read_is_applied_as_a_poll(store: EventStore) -> None:
-    async with engine_on(store, task_agent(_ended)) as engine:
+    async with engine_on(store, ScriptedAgent(_ended).transport()) as engine:
         view = await engine.start_task(ORIGIN, skill="echo", text="hi")
         await engine.observing.closing_read_now(view.task)
     applied = {
@@ -216,7 +214,7 @@ async def test_a_closing_read_is_applied_as_a_poll(store: EventStore) -> None:
 
 
 async def test_an_ended_task_is_shown_once_its_closing_read_is_done(store: EventStore) -> None:
-    async with engine_on(store, task_agent(_ended)) as engine:
+    async with engine_on(store, ScriptedAgent(_ended).transport()) as engine:
         view = await engine.start_task(ORIGIN, skill="echo", text="hi")
         before = await engine.records.state(view.task)
         engine.background.closing[view.task] = asyncio.ensure_future(
@@ -229,7 +227,7 @@ async def test_an_ended_task_is_shown_once_its_closing_read_is_done(store: Event
 async def test_waiting_for_a_closing_read_ends_at_the_deadline_with_the_task_as_it_was(
     store: EventStore,
 ) -> None:
-    async with engine_on(store, task_agent(_ended)) as engine:
+    async with engine_on(store, ScriptedAgent(_ended).transport()) as engine:
         view = await engine.start_task(ORIGIN, skill="echo", text="hi")
         before = await engine.records.state(view.task)
         never = asyncio.ensure_future(asyncio.sleep(30))
@@ -248,7 +246,7 @@ async def test_tasks_of_one_agent_revalidated_at_once_share_one_card_read(
     store: EventStore,
 ) -> None:
     card_reads: list[str] = []
-    answer = task_agent(lambda r: httpx.Response(503))
+    answer = ScriptedAgent(lambda call: httpx.Response(503)).transport()
 
     async def handler(request: httpx.Request) -> httpx.Response:
         if request.method == "GET":
@@ -256,7 +254,7 @@ async def test_tasks_of_one_agent_revalidated_at_once_share_one_card_read(
             await asyncio.sleep(0.05)  # both re-validations are in flight at once
         return answer.handle_request(request)
 
-    async with engine_on(store, task_agent(_ended)) as engine:
+    async with engine_on(store, ScriptedAgent(_ended).transport()) as engine:
         first = await engine.start_task(ORIGIN, skill="echo", text="one")
         second = await engine.start_task(ORIGIN, skill="echo", text="two")
     mocked = httpx.MockTransport(handler)
@@ -271,7 +269,7 @@ async def test_a_revalidation_just_after_a_read_is_answered_from_the_card_read(
     store: EventStore,
 ) -> None:
     card_reads: list[str] = []
-    answer = task_agent(_ended)
+    answer = ScriptedAgent(_ended).transport()
 
     def handler(request: httpx.Request) -> httpx.Response:
         if request.method == "GET":
@@ -297,7 +295,7 @@ async def test_an_extended_card_not_read_again_has_the_public_card_stand_in(
     document = card_document()
     document["capabilities"]["pushNotifications"] = False
     public = parse_card(json.dumps(document).encode())
-    async with engine_on(store, task_agent(_ended)) as engine:
+    async with engine_on(store, ScriptedAgent(_ended).transport()) as engine:
         view = await engine.start_task(ORIGIN, skill="echo", text="hi")
         if push_mode:
             hook = {"config_id": "cf-1", "url": "https://hooks.test/w"}
@@ -321,9 +319,9 @@ async def test_an_extended_card_not_read_again_has_the_public_card_stand_in(
 def _serving(
     document: dict[str, Any] | None, card_reads: list[str] | None = None, delay: float = 0.0
 ) -> httpx.MockTransport:
-    """The agent of ``task_agent(_ended)``, its card now ``document`` (None: 503); each card read
+    """The agent of ``ScriptedAgent(_ended)``, its card now ``document`` (None: 503); each card read
     kept in ``card_reads`` when given, answered after ``delay`` seconds."""
-    answer = task_agent(_ended)
+    answer = ScriptedAgent(_ended).transport()
 
     async def handler(request: httpx.Request) -> httpx.Response:
         if request.method != "GET":
@@ -345,7 +343,7 @@ async def test_a_revalidation_records_what_changed_since_the_revision_the_task_l
     v3 = card_document()
     v3["version"] = "3.0.0"
     v3["skills"][0]["description"] = "Echoes, and more."
-    async with engine_on(store, task_agent(_ended)) as engine:
+    async with engine_on(store, ScriptedAgent(_ended).transport()) as engine:
         view = await engine.start_task(ORIGIN, skill="echo", text="hi")
     for document in (v2, v3, None):  # each read by an engine of its own: nothing remembered
         mocked = _serving(document)
@@ -404,7 +402,7 @@ async def test_a_push_whose_record_would_be_over_the_limit_is_refused_413_naming
     limit = 8 * 1024
     small = EventStore.open(f"sqlite:///{tmp_path / 'small.db'}", max_projection_bytes=limit)
     with small:
-        async with engine_on(small, task_agent(_ended)) as engine:
+        async with engine_on(small, ScriptedAgent(_ended).transport()) as engine:
             key = await _with_webhook(engine)
             before = len(small.read_stream(f"task:{key}"))
             answered = await engine.deliver(_status_push("x" * limit), HEADERS)
@@ -419,7 +417,7 @@ async def test_a_push_whose_record_would_be_over_the_limit_is_refused_413_naming
 
 async def test_a_pushed_message_is_answered_ignored_naming_the_task(store: EventStore) -> None:
     message = {"messageId": "m-9", "role": "ROLE_AGENT", "parts": [{"text": "hi"}], "taskId": "r-1"}
-    async with engine_on(store, task_agent(_ended)) as engine:
+    async with engine_on(store, ScriptedAgent(_ended).transport()) as engine:
         key = await _with_webhook(engine)
         answered = await engine.deliver(json.dumps({"message": message}).encode(), HEADERS)
     assert answered == webhook.Delivery(200, "ignored", "a message, not a task update", key)
@@ -428,7 +426,7 @@ async def test_a_pushed_message_is_answered_ignored_naming_the_task(store: Event
 async def test_a_pushed_transition_is_applied_and_wakes_a_drive_waiting_on_the_task(
     store: EventStore,
 ) -> None:
-    async with engine_on(store, task_agent(_ended)) as engine:
+    async with engine_on(store, ScriptedAgent(_ended).transport()) as engine:
         key = await _with_webhook(engine)
         waiting = engine.observing.pushed[key] = asyncio.Event()
         answered = await engine.deliver(_status_push("working on it"), HEADERS)
@@ -470,7 +468,7 @@ async def test_a_boundary_recheck_that_finds_push_withdrawn_switches_to_polling(
 ) -> None:
     withdrawn = card_document()
     withdrawn["capabilities"]["pushNotifications"] = False
-    async with engine_on(store, task_agent(_ended)) as engine:
+    async with engine_on(store, ScriptedAgent(_ended).transport()) as engine:
         key = await _with_webhook(engine)
     async with engine_on(store, _serving(withdrawn)) as engine:
         await engine.observing.boundary_recheck(key)
@@ -506,7 +504,7 @@ async def test_an_ended_task_is_read_once_more_after_a_push_or_a_chunked_stream(
     chunked: bool,
     closing: bool,
 ) -> None:
-    async with engine_on(store, task_agent(_ended)) as engine:
+    async with engine_on(store, ScriptedAgent(_ended).transport()) as engine:
         view = await engine.start_task(ORIGIN, skill="echo", text="hi")
         state = await engine.records.state(view.task)
         artifacts = [{"artifact_id": "a-1", "chunks": 2}] if chunked else []
@@ -526,7 +524,7 @@ async def test_an_ended_task_is_read_once_more_after_a_push_or_a_chunked_stream(
 async def test_a_boundary_recheck_whose_read_fails_records_the_card_unavailable(
     store: EventStore,
 ) -> None:
-    async with engine_on(store, task_agent(_ended)) as engine:
+    async with engine_on(store, ScriptedAgent(_ended).transport()) as engine:
         key = await _with_webhook(engine)
     async with engine_on(store, _serving(None)) as engine:
         await engine.observing.boundary_recheck(key)
@@ -565,7 +563,7 @@ async def test_a_push_mode_task_is_rechecked_when_it_crosses_a_live_boundary(
 async def test_a_report_observed_is_taken_as_one_event_and_what_it_recorded_is_given(
     store: EventStore,
 ) -> None:
-    async with engine_on(store, task_agent(_ended)) as engine:
+    async with engine_on(store, ScriptedAgent(_ended).transport()) as engine:
         view = await engine.start_task(ORIGIN, skill="echo", text="hi")
         recorded: list[Any] = []
         stamp = datetime(2026, 1, 1, 0, 0, 9, tzinfo=UTC)
@@ -593,7 +591,7 @@ def _flags(recorded: list[Any]) -> dict[str, str]:
 async def test_a_report_without_a_receipt_time_is_stamped_on_arrival_bounding_its_timestamp(
     store: EventStore,
 ) -> None:
-    async with engine_on(store, task_agent(_ended)) as engine:
+    async with engine_on(store, ScriptedAgent(_ended).transport()) as engine:
         view = await engine.start_task(ORIGIN, skill="echo", text="hi")
         ahead = datetime.now(UTC) + timedelta(hours=1)
         arrived = datetime.now(UTC)
@@ -614,7 +612,7 @@ async def test_a_report_keeps_the_receipt_time_it_came_with(store: EventStore) -
     # within the bound of that receipt, and would not be of one stamped now.
     received = datetime.now(UTC).replace(microsecond=0) + timedelta(hours=1)
     stamp = received + timedelta(seconds=10)
-    async with engine_on(store, task_agent(_ended)) as engine:
+    async with engine_on(store, ScriptedAgent(_ended).transport()) as engine:
         view = await engine.start_task(ORIGIN, skill="echo", text="hi")
         observed = Observation(
             source="poll", state="working", remote_timestamp=stamp, received_at=received
@@ -632,7 +630,7 @@ async def test_the_engines_clock_skew_bound_decides_which_timestamps_order_repor
 ) -> None:
     now = datetime.now(UTC)
     config = EngineConfig(max_clock_skew=max_clock_skew)
-    async with engine_on(store, task_agent(_ended), config) as engine:
+    async with engine_on(store, ScriptedAgent(_ended).transport(), config) as engine:
         view = await engine.start_task(ORIGIN, skill="echo", text="hi")
         observed = Observation(
             source="poll", state="working", remote_timestamp=now + timedelta(seconds=30),
@@ -647,7 +645,7 @@ async def test_the_engines_clock_skew_bound_decides_which_timestamps_order_repor
 async def test_a_report_in_another_context_is_applied_and_flagged_naming_both_contexts(
     store: EventStore,
 ) -> None:
-    async with engine_on(store, task_agent(_ended)) as engine:
+    async with engine_on(store, ScriptedAgent(_ended).transport()) as engine:
         view = await engine.start_task(ORIGIN, skill="echo", text="hi")
         observed = Observation(source="push", state="working", remote_context_id="c-other")
         recorded = await _applied(engine, view.task, observed)
@@ -683,7 +681,7 @@ def _card_revised(store: EventStore, revision: str) -> None:
 async def test_a_bare_failure_after_the_card_was_revised_is_flagged_naming_the_revision(
     store: EventStore, message: str | None, revised: bool, flagged: bool
 ) -> None:
-    async with engine_on(store, task_agent(_ended)) as engine:
+    async with engine_on(store, ScriptedAgent(_ended).transport()) as engine:
         view = await engine.start_task(ORIGIN, skill="echo", text="hi")
         if revised:
             _card_revised(store, "rev-next")
@@ -700,7 +698,7 @@ async def test_a_bare_failure_after_the_card_was_revised_is_flagged_naming_the_r
 
 
 async def test_the_first_push_confirms_the_webhook_naming_its_config(store: EventStore) -> None:
-    async with engine_on(store, task_agent(_ended)) as engine:
+    async with engine_on(store, ScriptedAgent(_ended).transport()) as engine:
         key = await _with_webhook(engine)
         first = await _applied(engine, key, Observation(source="push", state="working"))
         then = await _applied(engine, key, Observation(source="push", state="input-required"))
@@ -713,7 +711,7 @@ async def test_the_first_push_confirms_the_webhook_naming_its_config(store: Even
 async def test_a_repeated_report_is_counted_on_the_tasks_next_event(store: EventStore) -> None:
     stamp = datetime(2026, 1, 1, 0, 0, 3, tzinfo=UTC)
     working = Observation(source="poll", state="working", remote_timestamp=stamp)
-    async with engine_on(store, task_agent(_ended)) as engine:
+    async with engine_on(store, ScriptedAgent(_ended).transport()) as engine:
         view = await engine.start_task(ORIGIN, skill="echo", text="hi")
         assert await _applied(engine, view.task, working)
         assert await _applied(engine, view.task, working) == []  # a repeat: nothing appended
@@ -725,7 +723,7 @@ async def test_a_repeated_report_is_counted_on_the_tasks_next_event(store: Event
 async def test_a_report_without_a_state_that_adds_nothing_is_not_counted_as_a_repeat(
     store: EventStore,
 ) -> None:
-    async with engine_on(store, task_agent(_ended)) as engine:
+    async with engine_on(store, ScriptedAgent(_ended).transport()) as engine:
         view = await engine.start_task(ORIGIN, skill="echo", text="hi")
         records = await _applied(engine, view.task, Observation(source="push", state=None))
         await _applied(engine, view.task, Observation(source="poll", state="completed"))

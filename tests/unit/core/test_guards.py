@@ -596,41 +596,8 @@ def test_resume_moves_to_plain_http_elsewhere_only_when_insecure_http_is_allowed
 # The decisions of rules R2-R11 as pure functions of recorded facts.
 
 
-BASE_guards = card_document(
-    supportedInterfaces=[
-        interface("http://a.test/rpc"),
-        interface("http://a.test/rest", "HTTP+JSON"),
-    ],
-    capabilities={"pushNotifications": True},
-    skills=[skill("echo"), skill("ask", inputModes=["application/json"])],
-)
-
-
-def card_guards(change: Any = None) -> AgentCard:
-    doc = copy.deepcopy(BASE_guards)
-    if change is not None:
-        change(doc)
-    return parse_card(json.dumps(doc).encode(), url="http://a.test/.well-known/agent-card.json")
-
-
-def task_on_guards(c: AgentCard, skill: str = "echo", **extra: Any) -> dict[str, Any]:
-    return {
-        **initial_task_state("k"),
-        "skill": skill,
-        "card_revision": c.revision,
-        "latest_card_revision": c.revision,
-        "contract_hash": c.contract_hash,
-        "skill_hash": c.compatibility_hash(skill),
-        "endpoint": {"url": "http://a.test/rpc", "binding": "JSONRPC"},
-        **extra,
-    }
-
-
-FAILED_guards = DiscoveryError("http://a.test/.well-known/agent-card.json", "http_status", "503")
-
-
 def test_creation_needs_the_skill_and_its_media_type() -> None:
-    fresh = card_guards()
+    fresh = card()
     assert creation_check(fresh, "echo", "text/plain").allowed
     absent = creation_check(fresh, "translate", "text/plain")
     assert (absent.allowed, absent.reason) == (False, "skill_absent")
@@ -639,10 +606,10 @@ def test_creation_needs_the_skill_and_its_media_type() -> None:
 
 
 def test_registration_needs_push_in_the_read_made_for_it() -> None:
-    assert registration_check(card_guards(), None).allowed
-    no_push = card_guards(lambda d: d["capabilities"].update(pushNotifications=False))
+    assert registration_check(card(), None).allowed
+    no_push = card(lambda d: d["capabilities"].update(pushNotifications=False))
     assert registration_check(no_push, None).reason == "push_not_advertised"
-    assert registration_check(None, FAILED_guards).reason == "discovery_failed"
+    assert registration_check(None, FAILED).reason == "discovery_failed"
 
 
 def test_boundary_recheck_only_when_waiting_for_push_after_a_real_transition() -> None:
@@ -654,20 +621,20 @@ def test_boundary_recheck_only_when_waiting_for_push_after_a_real_transition() -
 
 
 def test_push_withdrawn_at_a_boundary_downgrades_and_a_failed_read_only_annotates() -> None:
-    fresh = card_guards()
-    task = task_on_guards(fresh, delivery_mode="push")
-    withdrawn = card_guards(lambda d: d["capabilities"].update(pushNotifications=False))
+    fresh = card()
+    task = task_on(fresh, delivery_mode="push")
+    withdrawn = card(lambda d: d["capabilities"].update(pushNotifications=False))
     [(kind, data)] = push_recheck(task, withdrawn, None)
     assert (kind, data["reason"]) == (ev.DELIVERY_DOWNGRADED, "push_withdrawn")
-    [(kind, _)] = push_recheck(task, None, FAILED_guards)
+    [(kind, _)] = push_recheck(task, None, FAILED)
     assert kind == ev.DISCOVERY_UNAVAILABLE
     assert push_recheck(task, fresh, None) == []
 
 
 def test_a_changed_card_mid_task_is_recorded_and_flagged_never_acted_on() -> None:
-    fresh = card_guards()
-    task = task_on_guards(fresh, state="working", delivery_mode="push")
-    dropped = card_guards(
+    fresh = card()
+    task = task_on(fresh, state="working", delivery_mode="push")
+    dropped = card(
         lambda d: (d["skills"].pop(0), d["capabilities"].update(pushNotifications=False))
     )
     kinds = [kind for kind, _ in reconcile_card(task, dropped, None, fresh)]
@@ -676,41 +643,41 @@ def test_a_changed_card_mid_task_is_recorded_and_flagged_never_acted_on() -> Non
 
 
 def test_a_rotated_contract_mid_task_is_a_divergence() -> None:
-    fresh = card_guards()
-    rotated = card_guards(lambda d: d.update(securitySchemes={"m": {"mtlsSecurityScheme": {}}}))
-    events = reconcile_card(task_on_guards(fresh, state="working"), rotated, None, fresh)
+    fresh = card()
+    rotated = card(lambda d: d.update(securitySchemes={"m": {"mtlsSecurityScheme": {}}}))
+    events = reconcile_card(task_on(fresh, state="working"), rotated, None, fresh)
     assert [k for k, _ in events] == [ev.CARD_REVISION_CHANGED, ev.CONTRACT_DIVERGED]
 
 
 def test_an_unchanged_card_or_a_failed_read_mid_task() -> None:
-    fresh = card_guards()
-    assert reconcile_card(task_on_guards(fresh), fresh, None, fresh) == []
-    [(kind, data)] = reconcile_card(task_on_guards(fresh), None, FAILED_guards, fresh)
+    fresh = card()
+    assert reconcile_card(task_on(fresh), fresh, None, fresh) == []
+    [(kind, data)] = reconcile_card(task_on(fresh), None, FAILED, fresh)
     assert (kind, data["during"]) == (ev.DISCOVERY_UNAVAILABLE, "revalidation")
 
 
 def test_resume_orphans_a_task_whose_skill_vanished_or_changed_incompatibly() -> None:
-    fresh = card_guards()
-    task = task_on_guards(fresh)
-    gone = resume_check(task, card_guards(lambda d: d["skills"].pop(0)), None)
+    fresh = card()
+    task = task_on(fresh)
+    gone = resume_check(task, card(lambda d: d["skills"].pop(0)), None)
     assert gone.orphaned
     assert gone.events[0][1]["reason"] == "skill_absent"
     changed = resume_check(
-        task, card_guards(lambda d: d["skills"][0].update(inputModes=["image/png"])), None
+        task, card(lambda d: d["skills"][0].update(inputModes=["image/png"])), None
     )
     assert changed.orphaned
     assert changed.events[0][1]["reason"] == "skill_incompatible"
 
 
 def test_resume_ignores_descriptive_edits_and_follows_a_moved_endpoint() -> None:
-    fresh = card_guards()
-    task = task_on_guards(fresh)
+    fresh = card()
+    task = task_on(fresh)
 
     def move(d: dict[str, Any]) -> None:
         d["skills"][0]["description"] = "now with more words"
         d["supportedInterfaces"][0]["url"] = "https://b.test/rpc"
 
-    plan = resume_check(task, card_guards(move), None)
+    plan = resume_check(task, card(move), None)
     assert not plan.orphaned
     assert plan.endpoint == {
         "url": "https://b.test/rpc",
@@ -721,15 +688,15 @@ def test_resume_ignores_descriptive_edits_and_follows_a_moved_endpoint() -> None
 
 
 def test_resume_on_a_failed_read_stays_on_the_recorded_endpoint() -> None:
-    task = task_on_guards(card_guards())
-    plan = resume_check(task, None, FAILED_guards)
+    task = task_on(card())
+    plan = resume_check(task, None, FAILED)
     assert (plan.orphaned, plan.endpoint) == (False, task["endpoint"])
     assert plan.events[0][0] == ev.DISCOVERY_UNAVAILABLE
 
 
 def test_a_bare_failure_after_a_revision_change_is_flagged_as_possible_skew() -> None:
-    fresh = card_guards()
-    task = task_on_guards(fresh)
+    fresh = card()
+    task = task_on(fresh)
     [(kind, data)] = failure_review(task, "failed", None, "f" * 64)
     assert (kind, data["reason"]) == (ev.FLAGGED_FOR_REVIEW, "revision_skew")
     assert failure_review(task, "failed", "out of memory", "f" * 64) == []
@@ -798,9 +765,7 @@ def extended_task(**extra: Any) -> dict[str, Any]:
     }
 
 
-def unavailable_extended_card_guards(
-    failure: DiscoveryError, during: str
-) -> tuple[str, dict[str, Any]]:
+def unavailable_event(failure: DiscoveryError, during: str) -> tuple[str, dict[str, Any]]:
     return ev.DISCOVERY_UNAVAILABLE, {
         "kind": failure.kind,
         "detail": failure.detail,
@@ -814,14 +779,14 @@ def unavailable_extended_card_guards(
 
 def test_revalidation_with_the_public_card_standing_in_only_annotates() -> None:
     assert reconcile_stand_in(extended_task(), public(), None, UNREAD) == [
-        unavailable_extended_card_guards(UNREAD, "revalidation")
+        unavailable_event(UNREAD, "revalidation")
     ]
 
 
 def test_revalidation_standing_in_annotates_a_public_card_failure_too() -> None:
     assert reconcile_stand_in(extended_task(), None, FAILED, UNREAD) == [
-        unavailable_extended_card_guards(UNREAD, "revalidation"),
-        unavailable_extended_card_guards(FAILED, "revalidation"),
+        unavailable_event(UNREAD, "revalidation"),
+        unavailable_event(FAILED, "revalidation"),
     ]
 
 
@@ -829,7 +794,7 @@ def test_revalidation_standing_in_downgrades_push_the_public_card_withdrew() -> 
     no_push = public(lambda d: d["capabilities"].update(pushNotifications=False))
     task = extended_task(delivery_mode="push")
     assert reconcile_stand_in(task, no_push, None, UNREAD) == [
-        unavailable_extended_card_guards(UNREAD, "revalidation"),
+        unavailable_event(UNREAD, "revalidation"),
         (
             ev.DELIVERY_DOWNGRADED,
             {
@@ -847,7 +812,7 @@ def test_revalidation_standing_in_leaves_a_polled_task_alone_when_the_card_has_n
     for mode in ("polling", None):
         task = extended_task(delivery_mode=mode)
         assert reconcile_stand_in(task, no_push, None, UNREAD) == [
-            unavailable_extended_card_guards(UNREAD, "revalidation")
+            unavailable_event(UNREAD, "revalidation")
         ]
 
 
@@ -858,7 +823,7 @@ def test_resume_with_the_public_card_standing_in_never_orphans_and_stays_put() -
     plan = resume_stand_in(extended_task(), public(), None, UNREAD)
     assert plan.orphaned is False
     assert plan.endpoint == RPC
-    assert plan.events == (unavailable_extended_card_guards(UNREAD, "resume"),)
+    assert plan.events == (unavailable_event(UNREAD, "resume"),)
 
 
 def test_resume_standing_in_follows_the_endpoint_the_public_card_moved() -> None:
@@ -870,7 +835,7 @@ def test_resume_standing_in_follows_the_endpoint_the_public_card_moved() -> None
     assert plan.orphaned is False
     assert plan.endpoint == new
     assert plan.events == (
-        unavailable_extended_card_guards(UNREAD, "resume"),
+        unavailable_event(UNREAD, "resume"),
         (ev.ENDPOINT_MOVED, {"old": RPC, "new": new}),
     )
 
@@ -883,7 +848,7 @@ def test_resume_standing_in_never_moves_to_plain_http_unless_allowed() -> None:
     assert (plan.orphaned, plan.endpoint, plan.events) == (
         False,
         RPC,
-        (unavailable_extended_card_guards(UNREAD, "resume"),),
+        (unavailable_event(UNREAD, "resume"),),
     )
 
 
@@ -896,8 +861,8 @@ def test_resume_standing_in_with_a_public_card_failure_stays_at_the_recorded_end
         False,
         RPC,
         (
-            unavailable_extended_card_guards(UNREAD, "resume"),
-            unavailable_extended_card_guards(FAILED, "resume"),
+            unavailable_event(UNREAD, "resume"),
+            unavailable_event(FAILED, "resume"),
         ),
     )
 
@@ -907,8 +872,8 @@ def test_resume_standing_in_without_any_card_goes_on_at_the_recorded_endpoint() 
     assert plan.orphaned is False
     assert plan.endpoint == RPC
     assert plan.events == (
-        unavailable_extended_card_guards(UNREAD, "resume"),
-        unavailable_extended_card_guards(FAILED, "resume"),
+        unavailable_event(UNREAD, "resume"),
+        unavailable_event(FAILED, "resume"),
     )
 
 

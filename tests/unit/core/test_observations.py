@@ -8,7 +8,7 @@ from __future__ import annotations
 import gc
 import hashlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -136,19 +136,6 @@ def test_the_previous_generation_is_stale() -> None:
     task = _task("working", generation=4, remote_timestamp=_iso(1))
     [(kind, data)] = apply_observation(task, Observation("push", "input-required", _at(9), 3))
     assert (kind, data["reason"]) == (ev.OBSERVATION_IGNORED, "stale")
-
-
-@pytest.fixture
-def local_zone_is_not_utc() -> Iterator[None]:
-    """The machine's local time zone set to UTC+9 (a POSIX TZ string: no tz database needed)."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("TZ", "JST-9")
-        time.tzset()
-        try:
-            yield
-        finally:
-            patch.undo()
-            time.tzset()
 
 
 @pytest.mark.usefixtures("local_zone_is_not_utc")

@@ -23,7 +23,7 @@ import httpx
 import pytest
 from joserfc.jwk import ECKey
 from support.cards import card_document, skill
-from support.hostile import Answer, Reply, Request, RoutedServer, SilentListener
+from support.hostile import Answer, Reply, Request, RoutedServer, SilentListener, closed_port
 from support.slots import RecordedSlots
 
 from cardfence.engine.cards.keys import CardKeys, parse_keys
@@ -117,12 +117,6 @@ def unheld_revision_read(store: EventStore, origin: str, url: str) -> None:
     """Record a read of ``url`` (ETag ``"e1"``) whose revision this database does not hold."""
     fetched = {"url": url, "revision": "f" * 64, "etag": '"e1"', "status": 200}
     append_agent_events(store, origin, lambda _: [NewEvent(ev.CARD_FETCHED, fetched)])
-
-
-def closed_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 # -- which URLs ------------------------------------------------------------------------------------

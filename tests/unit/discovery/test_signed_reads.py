@@ -25,6 +25,7 @@ from joserfc.jwk import ECKey, Key
 from support.cards import card_document
 from support.hostile import Reply, RoutedServer
 from support.slots import RecordedSlots
+from support.virtual_time import Clock
 
 from cardfence.engine.cards.keys import CardKeys, parse_keys
 from cardfence.engine.cards.model import parse_card
@@ -44,16 +45,6 @@ JWKS = "/.well-known/jwks.json"
 JSON = {"Content-Type": "application/json"}
 AGENT = "https://agent.example"  # an origin only the hand-made reads and events name
 AGENT_CARD = AGENT + CARD
-
-
-class Clock:
-    """A monotonic clock the test moves by hand."""
-
-    def __init__(self, now: float = 1000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
 
 
 class ReadsSeen:

@@ -27,7 +27,7 @@ import httpx
 import pytest
 from support.cards import ORIGIN, card_document
 from support.mocked import ScriptedAgent, engine_on, rpc_result, task_answer
-from support.virtual_time import run_virtual, virtual_deadlines, virtual_engine
+from support.virtual_time import run_virtual, virtual_engine
 
 from cardfence.engine.client.config import EngineConfig
 from cardfence.engine.client.engine import Engine
@@ -397,46 +397,39 @@ async def test_a_driver_not_yet_loaded_scans_the_global_log_from_its_start(
 CONFIG = EngineConfig(first_poll_interval=0.5, max_poll_interval=4.0, follow_streams=False)
 
 
-@pytest.fixture
-def _deadlines_on_the_virtual_clock(monkeypatch: pytest.MonkeyPatch) -> Any:
-    with virtual_deadlines(monkeypatch):
-        yield
-
-
-class Agent:
+def _working_agent(retry_after: str | None = None) -> ScriptedAgent:
     """A mock agent whose every task stays `working`: a new remote id per send; each GetTask
-    answered for the task asked about (``retry_after``: answered 429 with it), its time kept
-    (:attr:`polls`, by remote id)."""
+    answered for the task asked about (``retry_after``: answered 429 with it)."""
+    ids = (f"r-{n}" for n in itertools.count())
+    card = card_document()
+    card["capabilities"]["pushNotifications"] = True
 
-    def __init__(self, retry_after: str | None = None) -> None:
-        self.retry_after = retry_after
-        self.ids = (f"r-{n}" for n in itertools.count())
-        self.polls: defaultdict[str, list[float]] = defaultdict(list)
+    def send(call: dict[str, Any]) -> httpx.Response:
+        return rpc_result(call, {"task": {**task_answer("submitted"), "id": next(ids)}})
 
-    def transport(self) -> httpx.MockTransport:
-        def handler(request: httpx.Request) -> httpx.Response:
-            if request.method == "GET":
-                card = card_document()
-                card["capabilities"]["pushNotifications"] = True
-                return httpx.Response(200, json=card)
-            call = json.loads(request.content)
-            if call["method"] == "SendMessage":
-                return rpc_result(
-                    call, {"task": {**task_answer("submitted"), "id": next(self.ids)}}
-                )
-            if call["method"] == "CreateTaskPushNotificationConfig":
-                return rpc_result(call, call["params"])  # stored as asked
-            remote = call["params"]["id"]
-            self.polls[remote].append(asyncio.get_running_loop().time())
-            if self.retry_after is not None:
-                return httpx.Response(429, headers={"Retry-After": self.retry_after})
-            return rpc_result(call, {**task_answer("working"), "id": remote})
+    def get(call: dict[str, Any]) -> httpx.Response:
+        if retry_after is not None:
+            return httpx.Response(429, headers={"Retry-After": retry_after})
+        return rpc_result(call, {**task_answer("working"), "id": call["params"]["id"]})
 
-        return httpx.MockTransport(handler)
+    return ScriptedAgent(get, card=card, send=send)
+
+
+def _polls(agent: ScriptedAgent) -> defaultdict[str, list[float]]:
+    """When each task was polled, by the loop's clock, by remote id."""
+    polls: defaultdict[str, list[float]] = defaultdict(list)
+    calls = iter(agent.calls)  # one for each request but the card reads, in the same order
+    for method, when in agent.at:
+        if method == "card":
+            continue
+        call = next(calls)
+        if method == "GetTask":
+            polls[call["params"]["id"]].append(when)
+    return polls
 
 
 def _driving_driver_pace(
-    agent: Agent, seconds: float, meanwhile: Callable[[Engine], Awaitable[None]]
+    agent: ScriptedAgent, seconds: float, meanwhile: Callable[[Engine], Awaitable[None]]
 ) -> None:
     """Drive every live task for ``seconds`` of virtual time, with ``meanwhile(engine)`` run
     beside the driver from its start."""
@@ -465,10 +458,10 @@ async def _started(engine: Engine, count: int) -> None:
 
 @pytest.mark.usefixtures("_deadlines_on_the_virtual_clock")
 def test_no_live_task_goes_longer_than_max_poll_interval_without_a_poll() -> None:
-    agent = Agent()
+    agent = _working_agent()
     _driving_driver_pace(agent, 300.0, lambda engine: _started(engine, 30))
-    assert len(agent.polls) == 30
-    for times in agent.polls.values():
+    assert len(_polls(agent)) == 30
+    for times in _polls(agent).values():
         # The first at once, then backing off to the bound, and the bound kept to the end.
         assert times[0] <= CONFIG.first_poll_interval
         assert max(_gaps(times)) <= CONFIG.max_poll_interval
@@ -478,7 +471,7 @@ def test_no_live_task_goes_longer_than_max_poll_interval_without_a_poll() -> Non
 
 @pytest.mark.usefixtures("_deadlines_on_the_virtual_clock")
 def test_a_task_started_while_the_driver_runs_is_polled_at_once_then_backs_off() -> None:
-    agent = Agent()
+    agent = _working_agent()
 
     async def later(engine: Engine) -> None:
         await _started(engine, 1)  # before the driver's first poll: r-0
@@ -486,16 +479,16 @@ def test_a_task_started_while_the_driver_runs_is_polled_at_once_then_backs_off()
         await _started(engine, 1)  # another process's `run`, a hundred seconds in: r-1
 
     _driving_driver_pace(agent, 200.0, later)
-    late = agent.polls["r-1"]
+    late = _polls(agent)["r-1"]
     assert 100.0 <= late[0] <= 100.0 + 0.5  # picked up by the next scan of the log
     assert _gaps(late)[:4] == [0.5, 1.0, 2.0, 4.0]
-    assert max(_gaps(agent.polls["r-0"])) <= CONFIG.max_poll_interval
+    assert max(_gaps(_polls(agent)["r-0"])) <= CONFIG.max_poll_interval
 
 
 @pytest.mark.usefixtures("_deadlines_on_the_virtual_clock")
 def test_a_task_whose_pushes_arrive_every_second_is_still_polled_at_the_bound() -> None:
     # R5: push confirmed or not, the safety polls go on; a confirmed webhook never spaces them.
-    agent = Agent()
+    agent = _working_agent()
     confirmed: list[str] = []
     pushers: list[asyncio.Future[None]] = []
 
@@ -537,7 +530,7 @@ def test_a_task_whose_pushes_arrive_every_second_is_still_polled_at_the_bound() 
     assert pushers[0].done()
     assert pushers[0].exception() is None  # every delivery answered 200
     assert len(confirmed) == 5
-    for times in agent.polls.values():
+    for times in _polls(agent).values():
         assert max(_gaps(times)) <= CONFIG.max_poll_interval
         assert times[-1] >= 121.0 - CONFIG.max_poll_interval
 
@@ -545,7 +538,7 @@ def test_a_task_whose_pushes_arrive_every_second_is_still_polled_at_the_bound() 
 @pytest.mark.usefixtures("_deadlines_on_the_virtual_clock")
 def test_an_agent_asking_for_time_is_polled_no_sooner_even_when_news_prompts_a_poll() -> None:
     # R5: its Retry-After (10 s) outweighs the bound (4 s), and the news of a registration.
-    agent = Agent(retry_after="10")
+    agent = _working_agent(retry_after="10")
     keys: list[str] = []
 
     async def later(engine: Engine) -> None:
@@ -557,7 +550,7 @@ def test_an_agent_asking_for_time_is_polled_no_sooner_even_when_news_prompts_a_p
         assert [e.type for e in stream].count(ev.THROTTLED) == 1
 
     _driving_driver_pace(agent, 60.0, later)
-    polls = agent.polls["r-0"]
+    polls = _polls(agent)["r-0"]
     assert len(polls) == 6
     assert set(_gaps(polls)) == {10.0}
 
@@ -566,7 +559,7 @@ def test_an_agent_asking_for_time_is_polled_no_sooner_even_when_news_prompts_a_p
 def test_a_webhook_registered_elsewhere_prompts_a_poll_and_the_backoff_starts_over() -> None:
     # Another process's registration (or reply) is news about the task: the driver polls it at
     # its next scan of the log, and looks again soon after, as for a task just started.
-    agent = Agent()
+    agent = _working_agent()
 
     async def later(engine: Engine) -> None:
         key = (await engine.start_task(ORIGIN, skill="echo", text="hi")).task
@@ -574,7 +567,7 @@ def test_a_webhook_registered_elsewhere_prompts_a_poll_and_the_backoff_starts_ov
         await engine.register_webhook(key, "https://hooks.example/w")
 
     _driving_driver_pace(agent, 130.0, later)
-    polls = agent.polls["r-0"]
+    polls = _polls(agent)["r-0"]
     before = [when for when in polls if when <= 101.0]
     after = [when for when in polls if when > 101.0]
     assert before[-2:] == [96.0, 100.0]  # at the bound until then

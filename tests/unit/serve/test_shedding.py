@@ -6,18 +6,11 @@ with, the rounding of a refill, the window of a report, and the count of reports
 from __future__ import annotations
 
 import pytest
+from support.virtual_time import Clock
 
 from cardfence.engine.serve._shedding import _ROUNDING, RefusalBudget
 
 NO_ROOM = "a refusal budget needs a window above 0 and room for 1 source"
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 @pytest.mark.parametrize(

@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
 import httpx
 import pytest
 from support.hostile import Reply, RoutedServer
-from support.mocked import REST, RPC, Handler, Make, mocked_agents, rpc_answer
+from support.mocked import REST, RPC, Handler, Make, rpc_answer
 
 from cardfence.engine.auth.credentials import RequestAuth
 from cardfence.engine.cards.model import Interface
@@ -41,12 +41,6 @@ from cardfence.engine.wire.transport import A2ATransport
 
 TASK = {"id": "t-1", "contextId": "c-1", "status": {"state": "TASK_STATE_WORKING"}}
 TASK03 = {"kind": "task", "id": "t-1", "contextId": "c-1", "status": {"state": "working"}}
-
-
-@pytest.fixture
-async def agent() -> AsyncIterator[Make]:
-    async with mocked_agents() as make:
-        yield make
 
 
 def _invalid(url: str, detail: str) -> str:

@@ -20,7 +20,7 @@ import pytest
 from support.cards import agent_card, interface, skill
 from support.hostile import completed_event as completed
 from support.hostile import working_event as working
-from support.mocked import REST, RPC, Body, Handler, Make, mocked_agents
+from support.mocked import REST, RPC, Body, Handler, Make
 
 from cardfence.engine.cards.model import Interface
 from cardfence.engine.cards.spoken import HTTP_JSON, JSONRPC
@@ -49,12 +49,6 @@ TASK = "t-1"
 EVENT_STREAM = {"content-type": "text/event-stream"}
 NOT_AN_ANSWER = {"id": 5, "status": "done"}  # no operation's result: an id that is no string
 CONFIG = PushConfig(id="cf-1", url="https://hooks.test/w", token="tok")
-
-
-@pytest.fixture
-async def agent() -> AsyncIterator[Make]:
-    async with mocked_agents() as make:
-        yield make
 
 
 def _rpc_id(request: httpx.Request) -> int:

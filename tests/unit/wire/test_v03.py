@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
+from support.mocked import Make as MakeTransport
 
 from cardfence.engine.cards.interfaces import select_interface
 from cardfence.engine.cards.model import Interface, parse_card
@@ -282,21 +283,16 @@ Make = Callable[..., tuple[A2ATransport, Fake03]]
 
 
 @pytest.fixture
-async def fake() -> AsyncIterator[Make]:
+def fake(agent: MakeTransport) -> Make:
     """``fake(answers, binding=JSONRPC, version="0.3.0")``: a transport to a :class:`Fake03`."""
-    clients: list[httpx.AsyncClient] = []
 
     def make(
         answers: dict[str, Any], binding: str = JSONRPC, version: str = "0.3.0"
     ) -> tuple[A2ATransport, Fake03]:
-        agent = Fake03(answers)
-        clients.append(httpx.AsyncClient(transport=httpx.MockTransport(agent)))
-        url = RPC_URL if binding == JSONRPC else REST_URL
-        return A2ATransport(clients[-1], Interface(url, binding, version)), agent
+        fake03 = Fake03(answers)
+        return agent(fake03, binding, version), fake03
 
-    yield make
-    for client in clients:
-        await client.aclose()
+    return make
 
 
 PUSH = PushConfig("cf-1", "https://hook.test/h", "tok", "Bearer", "sekrit")
@@ -638,21 +634,20 @@ async def test_a_rest_stream_reads_proto_json_events(fake: Make) -> None:
 
 
 async def test_a_jsonrpc_resubscribe_refused_in_the_stream_is_the_agents_refusal(
-    fake: Make,
+    agent: MakeTransport,
 ) -> None:
     """a2a-sdk 0.3 refuses a terminal task's resubscribe inside the event stream (-32602)."""
 
-    def agent(request: httpx.Request) -> httpx.Response:
+    def refusing(request: httpx.Request) -> httpx.Response:
         request_id = json.loads(request.content)["id"]
         error = {"code": -32602, "message": f"Task {TASK_ID} is in terminal state: failed"}
         event = {"error": error, "id": request_id, "jsonrpc": "2.0"}
         return sse(f"data: {json.dumps(event)}\n\n")
 
-    async with httpx.AsyncClient(transport=httpx.MockTransport(agent)) as client:
-        transport = A2ATransport(client, Interface(RPC_URL, JSONRPC, "0.3.0"))
-        with pytest.raises(RemoteRefusedError) as raised:
-            async with transport.subscribe(TASK_ID) as updates:
-                _ = [u async for u in updates]
+    transport = agent(refusing, JSONRPC, "0.3.0")
+    with pytest.raises(RemoteRefusedError) as raised:
+        async with transport.subscribe(TASK_ID) as updates:
+            _ = [u async for u in updates]
     assert raised.value.code == -32602
 
 
