@@ -8,6 +8,7 @@ import dataclasses
 import io
 import json
 import re
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -65,8 +66,8 @@ def recorded(
     )  # fmt: skip
 
 
-def _first(events: list[tuple[str, dict[str, Any]]], type_: str) -> dict[str, Any]:
-    return next(data for t, data in events if t == type_)
+def _first(events: Sequence[ev.Event], type_: str) -> dict[str, Any]:
+    return next(event.payload() for event in events if event.type == type_)
 
 
 def representative_payloads() -> dict[str, dict[str, Any]]:
@@ -141,8 +142,8 @@ def representative_payloads() -> dict[str, dict[str, Any]]:
             "auth_sha256": None, "status": "provisional", "card_revision": old.revision,
         },
         ev.WEBHOOK_CONFIRMED: {"config_id": "cf-1"},
-        ev.DELIVERY_DOWNGRADED: downgrade("push_not_advertised", "card says no push")[1],
-        ev.DISCOVERY_UNAVAILABLE: unavailable(failure, "revalidation")[1],
+        ev.DELIVERY_DOWNGRADED: downgrade("push_not_advertised", "card says no push").payload(),
+        ev.DISCOVERY_UNAVAILABLE: unavailable(failure, "revalidation").payload(),
         ev.CARD_REVISION_CHANGED: _first(reconciled, ev.CARD_REVISION_CHANGED),
         ev.FLAGGED_FOR_REVIEW: _first(reconciled, ev.FLAGGED_FOR_REVIEW),
         ev.CONTRACT_DIVERGED: _first(reconciled, ev.CONTRACT_DIVERGED),
@@ -157,10 +158,10 @@ def representative_payloads() -> dict[str, dict[str, Any]]:
         ev.DEADLINE_EXCEEDED: {"state": "working", "seconds": 5.0, "until": "terminal"},
         ev.AUTHORIZATION_FAILED: _authorization_failed(
             AuthorizationFailedError("http://a.test/rpc", 401, schemes=("bearer",)), "poll"
-        )[1],
+        ).payload(),
         ev.THROTTLED: throttled(
             {"flags": []}, "http://a.test/rpc", 429, 20.0, 20.0, "poll"
-        )[0][1],
+        )[0].payload(),
         ev.CREDENTIALS_MOVED: {
             "old": "http://a.test", "new": "http://b.test", "revision": "r" * 64,
             "at": T0.isoformat(),
