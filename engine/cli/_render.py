@@ -1,10 +1,11 @@
 """Human renderings for the terminal: a task's timeline, the task list, an audit, and a task's
 path as a mermaid state diagram. Text only.
 
-Every event type of the catalogue (``engine/core/events.py``) is put in words by :func:`describe`;
-a type
-this version does not know (written by a newer cardfence) is shown as its compact JSON instead, and
-nothing an event carries (a remote's message included) can break a rendering.
+Every event class of the catalogue (``engine/core/events.py``) is put in words by :func:`describe`,
+from its typed fields, in one table keyed by the class; an event whose stored payload is not one of
+its class (a type this version does not know, written by a newer cardfence; a key missing) is shown
+as its type and compact JSON instead, and nothing an event carries (a remote's message included)
+can break a rendering.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ import json
 import re
 import textwrap
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, Final
+from typing import Any, Final, TypeVar, cast
 
 from cardfence.engine.client.audit import AuditReport
 from cardfence.engine.core import events as ev
@@ -71,15 +72,16 @@ def task_line(view: TaskView) -> str:
 
 # -- events in words ----------------------------------------------------------------------------
 
-Describe = Callable[[Mapping[str, Any]], str]
+_E = TypeVar("_E", bound=ev.Recorded)
+Describe = Callable[[ev.Recorded], str]
 
 
-def _short(value: Any, width: int = 12) -> str:
+def _short(value: object, width: int = 12) -> str:
     """A hash or id cut to ``width`` characters; ``-`` when absent."""
     return "-" if value is None or value == "" else str(value)[:width]
 
 
-def _endpoint(value: Any) -> str:
+def _endpoint(value: object) -> str:
     if isinstance(value, Mapping):
         about = [str(v) for v in (value.get("binding"), value.get("protocol_version")) if v]
         if value.get("tenant"):
@@ -88,202 +90,214 @@ def _endpoint(value: Any) -> str:
     return _short(value, 200)
 
 
-def _quoted(text: Any) -> str:
-    return f"  “{text}”" if text else ""
+def _quoted(text: object) -> str:
+    return f"  “{text}”" if text and text is not ev.ABSENT else ""
 
 
-def _task_submitted(d: Mapping[str, Any]) -> str:
-    card = "extended card" if d.get("extended") else "card"  # R15: frozen under it
+def _task_submitted(e: ev.TaskSubmitted) -> str:
+    card = "extended card" if e.extended else "card"  # R15: frozen under it
     return (
-        f"skill {d.get('skill')} on {d.get('agent')}  {card} {_short(d.get('card_revision'))} "
-        f"v{d.get('card_version')}  contract {_short(d.get('contract_hash'))}"
-        + "".join(f"  extension {uri}" for uri in d.get("extensions") or ())
+        f"skill {e.skill} on {e.agent}  {card} {_short(e.card_revision)} "
+        f"v{e.card_version}  contract {_short(e.contract_hash)}"
+        + "".join(f"  extension {uri}" for uri in e.extensions or ())
     )
 
 
-def _state_changed(d: Mapping[str, Any]) -> str:
-    return f"{d.get('from')} → {d.get('to')}  via {d.get('source')}" + _quoted(d.get("message"))
+def _state_changed(e: ev.StateChanged) -> str:
+    return f"{e.from_} → {e.to}  via {e.source}" + _quoted(e.message)
 
 
-def _observation_ignored(d: Mapping[str, Any]) -> str:
-    return f"{d.get('state')} via {d.get('source')} ignored: {d.get('reason')}"
+def _observation_ignored(e: ev.ObservationIgnored) -> str:
+    return f"{e.state} via {e.source} ignored: {e.reason}"
 
 
-def _webhook_registered(d: Mapping[str, Any]) -> str:
-    return f"config {d.get('config_id')} → {d.get('url')} (provisional)"
+def _webhook_registered(e: ev.WebhookRegistered) -> str:
+    return f"config {e.config_id} → {e.url} (provisional)"
 
 
-def _webhook_confirmed(d: Mapping[str, Any]) -> str:
-    return f"config {d.get('config_id')} confirmed by its first valid delivery"
+def _webhook_confirmed(e: ev.WebhookConfirmed) -> str:
+    return f"config {e.config_id} confirmed by its first valid delivery"
 
 
-def _delivery_downgraded(d: Mapping[str, Any]) -> str:
-    return f"push off, {d.get('to') or 'polling'} from now: {d.get('reason')}: {d.get('detail')}"
+def _delivery_downgraded(e: ev.DeliveryDowngraded) -> str:
+    return f"push off, {e.to or 'polling'} from now: {e.reason}: {e.detail}"
 
 
-def _discovery_unavailable(d: Mapping[str, Any]) -> str:
-    return f"card read failed ({d.get('kind')} {d.get('detail')}) during {d.get('during')}"
+def _discovery_unavailable(e: ev.DiscoveryUnavailable) -> str:
+    return f"card read failed ({e.kind} {e.detail}) during {e.during}"
 
 
-def _card_revision_changed(d: Mapping[str, Any]) -> str:
-    changes = d.get("changes")
+def _card_revision_changed(e: ev.CardRevisionChanged) -> str:
+    changes: object = e.changes
     changed = ", ".join(sorted(changes)) if isinstance(changes, Mapping) and changes else "revision"
-    return f"{_short(d.get('old'))} → {_short(d.get('new'))} ({changed})"
+    return f"{_short(e.old)} → {_short(e.new)} ({changed})"
 
 
-def _flagged_for_review(d: Mapping[str, Any]) -> str:
-    revision = f"  card {_short(d.get('revision'))}" if d.get("revision") else ""
-    return f"{d.get('reason')}: {d.get('detail')}{revision}"
+def _flagged_for_review(e: ev.FlaggedForReview) -> str:
+    revision = f"  card {_short(e.revision)}" if e.revision else ""
+    return f"{e.reason}: {e.detail}{revision}"
 
 
-def _contract_diverged(d: Mapping[str, Any]) -> str:
+def _contract_diverged(e: ev.ContractDiverged) -> str:
     return (
-        f"card {_short(d.get('revision'))} has contract {_short(d.get('observed'))}; "
-        f"the task keeps {_short(d.get('frozen'))}"
+        f"card {_short(e.revision)} has contract {_short(e.observed)}; "
+        f"the task keeps {_short(e.frozen)}"
     )
 
 
-def _task_orphaned(d: Mapping[str, Any]) -> str:
-    return f"{d.get('reason')}: {d.get('detail')}  card {_short(d.get('revision'))}"
+def _task_orphaned(e: ev.TaskOrphaned) -> str:
+    return f"{e.reason}: {e.detail}  card {_short(e.revision)}"
 
 
-def _endpoint_moved(d: Mapping[str, Any]) -> str:
-    return f"{_endpoint(d.get('old'))} → {_endpoint(d.get('new'))}"
+def _endpoint_moved(e: ev.EndpointMoved) -> str:
+    return f"{_endpoint(e.old)} → {_endpoint(e.new)}"
 
 
-def _endpoint_unreachable(d: Mapping[str, Any]) -> str:
-    return f"{d.get('url')} unreachable during {d.get('during')}: {d.get('detail')}"
+def _endpoint_unreachable(e: ev.EndpointUnreachable) -> str:
+    return f"{e.url} unreachable during {e.during}: {e.detail}"
 
 
-def _authorization_failed(d: Mapping[str, Any]) -> str:
-    schemes = d.get("schemes")
+def _authorization_failed(e: ev.AuthorizationFailed) -> str:
+    schemes: object = e.schemes
     sent = ", ".join(map(str, schemes)) if isinstance(schemes, list) and schemes else "none"
     return (
-        f"credentials refused during {d.get('during')} (HTTP {d.get('status')}, schemes: {sent}); "
+        f"credentials refused during {e.during} (HTTP {e.status}, schemes: {sent}); "
         "the task goes on"
     )
 
 
-def _throttled(d: Mapping[str, Any]) -> str:
-    asked = d.get("asked")
-    said = "named no wait" if asked is None else f"asked for {asked:g}s"
-    wait = d.get("wait")
+def _throttled(e: ev.Throttled) -> str:
+    said = "named no wait" if e.asked is None else f"asked for {e.asked:g}s"
+    wait = e.wait
     then = "no request before the deadline" if wait is None else f"the next request after {wait:g}s"
-    return (
-        f"{d.get('url')} answered HTTP {d.get('status')} during {d.get('during')} and {said}: "
-        f"{then} (recorded once)"
-    )
+    return f"{e.url} answered HTTP {e.status} during {e.during} and {said}: {then} (recorded once)"
 
 
-def _credentials_moved(d: Mapping[str, Any]) -> str:
-    return f"credentials moved from {d.get('old')} to {d.get('new')} (contract accepted)"
+def _credentials_moved(e: ev.CredentialsMoved) -> str:
+    return f"credentials moved from {e.old} to {e.new} (contract accepted)"
 
 
-def _credentials_missing(d: Mapping[str, Any]) -> str:
-    return f"skill {d.get('skill')} refused before sending: credentials missing: {d.get('detail')}"
+def _credentials_missing(e: ev.CredentialsMissing) -> str:
+    return f"skill {e.skill} refused before sending: credentials missing: {e.detail}"
 
 
-def _cancel_requested(d: Mapping[str, Any]) -> str:
+def _cancel_requested(e: ev.CancelRequested) -> str:
     return "cancel asked of the remote (the state moves only when it reports canceled)"
 
 
-def _cancel_refused(d: Mapping[str, Any]) -> str:
-    return f"the remote refused to cancel (code {d.get('code')}): {d.get('detail')}"
+def _cancel_refused(e: ev.CancelRefused) -> str:
+    return f"the remote refused to cancel (code {e.code}): {e.detail}"
 
 
-def _reply_sent(d: Mapping[str, Any]) -> str:
-    return f"reply of {d.get('chars')} characters sent (message {d.get('message_id')})"
+def _reply_sent(e: ev.ReplySent) -> str:
+    return f"reply of {e.chars} characters sent (message {e.message_id})"
 
 
-def _deadline_exceeded(d: Mapping[str, Any]) -> str:
-    return f"still {d.get('state')} after {d.get('seconds')}s waiting for {d.get('until')}"
+def _deadline_exceeded(e: ev.DeadlineExceeded) -> str:
+    return f"still {e.state} after {e.seconds}s waiting for {e.until}"
 
 
-def _artifact_received(d: Mapping[str, Any]) -> str:
-    parts = d.get("parts")
+def _artifact_received(e: ev.ArtifactReceived) -> str:
+    parts: object = e.parts
     texts = [
         str(p["text"]) for p in (parts if isinstance(parts, list) else ())
         if isinstance(p, Mapping) and p.get("text")
     ]  # fmt: skip
     shown = f": {' | '.join(texts)}"[:80] if texts else ""
-    count = d.get("chunks")
+    count: object = e.chunks
     chunks = f"{count} chunks" if isinstance(count, int) and count > 1 else "a chunk"
-    chunk = f", {chunks} appended" if d.get("append") else ""
-    dropped = d.get("dropped")
+    chunk = f", {chunks} appended" if e.append else ""
+    dropped: object = e.dropped
     others = len(dropped) if isinstance(dropped, list) else 0
     if others:  # R12: the same report named this id with other contents too
         chunk += f", {others} other version{'s' if others > 1 else ''} in the report dropped"
-    return f"{d.get('name') or d.get('artifact_id')} via {d.get('source')}{chunk}{shown}"
+    return f"{e.name or e.artifact_id} via {e.source}{chunk}{shown}"
 
 
-def _card_fetched(d: Mapping[str, Any]) -> str:
-    what = "extended card" if d.get("extended") else "card"
-    how = "unchanged (304)" if d.get("status") == 304 else f"read ({d.get('status')})"
-    push = "push" if d.get("push_notifications") else "no push"
+def _card_fetched(e: ev.CardFetched) -> str:
+    what = "extended card" if e.extended else "card"
+    how = "unchanged (304)" if e.status == 304 else f"read ({e.status})"
+    push = "push" if e.push_notifications else "no push"
     return (
-        f"{what} {_short(d.get('revision'))} v{d.get('version')} {how} from {d.get('url')}  "
-        f"contract {_short(d.get('contract_hash'))}, {push}"
+        f"{what} {_short(e.revision)} v{e.version} {how} from {e.url}  "
+        f"contract {_short(e.contract_hash)}, {push}"
     )
 
 
-def _discovery_failed(d: Mapping[str, Any]) -> str:
-    return f"card read of {d.get('url')} failed: {d.get('kind')} {d.get('detail')}"
+def _discovery_failed(e: ev.DiscoveryFailed) -> str:
+    return f"card read of {e.url} failed: {e.kind} {e.detail}"
 
 
-def _contract_pinned(d: Mapping[str, Any]) -> str:
-    return f"contract {_short(d.get('contract_hash'))} pinned (card {_short(d.get('revision'))})"
+def _contract_pinned(e: ev.ContractPinned) -> str:
+    return f"contract {_short(e.contract_hash)} pinned (card {_short(e.revision)})"
 
 
-def _contract_accepted(d: Mapping[str, Any]) -> str:
+def _contract_accepted(e: ev.ContractAccepted) -> str:
     return (
-        f"contract {_short(d.get('previous'))} → {_short(d.get('contract_hash'))} accepted "
-        f"(card {_short(d.get('revision'))})"
+        f"contract {_short(e.previous)} → {_short(e.contract_hash)} accepted "
+        f"(card {_short(e.revision)})"
     )
 
 
-def _task_creation_refused(d: Mapping[str, Any]) -> str:
-    return f"skill {d.get('skill')} refused before sending: {d.get('reason')}: {d.get('detail')}"
+def _task_creation_refused(e: ev.TaskCreationRefused) -> str:
+    return f"skill {e.skill} refused before sending: {e.reason}: {e.detail}"
 
 
-_DESCRIBE: Final[Mapping[str, Describe]] = {
-    ev.CARD_FETCHED: _card_fetched,
-    ev.DISCOVERY_FAILED: _discovery_failed,
-    ev.CONTRACT_PINNED: _contract_pinned,
-    ev.CONTRACT_ACCEPTED: _contract_accepted,
-    ev.TASK_CREATION_REFUSED: _task_creation_refused,
-    ev.CREDENTIALS_MISSING: _credentials_missing,
-    ev.TASK_SUBMITTED: _task_submitted,
-    ev.STATE_CHANGED: _state_changed,
-    ev.OBSERVATION_IGNORED: _observation_ignored,
-    ev.WEBHOOK_REGISTERED: _webhook_registered,
-    ev.WEBHOOK_CONFIRMED: _webhook_confirmed,
-    ev.DELIVERY_DOWNGRADED: _delivery_downgraded,
-    ev.DISCOVERY_UNAVAILABLE: _discovery_unavailable,
-    ev.CARD_REVISION_CHANGED: _card_revision_changed,
-    ev.FLAGGED_FOR_REVIEW: _flagged_for_review,
-    ev.CONTRACT_DIVERGED: _contract_diverged,
-    ev.TASK_ORPHANED: _task_orphaned,
-    ev.ENDPOINT_MOVED: _endpoint_moved,
-    ev.ENDPOINT_UNREACHABLE: _endpoint_unreachable,
-    ev.CANCEL_REQUESTED: _cancel_requested,
-    ev.CANCEL_REFUSED: _cancel_refused,
-    ev.REPLY_SENT: _reply_sent,
-    ev.DEADLINE_EXCEEDED: _deadline_exceeded,
-    ev.ARTIFACT_RECEIVED: _artifact_received,
-    ev.AUTHORIZATION_FAILED: _authorization_failed,
-    ev.CREDENTIALS_MOVED: _credentials_moved,
-    ev.THROTTLED: _throttled,
-}
+def _creation_refused_remotely(e: ev.CreationRefusedRemotely) -> str:
+    return f"the agent refused the creation at {e.url} (code {e.code}): {e.message}"
 
 
-def describe(type_: str, data: Mapping[str, Any]) -> str | None:
-    """An event in words, or ``None`` for a type this version has no words for."""
-    words = _DESCRIBE.get(type_)
+def _words(cls: type[_E], words: Callable[[_E], str]) -> tuple[type[ev.Recorded], Describe]:
+    """One row of :data:`_DESCRIBE`: a class and the words for its events (checked to match)."""
+    return cls, cast(Describe, words)
+
+
+_DESCRIBE: Final[Mapping[type[ev.Recorded], Describe]] = dict(
+    (
+        _words(ev.CardFetched, _card_fetched),
+        _words(ev.DiscoveryFailed, _discovery_failed),
+        _words(ev.ContractPinned, _contract_pinned),
+        _words(ev.ContractAccepted, _contract_accepted),
+        _words(ev.TaskCreationRefused, _task_creation_refused),
+        _words(ev.CredentialsMissing, _credentials_missing),
+        _words(ev.TaskSubmitted, _task_submitted),
+        _words(ev.StateChanged, _state_changed),
+        _words(ev.ObservationIgnored, _observation_ignored),
+        _words(ev.WebhookRegistered, _webhook_registered),
+        _words(ev.WebhookConfirmed, _webhook_confirmed),
+        _words(ev.DeliveryDowngraded, _delivery_downgraded),
+        _words(ev.DiscoveryUnavailable, _discovery_unavailable),
+        _words(ev.CardRevisionChanged, _card_revision_changed),
+        _words(ev.FlaggedForReview, _flagged_for_review),
+        _words(ev.ContractDiverged, _contract_diverged),
+        _words(ev.TaskOrphaned, _task_orphaned),
+        _words(ev.EndpointMoved, _endpoint_moved),
+        _words(ev.EndpointUnreachable, _endpoint_unreachable),
+        _words(ev.CancelRequested, _cancel_requested),
+        _words(ev.CancelRefused, _cancel_refused),
+        _words(ev.ReplySent, _reply_sent),
+        _words(ev.DeadlineExceeded, _deadline_exceeded),
+        _words(ev.ArtifactReceived, _artifact_received),
+        _words(ev.AuthorizationFailed, _authorization_failed),
+        _words(ev.CredentialsMoved, _credentials_moved),
+        _words(ev.Throttled, _throttled),
+        _words(ev.CreationRefusedRemotely, _creation_refused_remotely),
+    )
+)
+"""The words for each event class of the catalogue, keyed by the class."""
+
+
+def describe(event: ev.Event) -> str | None:
+    """An event in words, or ``None`` for one this version has no words for (a type written by
+    a newer cardfence: :class:`~cardfence.engine.core.events.UnknownEvent`)."""
+    if isinstance(event, ev.UnknownEvent):
+        return None
+    words = _DESCRIBE.get(type(event))
     if words is None:
         return None
     try:
-        return _line(words(data))
-    except Exception:  # a payload of an unexpected shape: shown raw, never a crash
+        return _line(words(event))
+    except Exception:  # a field of an unexpected type (altered in the store): shown raw
         return None
 
 
@@ -299,12 +313,18 @@ def fallback(type_: str, payload: str) -> str:
 
 
 def summary(event: RecordedEvent) -> str:
-    """What an event says, in a few words (its type and compact JSON if it has none)."""
+    """What an event says, in a few words: its class's words, or its type and compact JSON when
+    the payload is not one of the event its stream and type name (a type written by a newer
+    cardfence, a key missing, a payload altered in the store)."""
     try:
         data = event.data
     except CorruptRecordError:  # not a JSON object (altered in the store): shown raw
         return fallback(event.type, event.payload)
-    said = describe(event.type, data) or fallback(event.type, event.payload)
+    try:
+        typed = ev.stream_event(event.stream_id, event.type, data)
+    except (KeyError, TypeError):  # a key its class always holds is missing
+        typed = ev.UnknownEvent(event.type, data)
+    said = describe(typed) or fallback(event.type, event.payload)
     repeated = data.get(ev.FAILURES_REPEATED)
     if isinstance(repeated, int) and repeated > 0:
         said += f" (after {repeated} more polls or card reads failed as recorded before)"

@@ -13,7 +13,6 @@ import dataclasses
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from datetime import UTC, datetime
-from typing import Any
 
 from cardfence.engine.client._asking import Asking
 from cardfence.engine.client._background import Background
@@ -298,22 +297,23 @@ class Observing:
             return webhook.Delivery(200, "ignored", "a message, not a task update", key)
         self.observed(key, observation, *moved, whole=update.kind == "task")
         self.wake(key)
-        cut = any(_truncated(data) for _, data in recorded)
+        cut = any(_truncated(event) for event in recorded)
         detail = FLAG_PAYLOAD_TRUNCATED if cut else ""
         return webhook.Delivery(200, _delivery_outcome(recorded), detail, key)
 
 
-def _truncated(data: Mapping[str, Any]) -> bool:
+def _truncated(event: Event) -> bool:
     """Whether an event kept part of a report as its size and SHA-256 only (R16)."""
-    return bool(data.get("truncated") or data.get("payload_truncated"))
+    if isinstance(event, ev.ArtifactReceived):
+        return bool(event.truncated)
+    return isinstance(event, ev.StateChanged) and bool(event.payload_truncated)
 
 
 def _delivery_outcome(recorded: Sequence[Event]) -> str:
     """``applied`` (a transition or a new artifact), ``duplicate``, ``stale`` or ``ignored``."""
-    types = {type_ for type_, _ in recorded}
-    if ev.STATE_CHANGED in types or ev.ARTIFACT_RECEIVED in types:
+    if any(isinstance(event, ev.StateChanged | ev.ArtifactReceived) for event in recorded):
         return "applied"
-    reasons = {data.get("reason") for type_, data in recorded if type_ == ev.OBSERVATION_IGNORED}
+    reasons = {event.reason for event in recorded if isinstance(event, ev.ObservationIgnored)}
     for reason in ("duplicate", "stale"):
         if reason in reasons:
             return reason

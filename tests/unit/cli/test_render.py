@@ -8,6 +8,7 @@ import dataclasses
 import io
 import json
 import re
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -47,17 +48,26 @@ def card(change: Any = None) -> AgentCard:
 
 
 def recorded(
-    type_: str, data: Any, version: int = 1, *, payload: str | None = None
+    type_: str,
+    data: Any,
+    version: int = 1,
+    *,
+    payload: str | None = None,
+    stream_id: str | None = None,
 ) -> RecordedEvent:
+    """The event as stored, on an agent's stream for a type of the agent stream (the one
+    ``TaskCreationRefused`` of :data:`PAYLOADS` included), else on the task ``k``'s."""
+    if stream_id is None:
+        stream_id = "agent:http://a.test" if type_ in ev.AGENT_EVENTS else "task:k"
     return RecordedEvent(
-        position=version + 10, stream_id="task:k", version=version, type=type_, schema_version=1,
+        position=version + 10, stream_id=stream_id, version=version, type=type_, schema_version=1,
         payload=json.dumps(data) if payload is None else payload,
         recorded_at=T0 + timedelta(seconds=version), prev_hash=GENESIS_HASH, hash="0" * 64,
     )  # fmt: skip
 
 
-def _first(events: list[tuple[str, dict[str, Any]]], type_: str) -> dict[str, Any]:
-    return next(data for t, data in events if t == type_)
+def _first(events: Sequence[ev.Event], type_: str) -> dict[str, Any]:
+    return next(event.payload() for event in events if event.type == type_)
 
 
 def representative_payloads() -> dict[str, dict[str, Any]]:
@@ -132,8 +142,8 @@ def representative_payloads() -> dict[str, dict[str, Any]]:
             "auth_sha256": None, "status": "provisional", "card_revision": old.revision,
         },
         ev.WEBHOOK_CONFIRMED: {"config_id": "cf-1"},
-        ev.DELIVERY_DOWNGRADED: downgrade("push_not_advertised", "card says no push")[1],
-        ev.DISCOVERY_UNAVAILABLE: unavailable(failure, "revalidation")[1],
+        ev.DELIVERY_DOWNGRADED: downgrade("push_not_advertised", "card says no push").payload(),
+        ev.DISCOVERY_UNAVAILABLE: unavailable(failure, "revalidation").payload(),
         ev.CARD_REVISION_CHANGED: _first(reconciled, ev.CARD_REVISION_CHANGED),
         ev.FLAGGED_FOR_REVIEW: _first(reconciled, ev.FLAGGED_FOR_REVIEW),
         ev.CONTRACT_DIVERGED: _first(reconciled, ev.CONTRACT_DIVERGED),
@@ -148,10 +158,10 @@ def representative_payloads() -> dict[str, dict[str, Any]]:
         ev.DEADLINE_EXCEEDED: {"state": "working", "seconds": 5.0, "until": "terminal"},
         ev.AUTHORIZATION_FAILED: _authorization_failed(
             AuthorizationFailedError("http://a.test/rpc", 401, schemes=("bearer",)), "poll"
-        )[1],
+        ).payload(),
         ev.THROTTLED: throttled(
             {"flags": []}, "http://a.test/rpc", 429, 20.0, 20.0, "poll"
-        )[0][1],
+        )[0].payload(),
         ev.CREDENTIALS_MOVED: {
             "old": "http://a.test", "new": "http://b.test", "revision": "r" * 64,
             "at": T0.isoformat(),
@@ -174,8 +184,9 @@ def test_the_payloads_cover_exactly_the_event_catalogue() -> None:
 @pytest.mark.parametrize("type_", sorted(ev.KNOWN_EVENTS))
 def test_every_catalogued_event_type_renders_in_words_not_as_json(type_: str) -> None:
     data = PAYLOADS[type_]
-    words = describe(type_, data)
-    shown = summary(recorded(type_, data))
+    event = recorded(type_, data)
+    words = describe(ev.stream_event(event.stream_id, type_, data))
+    shown = summary(event)
 
     assert words, f"{type_} has no words"
     assert shown == words
@@ -252,8 +263,28 @@ def test_an_event_carrying_counted_failures_says_how_many() -> None:
 def test_an_unknown_event_type_falls_back_to_its_type_and_compact_json() -> None:
     event = recorded("SomethingNewer", {"b": [1, 2], "a": "x"})
 
-    assert describe("SomethingNewer", event.data) is None
+    assert describe(ev.stream_event(event.stream_id, "SomethingNewer", event.data)) is None
     assert summary(event) == 'SomethingNewer {"a":"x","b":[1,2]}'
+
+
+def test_a_payload_missing_a_key_its_class_always_holds_falls_back_to_its_type_and_json() -> None:
+    partial = {"until": "terminal", "state": "working"}  # no "seconds"
+
+    assert summary(recorded(ev.DEADLINE_EXCEEDED, partial)) == (
+        'DeadlineExceeded {"state":"working","until":"terminal"}'
+    )
+
+
+def test_the_agents_refusal_of_a_creation_on_the_task_stream_says_what_the_agent_answered() -> None:
+    refusal = ev.CreationRefusedRemotely(
+        reason="remote_refused", code=-32005, message="content type not supported",
+        url="http://a.test/rpc",
+    )  # fmt: skip
+
+    assert summary(recorded(refusal.TYPE, refusal.payload(), stream_id="task:k")) == (
+        "the agent refused the creation at http://a.test/rpc (code -32005): "
+        "content type not supported"
+    )
 
 
 def test_a_long_unknown_payload_is_cut_short() -> None:
@@ -291,8 +322,11 @@ def test_a_payload_of_an_unexpected_shape_never_breaks_a_rendering(
 def test_what_a_remote_said_is_printed_verbatim_never_as_markup_or_terminal_control() -> None:
     message = "[bold]not bold[/bold] [/] :smile: \x1b[31mred\x1b[0m\nsecond line"
     changed = recorded(
-        ev.STATE_CHANGED, {"from": "working", "to": "input-required", "source": "poll",
-                           "message": message},
+        ev.STATE_CHANGED,
+        ev.StateChanged(
+            from_="working", to="input-required", source="poll", remote_timestamp=None,
+            message=message,
+        ).payload(),
     )  # fmt: skip
     view = TaskView.of(fold_task("k", [(changed.type, changed.data)]))
 
@@ -375,8 +409,11 @@ def test_a_long_what_is_wrapped_at_words_to_160_columns_and_nothing_is_cut() -> 
     word = "w" * 300  # longer than the column: folded, where rich cut it short with "..."
     message = " ".join(["several words of a long question"] * 8 + [word, "end"])
     changed = recorded(
-        ev.STATE_CHANGED, {"from": "working", "to": "input-required", "source": "poll",
-                           "message": message},
+        ev.STATE_CHANGED,
+        ev.StateChanged(
+            from_="working", to="input-required", source="poll", remote_timestamp=None,
+            message=message,
+        ).payload(),
     )  # fmt: skip
     view = TaskView.of(fold_task("k", [(changed.type, changed.data)]))
 

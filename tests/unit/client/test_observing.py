@@ -5,11 +5,12 @@ whole), and the agent's card revision a failure is reviewed against."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
 import re
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, Final
 
 import httpx
 import pytest
@@ -34,48 +35,53 @@ from cardfence.store.records import NewEvent, Projection
 AGENT = "http://agent.test"
 
 
+def _changed(to: str) -> ev.StateChanged:
+    return ev.StateChanged(from_="submitted", to=to, source="push", remote_timestamp=None)
+
+
+def _ignored(reason: str) -> ev.ObservationIgnored:
+    return ev.ObservationIgnored(
+        reason=reason, state="working", source="push", remote_timestamp=None
+    )
+
+
+_ARTIFACT: Final = ev.ArtifactReceived(artifact_id="a", name=None, source="push")
+
+
 @pytest.mark.parametrize(
     ("recorded", "outcome"),
     [
-        ([(ev.STATE_CHANGED, {"to": "working"})], "applied"),
-        ([(ev.ARTIFACT_RECEIVED, {"artifact_id": "a"})], "applied"),
-        (
-            [(ev.OBSERVATION_IGNORED, {"reason": "stale"}), (ev.STATE_CHANGED, {"to": "x"})],
-            "applied",
-        ),
-        ([(ev.OBSERVATION_IGNORED, {"reason": "duplicate"})], "duplicate"),
-        ([(ev.OBSERVATION_IGNORED, {"reason": "stale"})], "stale"),
-        (
-            [
-                (ev.OBSERVATION_IGNORED, {"reason": "stale"}),
-                (ev.OBSERVATION_IGNORED, {"reason": "duplicate"}),
-            ],
-            "duplicate",
-        ),
-        ([(ev.OBSERVATION_IGNORED, {"reason": "terminal"})], "ignored"),
-        ([(ev.WEBHOOK_CONFIRMED, {"config_id": "c"})], "duplicate"),
+        ([_changed("working")], "applied"),
+        ([_ARTIFACT], "applied"),
+        ([_ignored("stale"), _changed("x")], "applied"),
+        ([_ignored("duplicate")], "duplicate"),
+        ([_ignored("stale")], "stale"),
+        ([_ignored("stale"), _ignored("duplicate")], "duplicate"),
+        ([_ignored("terminal")], "ignored"),
+        ([ev.WebhookConfirmed(config_id="c")], "duplicate"),
         ([], "duplicate"),  # nothing appended: a repeat, counted
     ],
 )
 def test_a_delivery_is_answered_applied_duplicate_stale_or_ignored(
-    recorded: list[tuple[str, dict[str, Any]]], outcome: str
+    recorded: list[ev.Event], outcome: str
 ) -> None:
     assert _delivery_outcome(recorded) == outcome
 
 
 @pytest.mark.parametrize(
-    ("data", "cut"),
+    ("event", "cut"),
     [
-        ({"truncated": True}, True),
-        ({"payload_truncated": True}, True),
-        ({"truncated": False, "payload_truncated": 0}, False),
-        ({}, False),
+        (dataclasses.replace(_ARTIFACT, truncated=True), True),
+        (dataclasses.replace(_changed("working"), payload_truncated=True), True),
+        (dataclasses.replace(_ARTIFACT, truncated=False), False),
+        (_changed("working"), False),
+        (_ignored("stale"), False),
     ],
 )
 def test_an_event_says_whether_it_kept_part_of_a_report_as_its_digest(
-    data: dict[str, Any], cut: bool
+    event: ev.Event, cut: bool
 ) -> None:
-    assert _truncated(data) is cut
+    assert _truncated(event) is cut
 
 
 @pytest.mark.parametrize(

@@ -6,6 +6,7 @@ details, revisions) are the contract, not just their types."""
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 from typing import Any
 
@@ -963,8 +964,16 @@ def test_a_log_without_extended_reads_replays_to_the_same_keys_as_before() -> No
 def test_the_words_name_the_extended_card() -> None:
     ext = extended_card()
     read = fetched(ext, extended=True, binding="JSONRPC", public_revision=public().revision)
-    assert str(describe(ev.CARD_FETCHED, read)).startswith(f"extended card {ext.revision[:12]} ")
-    assert str(describe(ev.CARD_FETCHED, fetched(ext))).startswith(f"card {ext.revision[:12]} ")
-    submitted = {"skill": "vip", "agent": "http://a.test", "card_revision": ext.revision}
-    assert " extended card " in str(describe(ev.TASK_SUBMITTED, {**submitted, "extended": True}))
-    assert " extended card " not in str(describe(ev.TASK_SUBMITTED, submitted))
+    said = describe(ev.CardFetched.from_payload(read))
+    assert str(said).startswith(f"extended card {ext.revision[:12]} ")
+    said = describe(ev.CardFetched.from_payload(fetched(ext)))
+    assert str(said).startswith(f"card {ext.revision[:12]} ")
+    submitted = ev.TaskSubmitted(
+        task="k", agent="http://a.test", agent_url="http://a.test", card_url=CARD_URL,
+        skill="vip", message_id="m-1", context_id="c-1", text="hi", media_type="text/plain",
+        card_revision=ext.revision, card_version=None, contract_hash=ext.contract_hash,
+        skill_hash=None, endpoint={"url": "http://a.test/rpc"}, submitted_at="2026-12-01T00:00:00",
+    )  # fmt: skip
+    extended = dataclasses.replace(submitted, extended=True)
+    assert " extended card " in str(describe(extended))
+    assert " extended card " not in str(describe(submitted))

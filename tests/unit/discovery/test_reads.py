@@ -1086,7 +1086,7 @@ async def test_a_refused_creation_is_recorded_in_the_agent_stream(
 ) -> None:
     refusal = ev.TaskCreationRefused(reason="skill_absent", detail="d", skill="x", at="t")
     await Discovery(store, client).record_refusal("http://127.0.0.1:9/agent/", refusal)
-    assert events_of(store, "http://127.0.0.1:9") == [tuple(refusal)]
+    assert events_of(store, "http://127.0.0.1:9") == [(refusal.TYPE, refusal.payload())]
 
 
 # -- appending under concurrency -------------------------------------------------------------------

@@ -693,7 +693,7 @@ def test_a_card_that_moves_the_task_to_another_tenant_moves_its_endpoint() -> No
 
     assert endpoint is not None
     assert endpoint["tenant"] == "acme-eu"
-    assert [type_ for type_, _ in moved] == [ev.ENDPOINT_MOVED]
+    assert [event.TYPE for event in moved] == [ev.ENDPOINT_MOVED]
     assert (same, unmoved) == (task["endpoint"], ())
 
 

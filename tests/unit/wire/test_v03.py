@@ -1014,7 +1014,7 @@ def test_the_same_url_speaking_another_version_is_a_move() -> None:
     }
     plan = guards.resume_check(task, card, None, allow_insecure=True)
     assert plan.endpoint == {"url": RPC_URL, "binding": JSONRPC, "protocol_version": "0.3.0"}
-    assert [kind for kind, _ in plan.events] == ["EndpointMoved"]
+    assert [event.TYPE for event in plan.events] == ["EndpointMoved"]
 
 
 # --- the command line -----------------------------------------------------------------------------
