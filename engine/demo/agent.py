@@ -55,6 +55,7 @@ __all__ = [
     "JSONRPC_PATH",
     "LEGACY_CARD_PATH",
     "REST_PREFIX",
+    "CallLog",
     "CardHit",
     "DemoAgent",
     "card_etag",
@@ -230,7 +231,7 @@ def _replay(body: bytes, extra: list[ASGIMessage], receive: Receive) -> Receive:
     return replayed
 
 
-class _CallLog:
+class CallLog:
     """Logs A2A calls (binding, method) and answers a bare 404 where the endpoint is gone."""
 
     def __init__(self, app: ASGIApp, agent: DemoAgent) -> None:
@@ -359,7 +360,7 @@ class DemoAgent:
         ]
         routes.extend(create_jsonrpc_routes(self.handler, rpc_url=JSONRPC_PATH))
         routes.extend(create_rest_routes(self.handler, path_prefix=REST_PREFIX))
-        self._server.app = _CallLog(Starlette(routes=routes), self)
+        self._server.app = CallLog(Starlette(routes=routes), self)
         self._server.on_stop(self._close)
 
     # -- lifecycle ---------------------------------------------------------------------

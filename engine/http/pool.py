@@ -13,7 +13,7 @@ that walk was half of an engine's CPU. Three changes keep it small:
   httpcore's queue (which it also walks, once per queued request);
 - :class:`EngineTransport`: one pool per origin, so one agent's connections are never walked for
   another's requests;
-- :class:`_Stream` keeps the socket it was opened on and polls it directly: the same question,
+- :class:`SocketStream` keeps the socket it was opened on and polls it directly: the same question,
   the same answer.
 
 The limits keep every connection alive (:data:`POOL_LIMITS`): httpcore closes an idle connection
@@ -145,17 +145,19 @@ class EngineTransport(httpx.AsyncBaseTransport):
 
 
 class _OriginTransport(httpx.AsyncHTTPTransport):
-    """httpx's transport on a pool of :data:`POOL_LIMITS` whose streams are :class:`_Stream`."""
+    """httpx's transport on a pool of :data:`POOL_LIMITS` whose streams are
+    :class:`SocketStream`."""
 
     def __init__(self, context: ssl.SSLContext, limits: httpx.Limits = POOL_LIMITS) -> None:
         super().__init__(verify=context, limits=limits)
-        # The pool httpx would make, the same arguments, opening its connections through _Backend.
+        # The pool httpx would make, the same arguments, its connections opened through
+        # NetworkBackend.
         self._pool = _Pool(
             ssl_context=context,
             max_connections=limits.max_connections,
             max_keepalive_connections=limits.max_keepalive_connections,
             keepalive_expiry=limits.keepalive_expiry,
-            network_backend=_Backend(),
+            network_backend=NetworkBackend(),
         )
 
     @property
@@ -182,8 +184,8 @@ def replayable(request: httpcore.Request) -> bool:
     return request.method in (b"GET", b"HEAD") or bool(request.extensions.get(REPLAYABLE))
 
 
-class _Backend(httpcore.AsyncNetworkBackend):
-    """httpcore's own backend (anyio), its streams wrapped in :class:`_Stream`. TCP only: the
+class NetworkBackend(httpcore.AsyncNetworkBackend):
+    """httpcore's own backend (anyio), its streams wrapped in :class:`SocketStream`. TCP only: the
     engine's transports are never given a Unix socket."""
 
     def __init__(self) -> None:
@@ -198,13 +200,13 @@ class _Backend(httpcore.AsyncNetworkBackend):
         socket_options: Iterable[Any] | None = None,
     ) -> httpcore.AsyncNetworkStream:
         inner = await self._inner.connect_tcp(host, port, timeout, local_address, socket_options)
-        return _Stream(inner)
+        return SocketStream(inner)
 
     async def sleep(self, seconds: float) -> None:
         await self._inner.sleep(seconds)
 
 
-class _Stream(httpcore.AsyncNetworkStream):
+class SocketStream(httpcore.AsyncNetworkStream):
     """A connection's stream that answers ``is_readable`` from the socket it keeps, and tells an
     :class:`AnswerlessClose` from any other end: HTTP/1.1 writes a request, then reads its
     answer, so a write after a read starts a request on a reused connection, and a read that
@@ -243,7 +245,7 @@ class _Stream(httpcore.AsyncNetworkStream):
         server_hostname: str | None = None,
         timeout: float | None = None,
     ) -> httpcore.AsyncNetworkStream:
-        return _Stream(await self._inner.start_tls(ssl_context, server_hostname, timeout))
+        return SocketStream(await self._inner.start_tls(ssl_context, server_hostname, timeout))
 
     def get_extra_info(self, info: str) -> Any:
         if info == "is_readable":

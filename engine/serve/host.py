@@ -36,7 +36,7 @@ from cardfence.engine.serve.driver import Driver
 from cardfence.engine.serve.ingress import webhook_app
 from cardfence.engine.wire.push import IngressLimits
 
-__all__ = ["head_bounded_h11", "listen", "serve", "serve_app"]
+__all__ = ["Server", "head_bounded_h11", "listen", "serve", "serve_app"]
 
 _log = logging.getLogger("cardfence.serve")
 
@@ -70,7 +70,7 @@ def serve_app(
     return Starlette(routes=[Mount("/", app=ingress)], lifespan=lifespan)
 
 
-class _Server(uvicorn.Server):
+class Server(uvicorn.Server):
     """uvicorn, except that SIGTERM and SIGINT end :meth:`serve` cleanly instead of being raised
     again once it returns (which would end the process with the signal, not exit 0); and that
     over HTTPS a stop does not wait for idle clients to answer the TLS close."""
@@ -235,7 +235,7 @@ async def serve(
     def on_signal(name: str) -> None:
         _log.info(f"{name} received: stopping", extra={"event": "Stopping", "reason": name})
 
-    server = _Server(config, on_signal)
+    server = Server(config, on_signal)
     address = sock.getsockname()
     url = f"{'https' if tls else 'http'}://{address[0]}:{address[1]}/webhook"
     watchers = [asyncio.create_task(_announce(server, url, started))] if started else []

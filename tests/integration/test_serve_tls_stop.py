@@ -15,7 +15,7 @@ from typing import Any
 import uvicorn
 from support import make_tls
 
-from cardfence.engine.serve.host import _Server, listen
+from cardfence.engine.serve.host import Server, listen
 
 BODY = 4 * 1024 * 1024
 SMALL = 8192  # socket buffers on both sides: what is not read waits in the server's transports
@@ -72,7 +72,7 @@ async def test_a_stop_over_https_sends_every_answer_already_written_in_full(
         ssl_keyfile=str(tls.server_key),
         timeout_graceful_shutdown=30,
     )
-    server = _Server(config, lambda _name: None)
+    server = Server(config, lambda _name: None)
     serving = asyncio.create_task(server.serve(sockets=[sock]))
     while not server.started:
         await asyncio.sleep(0.02)

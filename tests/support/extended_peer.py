@@ -35,7 +35,7 @@ from starlette.applications import Starlette
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from cardfence.engine.demo.agent import JSONRPC_PATH, REST_PREFIX, _CallLog
+from cardfence.engine.demo.agent import JSONRPC_PATH, REST_PREFIX, CallLog
 from cardfence.engine.demo.executor import ScriptedExecutor
 
 from .peer import Peer
@@ -92,7 +92,7 @@ class ExtendedPeer(Peer):
         ]
         routes.extend(create_jsonrpc_routes(self.handler, rpc_url=JSONRPC_PATH))
         routes.extend(create_rest_routes(self.handler, path_prefix=REST_PREFIX))
-        logged = _CallLog(Starlette(routes=routes), self)  # the demo agent's call log
+        logged = CallLog(Starlette(routes=routes), self)  # the demo agent's call log
         self._server.app = _ExtendedCardAuthorization(logged, self)
 
     def reset(self) -> None:

@@ -24,9 +24,9 @@ from cardfence.engine.http.pool import (
     REPLAYABLE,
     AnswerlessClose,
     EngineTransport,
+    NetworkBackend,
     RequestSlots,
-    _Backend,
-    _Stream,
+    SocketStream,
     engine_client,
     replayable,
     tls_context,
@@ -163,7 +163,7 @@ async def test_the_backend_connects_from_the_local_address_and_with_the_socket_o
 ):
     async with OkServer(close_after=False) as server:
         options = [(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)]
-        stream = await _Backend().connect_tcp(
+        stream = await NetworkBackend().connect_tcp(
             "127.0.0.1", server.port, timeout=5.0, local_address="127.0.0.2",
             socket_options=options,
         )  # fmt: skip
@@ -206,13 +206,13 @@ async def test_the_backend_gives_up_connecting_after_the_timeout_given() -> None
         started = time.monotonic()
         async with asyncio.timeout(10):
             with pytest.raises(httpcore.ConnectTimeout):
-                await _Backend().connect_tcp("127.0.0.1", port, timeout=0.3)
+                await NetworkBackend().connect_tcp("127.0.0.1", port, timeout=0.3)
         assert time.monotonic() - started < 5
 
 
 async def test_the_backend_sleeps_as_long_as_asked() -> None:
     started = time.monotonic()
-    await _Backend().sleep(0.05)
+    await NetworkBackend().sleep(0.05)
     assert time.monotonic() - started >= 0.05
 
 
@@ -247,7 +247,7 @@ def test_a_stream_answers_is_readable_from_its_socket_and_passes_the_rest_on() -
     left, right = socket.socketpair()
     try:
         inner = _Inner(left)
-        stream = _Stream(inner)
+        stream = SocketStream(inner)
         assert stream.get_extra_info("is_readable") is False
         right.close()
         assert stream.get_extra_info("is_readable") is True
