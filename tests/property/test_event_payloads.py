@@ -8,6 +8,7 @@ other way round.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import types
 import typing
@@ -79,8 +80,9 @@ def _stored(payload: Mapping[str, Any]) -> str:
     return json.dumps(payload, separators=(",", ":"), sort_keys=True, allow_nan=False)
 
 
-@pytest.mark.parametrize("cls", CLASSES, ids=lambda cls: cls.__name__)
-def test_every_event_reads_back_from_its_payload(cls: type[ev.Recorded]) -> None:
+def reads_back(cls: type[ev.Recorded]) -> None:
+    """The property, for one class: any instance survives ``from_payload(payload())``."""
+
     @settings(max_examples=60, deadline=None)
     @given(instances(cls))
     def round_trip(event: ev.Recorded) -> None:
@@ -92,6 +94,25 @@ def test_every_event_reads_back_from_its_payload(cls: type[ev.Recorded]) -> None
             assert again == event  # (an explicit null in extra is an optional key's)
 
     round_trip()
+
+
+@pytest.mark.parametrize("cls", CLASSES, ids=lambda cls: cls.__name__)
+def test_every_event_reads_back_from_its_payload(cls: type[ev.Recorded]) -> None:
+    reads_back(cls)
+
+
+def test_property_catches_a_reader_that_drops_the_keys_it_does_not_know(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Planted bug: keys a later cardfence wrote are lost when an event is read back."""
+    read = ev.Recorded.from_payload.__func__  # type: ignore[attr-defined]
+
+    def forgetful(cls: type[ev.Recorded], data: Mapping[str, Any]) -> ev.Recorded:
+        return dataclasses.replace(read(cls, data), extra={})
+
+    monkeypatch.setattr(ev.Recorded, "from_payload", classmethod(forgetful))
+    with pytest.raises(AssertionError):
+        reads_back(ev.ReplySent)
 
 
 @pytest.mark.parametrize("cls", CLASSES, ids=lambda cls: cls.__name__)
