@@ -21,7 +21,7 @@ SCRIPT_LOCATION = str(Path(__file__).resolve().parent)
 # The revisions in ``versions/``, oldest first. Opening a store that is already at the newest
 # reads one row and compares it with this: alembic (a quarter of a second to import, with its
 # dialect modules) is loaded only to migrate. A test holds this equal to the scripts' own chain.
-REVISIONS: tuple[str, ...] = ("0001_event_log", "0002_due_work")
+REVISIONS: tuple[str, ...] = ("0001_event_log", "0002_due_work", "0003_contents")
 
 
 def config(connection: sa.Connection | None = None) -> Config:

@@ -26,17 +26,25 @@ from cardfence.store._base import (
     projection_keys,
 )
 from cardfence.store._reading import Reading
-from cardfence.store.chain import content_hash, event_hash
+from cardfence.store.chain import content_hash, event_hash, salted_hash
 from cardfence.store.database import one_line, snapshot_row
 from cardfence.store.errors import (
     ConcurrencyError,
+    ContentMismatchError,
     LeaseLostError,
     PayloadError,
     SnapshotMismatchError,
     StoreUnavailableError,
 )
 from cardfence.store.groupcommit import CommitStats
-from cardfence.store.records import GENESIS_HASH, CardSnapshot, Lease, NewEvent, Projection
+from cardfence.store.records import (
+    GENESIS_HASH,
+    CardSnapshot,
+    ContentRecord,
+    Lease,
+    NewEvent,
+    Projection,
+)
 from cardfence.store.schema import streams
 
 
@@ -68,21 +76,26 @@ class Appending(Reading):
         projection: Projection | None = None,
         snapshots: Iterable[CardSnapshot] = (),
         lease: Lease | None = None,
+        contents: Iterable[ContentRecord] = (),
     ) -> list[int]:
         """Append ``new_events`` to a stream at ``expected_version``, atomically.
 
-        The projection (if given), its due-work row (``Projection.live``) and any card snapshots
-        are written in the same transaction. Returns the events' global positions. Raises
+        The projection (if given), its due-work row (``Projection.live``), any card snapshots
+        and the stream's content records (R17: what its events outline, each kept once) are
+        written in the same transaction. Returns the events' global positions. Raises
         :class:`ConcurrencyError` when the stream is not at ``expected_version``,
         :class:`LeaseLostError` when ``lease`` is no longer the stream's current claim,
-        :class:`PayloadError` when a payload or the projection cannot be stored; in each case
+        :class:`PayloadError` when a payload or the projection cannot be stored,
+        :class:`ContentMismatchError` when a content record is not its digest's; in each case
         nothing is written.
 
         With group commit (the default), appends from concurrent threads share one transaction;
         each still gets exactly its own outcome (see :mod:`cardfence.store.groupcommit`).
         """
         request = self._request(
-            AppendRequest(stream_id, expected_version, new_events, projection, snapshots, lease)
+            AppendRequest(
+                stream_id, expected_version, new_events, projection, snapshots, lease, contents
+            )
         )
         if self._group is not None:
             return self._group.submit(request)
@@ -187,7 +200,14 @@ class Appending(Reading):
             actual = content_hash(card.body)
             if actual != card.revision:
                 raise SnapshotMismatchError(card.revision, actual)
-        return Prepared(request, payloads, state, cards)
+        kept = sorted(request.contents, key=lambda c: c.digest)
+        for content in kept:
+            if content.stream_id != stream_id:
+                raise PayloadError(stream_id, f"content of another stream, {content.stream_id!r}")
+            actual = salted_hash(content.salt, content.body)
+            if actual != content.digest:
+                raise ContentMismatchError(stream_id, content.digest, actual)
+        return Prepared(request, payloads, state, cards, kept)
 
     def _commit_alone(self, prepared: Prepared) -> list[int]:
         """One append in a transaction of its own, its database errors said as the store's."""
@@ -330,6 +350,17 @@ class Appending(Reading):
             sql = self._sql
             for card in prepared.cards:
                 cursor.execute(sql.insert_snapshot, snapshot_row(card, sql.timestamp))
+            for content in prepared.contents:
+                cursor.execute(
+                    sql.insert_content,
+                    {
+                        "stream_id": content.stream_id,
+                        "digest": content.digest,
+                        "salt": content.salt,
+                        "body": content.body,
+                        "recorded_at": stamp,
+                    },
+                )
             rows: list[dict[str, Any]] = []
             link = prev
             for offset, (new, payload) in enumerate(

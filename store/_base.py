@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Self, TypeVar
 
 import sqlalchemy as sa
@@ -31,7 +31,7 @@ from cardfence.store.database import (
 from cardfence.store.errors import StoreUnavailableError
 from cardfence.store.groupcommit import GroupCommit, GroupCommitter
 from cardfence.store.leases import DueWork
-from cardfence.store.records import CardSnapshot, Lease, NewEvent, Projection
+from cardfence.store.records import CardSnapshot, ContentRecord, Lease, NewEvent, Projection
 
 _T = TypeVar("_T")
 
@@ -216,6 +216,7 @@ class AppendRequest:
     projection: Projection | None = None
     snapshots: Iterable[CardSnapshot] = ()
     lease: Lease | None = None
+    contents: Iterable[ContentRecord] = ()
 
     @property
     def new_version(self) -> int:
@@ -225,12 +226,13 @@ class AppendRequest:
 @dataclass(frozen=True, slots=True)
 class Prepared:
     """An append ready to write: its payloads and projection encoded and size-checked, its card
-    snapshots checked against their revisions and put in order."""
+    snapshots and content records checked against their keys and put in order."""
 
     request: AppendRequest
     payloads: list[str]
     state: str | None
     cards: list[CardSnapshot]
+    contents: list[ContentRecord] = field(default_factory=list)
 
 
 def _stream_of(prepared: Prepared) -> str:

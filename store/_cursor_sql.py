@@ -20,6 +20,7 @@ _EVENT_COLUMNS = (
 )  # fmt: skip
 _HEAD_COLUMNS = ("stream_id", "version", "state", "category", "alias", "status", "updated_at")
 _SNAPSHOT_COLUMNS = ("revision", "body", "source_url", "etag", "http_status", "fetched_at")
+_CONTENT_COLUMNS = ("stream_id", "digest", "salt", "body", "recorded_at")
 
 
 @dataclass(frozen=True, slots=True)
@@ -35,6 +36,7 @@ class CursorSQL:
     select_hash: str
     select_version: str
     insert_snapshot: str
+    insert_content: str
     select_head: str
     select_heads_by_alias: str
     update_head_state: str
@@ -81,6 +83,10 @@ def build(dialect: str, lock_key: int | None) -> CursorSQL:
             f"INSERT INTO card_snapshots ({', '.join(_SNAPSHOT_COLUMNS)}) "
             f"VALUES ({_params(_SNAPSHOT_COLUMNS)}) ON CONFLICT (revision) DO NOTHING"
         ),
+        insert_content=(
+            f"INSERT INTO contents ({', '.join(_CONTENT_COLUMNS)}) "
+            f"VALUES ({_params(_CONTENT_COLUMNS)}) ON CONFLICT (stream_id, digest) DO NOTHING"
+        ),
         select_head=(
             "SELECT version, state, category, alias, status, updated_at FROM streams "
             "WHERE stream_id = :stream_id"
@@ -117,6 +123,7 @@ def build(dialect: str, lock_key: int | None) -> CursorSQL:
                 statements.select_hash,
                 statements.select_version,
                 statements.insert_snapshot,
+                statements.insert_content,
                 statements.select_head,
                 statements.select_heads_by_alias,
                 statements.update_head_state,

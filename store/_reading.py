@@ -6,7 +6,7 @@ driver's cursor (SQLAlchemy's statement building costs more than they).
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, Final
 
 import sqlalchemy as sa
@@ -16,8 +16,8 @@ from cardfence.store._base import StoreBase
 from cardfence.store.chain import ChainBreak, content_hash, verify_chain
 from cardfence.store.database import cursor_stream_record, one_line, recorded_event, stream_record
 from cardfence.store.errors import SnapshotMismatchError, StoreUnavailableError
-from cardfence.store.records import CardSnapshot, RecordedEvent, StreamRecord
-from cardfence.store.schema import card_snapshots, events, streams
+from cardfence.store.records import CardSnapshot, ContentRecord, RecordedEvent, StreamRecord
+from cardfence.store.schema import card_snapshots, contents, events, streams
 
 # Built once: SQLAlchemy's statement building costs more than the indexed lookup it makes.
 _HEADS_BY_ALIAS = (
@@ -91,6 +91,31 @@ class Reading(StoreBase):
             .returning(card_snapshots.c.revision)
         )
         return conn.execute(statement).first() is not None
+
+    # -- content out of line (R17) ---------------------------------------------------------------
+
+    def contents(
+        self, stream_id: str, digests: Iterable[str] | None = None
+    ) -> dict[str, ContentRecord]:
+        """A stream's content records by digest: those of ``digests`` that are kept (an erased
+        one is missing), or every one when ``digests`` is None."""
+        query = sa.select(contents).where(contents.c.stream_id == stream_id)
+        wanted = None if digests is None else sorted(set(digests))
+        found: dict[str, ContentRecord] = {}
+        with self._read() as conn:
+            for chunk in [None] if wanted is None else _chunks(wanted):
+                at = query if chunk is None else query.where(contents.c.digest.in_(chunk))
+                for row in conn.execute(at):
+                    found[row.digest] = ContentRecord(row.stream_id, row.digest, row.salt, row.body)
+        return found
+
+    def content_salt(self, stream_id: str) -> str | None:
+        """The salt a stream's content records are kept under (one per stream, drawn when its
+        first content was recorded); None when it has none."""
+        with self._read() as conn:
+            return conn.execute(
+                sa.select(contents.c.salt).where(contents.c.stream_id == stream_id).limit(1)
+            ).scalar_one_or_none()
 
     # -- reading -------------------------------------------------------------------------------
 

@@ -36,6 +36,12 @@ def event_hash(
     return hashlib.sha256(f"{header}\n{payload}".encode()).hexdigest()
 
 
+def salted_hash(salt: str, body: str) -> str:
+    """The digest of out-of-line content: SHA-256 of its salt's bytes (``salt`` is hex) then its
+    body's UTF-8. Without the salt, the digest confirms no guess of the body."""
+    return hashlib.sha256(bytes.fromhex(salt) + body.encode()).hexdigest()
+
+
 def content_hash(body: str) -> str:
     """The content address of a stored card body."""
     return hashlib.sha256(body.encode()).hexdigest()

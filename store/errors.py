@@ -89,6 +89,19 @@ class SnapshotMismatchError(StoreError):
         )
 
 
+class ContentMismatchError(StoreError):
+    """A content record's body and salt do not hash to the digest it was offered under (R17)."""
+
+    def __init__(self, stream_id: str, digest: str, actual: str) -> None:
+        self.stream_id = stream_id
+        self.digest = digest
+        self.actual = actual
+        super().__init__(
+            f"content of {stream_id!r} offered as {digest[:16]}… hashes to {actual[:16]}… "
+            "(nothing was written)"
+        )
+
+
 class SchemaTooNewError(StoreError):
     """The database was migrated by a newer cardfence than this one."""
 

@@ -1,4 +1,5 @@
-"""Value types the event store takes and gives: events, projections, card snapshots."""
+"""Value types the event store takes and gives: events, projections, card snapshots, content
+records."""
 
 from __future__ import annotations
 
@@ -122,3 +123,25 @@ class CardSnapshot:
     etag: str | None
     http_status: int
     fetched_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class ContentRecord:
+    """Content kept out of line (R17): a stream's message or artifact part, stored under
+    ``SHA-256(salt ‖ body)`` (:func:`~cardfence.store.chain.salted_hash`), the digest its events
+    carry. ``salt`` is hex; ``body`` the JSON text the digest covers."""
+
+    stream_id: str
+    digest: str
+    salt: str
+    body: str
+
+    @property
+    def data(self) -> dict[str, Any]:
+        """The decoded body; :class:`CorruptRecordError` when it is not a JSON object."""
+        value = json_object(self.body)
+        if isinstance(value, str):
+            raise CorruptRecordError(
+                self.stream_id, f"content {self.digest[:16]}…", f"its body {value}"
+            )
+        return value

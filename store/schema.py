@@ -1,9 +1,9 @@
-"""The SQL schema of the event store: the event log, stream projections, card snapshots, and
-the work due on live streams.
+"""The SQL schema of the event store: the event log, stream projections, card snapshots, the
+work due on live streams, and content kept out of line.
 
-Four tables (``events``, ``streams``, ``card_snapshots``, ``due_work``), named without a prefix but
-migrated under a private alembic version table (``cardfence_alembic_version``) so a host
-application's own migrations are untouched.
+Five tables (``events``, ``streams``, ``card_snapshots``, ``due_work``, ``contents``), named
+without a prefix but migrated under a private alembic version table
+(``cardfence_alembic_version``) so a host application's own migrations are untouched.
 """
 
 from __future__ import annotations
@@ -109,4 +109,17 @@ due_work = sa.Table(
     # The fencing token: raised by every claim, so an append made under an older claim is refused.
     sa.Column("epoch", sa.BigInteger, nullable=False, server_default="0"),
     sa.Column("lease_until", sa.Float, nullable=True),
+)
+
+contents = sa.Table(
+    "contents",
+    metadata,
+    # Content kept out of line (R17): one row per part a stream's events outline, under the
+    # digest they carry, SHA-256(salt ‖ body). Erasing content deletes rows; no event changes.
+    sa.Column("stream_id", sa.String(512), nullable=False),
+    sa.Column("digest", sa.String(64), nullable=False),
+    sa.Column("salt", sa.String(64), nullable=False),
+    sa.Column("body", sa.Text, nullable=False),
+    sa.Column("recorded_at", UTCDateTime, nullable=False),
+    sa.PrimaryKeyConstraint("stream_id", "digest"),
 )

@@ -154,7 +154,7 @@ def test_opening_a_store_at_head_loads_no_alembic(tmp_path: Path) -> None:
 def test_a_version_table_holding_two_revisions_is_refused_untouched(db_url: str) -> None:
     with EventStore.open(db_url) as store, store.engine.begin() as conn:
         conn.execute(sa.text(f"INSERT INTO {migrations.VERSION_TABLE} VALUES ('a_branch')"))
-    with pytest.raises(SchemaTooNewError, match=r"0002_due_work\+a_branch"):
+    with pytest.raises(SchemaTooNewError, match=r"0003_contents\+a_branch"):
         EventStore.open(db_url)
     with EventStore.open(db_url, migrate=False) as store:
-        assert store.schema_revision() == "0002_due_work+a_branch"
+        assert store.schema_revision() == "0003_contents+a_branch"

@@ -15,9 +15,10 @@ import pytest
 import sqlalchemy as sa
 from support.engine_fixtures import events_refused
 
-from cardfence.store.chain import content_hash
+from cardfence.store.chain import content_hash, salted_hash
 from cardfence.store.errors import (
     ConcurrencyError,
+    ContentMismatchError,
     CorruptRecordError,
     LeaseLostError,
     PayloadError,
@@ -27,7 +28,13 @@ from cardfence.store.errors import (
 )
 from cardfence.store.event_store import EventStore
 from cardfence.store.groupcommit import CommitStats
-from cardfence.store.records import CardSnapshot, NewEvent, Projection, RecordedEvent
+from cardfence.store.records import (
+    CardSnapshot,
+    ContentRecord,
+    NewEvent,
+    Projection,
+    RecordedEvent,
+)
 from cardfence.store.schema import events as events_table
 from cardfence.store.schema import streams as streams_table
 
@@ -277,6 +284,46 @@ def test_snapshot_and_events_roll_back_together_on_conflict(store: EventStore) -
     with pytest.raises(ConcurrencyError):
         store.append("agent", 0, [NewEvent("CardFetched")], snapshots=[snap])
     assert store.get_snapshot(snap.revision) is None
+
+
+# -- content out of line (R17) ------------------------------------------------------------------
+
+
+def _content(stream_id: str, body: str, salt: str = "00" * 16) -> ContentRecord:
+    return ContentRecord(stream_id, salted_hash(salt, body), salt, body)
+
+
+def test_content_records_are_kept_with_their_append_once_each_and_read_by_digest(
+    store: EventStore,
+) -> None:
+    text, data = _content("t", '{"text":"hello"}'), _content("t", '{"data":{"a":1}}')
+    store.append("t", 0, [NewEvent("A", {"sha256": text.digest})], contents=[text, data])
+    store.append("t", 1, [NewEvent("B", {"sha256": text.digest})], contents=[text])
+    assert store.contents("t") == {text.digest: text, data.digest: data}
+    assert store.contents("t", [data.digest, "f" * 64]) == {data.digest: data}
+    assert store.contents("other") == {}
+    assert store.content_salt("t") == "00" * 16
+    assert store.content_salt("other") is None
+
+
+def test_content_whose_body_and_salt_do_not_hash_to_its_digest_is_refused_with_its_events(
+    store: EventStore,
+) -> None:
+    honest = _content("t", '{"text":"hello"}')
+    forged = ContentRecord("t", honest.digest, honest.salt, '{"text":"HELLO"}')
+    with pytest.raises(ContentMismatchError, match="nothing was written"):
+        store.append("t", 0, [NewEvent("A")], contents=[forged])
+    with pytest.raises(PayloadError, match="another stream"):
+        store.append("t", 0, [NewEvent("A")], contents=[_content("u", "{}")])
+    assert _count(store, events_table) == 0
+    assert store.contents("t") == {}
+
+
+def test_content_and_events_roll_back_together_on_conflict(store: EventStore) -> None:
+    store.append("t", 0, [NewEvent("A")])
+    with pytest.raises(ConcurrencyError):
+        store.append("t", 0, [NewEvent("B")], contents=[_content("t", '{"text":"x"}')])
+    assert store.contents("t") == {}
 
 
 # -- the hash chain ------------------------------------------------------------------------------
