@@ -197,8 +197,9 @@ async def _play_all(
 
 
 def _task(store: EventStore, key: str) -> tuple[TaskView, list[RecordedEvent]]:
-    head = TaskLog(store).head(key)
-    return TaskView.of(head.state, head.updated_at), store.read_stream(task_stream_id(key))
+    log = TaskLog(store)
+    head = log.head(key)
+    return log.view(head.state, head.updated_at), store.read_stream(task_stream_id(key))
 
 
 def _task_document(store: EventStore, key: str) -> dict[str, Any]:

@@ -469,7 +469,7 @@ def tasks(
             heads, unreadable = log.all_readable(status=state)
         else:
             heads = log.all_as_of(point, status=state)
-    views = [TaskView.of(h.state, h.updated_at) for h in heads]
+    views = [TaskView.of(h.state, h.updated_at) for h in heads]  # rows name no content
     document: dict[str, Any] = {"tasks": [v.to_row() for v in views]}
     as_of_text = None if point is None else str(point)
     if as_of_text is not None:
@@ -509,7 +509,7 @@ def show(
             events = store.read_stream(task_stream_id(head.key))
         else:
             head, events = log.as_of(key, point)
-    view = TaskView.of(head.state, head.updated_at)
+        view = log.view(head.state, head.updated_at)
     document: dict[str, Any] = {
         "task": view.task,
         "remote_task_id": view.remote_task_id,

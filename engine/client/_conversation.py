@@ -43,7 +43,10 @@ class Conversation:
             raise UsageError(f"task {key} is {state['state']}, not waiting for input")
         message_id = f"m-{uuid.uuid4().hex}"
         transport = await self.connections.task_transport(state)
-        await self.records.record(key, [ev.ReplySent(message_id=message_id, chars=len(text))])
+        part = {"kind": "text", "media_type": media_type, "text": text}
+        await self.records.record(
+            key, [ev.ReplySent(message_id=message_id, chars=len(text), parts=[part])]
+        )
         async with self.observing.failures_recorded(key, "reply", wrong_source="send"):
             # R5: a reply answered 429 was not taken: the same one goes again after the wait.
             answer = await self.asking.asked_again(

@@ -86,7 +86,7 @@ class Observing:
         self.pushed.pop(key, None)
 
     async def observe(self, key: str, observation: Observation) -> TaskView:
-        return TaskView.of(await self.observe_state(key, observation))
+        return await self.records.view(await self.observe_state(key, observation))
 
     async def observe_state(
         self,
@@ -184,7 +184,7 @@ class Observing:
         if job is not None:
             await asyncio.wait({job}, timeout=time_left())
             state = await self.records.state(key)
-        return TaskView.of(state)
+        return await self.records.view(state)
 
     def apply(
         self,

@@ -44,12 +44,16 @@ class TaskRecords:
         it stood at that point of the log, by replaying its events up to there."""
         key = self.log.find(ref)
         head = self.log.head(key) if as_of is None else self.log.as_of(key, as_of)[0]
-        return TaskView.of(head.state, head.updated_at)
+        return self.log.view(head.state, head.updated_at)
 
     def tasks(self, state: str | None = None, *, as_of: AsOf | None = None) -> list[TaskView]:
         """Every task (only those in ``state`` if given); with ``as_of``, as they stood then."""
         heads = self.log.all(status=state) if as_of is None else self.log.all_as_of(as_of, state)
-        return [TaskView.of(h.state, h.updated_at) for h in heads]
+        return [self.log.view(h.state, h.updated_at) for h in heads]
+
+    async def view(self, state: State) -> TaskView:
+        """The view of a task's state, its content read back (off the event loop)."""
+        return await self.calls.run(self.log.view, state)
 
     async def find(self, ref: str) -> str:
         return await self.calls.run(self.log.find, ref)

@@ -55,7 +55,9 @@ class Resumption:
         key = await self.records.find(ref)
         state = await self.records.state(key)
         if state["state"] in TERMINAL or guards.never_created(state):
-            return TaskView.of(state)  # R3: a refused creation is final, never sent again
+            return await self.records.view(
+                state
+            )  # R3: a refused creation is final, never sent again
         await self.following.reconcile_endpoint(key)
         state = await self.records.state(key)
         if accept_contract:
@@ -63,7 +65,7 @@ class Resumption:
             state = await self.records.state(key)
         if not state.get("remote_task_id"):
             await self._rebind(key, state)
-        return TaskView.of(await self.records.state(key))
+        return await self.records.view(await self.records.state(key))
 
     async def _move_credentials(self, key: str, state: State) -> None:
         """R15: the caller accepts the origin the task's endpoint moved to, under the contract

@@ -197,7 +197,7 @@ class Creation:
         await self.records.calls.run(self.records.log.create, key, [submitted])
         credentials = self.access.authorizer.for_task(grant, interface.url)
         transport = self.connections.transport(endpoint, credentials, extensions=activated)
-        return TaskView.of(
+        return await self.records.view(
             await self.send_creation(key, transport, text, message_id, context_id, skill,
                                      media_type)
         )  # fmt: skip

@@ -144,7 +144,7 @@ class Following:
     async def poll(self, ref: str) -> TaskView:
         """One continuation step: GetTask on the task's recorded endpoint, applied. No discovery."""
         key = await self.records.find(ref)
-        return TaskView.of(await self.poll_state(key, await self.records.state(key)))
+        return await self.records.view(await self.poll_state(key, await self.records.state(key)))
 
     async def poll_state(self, key: str, state: State) -> State:
         remote = state.get("remote_task_id")
@@ -207,7 +207,9 @@ class Following:
             # Read from the store: another process (`serve`) may have applied a push.
             state = await self.records.state(key)
             if guards.never_created(state):
-                return TaskView.of(state)  # R3: the agent refused its creation; nothing to follow
+                return await self.records.view(
+                    state
+                )  # R3: the agent refused its creation; nothing to follow
             # The log may be stale (a reply answered after a crash): unless the task has ended,
             # ask the agent once before believing it is already where it was asked to stop.
             if state["state"] in TERMINAL or (asked and reached(state["state"], until)):
@@ -220,7 +222,7 @@ class Following:
                 asked = polled = True
                 state = await self.follow_step(key, state, pace)
                 if reached(state["state"], until):
-                    return TaskView.of(state)
+                    return await self.records.view(state)
             else:
                 self._revalidate_when_due(key, pace)
             now = self.clock()

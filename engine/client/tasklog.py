@@ -15,13 +15,15 @@ from __future__ import annotations
 
 import json
 import logging
+import secrets
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final, TypeVar
 
+from cardfence.engine.core import content
 from cardfence.engine.core import events as ev
 from cardfence.engine.core.events import TaskEvent
 from cardfence.engine.core.guards import is_live
@@ -34,10 +36,18 @@ from cardfence.engine.core.replay import (
     initial_task_state,
     lacking,
 )
+from cardfence.engine.core.views import TaskView, digests_named
 from cardfence.engine.errors import UsageError
 from cardfence.store.errors import ConcurrencyError, CorruptRecordError
 from cardfence.store.event_store import EventStore, iter_all
-from cardfence.store.records import Lease, NewEvent, Projection, RecordedEvent, StreamRecord
+from cardfence.store.records import (
+    ContentRecord,
+    Lease,
+    NewEvent,
+    Projection,
+    RecordedEvent,
+    StreamRecord,
+)
 
 _log = logging.getLogger("cardfence.tasks")
 _V = TypeVar("_V")
@@ -49,6 +59,7 @@ _COUNTS_KEPT = 10_000
 # Task heads kept (the ones written or read last): past it, the one used longest ago is dropped,
 # and its next append reads its head from the store once.
 _HEADS_KEPT = 10_000
+_SALT_BYTES = 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,6 +199,47 @@ class TaskLog:
         # stream's version after them, and how many since failed as one of them did (counted,
         # not appended, until the task's next event carries the count).
         self._failing: dict[str, tuple[frozenset[str], int, int]] = {}
+        # R17: the salt each task's content records are kept under (one per task).
+        self._salts: dict[str, str] = {}
+
+    def _outlined(
+        self, key: str, events: Sequence[TaskEvent]
+    ) -> tuple[list[StoredEvent], list[ContentRecord]]:
+        """The events as the store appends them, their content out of line (R17), and the
+        content records to append with them."""
+        stored: list[StoredEvent] = []
+        contents: list[ContentRecord] = []
+        stream_id = task_stream_id(key)
+        for event in events:
+            payload = event.payload()
+            if content.carries_content(event.type, payload):
+                payload, kept = content.outlined(event.type, payload, self._salt(key))
+                contents.extend(
+                    ContentRecord(stream_id, k.digest, self._salt(key), k.body) for k in kept
+                )
+            stored.append((event.type, payload))
+        return stored, contents
+
+    def view(self, state: State, updated_at: datetime | None = None) -> TaskView:
+        """The view of a task's state, its content read back from the records kept (R17)."""
+        digests = digests_named(state)
+        if not digests:
+            return TaskView.of(state, updated_at, {})
+        kept = self.store.contents(task_stream_id(state["task"]), digests)
+        contents: dict[str, dict[str, Any]] = {}
+        for digest, record in kept.items():
+            with suppress(CorruptRecordError):  # read as erased; the audit names it
+                contents[digest] = record.data
+        return TaskView.of(state, updated_at, contents)
+
+    def _salt(self, key: str) -> str:
+        """The task's salt: the one its content records are kept under, else a new one (a task
+        recorded before content moved out of line gets one with its first content)."""
+        salt = self._salts.get(key)
+        if salt is None:
+            salt = self.store.content_salt(task_stream_id(key)) or secrets.token_hex(_SALT_BYTES)
+            _hold(self._salts, key, salt, _HEADS_KEPT)
+        return salt
 
     def count_repeat(self, key: str) -> None:
         """Count one report that repeated what was already recorded and appended nothing (R12).
@@ -207,13 +259,15 @@ class TaskLog:
 
     def create(self, key: str, events: Sequence[TaskEvent]) -> State:
         """Start a task's stream with ``events`` (it must not exist yet)."""
-        stored = _stored(events)
+        self._salts[key] = secrets.token_hex(_SALT_BYTES)  # a new stream: a salt of its own
+        stored, contents = self._outlined(key, events)
         state = apply_task_events(initial_task_state(key), stored)
         self.store.append(
             task_stream_id(key),
             0,
             [NewEvent(type_, data) for type_, data in stored],
             projection=projection_of(state),
+            contents=contents,
         )
         self._keep(TaskHead(key, len(stored), state, None))
         _decided(key, stored)
@@ -253,7 +307,7 @@ class TaskLog:
         head = self._heads.get(key) or self.head(key)
         for _ in range(_RETRIES):
             before = head.state
-            events = _stored(decide(before))
+            events, contents = self._outlined(key, decide(before))
             if not events:
                 return before, before
             failure = _repeatable_failure(events)
@@ -284,6 +338,7 @@ class TaskLog:
                     [NewEvent(type_, data) for type_, data in events],
                     projection=projection_of(after, before),
                     lease=lease,
+                    contents=contents,
                 )
             except ConcurrencyError as lost:
                 conflict = lost
@@ -425,11 +480,6 @@ _REPEATABLE: Final = frozenset(
         (ev.AUTHORIZATION_FAILED, "subscribe"),
     }
 )
-
-
-def _stored(events: Sequence[TaskEvent]) -> list[StoredEvent]:
-    """Each event as the ``(type, payload)`` pair the store appends, its payload a new dict."""
-    return [(type_, data) for type_, data in events]
 
 
 def _hold(held: dict[str, _V], key: str, value: _V, kept: int) -> None:

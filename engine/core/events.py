@@ -361,7 +361,10 @@ class TaskSubmitted(TaskRecorded):
     skill: str
     message_id: str
     context_id: str
-    text: str
+    # R17: the message's parts, outlined (their content out of line); a task recorded before
+    # holds its one text part inline, as ``text``.
+    text: str | None = _optional()
+    parts: Sequence[Mapping[str, Any]] | None = _optional()
     media_type: str
     card_revision: str
     card_version: str | None
@@ -602,11 +605,13 @@ class CancelRefused(TaskRecorded):
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class ReplySent(TaskRecorded):
-    """An answer to an interrupted task, recorded before it is sent; not its text."""
+    """An answer to an interrupted task, recorded before it is sent: its parts outlined (R17;
+    a reply recorded before kept none of its text)."""
 
     TYPE: ClassVar[str] = REPLY_SENT
     message_id: str
     chars: int
+    parts: Sequence[Mapping[str, Any]] | None = _optional()  # R17: outlined
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False)

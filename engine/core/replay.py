@@ -335,6 +335,10 @@ def _apply_observation_event(out: State, type_: str, data: Mapping[str, Any]) ->
                 out["last_message_parts"] = data["message_parts"]
             else:
                 out.pop("last_message_parts", None)
+        elif "message" not in data and data.get("message_parts"):
+            # R17: the message out of line, its parts outlined (its text is theirs).
+            out["last_message"] = None
+            out["last_message_parts"] = data["message_parts"]
     else:
         out["ignored"] = out["ignored"] + 1
 

@@ -1,11 +1,17 @@
-"""What the API returns and the CLI prints about a task: a read-only view of its projection."""
+"""What the API returns and the CLI prints about a task: a read-only view of its projection,
+its content (kept out of line, R17) given back in place."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+
+from cardfence.engine.core.content import ARTIFACT_NAME, is_outline, resolved_parts, text_of
+
+Contents = Mapping[str, Mapping[str, Any]]
+"""Content records by digest, their bodies decoded (what a view reads its content from)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,7 +40,24 @@ class TaskView:
     failures_repeated: int = 0
 
     @classmethod
-    def of(cls, state: Mapping[str, Any], updated_at: datetime | None = None) -> TaskView:
+    def of(
+        cls,
+        state: Mapping[str, Any],
+        updated_at: datetime | None = None,
+        contents: Contents | None = None,
+    ) -> TaskView:
+        """The view of a task's projection; the content its outlines name read from
+        ``contents`` (an outline whose record is not there, erased, stays as it is, marked
+        ``erased`` when ``contents`` are given)."""
+        last_message = state.get("last_message")
+        message_parts = tuple(state.get("last_message_parts") or ())
+        artifacts = tuple(state.get("artifacts") or ())
+        if contents is not None:
+            if last_message is None and message_parts:
+                parts, _ = resolved_parts(message_parts, contents)
+                last_message = text_of(parts)
+                message_parts = tuple(parts) if any(p["kind"] != "text" for p in parts) else ()
+            artifacts = tuple(_resolved_artifact(a, contents) for a in artifacts)
         return cls(
             task=state["task"],
             remote_task_id=state.get("remote_task_id"),
@@ -44,12 +67,12 @@ class TaskView:
             card_revision=state.get("card_revision"),
             contract_hash=state.get("contract_hash"),
             flags=tuple(state.get("flags") or ()),
-            artifacts=tuple(state.get("artifacts") or ()),
+            artifacts=artifacts,
             agent=state.get("agent"),
             skill=state.get("skill"),
-            last_message=state.get("last_message"),
+            last_message=last_message,
             updated_at=updated_at,
-            last_message_parts=tuple(state.get("last_message_parts") or ()),
+            last_message_parts=message_parts,
             repeats_ignored=int(state.get("repeats_ignored") or 0),
             failures_repeated=int(state.get("failures_repeated") or 0),
         )
@@ -81,3 +104,46 @@ class TaskView:
             "flags": list(self.flags),
             "updated_at": self.updated_at.isoformat() if self.updated_at else None,
         }
+
+
+def digests_named(state: Mapping[str, Any]) -> list[str]:
+    """The digests of the content records a task's projection names (its artifacts' parts and
+    its last message's)."""
+    parts: list[Any] = list(state.get("last_message_parts") or ())
+    for artifact in state.get("artifacts") or ():
+        parts.extend(artifact.get("parts") or ())
+    return [str(p["sha256"]) for p in parts if is_outline(p)]
+
+
+def _resolved_artifact(artifact: Mapping[str, Any], contents: Contents) -> Mapping[str, Any]:
+    parts = artifact.get("parts")
+    if not parts or not any(is_outline(p) for p in parts):
+        return artifact
+    resolved, around = resolved_parts(parts, contents)
+    name = artifact.get("name")
+    if name is None:
+        name = around.get(ARTIFACT_NAME)
+    return {**artifact, "name": name, "parts": _joined(resolved)}
+
+
+def _joined(parts: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Text parts that follow one another, of one media type, as one (an answer streamed in
+    chunks reads as one text): their text joined, their sizes added; a joined part has no
+    single digest."""
+    out: list[dict[str, Any]] = []
+    for part in parts:
+        last = out[-1] if out else None
+        if (
+            last is not None
+            and last.get("kind") == part.get("kind") == "text"
+            and isinstance(last.get("text"), str)
+            and isinstance(part.get("text"), str)
+            and last.get("media_type") == part.get("media_type")
+        ):
+            joined = {**last, "text": last["text"] + part["text"]}
+            joined["size"] = int(last.get("size") or 0) + int(part.get("size") or 0)
+            joined.pop("sha256", None)
+            out[-1] = joined
+        else:
+            out.append(part)
+    return out
