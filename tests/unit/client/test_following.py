@@ -985,8 +985,12 @@ def test_a_stream_that_ended_at_an_interruption_is_followed_again_at_once_after_
             nonlocal ended
             ended += 1
             if ended == 2:
-                change = ev.StateChanged(from_="input-required", to="working", source="poll",
-                                         remote_timestamp="2026-01-01T00:00:00.7Z")  # fmt: skip
+                change = ev.StateChanged(
+                    from_="input-required",
+                    to="working",
+                    source="poll",
+                    remote_timestamp="2026-01-01T00:00:00.7Z",
+                )
                 engine.log.record(key, lambda state: [change])
 
         await engine.keep_streaming(key, retry_limit=4.0, after_each=replied)
