@@ -429,7 +429,7 @@ _REPEATABLE: Final = frozenset(
 
 def _stored(events: Sequence[TaskEvent]) -> list[StoredEvent]:
     """Each event as the ``(type, payload)`` pair the store appends, its payload a new dict."""
-    return [(type_, data) for type_, data in events]
+    return [(event.type, event.payload()) for event in events]
 
 
 def _hold(held: dict[str, _V], key: str, value: _V, kept: int) -> None:
