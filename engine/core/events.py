@@ -10,7 +10,7 @@ cardfence does not know is read as an :class:`UnknownEvent`, which replay passes
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Final, Self
 

@@ -12,6 +12,7 @@ import pytest
 import sqlalchemy as sa
 from joserfc.jwk import ECKey
 from support.cards import card_document, fetched
+from support.events import submitted
 
 from cardfence.engine.cards.keys import parse_keys
 from cardfence.engine.cards.model import parse_card
@@ -46,17 +47,8 @@ def store() -> Iterator[EventStore]:
 
 
 def _submitted(key: str, **fields: Any) -> ev.TaskSubmitted:
-    """The first event of task ``key`` as a creation records it, with ``fields`` as given (the
-    card revision: none unless given, so that it references no snapshot)."""
-    return ev.TaskSubmitted.from_payload(
-        {
-            "task": key, "agent": "http://a", "agent_url": "http://a", "card_url": "http://a/card",
-            "skill": "echo", "message_id": f"m-{key}", "context_id": f"c-{key}", "text": "hi",
-            "media_type": "text/plain", "card_revision": None, "card_version": None,
-            "contract_hash": "c" * 64, "skill_hash": None, "endpoint": {"url": "http://a/rpc"},
-            "submitted_at": "2025-01-01T00:00:00+00:00", **fields,
-        }
-    )  # fmt: skip
+    """Task ``key``'s first event, its card revision none unless given (no snapshot named)."""
+    return submitted(key, **{"card_revision": None, **fields})
 
 
 def _task(store: EventStore) -> None:

@@ -19,6 +19,7 @@ import httpx
 import pytest
 from support import make_tls
 from support.cards import ORIGIN, card_document
+from support.events import submitted
 from support.mocked import (
     ScriptedAgent,
     answering,
@@ -416,15 +417,7 @@ DEADLINE = ev.DeadlineExceeded(state="submitted", seconds=30.0, until="terminal"
 
 
 def _task(log: TaskLog, key: str) -> None:
-    rpc = "http://agent.example/a2a/jsonrpc"
-    submitted = ev.TaskSubmitted(
-        task=key, agent="http://agent.example", agent_url=rpc,
-        card_url="http://agent.example/.well-known/agent-card.json", skill="echo",
-        message_id="m1", context_id="c1", text="hi", media_type="text/plain",
-        card_revision="r" * 64, card_version=None, contract_hash="h1", skill_hash="s1",
-        endpoint={"url": rpc, "binding": "JSONRPC"}, submitted_at="2026-12-03T10:00:00Z",
-    )  # fmt: skip
-    log.create(key, [submitted])
+    log.create(key, [submitted(key)])
 
 
 def _carried(store: EventStore, key: str) -> object:

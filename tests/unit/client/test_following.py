@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 from support.cards import ORIGIN, card_document
+from support.events import stored
 from support.hostile import completed_event, sse, working_event
 from support.mocked import (
     Answer,
@@ -30,7 +31,6 @@ from support.mocked import (
     task_answer,
     task_card_as,
 )
-from support.stored import stored
 from support.virtual_time import run_virtual, virtual_engine
 
 from cardfence.engine.cards.model import parse_card

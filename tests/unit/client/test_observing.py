@@ -16,8 +16,8 @@ import httpx
 import pytest
 import sqlalchemy as sa
 from support.cards import ORIGIN, card_document
+from support.events import stored
 from support.mocked import ScriptedAgent, engine_on, rpc_result, task_answer, task_card_as
-from support.stored import stored
 
 from cardfence.engine.cards.diff import diff
 from cardfence.engine.cards.model import parse_card

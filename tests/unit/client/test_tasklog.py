@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
+from support.events import submitted
 
 from cardfence.engine.client import tasklog
 from cardfence.engine.client.tasklog import (
@@ -40,17 +41,6 @@ from cardfence.store.schema import events as events_table
 AGENT = "http://agent.example"
 
 
-def _submitted(key: str, agent: str = AGENT) -> ev.TaskSubmitted:
-    """The first event of task ``key``, sent to ``agent``, as a creation records it."""
-    return ev.TaskSubmitted(
-        task=key, agent=agent, agent_url=agent, card_url=f"{agent}/.well-known/agent-card.json",
-        skill="echo", message_id=f"m-{key}", context_id=f"c-{key}", text="hi",
-        media_type="text/plain", card_revision="r" * 64, card_version=None,
-        contract_hash="c" * 64, skill_hash=None, endpoint={"url": f"{agent}/a2a"},
-        submitted_at="2025-01-01T00:00:00+00:00",
-    )  # fmt: skip
-
-
 def _bound(remote: str, to: str = "working") -> ev.StateChanged:
     return ev.StateChanged(
         from_="submitted", to=to, source="send", remote_timestamp=None, remote_task_id=remote
@@ -66,7 +56,7 @@ def _flagged(reason: str) -> ev.FlaggedForReview:
 
 
 def _task(log: TaskLog, key: str, remote: str | None = None, agent: str = AGENT) -> None:
-    log.create(key, [_submitted(key, agent)])
+    log.create(key, [submitted(key, agent=agent)])
     if remote is not None:
         log.record(key, lambda _state: [_bound(remote)])
 
@@ -731,7 +721,7 @@ def test_one_line_is_logged_per_decision_with_task_event_and_reason(
 ) -> None:
     log = TaskLog(store)
     with caplog.at_level(logging.INFO, logger="cardfence.tasks"):
-        log.create("t1", [_submitted("t1")])
+        log.create("t1", [submitted("t1")])
         log.record("t1", lambda _state: [_bound("r1"), _flagged("x")])
     lines = [(r.getMessage(), r.task, r.event, r.reason) for r in caplog.records]  # type: ignore[attr-defined]
     assert lines == [
@@ -743,7 +733,7 @@ def test_one_line_is_logged_per_decision_with_task_event_and_reason(
 
 def test_nothing_is_logged_below_info(store: EventStore, caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, logger="cardfence.tasks"):
-        TaskLog(store).create("t1", [_submitted("t1")])
+        TaskLog(store).create("t1", [submitted("t1")])
     assert caplog.records == []
 
 
@@ -764,7 +754,7 @@ def log() -> Iterator[TaskLog]:
     with EventStore.open("sqlite://") as store:
         log = TaskLog(store)
         for key in ("t1", "t2", "t3"):
-            log.create(key, [_submitted(key)])
+            log.create(key, [submitted(key)])
             log.record(key, lambda _state: [WORKING])
         yield log
 

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 from support import cards
 from support.cards import card_document, interface, skill
-from support.stored import stored
+from support.events import stored, submitted
 
 from cardfence.engine.cards.diff import diff
 from cardfence.engine.cards.model import AgentCard, parse_card
@@ -932,12 +932,7 @@ def test_the_words_name_the_extended_card() -> None:
     assert str(said).startswith(f"extended card {ext.revision[:12]} ")
     said = describe(ev.CardFetched.from_payload(fetched(ext)))
     assert str(said).startswith(f"card {ext.revision[:12]} ")
-    submitted = ev.TaskSubmitted(
-        task="k", agent="http://a.test", agent_url="http://a.test", card_url=CARD_URL,
-        skill="vip", message_id="m-1", context_id="c-1", text="hi", media_type="text/plain",
-        card_revision=ext.revision, card_version=None, contract_hash=ext.contract_hash,
-        skill_hash=None, endpoint={"url": "http://a.test/rpc"}, submitted_at="2026-12-01T00:00:00",
-    )  # fmt: skip
-    extended = dataclasses.replace(submitted, extended=True)
+    public_task = submitted(card_url=CARD_URL, skill="vip", card_revision=ext.revision)
+    extended = dataclasses.replace(public_task, extended=True)
     assert " extended card " in str(describe(extended))
-    assert " extended card " not in str(describe(submitted))
+    assert " extended card " not in str(describe(public_task))

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from hypothesis import find, given, settings
 from hypothesis import strategies as st
+from support.events import stored, submitted
 
 from cardfence.engine.client.tasklog import AsOf, TaskLog
 from cardfence.engine.core import events as ev
@@ -52,7 +53,6 @@ from cardfence.engine.wire.exchange import DEFAULT_MAX_BYTES
 from cardfence.engine.wire.v10 import MAX_ID_CHARS
 from cardfence.store._base import DEFAULT_MAX_PAYLOAD_BYTES, DEFAULT_MAX_PROJECTION_BYTES
 from cardfence.store.event_store import EventStore
-from tests.support.stored import stored
 
 T0 = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 T0_ISO = "2026-11-29T12:00:00.000000+00:00"
@@ -839,20 +839,12 @@ def test_applying_and_replaying_artifacts_is_linear_in_their_number() -> None:
     assert _growth(_apply_and_replay, 5_000, 20_000) < 8.0  # linear about 4, quadratic 16
 
 
-SUBMITTED = ev.TaskSubmitted(
-    task="k", agent="http://a.test", agent_url="http://a.test", card_url="http://a.test/card",
-    skill="s", message_id="m-1", context_id="c-1", text="hi", media_type="text/plain",
-    card_revision="r-1", card_version=None, contract_hash="h-1", skill_hash=None,
-    endpoint={"url": "http://a.test/rpc"}, submitted_at=T0_ISO,
-)  # fmt: skip
-
-
 def _listed_as_of(folder: Path, count: int) -> float:
     """CPU seconds ``TaskLog.all_as_of`` takes over one task of ``count`` artifact events."""
     name = f"as-of-{count}-{time.perf_counter_ns()}.db"  # a new store each time
     with EventStore.open(f"sqlite:///{folder / name}") as store:
         log = TaskLog(store)
-        log.create("k", [SUBMITTED])
+        log.create("k", [submitted("k")])
         artifacts = [
             ev.ArtifactReceived(artifact_id=f"a{n}", name=None, parts=[], source="poll")
             for n in range(count)

@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 from support.cards import card_document
+from support.events import submitted
 
 from cardfence.engine.client.audit import audit
 from cardfence.engine.client.tasklog import TaskLog, task_stream_id
@@ -562,14 +563,8 @@ def _log(store: EventStore) -> TaskLog:
     revision = content_hash(body)
     card_url = "http://agent.example/.well-known/agent-card.json"
     store.put_snapshot(CardSnapshot(revision, body, card_url, None, 200, datetime.now(UTC)))
-    submitted = ev.TaskSubmitted(
-        task=KEY, agent="http://agent.example", agent_url=URL, card_url=card_url, skill="echo",
-        message_id="m1", context_id="c1", text="hi", media_type="text/plain",
-        card_revision=revision, card_version=None, contract_hash="h1", skill_hash="s1",
-        endpoint={"url": URL, "binding": "JSONRPC"}, submitted_at="2026-12-03T10:00:00Z",
-    )  # fmt: skip
     log = TaskLog(store)
-    log.create(KEY, [submitted])
+    log.create(KEY, [submitted(KEY, card_url=card_url, agent_url=URL, card_revision=revision)])
     return log
 
 
