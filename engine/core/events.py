@@ -10,7 +10,7 @@ cardfence does not know is read as an :class:`UnknownEvent`, which replay passes
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Final, Self
 
@@ -187,19 +187,10 @@ class Recorded:
     def type(self) -> str:
         return self.TYPE
 
-    def __iter__(self) -> Iterator[Any]:
-        """The event as the ``(type, payload)`` pair an event was before it had a class
-        (``type_, data = event``; ``event[1]``): read-only, a new payload each time."""
-        return iter((self.TYPE, self.payload()))
-
-    def __getitem__(self, index: int) -> Any:
-        return (self.TYPE, self.payload())[index]
-
     def __eq__(self, other: object) -> bool:
-        """Two events are equal when they record the same: their type and payload (an event
-        given as its ``(type, payload)`` pair included)."""
-        if isinstance(other, Recorded | UnknownEvent | tuple):
-            return tuple(self) == tuple(other)
+        """Two events are equal when they record the same: their type and payload."""
+        if isinstance(other, Recorded | UnknownEvent):
+            return (self.type, self.payload()) == (other.type, other.payload())
         return NotImplemented
 
     def payload(self) -> dict[str, Any]:
@@ -254,15 +245,9 @@ class UnknownEvent:
     type: str
     data: Mapping[str, Any]
 
-    def __iter__(self) -> Iterator[Any]:
-        return iter((self.type, self.payload()))
-
-    def __getitem__(self, index: int) -> Any:
-        return (self.type, self.payload())[index]
-
     def __eq__(self, other: object) -> bool:
-        if isinstance(other, Recorded | UnknownEvent | tuple):
-            return tuple(self) == tuple(other)
+        if isinstance(other, Recorded | UnknownEvent):
+            return (self.type, self.payload()) == (other.type, other.payload())
         return NotImplemented
 
     def payload(self) -> dict[str, Any]:

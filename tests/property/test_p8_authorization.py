@@ -86,7 +86,7 @@ from cardfence.engine.client.tasklog import TaskLog, task_stream_id
 from cardfence.engine.core import events as ev
 from cardfence.engine.core.events import Event
 from cardfence.engine.core.observations import Observation
-from cardfence.engine.core.replay import State
+from cardfence.engine.core.replay import State, StoredEvent
 from cardfence.engine.errors import (
     AuthorizationFailedError,
     DeadlineExceeded,
@@ -287,7 +287,7 @@ def _watch_appends(side: Side) -> None:
 
         outcome = record(key, watched)
         if key == side.key and decided:
-            side.decided.update(type_ for type_, _ in decided[0] if type_ in FAILURES)
+            side.decided.update(e.type for e in decided[0] if e.type in FAILURES)
         return outcome
 
     log.record = counted_record  # type: ignore[method-assign]
@@ -624,7 +624,7 @@ def test_property_catches_a_refusal_counted_as_another_of_a_different_status(
     """Planted: a refusal counted as a repeat of the last one whatever its status (a 403
     hidden behind a recorded 401)."""
 
-    def by_kind_only(events: Sequence[Event]) -> str | None:
+    def by_kind_only(events: Sequence[StoredEvent]) -> str | None:
         if len(events) != 1 or events[0][0] != ev.AUTHORIZATION_FAILED:
             return None
         return f"{events[0][0]} {events[0][1].get('during')}"

@@ -12,6 +12,7 @@ import pytest
 import sqlalchemy as sa
 from joserfc.jwk import ECKey
 from support.cards import card_document, fetched
+from support.events import submitted
 
 from cardfence.engine.cards.keys import parse_keys
 from cardfence.engine.cards.model import parse_card
@@ -45,12 +46,17 @@ def store() -> Iterator[EventStore]:
         yield opened
 
 
+def _submitted(key: str, **fields: Any) -> ev.TaskSubmitted:
+    """Task ``key``'s first event, its card revision none unless given (no snapshot named)."""
+    return submitted(key, **{"card_revision": None, **fields})
+
+
 def _task(store: EventStore) -> None:
     store.put_snapshot(CardSnapshot(REVISION, BODY, "http://a/card", None, 200, datetime.now(UTC)))
     log = TaskLog(store)
-    log.create("t1", [(ev.TASK_SUBMITTED, {"skill": "echo", "card_revision": REVISION})])
-    change = {"from": "submitted", "to": "working", "source": "poll", "remote_timestamp": None}
-    log.record("t1", lambda s: [(ev.STATE_CHANGED, change)])
+    log.create("t1", [_submitted("t1", card_revision=REVISION)])
+    change = ev.StateChanged(from_="submitted", to="working", source="poll", remote_timestamp=None)
+    log.record("t1", lambda s: [change])
 
 
 def _task_head(store: EventStore) -> StreamRecord:
@@ -76,7 +82,7 @@ def test_a_projection_altered_into_no_json_object_is_reported_and_the_audit_goes
     store: EventStore, state: str, why: str
 ) -> None:
     _task(store)
-    TaskLog(store).create("t2", [(ev.TASK_SUBMITTED, {"skill": "echo", "card_revision": REVISION})])
+    TaskLog(store).create("t2", [_submitted("t2", card_revision=REVISION)])
     with store.engine.begin() as conn:
         conn.execute(streams.update().where(streams.c.stream_id == T1).values(state=state))
     positions = _positions(store, T1)
@@ -138,8 +144,10 @@ def test_events_appended_while_the_audit_reads_are_checked_next_time_not_reporte
 
     def after_a_writer(stream_id: str, from_version: int = 1) -> list[RecordedEvent]:
         # Another process appends between the audit's read of the head and of the events.
-        change = {"from": "working", "to": "completed", "source": "push", "remote_timestamp": None}
-        TaskLog(store).record("t1", lambda s: [(ev.STATE_CHANGED, change)])
+        change = ev.StateChanged(
+            from_="working", to="completed", source="push", remote_timestamp=None
+        )
+        TaskLog(store).record("t1", lambda s: [change])
         return read_stream(stream_id, from_version)
 
     monkeypatch.setattr(store, "read_stream", after_a_writer)
@@ -167,7 +175,7 @@ def _positions(store: EventStore, stream_id: str) -> list[int]:
 
 def test_every_stream_and_every_event_is_counted(store: EventStore) -> None:
     _task(store)
-    TaskLog(store).create("t2", [(ev.TASK_SUBMITTED, {"skill": "echo", "card_revision": REVISION})])
+    TaskLog(store).create("t2", [_submitted("t2", card_revision=REVISION)])
     report = audit(store)
     assert report.ok, report.violations
     assert (report.streams_checked, report.events_checked) == (2, 3)
@@ -237,13 +245,13 @@ def test_an_unknown_event_type_is_reported_at_its_place_saying_what_it_may_be(
 
 def test_a_revision_field_that_is_not_text_references_nothing(store: EventStore) -> None:
     store.put_snapshot(CardSnapshot(REVISION, BODY, "http://a/card", None, 200, datetime.now(UTC)))
-    TaskLog(store).create("t1", [(ev.TASK_SUBMITTED, {"skill": "echo", "card_revision": 7})])
+    TaskLog(store).create("t1", [_submitted("t1", card_revision=7)])
     assert [v.kind for v in audit(store).violations] == []
 
 
 def test_streams_are_read_in_batches_each_stream_once(store: EventStore) -> None:
     for name in ("t1", "t2", "t3"):
-        TaskLog(store).create(name, [(ev.TASK_SUBMITTED, {"skill": "echo"})])
+        TaskLog(store).create(name, [_submitted(name)])
     read = [stream_id for stream_id, _ in _as_of_heads(store, batch=2)]
     assert read == [task_stream_id(n) for n in ("t1", "t2", "t3")]
 
@@ -296,7 +304,7 @@ def test_each_field_naming_a_card_revision_is_checked_for_its_snapshot(
 
 def test_a_snapshot_finding_names_the_first_event_that_references_it(store: EventStore) -> None:
     _task(store)
-    TaskLog(store).create("t2", [(ev.TASK_SUBMITTED, {"skill": "echo", "card_revision": REVISION})])
+    TaskLog(store).create("t2", [_submitted("t2", card_revision=REVISION)])
     first = _positions(store, T1)[0]
     with store.engine.begin() as conn:
         conn.execute(card_snapshots.update().values(body='{"name":"forged"}'))
@@ -393,7 +401,7 @@ def test_a_payload_altered_into_no_json_object_is_reported_not_crashed_on(
     store: EventStore, payload: str, why: str
 ) -> None:
     _task(store)
-    TaskLog(store).create("t2", [(ev.TASK_SUBMITTED, {"skill": "echo", "card_revision": REVISION})])
+    TaskLog(store).create("t2", [_submitted("t2", card_revision=REVISION)])
     first = _positions(store, T1)[0]
     with store.engine.begin() as conn:
         conn.execute(events.update().where(events.c.position == first).values(payload=payload))
@@ -432,10 +440,11 @@ def test_the_events_after_an_unreadable_payload_are_still_checked(store: EventSt
 def test_projections_altered_in_the_store_are_rebuilt_from_their_events(store: EventStore) -> None:
     _task(store)
     log = TaskLog(store)
-    log.create("t2", [(ev.TASK_SUBMITTED, {"skill": "echo", "card_revision": REVISION})])
-    bound = {"from": "submitted", "to": "working", "source": "send", "remote_timestamp": None,
-             "remote_task_id": "r2"}  # fmt: skip
-    log.record("t2", lambda _state: [(ev.STATE_CHANGED, bound)])  # live: it has a remote id
+    log.create("t2", [_submitted("t2", card_revision=REVISION)])
+    bound = ev.StateChanged(
+        from_="submitted", to="working", source="send", remote_timestamp=None, remote_task_id="r2"
+    )
+    log.record("t2", lambda _state: [bound])  # live: it has a remote id
     T2 = task_stream_id("t2")
     assert [row.stream_id for row in store.due.rows()] == [T2]
     kept = {sid: store.stream(sid) for sid in (T1, T2)}
@@ -507,9 +516,10 @@ def test_an_agent_projection_is_rebuilt_with_its_keys(store: EventStore) -> None
 
 def test_an_ended_task_rebuilt_loses_a_due_row_it_should_not_have(store: EventStore) -> None:
     _task(store)
-    ended = {"from": "working", "to": "completed", "source": "poll", "remote_timestamp": None,
-             "remote_task_id": "r1"}  # fmt: skip
-    TaskLog(store).record("t1", lambda _state: [(ev.STATE_CHANGED, ended)])
+    ended = ev.StateChanged(
+        from_="working", to="completed", source="poll", remote_timestamp=None, remote_task_id="r1"
+    )
+    TaskLog(store).record("t1", lambda _state: [ended])
     with store.engine.begin() as conn:
         conn.execute(streams.update().values(state="[1]", status="working"))
     store.due.ensure([T1])
@@ -539,7 +549,7 @@ def test_a_stream_whose_chain_fails_when_it_is_rebuilt_is_skipped_and_the_next_r
     on, events beyond that head included. Stands in for that race: a first audit that saw
     only the projections' violations."""
     for key in ("t0", "t1", "t2"):
-        TaskLog(store).create(key, [(ev.TASK_SUBMITTED, {"skill": "echo"})])
+        TaskLog(store).create(key, [_submitted(key)])
     T0, T2 = task_stream_id("t0"), task_stream_id("t2")
     first = _positions(store, T0)[0]
     with store.engine.begin() as conn:
@@ -572,7 +582,8 @@ def test_a_projection_invalid_is_placed_at_the_last_event_or_0_without_events(
     store: EventStore,
 ) -> None:
     _task(store)
-    TaskLog(store).record("t1", lambda _state: [(ev.ARTIFACT_RECEIVED, {"artifact_id": "a"})])
+    artifact = ev.ArtifactReceived(artifact_id="a", name=None, source="poll")
+    TaskLog(store).record("t1", lambda _state: [artifact])
     last = _positions(store, T1)[-1]
     with store.engine.begin() as conn:
         conn.execute(streams.update().values(state="[1]"))
@@ -585,9 +596,14 @@ def test_a_projection_invalid_is_placed_at_the_last_event_or_0_without_events(
 
 def test_a_deleted_head_row_is_put_back_as_of_its_last_event(store: EventStore) -> None:
     _task(store)
-    bound = {"from": "working", "to": "input-required", "source": "poll",
-             "remote_timestamp": None, "remote_task_id": "r1"}  # fmt: skip
-    TaskLog(store).record("t1", lambda _state: [(ev.STATE_CHANGED, bound)])
+    bound = ev.StateChanged(
+        from_="working",
+        to="input-required",
+        source="poll",
+        remote_timestamp=None,
+        remote_task_id="r1",
+    )
+    TaskLog(store).record("t1", lambda _state: [bound])
     before = store.stream(T1)
     last = store.read_stream(T1)[-1]
     with store.engine.begin() as conn:

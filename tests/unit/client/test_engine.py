@@ -19,6 +19,7 @@ import httpx
 import pytest
 from support import make_tls
 from support.cards import ORIGIN, card_document
+from support.events import submitted
 from support.mocked import (
     ScriptedAgent,
     answering,
@@ -48,10 +49,11 @@ from cardfence.store.records import CardSnapshot
 def test_a_refused_request_is_recorded_with_what_was_refused_and_when() -> None:
     refused = AuthorizationFailedError(f"{ORIGIN}/a2a", 403, schemes=("bearer",))
     before = dt.datetime.now(dt.UTC)
-    kind, data = _authorization_failed(refused, "poll")
+    event = _authorization_failed(refused, "poll")
     after = dt.datetime.now(dt.UTC)
+    data = event.payload()
     at = dt.datetime.fromisoformat(data.pop("at"))
-    assert kind == ev.AUTHORIZATION_FAILED
+    assert event.type == ev.AUTHORIZATION_FAILED
     assert data == {
         "url": f"{ORIGIN}/a2a",
         "status": 403,
@@ -410,8 +412,12 @@ def test_closing_an_engine_waits_for_its_closing_reads_no_longer_than_the_reques
 # task's next event (R12), and the background failures kept for ``Engine.settle`` during an outage.
 
 
+# A task event that is no failure, appended to a task already created.
+DEADLINE = ev.DeadlineExceeded(state="submitted", seconds=30.0, until="terminal")
+
+
 def _task(log: TaskLog, key: str) -> None:
-    log.create(key, [(ev.TASK_SUBMITTED, {"task": key, "agent": "http://agent.example"})])
+    log.create(key, [submitted(key)])
 
 
 def _carried(store: EventStore, key: str) -> object:
@@ -425,7 +431,7 @@ def test_heads_are_kept_for_so_many_tasks_the_one_used_longest_ago_dropped(
     log = TaskLog(store)
     for key in ("first", "second", "third"):
         _task(log, key)
-    log.record("first", lambda _state: [(ev.DEADLINE_EXCEEDED, {"until": "terminal"})])
+    log.record("first", lambda _state: [DEADLINE])
     _task(log, "fourth")  # one over: "second" is the one used longest ago
 
     assert [key for key in ("first", "second", "third", "fourth") if log.kept(key)] == [
@@ -434,7 +440,7 @@ def test_heads_are_kept_for_so_many_tasks_the_one_used_longest_ago_dropped(
         "fourth",
     ]
     # A dropped head is read from the store once, and the task goes on from it.
-    log.record("second", lambda _state: [(ev.DEADLINE_EXCEEDED, {"until": "terminal"})])
+    log.record("second", lambda _state: [DEADLINE])
     assert log.head("second").version == 2
     assert log.kept("second") is not None
     assert log.kept("third") is None
@@ -453,9 +459,8 @@ def test_repeat_counts_are_held_for_so_many_tasks_the_longest_held_dropped(
     for n in range(2):  # two more tasks counted: four in all, one over
         log.count_repeat(f"ended-{n}")
 
-    note = (ev.DEADLINE_EXCEEDED, {"until": "terminal"})
-    log.record("oldest", lambda _state: [note])
-    log.record("kept", lambda _state: [note])
+    log.record("oldest", lambda _state: [DEADLINE])
+    log.record("kept", lambda _state: [DEADLINE])
     assert _carried(store, "oldest") is None  # dropped, as if its process had restarted
     assert _carried(store, "kept") == 2
 
@@ -467,8 +472,9 @@ def test_failures_being_counted_are_held_for_so_many_tasks_the_longest_held_drop
     whose tasks move on to others (leases taken over) holds at most so many of them."""
     monkeypatch.setattr(tasklog_module, "_COUNTS_KEPT", 3)
     log = TaskLog(store)
-    unreachable = (ev.ENDPOINT_UNREACHABLE, {"url": "http://agent.example", "during": "poll",
-                                             "detail": "ConnectError: refused"})  # fmt: skip
+    unreachable = ev.EndpointUnreachable(
+        url="http://agent.example", during="poll", detail="ConnectError: refused"
+    )
     keys = ["oldest", "kept", "moved-0", "moved-1"]  # four held, one over
     for key in keys:
         _task(log, key)

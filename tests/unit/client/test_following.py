@@ -17,6 +17,7 @@ from typing import Any, TypeVar
 import httpx
 import pytest
 from support.cards import ORIGIN, card_document
+from support.events import stored
 from support.hostile import completed_event, sse, working_event
 from support.mocked import (
     Answer,
@@ -336,7 +337,7 @@ async def test_a_bare_404_of_a_task_under_the_extended_card_has_the_public_card_
             assert fresh == [True]  # R9 reads the card again
             recorded = store.read_stream(f"task:{key}")[mark:]
             plan = guards.resume_stand_in(state, card, failed, unread, allow_insecure=True)
-            assert [(e.type, e.data) for e in recorded] == list(plan.events)
+            assert [(e.type, e.data) for e in recorded] == stored(plan.events)
             decided.append([e.type for e in recorded])
         endpoint = (await engine.records.state(key))["endpoint"]["url"]
     unavailable = ev.DISCOVERY_UNAVAILABLE
@@ -454,9 +455,10 @@ async def test_a_push_applied_wakes_drive_before_its_next_poll(store: EventStore
         while agent.count("GetTask") < 1:
             await asyncio.sleep(0.01)
         stamp = "2026-01-01T00:00:30Z"
-        await engine.records.record(key, [(ev.STATE_CHANGED, {"from": "working", "to": "completed",
-                                                        "source": "push",
-                                                        "remote_timestamp": stamp})])  # fmt: skip
+        completed = ev.StateChanged(
+            from_="working", to="completed", source="push", remote_timestamp=stamp
+        )
+        await engine.records.record(key, [completed])
         engine.observing.wake(key)
         view = await asyncio.wait_for(driving, 5)
     assert view.state == "completed"
@@ -838,8 +840,8 @@ async def _pushed_at(engine: Engine, key: str, when: float, state: str) -> None:
     """At virtual time ``when``: a push of ``state`` applied, and the drive woken as a push does."""
     await asyncio.sleep(when - asyncio.get_running_loop().time())
     stamp = f"2026-01-01T00:01:{int(when):02d}Z"
-    report = {"from": "working", "to": state, "source": "push", "remote_timestamp": stamp}
-    await engine.records.record(key, [(ev.STATE_CHANGED, report)])
+    report = ev.StateChanged(from_="working", to=state, source="push", remote_timestamp=stamp)
+    await engine.records.record(key, [report])
     engine.observing.wake(key)
 
 
@@ -983,9 +985,13 @@ def test_a_stream_that_ended_at_an_interruption_is_followed_again_at_once_after_
             nonlocal ended
             ended += 1
             if ended == 2:
-                change = {"from": "input-required", "to": "working", "source": "poll",
-                          "remote_timestamp": "2026-01-01T00:00:00.7Z"}  # fmt: skip
-                engine.log.record(key, lambda state: [(ev.STATE_CHANGED, change)])
+                change = ev.StateChanged(
+                    from_="input-required",
+                    to="working",
+                    source="poll",
+                    remote_timestamp="2026-01-01T00:00:00.7Z",
+                )
+                engine.log.record(key, lambda state: [change])
 
         await engine.keep_streaming(key, retry_limit=4.0, after_each=replied)
 
@@ -1148,8 +1154,10 @@ def test_a_reply_or_a_cancel_answered_429_goes_again_after_the_wait() -> None:
     agent = ScriptedAgent(lambda call: cancels.pop(0)(call), send=lambda c: sends.pop(0)(c))
 
     async def act(engine: Engine, key: str) -> TaskView:
-        asked = {"from": "submitted", "to": "input-required", "source": "poll"}
-        engine.log.record(key, lambda state: [(ev.STATE_CHANGED, asked)])
+        asked = ev.StateChanged(
+            from_="submitted", to="input-required", source="poll", remote_timestamp=None
+        )
+        engine.log.record(key, lambda state: [asked])
         await engine.reply(key, "yes")
         return await engine.cancel(key)
 

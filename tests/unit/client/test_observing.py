@@ -16,6 +16,7 @@ import httpx
 import pytest
 import sqlalchemy as sa
 from support.cards import ORIGIN, card_document
+from support.events import stored
 from support.mocked import ScriptedAgent, engine_on, rpc_result, task_answer, task_card_as
 
 from cardfence.engine.cards.diff import diff
@@ -304,8 +305,7 @@ async def test_an_extended_card_not_read_again_has_the_public_card_stand_in(
     async with engine_on(store, ScriptedAgent(_ended).transport()) as engine:
         view = await engine.start_task(ORIGIN, skill="echo", text="hi")
         if push_mode:
-            hook = {"config_id": "cf-1", "url": "https://hooks.test/w"}
-            await engine.records.record(view.task, [(ev.WEBHOOK_REGISTERED, hook)])
+            await engine.records.record(view.task, [_registered()])
         state = await engine.records.state(view.task)
         decided = []
         for card, failed in ((public, None), (None, failure)):
@@ -314,7 +314,7 @@ async def test_an_extended_card_not_read_again_has_the_public_card_stand_in(
             await engine.observing.revalidate(view.task)
             recorded = store.read_stream(f"task:{view.task}")[mark:]
             expected = guards.reconcile_stand_in(state, card, failed, unread)
-            assert [(e.type, e.data) for e in recorded] == expected
+            assert [(e.type, e.data) for e in recorded] == stored(expected)
             decided.append([e.type for e in recorded])
             state = await engine.records.state(view.task)
     unavailable = ev.DISCOVERY_UNAVAILABLE
@@ -367,7 +367,7 @@ async def test_a_revalidation_records_what_changed_since_the_revision_the_task_l
             ]
             continue
         card = parse_card(json.dumps(document).encode())
-        assert recorded == guards.reconcile_card(state, card, None, previous)
+        assert recorded == stored(guards.reconcile_card(state, card, None, previous))
         assert recorded[0][1]["changes"] == diff(previous, card).to_json() != {}
 
 
@@ -377,16 +377,22 @@ TOKEN = "the-webhook-token"
 HEADERS = {"content-type": "application/json", "x-a2a-notification-token": TOKEN}
 
 
+def _registered() -> ev.WebhookRegistered:
+    """Webhook ``cf-1`` registered with :data:`TOKEN`, as a creation records it."""
+    return ev.WebhookRegistered(
+        config_id="cf-1",
+        url="https://hooks.test/w",
+        token_sha256=webhook.digest(TOKEN),
+        auth_sha256=None,
+        status="provisional",
+        card_revision=None,
+    )
+
+
 async def _with_webhook(engine: Engine) -> str:
     """A task bound to remote task ``r-1``, its webhook registered with :data:`TOKEN`."""
     view = await engine.start_task(ORIGIN, skill="echo", text="hi")
-    hook = {
-        "config_id": "cf-1",
-        "url": "https://hooks.test/w",
-        "token_sha256": webhook.digest(TOKEN),
-        "auth_sha256": None,
-    }
-    await engine.records.record(view.task, [(ev.WEBHOOK_REGISTERED, hook)])
+    await engine.records.record(view.task, [_registered()])
     return view.task
 
 
@@ -578,7 +584,9 @@ async def test_a_report_observed_is_taken_as_one_event_and_what_it_recorded_is_g
         job = engine.background.closing.get(view.task)  # one event of the task: read it whole once
         assert job is not None
         await job
-    assert [(t, d["to"]) for t, d in recorded] == [(ev.STATE_CHANGED, "completed")]
+    [changed] = recorded
+    assert isinstance(changed, ev.StateChanged)
+    assert changed.to == "completed"
 
 
 # -- one report applied: what the store's half adds to the lifecycle's decision ------------------
@@ -591,7 +599,7 @@ async def _applied(engine: Engine, key: str, observation: Observation) -> list[A
 
 
 def _flags(recorded: list[Any]) -> dict[str, str]:
-    return {d["reason"]: d["detail"] for t, d in recorded if t == ev.FLAGGED_FOR_REVIEW}
+    return {e.reason: e.detail for e in recorded if isinstance(e, ev.FlaggedForReview)}
 
 
 async def test_a_report_without_a_receipt_time_is_stamped_on_arrival_bounding_its_timestamp(
@@ -605,9 +613,9 @@ async def test_a_report_without_a_receipt_time_is_stamped_on_arrival_bounding_it
             engine, view.task, Observation(source="poll", state="working", remote_timestamp=ahead)
         )
         done = datetime.now(UTC)
-    changed = next(d for t, d in recorded if t == ev.STATE_CHANGED)
-    assert changed["clock_skew"] is True
-    assert changed["remote_timestamp"] is None
+    changed = next(e for e in recorded if isinstance(e, ev.StateChanged))
+    assert changed.clock_skew is True
+    assert changed.remote_timestamp is None
     stamped = re.search(r"ahead of its receipt at (\S+);", _flags(recorded)["clock_skew"])
     assert stamped is not None
     assert arrived <= datetime.fromisoformat(stamped[1]) <= done
@@ -624,9 +632,9 @@ async def test_a_report_keeps_the_receipt_time_it_came_with(store: EventStore) -
             source="poll", state="working", remote_timestamp=stamp, received_at=received
         )
         recorded = await _applied(engine, view.task, observed)
-    changed = next(d for t, d in recorded if t == ev.STATE_CHANGED)
-    assert datetime.fromisoformat(changed["remote_timestamp"]) == stamp
-    assert "clock_skew" not in changed
+    changed = next(e for e in recorded if isinstance(e, ev.StateChanged))
+    assert datetime.fromisoformat(changed.remote_timestamp) == stamp
+    assert "clock_skew" not in changed.payload()
     assert not _flags(recorded)
 
 
@@ -655,7 +663,7 @@ async def test_a_report_in_another_context_is_applied_and_flagged_naming_both_co
         view = await engine.start_task(ORIGIN, skill="echo", text="hi")
         observed = Observation(source="push", state="working", remote_context_id="c-other")
         recorded = await _applied(engine, view.task, observed)
-    assert [t for t, _ in recorded] == [ev.STATE_CHANGED, ev.FLAGGED_FOR_REVIEW]
+    assert [e.type for e in recorded] == [ev.STATE_CHANGED, ev.FLAGGED_FOR_REVIEW]
     assert _flags(recorded) == {
         "context_mismatch": "the task's context is c-1, a report named c-other"
     }
@@ -693,13 +701,13 @@ async def test_a_bare_failure_after_the_card_was_revised_is_flagged_naming_the_r
             _card_revised(store, "rev-next")
         observed = Observation(source="poll", state="failed", message=message)
         recorded = await _applied(engine, view.task, observed)
-    assert next(d["to"] for t, d in recorded if t == ev.STATE_CHANGED) == "failed"
-    reviews = [d for t, d in recorded if t == ev.FLAGGED_FOR_REVIEW]
-    expected = {
-        "reason": "revision_skew",
-        "detail": "failed without a diagnostic after the card revision changed",
-        "revision": "rev-next",
-    }
+    assert next(e.to for e in recorded if isinstance(e, ev.StateChanged)) == "failed"
+    reviews = [e for e in recorded if isinstance(e, ev.FlaggedForReview)]
+    expected = ev.FlaggedForReview(
+        reason="revision_skew",
+        detail="failed without a diagnostic after the card revision changed",
+        revision="rev-next",
+    )
     assert reviews == ([expected] if flagged else [])
 
 
@@ -709,8 +717,8 @@ async def test_the_first_push_confirms_the_webhook_naming_its_config(store: Even
         first = await _applied(engine, key, Observation(source="push", state="working"))
         then = await _applied(engine, key, Observation(source="push", state="input-required"))
         state = await engine.records.state(key)
-    assert (ev.WEBHOOK_CONFIRMED, {"config_id": "cf-1"}) in first
-    assert ev.WEBHOOK_CONFIRMED not in [t for t, _ in then]  # confirmed once
+    assert ev.WebhookConfirmed(config_id="cf-1") in first
+    assert ev.WEBHOOK_CONFIRMED not in [e.type for e in then]  # confirmed once
     assert state["webhook"]["status"] == "confirmed"
 
 

@@ -17,6 +17,7 @@ from datetime import UTC, datetime, timedelta, timezone
 from typing import Any
 
 import pytest
+from support.events import submitted
 
 from cardfence.engine.client import tasklog
 from cardfence.engine.client.tasklog import (
@@ -29,8 +30,7 @@ from cardfence.engine.client.tasklog import (
     task_stream_id,
 )
 from cardfence.engine.core import events as ev
-from cardfence.engine.core.events import Event
-from cardfence.engine.core.replay import State, initial_task_state
+from cardfence.engine.core.replay import State, StoredEvent, initial_task_state
 from cardfence.engine.errors import UsageError
 from cardfence.store.errors import ConcurrencyError, CorruptRecordError, LeaseLostError
 from cardfence.store.event_store import EventStore
@@ -41,23 +41,22 @@ from cardfence.store.schema import events as events_table
 AGENT = "http://agent.example"
 
 
-def _submitted(agent: str = AGENT) -> Event:
-    return ev.TASK_SUBMITTED, {"agent": agent, "skill": "echo", "card_revision": "r" * 64}
+def _bound(remote: str, to: str = "working") -> ev.StateChanged:
+    return ev.StateChanged(
+        from_="submitted", to=to, source="send", remote_timestamp=None, remote_task_id=remote
+    )
 
 
-def _bound(remote: str, to: str = "working") -> Event:
-    return ev.STATE_CHANGED, {
-        "from": "submitted", "to": to, "source": "send", "remote_timestamp": None,
-        "remote_task_id": remote,
-    }  # fmt: skip
+def _moved(to: str, frm: str = "working") -> ev.StateChanged:
+    return ev.StateChanged(from_=frm, to=to, source="poll", remote_timestamp=None)
 
 
-def _moved(to: str, frm: str = "working") -> Event:
-    return ev.STATE_CHANGED, {"from": frm, "to": to, "source": "poll", "remote_timestamp": None}
+def _flagged(reason: str) -> ev.FlaggedForReview:
+    return ev.FlaggedForReview(reason=reason, detail=f"flagged: {reason}")
 
 
 def _task(log: TaskLog, key: str, remote: str | None = None, agent: str = AGENT) -> None:
-    log.create(key, [_submitted(agent)])
+    log.create(key, [submitted(key, agent=agent)])
     if remote is not None:
         log.record(key, lambda _state: [_bound(remote)])
 
@@ -510,7 +509,7 @@ def test_an_append_that_lost_the_race_decides_again_on_what_the_other_writer_wro
     theirs.record("t1", lambda _state: [_moved("input-required")])
     seen: list[str] = []
 
-    def decide(state: State) -> list[Event]:
+    def decide(state: State) -> list[ev.TaskEvent]:
         seen.append(state["state"])
         return [_moved("completed", frm=state["state"])]
 
@@ -530,10 +529,10 @@ def test_an_append_that_keeps_losing_gives_up_with_a_concurrency_error(
     other = TaskLog(store)
     calls = 0
 
-    def decide(state: State) -> list[Event]:
+    def decide(state: State) -> list[ev.TaskEvent]:
         nonlocal calls
         calls += 1
-        other.record("t1", lambda s: [(ev.FLAGGED_FOR_REVIEW, {"reason": f"r{s['transitions']}"})])
+        other.record("t1", lambda s: [_flagged(f"r{s['transitions']}")])
         return [_moved("completed")]
 
     monkeypatch.setattr(tasklog, "_RETRIES", 3)
@@ -562,8 +561,8 @@ def test_repeats_counted_ride_on_the_next_event_once(store: EventStore) -> None:
     _task(log, "t1", "r1")
     log.count_repeat("t1")
     log.count_repeat("t1")
-    log.record("t1", lambda _state: [(ev.FLAGGED_FOR_REVIEW, {"reason": "a"})])
-    log.record("t1", lambda _state: [(ev.FLAGGED_FOR_REVIEW, {"reason": "b"})])
+    log.record("t1", lambda _state: [_flagged("a")])
+    log.record("t1", lambda _state: [_flagged("b")])
     data = [e.data for e in store.read_stream(task_stream_id("t1"))]
     assert data[2][ev.REPEATS_IGNORED] == 2
     assert ev.REPEATS_IGNORED not in data[3]
@@ -580,9 +579,9 @@ def test_an_append_under_a_lease_carries_the_lease_only_on_its_own_task(
     [lease] = [lease for lease in store.due.claim("me", 60, 10) if lease.stream_id.endswith("t1")]
 
     with driving(lease):
-        log.record("t1", lambda _state: [(ev.FLAGGED_FOR_REVIEW, {"reason": "a"})])
-        log.record("t2", lambda _state: [(ev.FLAGGED_FOR_REVIEW, {"reason": "b"})])
-    log.record("t1", lambda _state: [(ev.FLAGGED_FOR_REVIEW, {"reason": "c"})])
+        log.record("t1", lambda _state: [_flagged("a")])
+        log.record("t2", lambda _state: [_flagged("b")])
+    log.record("t1", lambda _state: [_flagged("c")])
 
     t1 = [e.data for e in store.read_stream(task_stream_id("t1"))]
     assert t1[2][ev.LEASE] == {"owner": "me", "epoch": lease.epoch}
@@ -593,13 +592,13 @@ def test_an_append_under_a_lease_carries_the_lease_only_on_its_own_task(
 def test_a_failure_repeated_after_another_writer_appended_is_appended_again(
     store: EventStore,
 ) -> None:
-    failed: Event = (ev.ENDPOINT_UNREACHABLE, {"url": AGENT, "detail": "down", "during": "poll"})
+    failed = ev.EndpointUnreachable(url=AGENT, detail="down", during="poll")
     log, other = TaskLog(store), TaskLog(store)
     _task(log, "t1", "r1")
     log.record("t1", lambda _state: [failed])
     log.record("t1", lambda _state: [failed])
     assert log.failures_held("t1") == 1
-    other.record("t1", lambda _state: [(ev.FLAGGED_FOR_REVIEW, {"reason": "x"})])
+    other.record("t1", lambda _state: [_flagged("x")])
     log.record("t1", lambda _state: [failed])  # the log moved: this one is appended
     log.record("t1", lambda _state: [failed])  # and this one counted again
 
@@ -613,10 +612,9 @@ def test_a_failure_repeated_after_another_writer_appended_is_appended_again(
 def test_a_new_kind_of_failure_is_appended_and_an_old_kind_after_it_is_still_counted(
     store: EventStore,
 ) -> None:
-    poll: Event = (ev.ENDPOINT_UNREACHABLE, {"url": AGENT, "detail": "down", "during": "poll"})
-    card: Event = (
-        ev.DISCOVERY_UNAVAILABLE,
-        {"url": AGENT, "detail": "503", "during": "revalidation"},
+    poll = ev.EndpointUnreachable(url=AGENT, detail="down", during="poll")
+    card = ev.DiscoveryUnavailable(
+        kind="http_status", detail="503", url=AGENT, during="revalidation"
     )
     log = TaskLog(store)
     _task(log, "t1", "r1")
@@ -629,7 +627,7 @@ def test_a_new_kind_of_failure_is_appended_and_an_old_kind_after_it_is_still_cou
 def test_failures_not_in_the_repeatable_kinds_are_appended_every_time(store: EventStore) -> None:
     log = TaskLog(store)
     _task(log, "t1", "r1")
-    sent: Event = (ev.ENDPOINT_UNREACHABLE, {"url": AGENT, "detail": "down", "during": "send"})
+    sent = ev.EndpointUnreachable(url=AGENT, detail="down", during="send")
     twice = [sent, sent]
     for _ in range(2):
         log.record("t1", lambda _state: [sent])
@@ -638,7 +636,7 @@ def test_failures_not_in_the_repeatable_kinds_are_appended_every_time(store: Eve
 
 
 def test_a_failure_differing_only_in_its_moment_is_the_same_failure() -> None:
-    def failed(**extra: Any) -> list[Event]:
+    def failed(**extra: Any) -> list[StoredEvent]:
         return [(ev.AUTHORIZATION_FAILED, {"during": "subscribe", "status": 401, **extra})]
 
     assert tasklog._repeatable_failure(failed(at="1")) == tasklog._repeatable_failure(
@@ -663,7 +661,7 @@ def test_the_head_kept_after_an_append_is_the_next_appends_start_no_store_read(
     monkeypatch.setattr(log, "head", lambda key: reads.append(key) or read(key))
     _task(log, "t1", "r1")
     log.record("t1", lambda _state: [_moved("input-required")])
-    log.record("t1", lambda _state: [(ev.FLAGGED_FOR_REVIEW, {"reason": "a"})])
+    log.record("t1", lambda _state: [_flagged("a")])
     assert reads == []
     assert store.stream(task_stream_id("t1")).version == 4  # type: ignore[union-attr]
 
@@ -690,7 +688,7 @@ def test_a_task_that_ends_leaves_the_due_work_and_one_that_starts_joins_it(
     assert store.due.rows() == []  # no remote id yet: nothing to drive
     log.record("t1", lambda _state: [_bound("r1")])
     assert [row.stream_id for row in store.due.rows()] == [task_stream_id("t1")]
-    log.record("t1", lambda _state: [(ev.FLAGGED_FOR_REVIEW, {"reason": "a"})])
+    log.record("t1", lambda _state: [_flagged("a")])
     assert [row.stream_id for row in store.due.rows()] == [task_stream_id("t1")]
     log.record("t1", lambda _state: [_moved("completed")])
     assert store.due.rows() == []
@@ -699,14 +697,14 @@ def test_a_task_that_ends_leaves_the_due_work_and_one_that_starts_joins_it(
 def test_failures_seen_before_another_writer_appended_are_forgotten_after_it(
     store: EventStore,
 ) -> None:
-    poll: Event = (ev.ENDPOINT_UNREACHABLE, {"url": AGENT, "detail": "down", "during": "poll"})
-    card: Event = (
-        ev.DISCOVERY_UNAVAILABLE, {"url": AGENT, "detail": "503", "during": "revalidation"},
-    )  # fmt: skip
+    poll = ev.EndpointUnreachable(url=AGENT, detail="down", during="poll")
+    card = ev.DiscoveryUnavailable(
+        kind="http_status", detail="503", url=AGENT, during="revalidation"
+    )
     log, other = TaskLog(store), TaskLog(store)
     _task(log, "t1", "r1")
     log.record("t1", lambda _state: [poll])
-    other.record("t1", lambda _state: [(ev.FLAGGED_FOR_REVIEW, {"reason": "x"})])
+    other.record("t1", lambda _state: [_flagged("x")])
     log.record("t1", lambda _state: [card])  # the failures since: this one only
     log.record("t1", lambda _state: [poll])  # not among them: appended
     assert _types(store, "t1")[2:] == [
@@ -723,8 +721,8 @@ def test_one_line_is_logged_per_decision_with_task_event_and_reason(
 ) -> None:
     log = TaskLog(store)
     with caplog.at_level(logging.INFO, logger="cardfence.tasks"):
-        log.create("t1", [_submitted()])
-        log.record("t1", lambda _state: [_bound("r1"), (ev.FLAGGED_FOR_REVIEW, {"reason": "x"})])
+        log.create("t1", [submitted("t1")])
+        log.record("t1", lambda _state: [_bound("r1"), _flagged("x")])
     lines = [(r.getMessage(), r.task, r.event, r.reason) for r in caplog.records]  # type: ignore[attr-defined]
     assert lines == [
         (f"t1 {ev.TASK_SUBMITTED}", "t1", ev.TASK_SUBMITTED, None),
@@ -735,7 +733,7 @@ def test_one_line_is_logged_per_decision_with_task_event_and_reason(
 
 def test_nothing_is_logged_below_info(store: EventStore, caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, logger="cardfence.tasks"):
-        TaskLog(store).create("t1", [_submitted()])
+        TaskLog(store).create("t1", [submitted("t1")])
     assert caplog.records == []
 
 
@@ -748,8 +746,7 @@ def test_nothing_is_logged_below_info(store: EventStore, caplog: pytest.LogCaptu
 # with it -- and listing tasks sets it apart, so one such task holds up no other.
 
 
-SUBMITTED = {"skill": "echo", "card_revision": "r" * 64}
-WORKING = {"from": "submitted", "to": "working", "source": "poll", "remote_timestamp": None}
+WORKING = ev.StateChanged(from_="submitted", to="working", source="poll", remote_timestamp=None)
 
 
 @pytest.fixture
@@ -757,8 +754,8 @@ def log() -> Iterator[TaskLog]:
     with EventStore.open("sqlite://") as store:
         log = TaskLog(store)
         for key in ("t1", "t2", "t3"):
-            log.create(key, [(ev.TASK_SUBMITTED, SUBMITTED)])
-            log.record(key, lambda _state: [(ev.STATE_CHANGED, WORKING)])
+            log.create(key, [submitted(key)])
+            log.record(key, lambda _state: [WORKING])
         yield log
 
 

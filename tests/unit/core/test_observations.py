@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from hypothesis import find, given, settings
 from hypothesis import strategies as st
+from support.events import stored, submitted
 
 from cardfence.engine.client.tasklog import AsOf, TaskLog
 from cardfence.engine.core import events as ev
@@ -74,8 +75,9 @@ def _iso(seconds: float) -> str:
 
 def test_an_ignored_observation_records_the_state_it_reported() -> None:
     task = _task("completed")
-    [(kind, data)] = apply_observation(task, Observation("push", "working", _at(1)))
-    assert kind == ev.OBSERVATION_IGNORED
+    [event] = apply_observation(task, Observation("push", "working", _at(1)))
+    assert event.type == ev.OBSERVATION_IGNORED
+    data = event.payload()
     report = data.pop("report")
     assert len(report) == 32
     assert int(report, 16) >= 0
@@ -96,7 +98,7 @@ def test_a_new_artifact_is_recorded_with_its_parts_and_source() -> None:
     artifact = ArtifactRecord("a1", "answer", ({"kind": "text", "text": "42"},))
     report = Observation("stream", None, artifacts=(artifact,))
     recorded = {"artifact_id": "a1", "name": "answer", "parts": [{"kind": "text", "text": "42"}]}
-    assert apply_observation(_task("working"), report) == [
+    assert stored(apply_observation(_task("working"), report)) == [
         (ev.ARTIFACT_RECEIVED, {**_digest(recorded), "source": "stream"})
     ]
 
@@ -104,7 +106,7 @@ def test_a_new_artifact_is_recorded_with_its_parts_and_source() -> None:
 def test_an_artifact_repeated_in_one_report_is_recorded_once() -> None:
     artifact = ArtifactRecord("a1", "answer", ({"kind": "text", "text": "42"},))
     report = Observation("poll", None, artifacts=(artifact, artifact))
-    assert [kind for kind, _ in apply_observation(_task("working"), report)] == [
+    assert [event.type for event in apply_observation(_task("working"), report)] == [
         ev.ARTIFACT_RECEIVED
     ]
 
@@ -114,7 +116,7 @@ def test_a_projection_without_artifacts_takes_new_ones() -> None:
     report = Observation("poll", None, artifacts=(artifact,))
     events = apply_observation({"state": "working"}, report)
     recorded = {"artifact_id": "a1", "name": None, "parts": []}
-    assert events == [(ev.ARTIFACT_RECEIVED, {**_digest(recorded), "source": "poll"})]
+    assert stored(events) == [(ev.ARTIFACT_RECEIVED, {**_digest(recorded), "source": "poll"})]
 
 
 # -- ordering by generation (R12) ----------------------------------------------------------------
@@ -122,28 +124,31 @@ def test_a_projection_without_artifacts_takes_new_ones() -> None:
 
 def test_a_redelivered_report_with_a_generation_is_a_duplicate() -> None:
     task = _task("working", generation=4, remote_timestamp=_iso(1))
-    [(kind, data)] = apply_observation(task, Observation("push", "working", _at(1), 4))
-    assert (kind, data["reason"]) == (ev.OBSERVATION_IGNORED, "duplicate")
+    [event] = apply_observation(task, Observation("push", "working", _at(1), 4))
+    assert isinstance(event, ev.ObservationIgnored)
+    assert event.reason == "duplicate"
 
 
 def test_the_next_generation_of_the_same_state_is_newer_not_a_duplicate() -> None:
     task = _task("working", generation=4, remote_timestamp=_iso(1))
-    [(kind, data)] = apply_observation(task, Observation("push", "working", _at(1), 5))
-    assert (kind, data["reason"]) == (ev.OBSERVATION_IGNORED, "same_state")
+    [event] = apply_observation(task, Observation("push", "working", _at(1), 5))
+    assert isinstance(event, ev.ObservationIgnored)
+    assert event.reason == "same_state"
 
 
 def test_the_previous_generation_is_stale() -> None:
     task = _task("working", generation=4, remote_timestamp=_iso(1))
-    [(kind, data)] = apply_observation(task, Observation("push", "input-required", _at(9), 3))
-    assert (kind, data["reason"]) == (ev.OBSERVATION_IGNORED, "stale")
+    [event] = apply_observation(task, Observation("push", "input-required", _at(9), 3))
+    assert isinstance(event, ev.ObservationIgnored)
+    assert event.reason == "stale"
 
 
 @pytest.mark.usefixtures("local_zone_is_not_utc")
 def test_remote_timestamps_are_recorded_in_utc_whatever_the_local_zone() -> None:
     assert datetime(2026, 1, 1, tzinfo=UTC).astimezone().utcoffset() == timedelta(hours=9)
     paris = timezone(timedelta(hours=1))
-    [(_, data)] = apply_observation(_task(), Observation("poll", "working", T0.astimezone(paris)))
-    assert data["remote_timestamp"] == T0_ISO
+    [event] = apply_observation(_task(), Observation("poll", "working", T0.astimezone(paris)))
+    assert event.payload()["remote_timestamp"] == T0_ISO
 
 
 # -- the watermark the projection keeps (R12) ----------------------------------------------------
@@ -319,35 +324,33 @@ def test_an_oversize_artifact_keeps_the_first_characters_of_its_name() -> None:
 
 def _recorded(task: dict[str, Any], observation: Observation) -> tuple[dict[str, Any], str]:
     """The task after ``observation`` was recorded as a transition, and its report."""
-    [(kind, data)] = apply_observation(task, observation)
-    assert kind == ev.STATE_CHANGED
+    [event] = apply_observation(task, observation)
+    assert isinstance(event, ev.StateChanged)
+    assert event.report is not None
     after = {
         **task,
-        "state": data["to"],
-        "remote_timestamp": data["remote_timestamp"],
-        "last_report": data["report"],
-        "reports_seen": [data["report"]],
+        "state": event.to,
+        "remote_timestamp": event.remote_timestamp,
+        "last_report": event.report,
+        "reports_seen": [event.report],
     }
-    return after, data["report"]
+    return after, event.report
 
 
 def test_a_report_pushed_again_is_recorded_once_as_a_repeat_with_its_fingerprint() -> None:
     task, report = _recorded(_task(), Observation("push", "working", _at(1), message="hi"))
     again = Observation("push", "working", _at(1), message="hi")
     assert apply_observation(task, again) == [
-        (
-            ev.OBSERVATION_IGNORED,
-            {
-                "reason": "duplicate",
-                "state": "working",
-                "source": "push",
-                "remote_timestamp": None,
-                "report": report,
-                "repeat": True,
-            },
+        ev.ObservationIgnored(
+            reason="duplicate",
+            state="working",
+            source="push",
+            remote_timestamp=None,
+            report=report,
+            repeat=True,
         )
     ]
-    assert apply_observation({**task, "reports_repeated": ["other"]}, again)[0][1]["repeat"]
+    assert apply_observation({**task, "reports_repeated": ["other"]}, again)[0].payload()["repeat"]
     assert apply_observation({**task, "reports_repeated": [report]}, again) == []
 
 
@@ -362,32 +365,37 @@ def test_a_report_is_a_repeat_if_it_was_the_last_or_any_since_the_last_reply() -
     only_last = {**task, "reports_seen": None}
     only_seen = {**task, "last_report": "other", "reports_seen": ["x", report]}
     neither = {**task, "last_report": "other", "reports_seen": ["x"]}
-    assert apply_observation(only_last, again)[0][1].get("repeat") is True
-    assert apply_observation(only_seen, again)[0][1].get("repeat") is True
-    [(kind, data)] = apply_observation(neither, again)
-    assert (kind, data["reason"], "repeat" in data) == (ev.OBSERVATION_IGNORED, "duplicate", False)
+    for seen in (only_last, only_seen):
+        repeated = apply_observation(seen, again)[0]
+        assert isinstance(repeated, ev.ObservationIgnored)
+        assert repeated.repeat is True
+    [event] = apply_observation(neither, again)
+    assert isinstance(event, ev.ObservationIgnored)
+    assert (event.reason, "repeat" in event.payload()) == ("duplicate", False)
 
 
 def test_a_poll_of_the_moment_already_applied_records_nothing_a_push_records_a_duplicate() -> None:
     task = _task("working", remote_timestamp=_iso(1))  # applied; no fingerprint kept
     # Same state, same moment, another status message: not a repeat of a recorded report.
     assert apply_observation(task, Observation("poll", "working", _at(1), message="m")) == []
-    [(kind, data)] = apply_observation(task, Observation("push", "working", _at(1), message="m"))
-    assert (kind, data["reason"], data["source"]) == (ev.OBSERVATION_IGNORED, "duplicate", "push")
+    [event] = apply_observation(task, Observation("push", "working", _at(1), message="m"))
+    assert isinstance(event, ev.ObservationIgnored)
+    assert (event.reason, event.source) == ("duplicate", "push")
 
 
 def test_the_same_state_at_the_same_time_is_a_duplicate_earlier_stale_later_same_state() -> None:
     task = _task("working", remote_timestamp=_iso(5))
-    reasons = [
-        apply_observation(task, Observation("push", "working", _at(t), message="m"))[0][1]["reason"]
+    first = [
+        apply_observation(task, Observation("push", "working", _at(t), message="m"))[0]
         for t in (5, 4, 6)
     ]
-    assert reasons == ["duplicate", "stale", "same_state"]
+    assert [event.payload()["reason"] for event in first] == ["duplicate", "stale", "same_state"]
 
 
 def test_a_transition_without_a_timestamp_records_no_skew() -> None:
-    [(kind, data)] = apply_observation(_task(), Observation("push", "working"))
-    assert kind == ev.STATE_CHANGED
+    [event] = apply_observation(_task(), Observation("push", "working"))
+    assert event.type == ev.STATE_CHANGED
+    data = event.payload()
     data.pop("report")
     data.pop("said")
     assert data == {
@@ -413,7 +421,7 @@ def test_an_artifact_already_held_is_not_recorded_again() -> None:
 
 
 def test_a_new_version_of_an_artifact_is_recorded_as_replacing_the_one_held() -> None:
-    assert apply_observation(_holding(V1), Observation("push", None, artifacts=(V2,))) == [
+    assert stored(apply_observation(_holding(V1), Observation("push", None, artifacts=(V2,)))) == [
         (ev.ARTIFACT_RECEIVED, {**V2.to_json(), "source": "push", "replaces": True})
     ]
 
@@ -437,29 +445,31 @@ def test_an_oversize_artifact_flags_the_task_once() -> None:
     big = _sized_artifact(MAX_RECORDED_ARTIFACT_BYTES + 1)
     small = ArtifactRecord("a0", None)
     report = Observation("push", None, artifacts=(big, small))
-    flagged = (ev.FLAGGED_FOR_REVIEW, {"reason": "payload_truncated", "detail": TRUNCATED_DETAIL})
-    assert apply_observation(_task("working"), report) == [
+    flagged = ev.FlaggedForReview(reason="payload_truncated", detail=TRUNCATED_DETAIL)
+    events = apply_observation(_task("working"), report)
+    assert stored(events[:2]) == [
         (ev.ARTIFACT_RECEIVED, {**big.to_json(), "source": "push"}),
         (ev.ARTIFACT_RECEIVED, {**small.to_json(), "source": "push"}),
-        flagged,
     ]
+    assert events[2:] == [flagged]
     assert apply_observation(_task("working", flags=["clock_skew"]), report)[-1] == flagged
     already = apply_observation(_task("working", flags=["payload_truncated"]), report)
-    assert [kind for kind, _ in already] == [ev.ARTIFACT_RECEIVED, ev.ARTIFACT_RECEIVED]
+    assert [event.type for event in already] == [ev.ARTIFACT_RECEIVED, ev.ARTIFACT_RECEIVED]
     assert apply_observation(_task("working", flags=None), report)[-1] == flagged
 
 
 def test_a_status_message_at_the_limit_is_kept_and_one_byte_more_is_kept_as_its_digest() -> None:
     at_limit = "m" * (MAX_RECORDED_MESSAGE_BYTES - 2)  # stored with its two quotes
-    [(_, kept)] = apply_observation(_task(), Observation("push", "working", message=at_limit))
-    assert kept["message"] == at_limit
+    [kept] = apply_observation(_task(), Observation("push", "working", message=at_limit))
+    assert kept.payload()["message"] == at_limit
 
     over = at_limit + "m"
     events = apply_observation(_task(), Observation("push", "working", message=over))
-    [(kind, data), flag] = events
+    [event, flag] = events
+    data = event.payload()
     data.pop("report")
     data.pop("said")
-    assert (kind, data) == (
+    assert (event.type, data) == (
         ev.STATE_CHANGED,
         {
             "from": "submitted",
@@ -472,20 +482,18 @@ def test_a_status_message_at_the_limit_is_kept_and_one_byte_more_is_kept_as_its_
             "payload_truncated": True,
         },
     )
-    assert flag == (
-        ev.FLAGGED_FOR_REVIEW,
-        {"reason": "payload_truncated", "detail": TRUNCATED_DETAIL},
-    )
+    assert flag == ev.FlaggedForReview(reason="payload_truncated", detail=TRUNCATED_DETAIL)
     flagged = _task(flags=["payload_truncated"])
     assert len(apply_observation(flagged, Observation("push", "working", message=over))) == 1
 
 
 def test_a_timestamp_too_far_ahead_is_kept_as_reported_not_used_and_flags_the_task_once() -> None:
     ahead = Observation("push", "working", _at(400), received_at=T0)
-    [(kind, data), flag] = apply_observation(_task(), ahead)
+    [event, flag] = apply_observation(_task(), ahead)
+    data = event.payload()
     data.pop("report")
     data.pop("said")
-    assert (kind, data) == (
+    assert (event.type, data) == (
         ev.STATE_CHANGED,
         {
             "from": "submitted",
@@ -500,24 +508,24 @@ def test_a_timestamp_too_far_ahead_is_kept_as_reported_not_used_and_flags_the_ta
         f"status timestamp {_iso(400)} is more than 300 s ahead of its receipt at {_iso(0)}; "
         "not used for ordering"
     )
-    assert flag == (ev.FLAGGED_FOR_REVIEW, {"reason": "clock_skew", "detail": detail})
+    assert flag == ev.FlaggedForReview(reason="clock_skew", detail=detail)
     assert len(apply_observation(_task(flags=["clock_skew"]), ahead)) == 1
     assert len(apply_observation(_task(flags=["payload_truncated"]), ahead)) == 2
 
 
 def test_the_clock_skew_allowed_is_the_one_given_and_its_bound_is_not_skew() -> None:
-    def recorded(seconds: float, **kwargs: float) -> list[tuple[str, dict[str, Any]]]:
+    def recorded(seconds: float, **kwargs: float) -> list[dict[str, Any]]:
         observation = Observation("push", "working", _at(seconds), received_at=T0)
-        return apply_observation(_task(), observation, **kwargs)
+        return [event.payload() for event in apply_observation(_task(), observation, **kwargs)]
 
-    [(_, data)] = recorded(300)  # exactly the default bound: still usable
+    [data] = recorded(300)  # exactly the default bound: still usable
     assert data["remote_timestamp"] == _iso(300)
-    [(_, data)] = recorded(400, max_clock_skew=500)
+    [data] = recorded(400, max_clock_skew=500)
     assert (data["remote_timestamp"], "clock_skew" in data) == (_iso(400), False)
-    [(_, data), (_, flag)] = recorded(20, max_clock_skew=10)
+    [data, flag] = recorded(20, max_clock_skew=10)
     assert (data["remote_timestamp"], data["clock_skew"]) == (None, True)
     assert "more than 10 s ahead" in flag["detail"]
-    [(_, data)] = recorded(-3600)  # behind its receipt: never skew
+    [data] = recorded(-3600)  # behind its receipt: never skew
     assert data["remote_timestamp"] == _iso(-3600)
 
 
@@ -526,38 +534,40 @@ def test_the_clock_skew_allowed_is_the_one_given_and_its_bound_is_not_skew() -> 
 
 
 def _after(task: dict[str, Any], observation: Observation) -> dict[str, Any]:
-    for type_, data in apply_observation(task, observation):
-        task = apply_task_event(task, type_, data)
+    for event in apply_observation(task, observation):
+        task = apply_task_event(task, event.type, event.payload())
     return task
 
 
 def test_a_legal_new_state_is_a_state_change_with_its_source_and_time() -> None:
-    [(kind, data)] = apply_observation(_task(), Observation("poll", "working", _at(1)))
-    assert kind == ev.STATE_CHANGED
-    assert (data["from"], data["to"], data["source"]) == ("submitted", "working", "poll")
-    assert data["remote_timestamp"] == "2026-11-29T12:00:01.000000+00:00"
+    [event] = apply_observation(_task(), Observation("poll", "working", _at(1)))
+    assert isinstance(event, ev.StateChanged)
+    assert (event.from_, event.to, event.source) == ("submitted", "working", "poll")
+    assert event.remote_timestamp == "2026-11-29T12:00:01.000000+00:00"
 
 
 @pytest.mark.parametrize("terminal", ["completed", "failed", "canceled", "rejected"])
 @pytest.mark.parametrize("later", ["working", "input-required", "submitted", "completed", "failed"])
 def test_terminal_states_absorb_every_later_report(terminal: str, later: str) -> None:
     task = _task(terminal, remote_timestamp=_at(5).isoformat(timespec="microseconds"))
-    [(kind, data)] = apply_observation(task, Observation("push", later, _at(9)))
-    assert kind == ev.OBSERVATION_IGNORED
-    assert data["reason"] == ("duplicate" if later == terminal else "after_terminal")
+    [event] = apply_observation(task, Observation("push", later, _at(9)))
+    assert isinstance(event, ev.ObservationIgnored)
+    assert event.reason == ("duplicate" if later == terminal else "after_terminal")
 
 
 def test_an_older_report_is_stale_and_changes_nothing() -> None:
     task = _after(_task(), Observation("poll", "input-required", _at(5)))
-    [(kind, data)] = apply_observation(task, Observation("push", "working", _at(3)))
-    assert (kind, data["reason"]) == (ev.OBSERVATION_IGNORED, "stale")
+    [event] = apply_observation(task, Observation("push", "working", _at(3)))
+    assert isinstance(event, ev.ObservationIgnored)
+    assert event.reason == "stale"
 
 
 def test_a_redelivered_report_is_a_duplicate() -> None:
     report = Observation("push", "working", _at(2))
     task = _after(_task(), report)
-    [(kind, data)] = apply_observation(task, report)
-    assert (kind, data["reason"]) == (ev.OBSERVATION_IGNORED, "duplicate")
+    [event] = apply_observation(task, report)
+    assert isinstance(event, ev.ObservationIgnored)
+    assert event.reason == "duplicate"
     assert _after(task, report)["state"] == "working"
 
 
@@ -565,29 +575,31 @@ def test_a_newer_same_state_report_moves_the_watermark_so_a_late_older_one_is_st
     task = _after(_task(), Observation("poll", "working", _at(1)))
     task = _after(task, Observation("poll", "working", _at(3), message="half way"))
     assert task["remote_timestamp"] == _at(3).isoformat(timespec="microseconds")
-    [(kind, data)] = apply_observation(task, Observation("push", "input-required", _at(2)))
-    assert (kind, data["reason"]) == (ev.OBSERVATION_IGNORED, "stale")
+    [event] = apply_observation(task, Observation("push", "input-required", _at(2)))
+    assert isinstance(event, ev.ObservationIgnored)
+    assert event.reason == "stale"
 
 
 def test_generation_orders_reports_before_timestamps() -> None:
     task = _after(_task(), Observation("poll", "working", _at(9), generation=4))
-    [(kind, _)] = apply_observation(task, Observation("push", "input-required", _at(1), 5))
-    assert kind == ev.STATE_CHANGED
-    [(kind, data)] = apply_observation(task, Observation("push", "input-required", _at(20), 3))
-    assert (kind, data["reason"]) == (ev.OBSERVATION_IGNORED, "stale")
+    [event] = apply_observation(task, Observation("push", "input-required", _at(1), 5))
+    assert event.type == ev.STATE_CHANGED
+    [event] = apply_observation(task, Observation("push", "input-required", _at(20), 3))
+    assert isinstance(event, ev.ObservationIgnored)
+    assert event.reason == "stale"
 
 
 def test_reports_without_time_are_ordered_by_arrival() -> None:
     task = _after(_task(), Observation("poll", "working", _at(5)))
-    [(kind, _)] = apply_observation(task, Observation("push", "input-required", None))
-    assert kind == ev.STATE_CHANGED
+    [event] = apply_observation(task, Observation("push", "input-required", None))
+    assert event.type == ev.STATE_CHANGED
 
 
 def test_unknown_changes_nothing_and_nothing_goes_back_to_submitted() -> None:
     task = _after(_task(), Observation("poll", "working", _at(1)))
-    [(_, unknown)] = apply_observation(task, Observation("poll", "unknown", _at(2)))
-    [(_, back)] = apply_observation(task, Observation("poll", "submitted", _at(3)))
-    assert (unknown["reason"], back["reason"]) == ("unknown_state", "illegal")
+    [unknown] = apply_observation(task, Observation("poll", "unknown", _at(2)))
+    [back] = apply_observation(task, Observation("poll", "submitted", _at(3)))
+    assert (unknown.payload()["reason"], back.payload()["reason"]) == ("unknown_state", "illegal")
 
 
 def test_the_first_report_naming_the_remote_task_binds_it() -> None:
@@ -595,10 +607,8 @@ def test_the_first_report_naming_the_remote_task_binds_it() -> None:
                                        remote_context_id="c-1"))  # fmt: skip
     assert (task["remote_task_id"], task["remote_context_id"]) == ("r-1", "c-1")
     assert task["state"] == "submitted"
-    [(_, data)] = apply_observation(
-        task, Observation("poll", "working", _at(1), remote_task_id="r-1")
-    )
-    assert "remote_task_id" not in data  # bound once
+    [event] = apply_observation(task, Observation("poll", "working", _at(1), remote_task_id="r-1"))
+    assert "remote_task_id" not in event.payload()  # bound once
 
 
 def test_new_artifacts_are_recorded_once() -> None:
@@ -607,7 +617,7 @@ def test_new_artifacts_are_recorded_once() -> None:
     task = _after(_task("working"), report)
     assert [a["artifact_id"] for a in task["artifacts"]] == ["a1"]
     again = Observation("push", "completed", _at(1), artifacts=(artifact,))
-    types = [t for t, _ in apply_observation(task, again)]
+    types = [event.type for event in apply_observation(task, again)]
     assert types == [ev.OBSERVATION_IGNORED]  # same artifact again: nothing new
 
 
@@ -636,7 +646,7 @@ def test_a_message_with_a_form_records_its_parts_and_the_next_text_only_one_drop
     task = _after(_task("working"), asked)
     later = _after(task, Observation("poll", "working", _at(2), message="Thanks"))
 
-    assert recorded[1]["message_parts"] == list(FORM_PARTS)
+    assert recorded.payload()["message_parts"] == list(FORM_PARTS)
     assert task["last_message_parts"] == list(FORM_PARTS)
     assert later["last_message"] == "Thanks"
     assert "last_message_parts" not in later
@@ -652,14 +662,17 @@ def test_the_same_text_with_another_form_is_another_report() -> None:
                         message_parts=other)  # fmt: skip
     same = Observation("push", "input-required", None, message="Your answer?",
                        message_parts=FORM_PARTS)  # fmt: skip
-    assert apply_observation(task, same)[0][1].get("repeat") is True
-    assert apply_observation(task, again)[0][1].get("repeat") is None
+    repeated, other_form = apply_observation(task, same)[0], apply_observation(task, again)[0]
+    assert isinstance(repeated, ev.ObservationIgnored)
+    assert isinstance(other_form, ev.ObservationIgnored)
+    assert repeated.repeat is True
+    assert other_form.repeat is None
 
 
 def test_a_form_too_large_to_keep_is_kept_as_its_size_and_digest() -> None:
     huge = ({"kind": "data", "data": {"x": "y" * MAX_RECORDED_MESSAGE_BYTES}},)
     asked = Observation("poll", "input-required", _at(1), message="", message_parts=huge)
-    recorded = dict(apply_observation(_task("working"), asked))[ev.STATE_CHANGED]
+    recorded = dict(stored(apply_observation(_task("working"), asked)))[ev.STATE_CHANGED]
 
     assert "message_parts" not in recorded
     assert recorded["message"] is None
@@ -670,15 +683,16 @@ def test_a_form_too_large_to_keep_is_kept_as_its_size_and_digest() -> None:
 def test_a_redelivered_push_is_recorded_but_a_poll_reading_back_the_same_is_not() -> None:
     task = _after(_task(), Observation("poll", "working", _at(2)))
     assert apply_observation(task, Observation("poll", "working", _at(2))) == []
-    [(kind, data)] = apply_observation(task, Observation("push", "working", _at(2)))
-    assert (kind, data["reason"]) == (ev.OBSERVATION_IGNORED, "duplicate")
+    [event] = apply_observation(task, Observation("push", "working", _at(2)))
+    assert isinstance(event, ev.ObservationIgnored)
+    assert event.reason == "duplicate"
 
 
 def test_status_message_rides_on_the_state_change() -> None:
-    [(_, data)] = apply_observation(
+    [event] = apply_observation(
         _task("working"), Observation("poll", "input-required", _at(1), message="Which one?")
     )
-    assert data["message"] == "Which one?"
+    assert event.payload()["message"] == "Which one?"
 
 
 # -- R12: what a remote reports must not wedge the task, bloat its log or vanish -----------------
@@ -686,20 +700,21 @@ def test_status_message_rides_on_the_state_change() -> None:
 
 def test_a_generation_far_ahead_is_flagged_once_and_orders_nothing() -> None:
     ahead = Observation("poll", "working", None, generation=10**30)
-    [(kind, data), (flag, flagged)] = apply_observation(_task(), ahead)
+    [event, flagged] = apply_observation(_task(), ahead)
     task = _after(_task(), ahead)
 
-    assert kind == ev.STATE_CHANGED
-    assert (data["reported_generation"], data["generation_skew"]) == (10**30, True)
-    assert "generation" not in data
-    assert (flag, flagged["reason"]) == (ev.FLAGGED_FOR_REVIEW, "generation_skew")
+    assert isinstance(event, ev.StateChanged)
+    assert (event.reported_generation, event.generation_skew) == (10**30, True)
+    assert "generation" not in event.payload()
+    assert isinstance(flagged, ev.FlaggedForReview)
+    assert flagged.reason == "generation_skew"
     assert task["generation"] is None  # the watermark did not move
-    [(kind, _)] = apply_observation(task, Observation("poll", "input-required", None, 7, "Q?"))
-    assert kind == ev.STATE_CHANGED  # not stale: ordered by arrival
+    [event] = apply_observation(task, Observation("poll", "input-required", None, 7, "Q?"))
+    assert event.type == ev.STATE_CHANGED  # not stale: ordered by arrival
     again = apply_observation(
         task, Observation("poll", "input-required", None, generation=2**53 + 1)
     )
-    assert [k for k, _ in again] == [ev.STATE_CHANGED]  # flagged once per task
+    assert [event.type for event in again] == [ev.STATE_CHANGED]  # flagged once per task
 
 
 @pytest.mark.parametrize(("step", "skewed"), [(10**6, False), (10**6 + 1, True)])
@@ -710,14 +725,16 @@ def test_a_generation_more_than_a_million_above_the_last_applied_is_skewed(
     events = apply_observation(
         task, Observation("poll", "input-required", _at(2), generation=5 + step)
     )
-    assert [d.get("reason") for _, d in events][1:] == (["generation_skew"] if skewed else [])
-    assert ("generation" in events[0][1]) is not skewed
+    reasons = [event.payload().get("reason") for event in events]
+    assert reasons[1:] == (["generation_skew"] if skewed else [])
+    assert ("generation" in events[0].payload()) is not skewed
 
 
 def test_a_generation_past_2_53_applied_before_it_was_bounded_orders_nothing() -> None:
     wedged = _task("working", generation=10**30, remote_timestamp=_at(1).isoformat())
-    [(kind, data)] = apply_observation(wedged, Observation("poll", "input-required", _at(2), 7))
-    assert (kind, data["generation"]) == (ev.STATE_CHANGED, 7)
+    [event] = apply_observation(wedged, Observation("poll", "input-required", _at(2), 7))
+    assert isinstance(event, ev.StateChanged)
+    assert event.generation == 7
 
 
 def test_a_restamped_status_is_a_repeat_whatever_its_timestamp() -> None:
@@ -726,14 +743,14 @@ def test_a_restamped_status_is_a_repeat_whatever_its_timestamp() -> None:
         assert apply_observation(task, Observation(source, "working", _at(2), 2, "busy")) == []
 
     news = Observation("poll", "working", _at(3), message="half way")
-    [(_, said)] = apply_observation(task, news)
+    [said] = apply_observation(task, news)
     artifact = ArtifactRecord("a1", None, ({"kind": "text", "text": "x"},))
     with_artifact = Observation("poll", "working", _at(3), message="busy", artifacts=(artifact,))
     later = _after(task, news)
     replied = apply_task_event(task, ev.REPLY_SENT, {"message_id": "m"})
 
-    assert said["reason"] == "same_state"
-    assert [k for k, _ in apply_observation(task, with_artifact)] == [
+    assert said.payload()["reason"] == "same_state"
+    assert [event.type for event in apply_observation(task, with_artifact)] == [
         ev.OBSERVATION_IGNORED,
         ev.ARTIFACT_RECEIVED,
     ]
@@ -742,14 +759,15 @@ def test_a_restamped_status_is_a_repeat_whatever_its_timestamp() -> None:
     )
     assert len(apply_observation(replied, Observation("poll", "working", _at(4), 4, "busy"))) == 1
     binding = Observation("poll", "working", _at(2), 2, "busy", remote_task_id="r-1")
-    assert [d["remote_task_id"] for _, d in apply_observation(task, binding)] == ["r-1"]
+    recorded = apply_observation(task, binding)
+    assert [event.payload()["remote_task_id"] for event in recorded] == ["r-1"]
 
 
 def test_a_state_left_and_reported_again_is_applied_however_like_it_was() -> None:
     task = _after(_task(), Observation("poll", "working", _at(1)))
     task = _after(task, Observation("poll", "auth-required", _at(2)))
-    [(kind, _)] = apply_observation(task, Observation("poll", "working", _at(3)))
-    assert kind == ev.STATE_CHANGED
+    [event] = apply_observation(task, Observation("poll", "working", _at(3)))
+    assert event.type == ev.STATE_CHANGED
 
 
 def _text(artifact_id: str, text: str) -> ArtifactRecord:
@@ -759,22 +777,24 @@ def _text(artifact_id: str, text: str) -> ArtifactRecord:
 def test_a_report_naming_one_artifact_twice_records_the_last_and_what_it_dropped() -> None:
     first, last = _text("a1", "draft"), _text("a1", "final")
     report = Observation("poll", "working", _at(1), artifacts=(first, last, last))
-    [_, (kind, received), (_, flagged)] = apply_observation(_task(), report)
+    [_, received, flagged] = apply_observation(_task(), report)
     dropped = {"bytes": first.to_json()["bytes"], "sha256": first.to_json()["sha256"]}
 
-    assert (kind, received["parts"]) == (ev.ARTIFACT_RECEIVED, [{"kind": "text", "text": "final"}])
-    assert received["dropped"] == [dropped]
-    assert flagged["reason"] == "artifact_dropped"
-    assert flagged["detail"] == (
+    assert isinstance(received, ev.ArtifactReceived)
+    assert received.parts == [{"kind": "text", "text": "final"}]
+    assert received.dropped == [dropped]
+    assert isinstance(flagged, ev.FlaggedForReview)
+    assert flagged.reason == "artifact_dropped"
+    assert flagged.detail == (
         "one report named artifactId 'a1' more than once with different contents; the last was "
         f"kept, and the one of {dropped['bytes']} bytes with SHA-256 {dropped['sha256']} dropped"
     )
     held = _after(_task(), Observation("poll", "working", _at(1), artifacts=(last,)))
     again = Observation("poll", "working", _at(1), artifacts=(first, last))
-    assert [d["reason"] for _, d in apply_observation(held, again)] == ["artifact_dropped"]
+    assert [e.payload()["reason"] for e in apply_observation(held, again)] == ["artifact_dropped"]
     assert apply_observation(_after(_task(), report), again) == []  # flagged once per task
     same = apply_observation(_task(), Observation("poll", "working", artifacts=(last, last)))
-    assert [sorted(d) for _, d in same][1] == sorted({**last.to_json(), "source": "poll"})
+    assert [sorted(e.payload()) for e in same][1] == sorted({**last.to_json(), "source": "poll"})
 
 
 # --------------------------------------------------------------------------------------------------
@@ -824,9 +844,9 @@ def _listed_as_of(folder: Path, count: int) -> float:
     name = f"as-of-{count}-{time.perf_counter_ns()}.db"  # a new store each time
     with EventStore.open(f"sqlite:///{folder / name}") as store:
         log = TaskLog(store)
-        log.create("k", [(ev.TASK_SUBMITTED, {"task": "k"})])
+        log.create("k", [submitted("k")])
         artifacts = [
-            (ev.ARTIFACT_RECEIVED, {"artifact_id": f"a{n}", "name": None, "parts": []})
+            ev.ArtifactReceived(artifact_id=f"a{n}", name=None, parts=[], source="poll")
             for n in range(count)
         ]
         log.record("k", lambda _state: artifacts)
@@ -910,18 +930,19 @@ def _whole(*texts: str, state: str = "completed") -> Observation:
     return Observation("poll", state, artifacts=(record,))
 
 
-def _play(*observations: Observation) -> tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]:
+def _play(*observations: Observation) -> tuple[dict[str, Any], list[ev.TaskEvent]]:
     task: dict[str, Any] = {**initial_task_state(KEY), "state": "working"}
-    logged: list[tuple[str, dict[str, Any]]] = []
+    logged: list[ev.TaskEvent] = []
     for observation in observations:
-        for type_, data in apply_observation(task, observation):
-            logged.append((type_, data))
-            task = apply_task_event(task, type_, data)
+        for event in apply_observation(task, observation):
+            logged.append(event)
+            task = apply_task_event(task, event.type, event.payload())
     return task, logged
 
 
-def _received(logged: list[tuple[str, dict[str, Any]]]) -> list[dict[str, Any]]:
-    return [data for type_, data in logged if type_ == ev.ARTIFACT_RECEIVED]
+def _received(logged: list[ev.TaskEvent]) -> list[dict[str, Any]]:
+    """The payloads of the ``ArtifactReceived`` events, as recorded."""
+    return [event.payload() for event in logged if event.type == ev.ARTIFACT_RECEIVED]
 
 
 def test_chunks_make_up_one_artifact_and_each_event_keeps_only_its_own_parts() -> None:
@@ -963,7 +984,7 @@ def test_the_whole_artifact_read_after_its_chunks_is_recorded_once_as_the_agent_
     first = apply_observation(task, read)
     task = _play(_chunk("one ", append=False), _chunk("two "), _chunk("three"), read)[0]
 
-    assert [d.get("replaces") for _, d in first] == [True]
+    assert [event.payload().get("replaces") for event in first] == [True]
     assert [p["text"] for p in task["artifacts"][0]["parts"]] == ["one ", "two ", "three"]
     assert "chunks" not in task["artifacts"][0]
     assert apply_observation(task, read) == []  # read again: nothing
@@ -975,7 +996,7 @@ def test_a_chunk_costs_what_it_holds_not_the_artifact_again() -> None:
 
     assert len(task["artifacts"][0]["parts"]) == 1
     assert task["artifacts"][0]["bytes"] > 2_000 * len("word ")
-    assert max(len(str(data)) for _, data in logged) < 300  # each event: one chunk
+    assert max(len(str(data)) for _, data in stored(logged)) < 300  # each event: one chunk
 
 
 def test_a_chunk_met_twice_is_put_right_by_the_whole_artifact_read_at_the_end() -> None:
@@ -1024,7 +1045,8 @@ def test_an_empty_chunk_records_nothing() -> None:
 
 def test_chunks_growing_past_the_limit_leave_a_digest_and_go_on_counting_bytes() -> None:
     piece = "x" * (MAX_RECORDED_ARTIFACT_BYTES // 3)
-    task, logged = _play(*(_chunk(piece, append=n > 0) for n in range(5)))
+    task, events = _play(*(_chunk(piece, append=n > 0) for n in range(5)))
+    logged = stored(events)
 
     artifact = task["artifacts"][0]
     assert artifact.get("truncated") is True
@@ -1081,7 +1103,8 @@ def chunk_violation(scenario: list[Step]) -> str | None:
     version: dict[str, tuple[str, ...] | None] = {}  # the parts of a whole one; None: of chunks
     replaced: dict[str, set[tuple[str, ...]]] = {}
     task: dict[str, Any] = {**initial_task_state(KEY), "state": "working"}
-    logged: list[tuple[str, dict[str, Any]]] = [(ev.TASK_SUBMITTED, {"task": KEY})]
+    # The fold is fed the store's pair for the start, then the events as made.
+    logged: list[ev.TaskEvent | tuple[str, dict[str, Any]]] = [(ev.TASK_SUBMITTED, {"task": KEY})]
     for step in scenario:
         observation = _observation(step)
         (record,) = observation.artifacts
@@ -1096,8 +1119,8 @@ def chunk_violation(scenario: list[Step]) -> str | None:
         events = apply_observation(task, observation)
         if len(events) > 2:
             return f"{step}: {len(events)} events for one report"
-        for type_, data in events:
-            task = apply_task_event(task, type_, data)
+        for event in events:
+            task = apply_task_event(task, event.type, event.payload())
         logged += events
         if fold_task(KEY, logged)["artifacts"] != task["artifacts"]:
             return f"{step}: the projection is not the fold of its events"
@@ -1150,7 +1173,7 @@ def test_a_run_of_chunks_is_one_chunk_holding_them_all_joined_and_counted() -> N
     task, logged = _play(*merged)
 
     assert len(merged) == 2  # the first chunk starts the artifact; the rest are one
-    ((_, first), (_, rest)) = logged
+    first, rest = (event.payload() for event in logged)
     assert [p["text"] for p in rest["parts"]] == ["two three four"]
     assert (rest["append"], rest["chunks"]) == (True, 3)
     assert "chunks" not in first

@@ -7,10 +7,14 @@ state (or a given one) and compares what changed, exactly. Pure."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from support.cards import card_document
+from support.events import submitted
 
 from cardfence.engine.client.audit import audit
 from cardfence.engine.client.tasklog import TaskLog, task_stream_id
@@ -25,7 +29,9 @@ from cardfence.engine.core.replay import (
     initial_task_state,
     lacking,
 )
+from cardfence.store.chain import content_hash
 from cardfence.store.event_store import EventStore
+from cardfence.store.records import CardSnapshot
 
 ORIGIN = "https://agent.example"
 GONE = "<gone>"  # a field the fold removed
@@ -543,15 +549,22 @@ def test_a_chunk_appended_keeps_the_name_the_artifact_was_first_given() -> None:
 KEY = "t-failing"
 URL = "http://agent.example/a2a/jsonrpc"
 REFUSED = "ConnectError: [Errno 111] Connection refused"
+# An event that is no failure: the next one appended, which carries the counts.
+DEADLINE = ev.DeadlineExceeded(state="submitted", seconds=30.0, until="terminal")
 
 
 def _failed(detail: str = REFUSED, *, during: str = "poll", url: str = URL) -> Event:
-    return ev.ENDPOINT_UNREACHABLE, {"url": url, "detail": detail, "during": during}
+    return ev.EndpointUnreachable(url=url, detail=detail, during=during)
 
 
 def _log(store: EventStore) -> TaskLog:
+    """A task log holding the task ``KEY``, created on a card whose snapshot is stored."""
+    body = json.dumps(card_document())
+    revision = content_hash(body)
+    card_url = "http://agent.example/.well-known/agent-card.json"
+    store.put_snapshot(CardSnapshot(revision, body, card_url, None, 200, datetime.now(UTC)))
     log = TaskLog(store)
-    log.create(KEY, [(ev.TASK_SUBMITTED, {"task": KEY, "agent": "http://agent.example"})])
+    log.create(KEY, [submitted(KEY, card_url=card_url, agent_url=URL, card_revision=revision)])
     return log
 
 
@@ -565,7 +578,7 @@ def test_the_same_failure_poll_after_poll_is_appended_once_then_counted_on_the_n
     log = _log(store)
     for _ in range(5):
         log.record(KEY, lambda _state: [_failed()])
-    log.record(KEY, lambda _state: [(ev.DEADLINE_EXCEEDED, {"until": "terminal"})])
+    log.record(KEY, lambda _state: [DEADLINE])
 
     recorded = _types_and_data(store)
     assert [t for t, _ in recorded] == [
@@ -585,7 +598,7 @@ def test_counts_add_up_across_outages_and_each_outage_starts_with_its_event(
     for outage in (3, 2):
         for _ in range(outage):
             log.record(KEY, lambda _state: [_failed()])
-        log.record(KEY, lambda _state: [(ev.DEADLINE_EXCEEDED, {"until": "terminal"})])
+        log.record(KEY, lambda _state: [DEADLINE])
 
     types = [t for t, _ in _types_and_data(store)]
     assert types.count(ev.ENDPOINT_UNREACHABLE) == 2
@@ -597,15 +610,15 @@ def test_an_agent_down_fails_polls_and_card_reads_alike_and_each_kind_is_appende
     store: EventStore,
 ) -> None:
     log = _log(store)
-    card_down = (ev.DISCOVERY_UNAVAILABLE, {
-        "kind": "network", "detail": REFUSED, "url": "http://agent.example/.well-known/agent-card.json",
-        "during": "revalidation",
-    })  # fmt: skip
+    card_down = ev.DiscoveryUnavailable(
+        kind="network", detail=REFUSED, url="http://agent.example/.well-known/agent-card.json",
+        during="revalidation",
+    )  # fmt: skip
     for _ in range(3):  # an hour of it: polls, and a re-validation now and then
         for _ in range(4):
             log.record(KEY, lambda _state: [_failed()])
         log.record(KEY, lambda _state: [card_down])
-    log.record(KEY, lambda _state: [(ev.DEADLINE_EXCEEDED, {"until": "terminal"})])
+    log.record(KEY, lambda _state: [DEADLINE])
 
     types = [t for t, _ in _types_and_data(store)]
     assert types == [
@@ -635,7 +648,7 @@ def test_a_failure_after_another_writers_event_is_appended(store: EventStore) ->
     log = _log(store)
     log.record(KEY, lambda _state: [_failed()])
     other = TaskLog(store)  # another process: a `reply` while `serve` polls, say
-    other.record(KEY, lambda _state: [(ev.DEADLINE_EXCEEDED, {"until": "terminal"})])
+    other.record(KEY, lambda _state: [DEADLINE])
 
     log.record(KEY, lambda _state: [_failed()])
 
@@ -645,10 +658,9 @@ def test_a_failure_after_another_writers_event_is_appended(store: EventStore) ->
 
 
 def _refused(status: int, at: str) -> Event:
-    return ev.AUTHORIZATION_FAILED, {
-        "url": URL, "status": status, "schemes": ["bearer"], "detail": f"HTTP {status}",
-        "during": "poll", "at": at,
-    }  # fmt: skip
+    return ev.AuthorizationFailed(
+        url=URL, status=status, schemes=["bearer"], detail=f"HTTP {status}", during="poll", at=at
+    )
 
 
 def test_polls_refused_alike_are_counted_whatever_their_moment_and_another_status_is_not(
@@ -659,7 +671,7 @@ def test_polls_refused_alike_are_counted_whatever_their_moment_and_another_statu
         log.record(KEY, lambda _state, s=second: [_refused(401, f"2026-12-03T10:00:0{s}Z")])
     log.record(KEY, lambda _state: [_refused(403, "2026-12-03T10:00:05Z")])
     log.record(KEY, lambda _state: [_refused(401, "2026-12-03T10:00:06Z")])  # as before
-    log.record(KEY, lambda _state: [(ev.DEADLINE_EXCEEDED, {"until": "terminal"})])
+    log.record(KEY, lambda _state: [DEADLINE])
 
     recorded = _types_and_data(store)
     assert [d["status"] for t, d in recorded if t == ev.AUTHORIZATION_FAILED] == [401, 403]
