@@ -67,6 +67,7 @@ if _typing.TYPE_CHECKING:
     from cardfence.store.errors import (
         CardfenceError,
         ConcurrencyError,
+        ContentMismatchError,
         CorruptRecordError,
         LeaseLostError,
         PayloadError,
@@ -92,6 +93,7 @@ __all__ = [
     "CardSignatureError",
     "CardfenceError",
     "ConcurrencyError",
+    "ContentMismatchError",
     "ContractChangedError",
     "CorruptRecordError",
     "CreationRefusedError",
@@ -158,7 +160,8 @@ _HOMES = {
     "cardfence.engine.wire.push": ("Delivery",),
     "cardfence.store.errors": (
         "CardfenceError", "ConcurrencyError", "CorruptRecordError", "LeaseLostError",
-        "PayloadError", "SchemaTooNewError", "SnapshotMismatchError", "StoreError",
+        "PayloadError", "SchemaTooNewError", "SnapshotMismatchError", "ContentMismatchError",
+        "StoreError",
         "StoreUnavailableError",
     ),
 }  # fmt: skip

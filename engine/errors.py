@@ -13,6 +13,7 @@ done.
     │   ├── CorruptRecordError          a stored event or projection altered: not as written
     │   ├── PayloadError                payload not JSON, out of range or too large
     │   ├── SnapshotMismatchError       card body does not hash to its revision key
+    │   ├── ContentMismatchError        content does not hash to its digest (R17)
     │   ├── SchemaTooNewError           database migrated by a newer cardfence
     │   └── StoreUnavailableError       database unreachable or broken
     ├── UsageError                      bad flags, unknown task (CLI exit 2)

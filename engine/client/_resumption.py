@@ -11,9 +11,9 @@ from cardfence.engine.client._connections import Connections
 from cardfence.engine.client._records import TaskRecords, _now_iso
 from cardfence.engine.client.creation import Creation
 from cardfence.engine.client.following import Following
-from cardfence.engine.client.tasklog import task_stream_id
 from cardfence.engine.core import events as ev
 from cardfence.engine.core import guards
+from cardfence.engine.core.content import text_of
 from cardfence.engine.core.lifecycle import TERMINAL
 from cardfence.engine.core.replay import State
 from cardfence.engine.core.views import TaskView
@@ -93,17 +93,15 @@ class Resumption:
         # Never reached the agent: sending it now is a creation (R3), gated like one: a fresh
         # card (R2) that still offers the skill for the media type, under the task's frozen
         # contract -- wherever the endpoint now is. Same messageId, so an agent that did get
-        # the first send can tell. Its text lives in TaskSubmitted only (kept out of the
-        # projection, rewritten every step).
+        # the first send can tell. Its message is in TaskSubmitted and its content records only
+        # (kept out of the projection, rewritten every step).
         await self.creation.resend_gate(key, state)
         state = await self.records.state(key)
-        submitted = (
-            await self.records.calls.run(self.records.store.read_stream, task_stream_id(key))
-        )[0].data
+        parts, _ = await self.records.calls.run(self.records.log.submitted_message, key)
         await self.creation.send_creation(
             key,
             await self.connections.task_transport(state),
-            submitted["text"],
+            text_of(parts) or "",
             state["message_id"],
             state["context_id"],
             state["skill"],

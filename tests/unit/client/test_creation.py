@@ -74,14 +74,18 @@ async def test_a_task_is_frozen_with_its_card_contract_skill_and_endpoint_then_s
     assert re.fullmatch(r"m-[0-9a-f]{32}", data["message_id"])
     assert re.fullmatch(r"c-[0-9a-f]{32}", data["context_id"])
     assert before <= datetime.fromisoformat(data["submitted_at"]) <= after
+    [part] = data["parts"]  # R17: the message out of line, its one part outlined
+    assert part == {"kind": "text", "media_type": "text/plain", "size": 5,
+                    "sha256": part["sha256"]}  # fmt: skip
+    [content] = store.contents("task:k-1").values()
+    assert (content.digest, content.data) == (part["sha256"], {"text": "hello"})
     assert {k: data[k] for k in data if k not in ("message_id", "context_id", "submitted_at",
-                                                 "authorization")} == {
+                                                 "authorization", "parts")} == {
         "task": "k-1",
         "agent": ORIGIN,
         "agent_url": ORIGIN,
         "card_url": f"{ORIGIN}/.well-known/agent-card.json",
         "skill": "echo",
-        "text": "hello",
         "media_type": "text/plain",
         "card_revision": card.revision,
         "card_version": "1.0.0",
