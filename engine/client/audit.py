@@ -1,5 +1,7 @@
-"""The audit (R13, R14): every stream's hash chain and version sequence, replay against the stored
-projection, and every referenced card snapshot present and hashing to its key. No network.
+"""The audit (R13, R14, R17): every stream's hash chain and version sequence, replay against the
+stored projection, every referenced card snapshot present and hashing to its key, and every
+content record an event outlines present and hashing, with its salt, to the digest the event
+carries (``content_missing``, ``content_mismatch``). No network.
 
 The audit may run beside processes still writing (``cardfence audit`` while ``serve`` runs): each
 stream is checked as of its head read first, so events appended since are not taken for a
@@ -35,10 +37,11 @@ from typing import Any
 
 from cardfence.engine.cards.signatures import reverify
 from cardfence.engine.client.tasklog import projection_of
+from cardfence.engine.core import content
 from cardfence.engine.core import events as ev
 from cardfence.engine.core.guards import is_live
 from cardfence.engine.core.replay import State, fold_agent, fold_task
-from cardfence.store.chain import content_hash, verify_chain
+from cardfence.store.chain import content_hash, salted_hash, verify_chain
 from cardfence.store.event_store import EventStore
 from cardfence.store.records import Projection, RecordedEvent, StreamRecord, json_object
 
@@ -80,6 +83,7 @@ class AuditReport:
     violations: tuple[Violation, ...] = field(default=())
     signatures_checked: int | None = None  # verified card reads checked again; None: not asked
     rebuilt: tuple[str, ...] | None = None  # streams whose projection was rebuilt; None: not asked
+    contents_checked: int = 0  # content records checked against their digests (R17)
 
     @property
     def ok(self) -> bool:
@@ -89,6 +93,7 @@ class AuditReport:
         document: dict[str, Any] = {
             "streams_checked": self.streams_checked,
             "events_checked": self.events_checked,
+            "contents_checked": self.contents_checked,
             "violations": [v.to_json() for v in self.violations],
         }
         if self.signatures_checked is not None:
@@ -117,7 +122,7 @@ def audit(store: EventStore, *, verify_signatures: bool = False) -> AuditReport:
     violations: list[Violation] = []
     referenced: dict[str, tuple[str, int]] = {}
     signed: list[tuple[str, int, dict[str, Any]]] = []
-    streams = events_checked = 0
+    streams = events_checked = contents_checked = 0
     for stream_id, (head, logged) in _as_of_heads(store):
         streams += 1
         events_checked += len(logged)
@@ -125,6 +130,7 @@ def audit(store: EventStore, *, verify_signatures: bool = False) -> AuditReport:
         if broken is not None:
             violations.append(Violation(stream_id, broken.position, broken.kind, broken.detail))
         decoded: list[tuple[int, str, dict[str, Any]]] = []  # (position, type, payload)
+        outlined: dict[str, int] = {}  # R17: digest -> the first event outlining it
         for event in logged:
             if event.type not in ev.KNOWN_EVENTS:
                 violations.append(
@@ -142,6 +148,8 @@ def audit(store: EventStore, *, verify_signatures: bool = False) -> AuditReport:
                 )  # fmt: skip
                 continue
             decoded.append((event.position, event.type, data))
+            for digest in content.outline_digests(event.type, data):
+                outlined.setdefault(digest, event.position)
             for name in _REVISION_FIELDS.get(event.type, ()):
                 revision = data.get(name)
                 if isinstance(revision, str) and revision:
@@ -158,11 +166,17 @@ def audit(store: EventStore, *, verify_signatures: bool = False) -> AuditReport:
             )  # fmt: skip
         elif len(decoded) == len(logged):  # else there is nothing to replay it from (reported)
             violations.extend(_projection_check(stream_id, decoded, head.state if head else None))
+        if outlined:
+            contents_checked += len(outlined)
+            violations.extend(_content_check(store, stream_id, outlined))
     violations.extend(_snapshot_check(store, referenced))
-    if not verify_signatures:
-        return AuditReport(streams, events_checked, tuple(violations))
-    violations.extend(_signature_check(store, signed))
-    return AuditReport(streams, events_checked, tuple(violations), len(signed))
+    signatures = None
+    if verify_signatures:
+        violations.extend(_signature_check(store, signed))
+        signatures = len(signed)
+    return AuditReport(
+        streams, events_checked, tuple(violations), signatures, contents_checked=contents_checked
+    )
 
 
 # The violations a rebuild from the log repairs: the projection's own, nothing of the log's.
@@ -295,6 +309,35 @@ def _projection_check(
             f"replay differs from the stored projection in: {', '.join(keys)}",
         )
     ]  # fmt: skip
+
+
+def _content_check(
+    store: EventStore, stream_id: str, outlined: Mapping[str, int]
+) -> list[Violation]:
+    """Each content record the stream's events outline: kept, and hashing with its salt to the
+    digest its event carries (R17)."""
+    out: list[Violation] = []
+    kept = store.contents(stream_id, outlined)
+    for digest, position in sorted(outlined.items(), key=lambda item: item[1]):
+        record = kept.get(digest)
+        if record is None:
+            out.append(
+                Violation(stream_id, position, "content_missing",
+                          f"content {digest} is outlined by the event but not kept")
+            )  # fmt: skip
+        elif not _hashes_to(record.salt, record.body, digest):
+            out.append(
+                Violation(stream_id, position, "content_mismatch",
+                          f"content kept as {digest} does not hash to it: altered in the store")
+            )  # fmt: skip
+    return out
+
+
+def _hashes_to(salt: str, body: str, digest: str) -> bool:
+    try:
+        return salted_hash(salt, body) == digest
+    except ValueError:  # a salt that is not hex: altered in the store
+        return False
 
 
 def _snapshot_check(

@@ -34,7 +34,7 @@ from cardfence.engine.discovery._agent_stream import append_agent_events
 from cardfence.store.chain import content_hash, verify_chain
 from cardfence.store.event_store import EventStore
 from cardfence.store.records import CardSnapshot, NewEvent, Projection, RecordedEvent, StreamRecord
-from cardfence.store.schema import card_snapshots, events, streams
+from cardfence.store.schema import card_snapshots, contents, events, streams
 
 BODY = '{"name":"agent"}'
 REVISION = content_hash(BODY)
@@ -806,3 +806,80 @@ def test_a_violation_and_a_report_as_json() -> None:
         "violations": [violation.to_json()],
     }
     assert AuditReport(0, 0, signatures_checked=0).to_json()["signatures_checked"] == 0
+
+
+# -- content out of line (R17) -----------------------------------------------------------------
+
+
+def _task_with_content(db_url: str) -> EventStore:
+    """A store holding task ``t1``, created with a message of two parts and answered with an
+    artifact, every part's content kept out of line."""
+    store = EventStore.open(db_url)
+    store.put_snapshot(CardSnapshot(REVISION, BODY, "http://a/card", None, 200, datetime.now(UTC)))
+    log = TaskLog(store)
+    parts = [
+        {"kind": "text", "media_type": "text/plain", "text": "summarise this"},
+        {"kind": "data", "media_type": "application/json", "data": {"pages": [1, 2]}},
+    ]
+    log.create("t1", [submitted("t1", card_revision=REVISION, text=None, parts=parts)])
+    artifact = ev.ArtifactReceived(
+        artifact_id="a1", name="summary", source="poll",
+        parts=[{"kind": "text", "media_type": "text/markdown", "text": "# Short"}],
+    )  # fmt: skip
+    log.record("t1", lambda _state: [artifact])
+    return store
+
+
+def _content_rows(store: EventStore) -> list[Any]:
+    with store.engine.connect() as conn:
+        return list(conn.execute(sa.select(contents).order_by(contents.c.digest)))
+
+
+def test_a_store_whose_content_is_out_of_line_audits_clean_each_record_checked(
+    db_url: str,
+) -> None:
+    with _task_with_content(db_url) as store:
+        report = audit(store)
+        assert report.ok, report.violations
+        assert report.contents_checked == 3 == len(_content_rows(store))
+        assert report.to_json()["contents_checked"] == 3
+        stored_text = " ".join(e.payload for e in store.read_stream(task_stream_id("t1")))
+        assert "summarise" not in stored_text
+        assert "Short" not in stored_text
+        assert "summary" not in stored_text
+        assert "pages" not in stored_text
+
+
+@pytest.mark.parametrize("column", ["body", "salt"])
+def test_an_edited_content_record_is_a_content_mismatch_at_the_event_naming_it(
+    db_url: str, column: str
+) -> None:
+    with _task_with_content(db_url) as store:
+        target = next(r for r in _content_rows(store) if "summarise" in r.body)
+        edited = {"body": '{"text":"summarise that"}', "salt": "ff" * 16}[column]
+        with store.engine.begin() as conn:
+            conn.execute(
+                contents.update().where(contents.c.digest == target.digest).values({column: edited})
+            )
+        [violation] = audit(store).violations
+        first = store.read_stream(task_stream_id("t1"))[0]
+        assert (violation.kind, violation.position) == ("content_mismatch", first.position)
+        assert target.digest in violation.detail
+
+
+def test_a_deleted_content_record_is_content_missing_and_the_chain_still_holds(
+    db_url: str,
+) -> None:
+    with _task_with_content(db_url) as store:
+        target = next(r for r in _content_rows(store) if "Short" in r.body)
+        with store.engine.begin() as conn:
+            conn.execute(contents.delete().where(contents.c.digest == target.digest))
+        [violation] = audit(store).violations
+        assert violation.kind == "content_missing"
+        assert violation.position == store.read_stream(task_stream_id("t1"))[-1].position
+        head = store.stream(task_stream_id("t1"))
+        assert head is not None
+        view = TaskLog(store).view(head.state)
+        [part] = view.artifacts[0]["parts"]
+        assert part["erased"] is True
+        assert "text" not in part
