@@ -31,6 +31,7 @@ if _typing.TYPE_CHECKING:
         rebuild_projections,
         replay,
     )
+    from cardfence.engine.client.artifacts import TaskArtifact
     from cardfence.engine.client.config import EngineConfig
     from cardfence.engine.client.creation import WebhookOutcome
     from cardfence.engine.client.engine import Engine
@@ -50,6 +51,7 @@ if _typing.TYPE_CHECKING:
         DiscoveryError,
         EndpointUnreachableError,
         ExtensionRequiredError,
+        FetchRefusedError,
         InvalidAgentResponseError,
         OperationUnsupportedError,
         ProtocolMismatchError,
@@ -105,6 +107,7 @@ __all__ = [
     "Engine",
     "EngineConfig",
     "ExtensionRequiredError",
+    "FetchRefusedError",
     "InvalidAgentResponseError",
     "LeaseLostError",
     "MutualTls",
@@ -120,6 +123,7 @@ __all__ = [
     "StoreError",
     "StoreUnavailableError",
     "StreamDroppedError",
+    "TaskArtifact",
     "TaskEndedError",
     "TaskOrphanedError",
     "TaskView",
@@ -152,6 +156,7 @@ _HOMES = {
     ),
     "cardfence.engine.client.creation": ("WebhookOutcome",),
     "cardfence.engine.client.config": ("EngineConfig",),
+    "cardfence.engine.client.artifacts": ("TaskArtifact",),
     "cardfence.engine.client.engine": ("Engine",),
     "cardfence.engine.client.tasklog": ("AsOf",),
     "cardfence.engine.core.views": ("TaskView",),
