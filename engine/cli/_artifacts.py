@@ -87,7 +87,7 @@ def written(folder: Path, name: str, content: bytes) -> Path:
     for number in range(1, 10_000):
         candidate = name if number == 1 else f"{stem}-{number}{dot}{suffix}"
         path = folder / candidate
-        if path.resolve().parent != folder.resolve():  # whatever the name held
+        if Path(candidate).name != candidate or candidate in ("", ".", ".."):  # one component
             raise OutputError(f"{candidate!r}: not a name inside {folder}")
         try:
             with path.open("xb") as out:  # exclusive: a name taken, even by a link, is skipped
