@@ -24,6 +24,7 @@ if _typing.TYPE_CHECKING:
         load_credentials,
     )
     from cardfence.engine.cards.model import AgentCard, parse_card
+    from cardfence.engine.client.artifacts import TaskArtifact
     from cardfence.engine.client.audit import (
         AuditReport,
         Violation,
@@ -31,7 +32,6 @@ if _typing.TYPE_CHECKING:
         rebuild_projections,
         replay,
     )
-    from cardfence.engine.client.artifacts import TaskArtifact
     from cardfence.engine.client.config import EngineConfig
     from cardfence.engine.client.creation import WebhookOutcome
     from cardfence.engine.client.engine import Engine
