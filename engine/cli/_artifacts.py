@@ -148,6 +148,8 @@ def _artifact_json(artifact: TaskArtifact, listed: list[_Listed]) -> dict[str, A
         document["sha256"] = artifact.sha256
     if artifact.unread:
         document["unread"] = artifact.unread
+    if artifact.partial:
+        document["partial"] = True
     return document
 
 
@@ -175,6 +177,8 @@ def _artifact_text(artifact: TaskArtifact, listed: list[_Listed]) -> str:
         lines.append("  ".join(what))
     if artifact.unread:
         lines.append(f"  ({artifact.unread} part(s) recorded without content that can be read)")
+    if artifact.partial:
+        lines.append("  (its first chunks never reached cardfence)")
     return "\n".join(lines)
 
 

@@ -52,7 +52,8 @@ _REFUSED_AUTH: Final = frozenset({401, 403})
 class TaskArtifact:
     """One artifact of a task as recorded. ``truncated``: kept only as its ``size`` and
     ``sha256`` (of its recorded JSON), so ``parts`` is empty; ``unread``: parts recorded whose
-    content cannot be read back (left out of ``parts``)."""
+    content cannot be read back (left out of ``parts``); ``partial``: sent in chunks whose
+    first ones never reached the engine (a stream joined late), so ``parts`` lacks them."""
 
     artifact_id: str
     name: str | None
@@ -61,6 +62,7 @@ class TaskArtifact:
     size: int | None = None
     sha256: str | None = None
     unread: int = 0
+    partial: bool = False
 
     @classmethod
     def of(cls, record: Mapping[str, Any]) -> TaskArtifact:
@@ -76,6 +78,7 @@ class TaskArtifact:
             size=size if isinstance(size, int) else None,
             sha256=record.get("sha256"),
             unread=len(read) - len(parts),
+            partial=bool(record.get("partial")),
         )
 
 

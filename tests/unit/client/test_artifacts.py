@@ -86,6 +86,7 @@ def test_an_artifact_record_reads_as_part_types_and_a_truncated_one_has_none() -
     assert (artifact.truncated, artifact.unread) == (False, 1)
     cut = TaskArtifact.of({"artifact_id": "big", "name": None, "truncated": True, "bytes": 9})
     assert (cut.parts, cut.truncated, cut.size) == ((), True, 9)
+    assert TaskArtifact.of({"artifact_id": "late", "parts": [], "partial": True}).partial
 
 
 def test_a_part_s_content_is_what_a_file_of_it_holds() -> None:

@@ -839,3 +839,14 @@ def test_every_stream_of_the_store_of_inline_content_replays_to_its_projection(
         head = content_inline.stream(stream_id)
         assert head is not None
         assert replay(stream_id, content_inline.read_stream(stream_id)) == head.state, stream_id
+
+
+def test_every_event_of_the_store_of_inline_content_reads_as_its_class_byte_for_byte(
+    content_inline: EventStore,
+) -> None:
+    for event in iter_all(content_inline):
+        typed = ev.stream_event(event.stream_id, event.type, event.data)
+        assert not isinstance(typed, ev.UnknownEvent), event
+        assert typed.extra == {}, (event.type, typed.extra)  # every key known to its class
+        stored = json.dumps(typed.payload(), separators=(",", ":"), sort_keys=True)
+        assert stored == event.payload, (event.stream_id, event.version)
