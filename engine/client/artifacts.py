@@ -46,6 +46,11 @@ __all__ = ["MAX_FETCH_BYTES", "Artifacts", "TaskArtifact", "content_of"]
 # A file fetched by its URL is bounded as an agent's answer is (the transport's bound).
 MAX_FETCH_BYTES: Final = DEFAULT_MAX_BYTES
 _REFUSED_AUTH: Final = frozenset({401, 403})
+# Where clouds serve instance metadata (and credentials) outside the link-local ranges: AWS's
+# IPv6 endpoint, Alibaba Cloud's.
+_METADATA: Final = frozenset(
+    {ipaddress.ip_address("fd00:ec2::254"), ipaddress.ip_address("100.100.100.200")}
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -192,19 +197,22 @@ class Artifacts:
 
 
 def _link_local(address: str) -> bool:
+    """Whether ``address`` is link-local or a cloud's metadata address (IPv4 mapped in IPv6
+    too); False for anything that is not an address."""
     try:
         ip = ipaddress.ip_address(address.split("%")[0])
     except ValueError:
         return False
     if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
         ip = ip.ipv4_mapped
-    return ip.is_link_local
+    return ip.is_link_local or ip in _METADATA
 
 
 async def _refuse_link_local(url: str) -> None:
     """:class:`FetchRefusedError` when the URL's host is, or resolves to, a link-local address
-    (169.254.0.0/16, fe80::/10: where clouds serve instance metadata and credentials). A name
-    that does not resolve is left to the request, which fails on its own."""
+    (169.254.0.0/16, fe80::/10: where clouds serve instance metadata and credentials) or
+    another metadata address. A name that does not resolve is left to the request, which fails
+    on its own."""
     parsed = httpx.URL(url)
     host = parsed.host
     if _link_local(host):

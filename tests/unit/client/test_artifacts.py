@@ -128,6 +128,8 @@ async def test_every_url_is_checked_before_any_is_sent(engine: Engine, network: 
         "https://169.254.169.254/latest/meta-data/",
         "https://[fe80::1]/x",
         "https://[::ffff:169.254.169.254]/x",
+        "https://[fd00:ec2::254]/latest/meta-data/",
+        "https://100.100.100.200/latest/meta-data/",
         "http://remote.example/x",  # plain http to another host than loopback (R16)
         "http://user:pw@127.0.0.1:46149/x",  # credentials in the URL
         "ftp://127.0.0.1/x",
