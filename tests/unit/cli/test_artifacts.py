@@ -176,3 +176,16 @@ def test_out_naming_a_file_is_a_usage_error(
     taken.write_text("x")
     assert cli(["artifacts", PARTS_TASK, "--out", str(taken), "--db", db]) == 2
     assert taken.read_text() == "x"
+
+
+def test_the_listing_for_people_says_what_each_part_is_and_what_was_kept(
+    db: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli(["artifacts", BIG_TASK, "--db", db]) == 0
+    big = capsys.readouterr().out
+    assert "artifact big: kept only as its size and digest (" in big
+    assert cli(["artifacts", PARTS_TASK, "--db", db]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("task 3a311d7b")
+    assert any("file  application/pdf  'report.pdf'  54 B" in line for line in lines)
+    assert any(line.strip().startswith("1. url") and "/files/report.txt" in line for line in lines)
