@@ -24,6 +24,7 @@ if _typing.TYPE_CHECKING:
         load_credentials,
     )
     from cardfence.engine.cards.model import AgentCard, parse_card
+    from cardfence.engine.client.artifacts import TaskArtifact
     from cardfence.engine.client.audit import (
         AuditReport,
         Violation,
@@ -50,6 +51,7 @@ if _typing.TYPE_CHECKING:
         DiscoveryError,
         EndpointUnreachableError,
         ExtensionRequiredError,
+        FetchRefusedError,
         InvalidAgentResponseError,
         OperationUnsupportedError,
         ProtocolMismatchError,
@@ -105,6 +107,7 @@ __all__ = [
     "Engine",
     "EngineConfig",
     "ExtensionRequiredError",
+    "FetchRefusedError",
     "InvalidAgentResponseError",
     "LeaseLostError",
     "MutualTls",
@@ -120,6 +123,7 @@ __all__ = [
     "StoreError",
     "StoreUnavailableError",
     "StreamDroppedError",
+    "TaskArtifact",
     "TaskEndedError",
     "TaskOrphanedError",
     "TaskView",
@@ -152,6 +156,7 @@ _HOMES = {
     ),
     "cardfence.engine.client.creation": ("WebhookOutcome",),
     "cardfence.engine.client.config": ("EngineConfig",),
+    "cardfence.engine.client.artifacts": ("TaskArtifact",),
     "cardfence.engine.client.engine": ("Engine",),
     "cardfence.engine.client.tasklog": ("AsOf",),
     "cardfence.engine.core.views": ("TaskView",),
