@@ -24,6 +24,7 @@ if _typing.TYPE_CHECKING:
         load_credentials,
     )
     from cardfence.engine.cards.model import AgentCard, parse_card
+    from cardfence.engine.client.artifacts import TaskArtifact
     from cardfence.engine.client.audit import (
         AuditReport,
         Violation,
@@ -50,6 +51,7 @@ if _typing.TYPE_CHECKING:
         DiscoveryError,
         EndpointUnreachableError,
         ExtensionRequiredError,
+        FetchRefusedError,
         InvalidAgentResponseError,
         OperationUnsupportedError,
         ProtocolMismatchError,
@@ -107,6 +109,7 @@ __all__ = [
     "Engine",
     "EngineConfig",
     "ExtensionRequiredError",
+    "FetchRefusedError",
     "InvalidAgentResponseError",
     "LeaseLostError",
     "MutualTls",
@@ -122,6 +125,7 @@ __all__ = [
     "StoreError",
     "StoreUnavailableError",
     "StreamDroppedError",
+    "TaskArtifact",
     "TaskEndedError",
     "TaskOrphanedError",
     "TaskView",
@@ -154,6 +158,7 @@ _HOMES = {
     ),
     "cardfence.engine.client.creation": ("WebhookOutcome",),
     "cardfence.engine.client.config": ("EngineConfig",),
+    "cardfence.engine.client.artifacts": ("TaskArtifact",),
     "cardfence.engine.client.engine": ("Engine",),
     "cardfence.engine.client.tasklog": ("AsOf",),
     "cardfence.engine.core.views": ("TaskView",),

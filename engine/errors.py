@@ -17,7 +17,8 @@ done.
     │   ├── SchemaTooNewError           database migrated by a newer cardfence
     │   └── StoreUnavailableError       database unreachable or broken
     ├── UsageError                      bad flags, unknown task (CLI exit 2)
-    │   └── CredentialsConfigError      credentials file unsafe or malformed, variable unset
+    │   ├── CredentialsConfigError      credentials file unsafe or malformed, variable unset
+    │   └── FetchRefusedError           an artifact's file URL not fetched: origin, address, R16
     ├── DiscoveryError                  the card could not be read (kind: network, timeout, …)
     │   ├── CardInvalidError            the card body is invalid or over the size limit
     │   │   └── ProtocolUnsupportedError  no interface declares an A2A version we speak
@@ -66,6 +67,7 @@ __all__ = [
     "DiscoveryError",
     "EndpointUnreachableError",
     "ExtensionRequiredError",
+    "FetchRefusedError",
     "InvalidAgentResponseError",
     "OperationUnsupportedError",
     "ProtocolMismatchError",
@@ -102,6 +104,17 @@ class CredentialsConfigError(UsageError):
         entry = f' [agents."{origin}"]' if origin else ""
         entry += f" {scheme}" if scheme else ""
         super().__init__(f"credentials {where}{entry}: {detail}")
+
+
+class FetchRefusedError(UsageError):
+    """A file an artifact names by URL that cardfence will not fetch: not a URL it may read
+    (R16), at another origin than the task's when that was not allowed, or at a link-local
+    address. Nothing was sent."""
+
+    def __init__(self, url: str, detail: str) -> None:
+        self.url = url
+        self.detail = detail
+        super().__init__(f"{url or 'file part'}: {detail}; nothing was fetched")
 
 
 class DiscoveryError(CardfenceError):

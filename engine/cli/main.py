@@ -19,7 +19,7 @@ import typer
 from cardfence.engine import errors
 
 # Imported for what importing them does: each registers its commands on the app.
-from cardfence.engine.cli import _demo, _events, _serve, _tasks  # noqa: F401
+from cardfence.engine.cli import _artifacts, _demo, _events, _serve, _tasks  # noqa: F401
 from cardfence.engine.cli import _signals as signals
 from cardfence.engine.cli._app import (
     EXIT_INTERRUPTED,

@@ -56,10 +56,13 @@ class Access:
             record["discovery"] = discovered
         return record
 
-    async def task_credentials(self, state: State) -> TaskCredentials | None:
+    async def task_credentials(
+        self, state: State, *, at: str | None = None
+    ) -> TaskCredentials | None:
         """What a request of the task ``state`` describes carries: the credentials its frozen
-        contract grants (none when it asks for none), for its recorded endpoint -- none when
-        that endpoint is no longer at the origin the task was created at (R15: never leak)."""
+        contract grants (none when it asks for none), for its recorded endpoint (or the URL
+        ``at``, a file an artifact names) -- none when that is no longer at the origin the task
+        was created at (R15: never leak)."""
         recorded = state.get("authorization")
         if not recorded or not recorded.get("schemes"):
             return None
@@ -74,7 +77,7 @@ class Access:
                     f"the frozen card {revision[:12]} is not in the store",
                 )  # fmt: skip
             grant = self.grants[marker] = Authorizer.regrant(card, recorded)
-        return self.authorizer.for_task(grant, str(state["endpoint"]["url"]))
+        return self.authorizer.for_task(grant, at or str(state["endpoint"]["url"]))
 
     async def aclose(self) -> None:
         await self.tokens.aclose()

@@ -11,7 +11,8 @@ is made (none knows the Engine): ``records`` (the task log), ``background`` (wor
 tasks), ``access`` (credentials, R15), ``connections`` (transports and card reads), ``asking``
 (waits an agent asked for, R5), ``observing`` (the one observation path and the push ingress),
 ``creation`` (what card state may gate), ``following`` (polls, drives, streams), ``resumption``
-(resume) and ``conversation`` (reply and cancel).
+(resume), ``conversation`` (reply and cancel) and ``outputs`` (a task's artifacts, and the files
+they name by URL).
 """
 
 from __future__ import annotations
@@ -30,10 +31,12 @@ from cardfence.engine.client._conversation import Conversation
 from cardfence.engine.client._observing import Observing
 from cardfence.engine.client._records import TaskRecords
 from cardfence.engine.client._resumption import Resumption
+from cardfence.engine.client.artifacts import Artifacts, TaskArtifact
 from cardfence.engine.client.config import EngineConfig
 from cardfence.engine.client.creation import Creation, WebhookOutcome
 from cardfence.engine.client.following import Following, Pace
 from cardfence.engine.client.tasklog import AsOf
+from cardfence.engine.core.parts import File
 from cardfence.engine.core.replay import State
 from cardfence.engine.core.views import TaskView
 from cardfence.engine.discovery.reads import Discovery
@@ -96,6 +99,7 @@ class Engine:
         self.conversation = Conversation(
             self.records, self.connections, self.asking, self.observing
         )
+        self.outputs = Artifacts(config, self.records, self.access, self.connections)
         self.log = self.records.log
         self.tokens = self.access.tokens
         self.authorizer = self.access.authorizer
@@ -150,6 +154,20 @@ class Engine:
     def tasks(self, state: str | None = None, *, as_of: AsOf | None = None) -> list[TaskView]:
         """Every task (only those in ``state`` if given); with ``as_of``, as they stood then."""
         return self.records.tasks(state, as_of=as_of)
+
+    async def artifacts(self, ref: str) -> list[TaskArtifact]:
+        """The artifacts of the task ``ref`` names, as recorded: id, name, and parts as the
+        part types (none for an artifact kept only as its size and digest, ``truncated``)."""
+        return await self.outputs.of(ref)
+
+    async def fetch_files(
+        self, ref: str, files: Sequence[File], *, any_origin: bool = False
+    ) -> list[bytes]:
+        """The content of each file part given by URL of the task ``ref`` names, every URL
+        checked before any is sent: one bounded GET each (R16), at the task's own origin with
+        its credentials there (R15), at another origin only with ``any_origin`` and then without
+        credentials, never at a link-local address (:meth:`Artifacts.fetch`)."""
+        return await self.outputs.fetch(ref, files, any_origin=any_origin)
 
     # -- creation and webhooks (R2, R3, R4) ----------------------------------------------------
 

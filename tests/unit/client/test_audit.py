@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import copy
 import json
+import shutil
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -32,7 +34,7 @@ from cardfence.engine.client.tasklog import TaskLog, task_stream_id
 from cardfence.engine.core import events as ev
 from cardfence.engine.discovery._agent_stream import append_agent_events
 from cardfence.store.chain import content_hash, verify_chain
-from cardfence.store.event_store import EventStore
+from cardfence.store.event_store import EventStore, iter_all
 from cardfence.store.records import CardSnapshot, NewEvent, Projection, RecordedEvent, StreamRecord
 from cardfence.store.schema import card_snapshots, contents, events, streams
 
@@ -686,6 +688,7 @@ def test_a_verified_read_checks_again_clean_and_is_counted(store: EventStore) ->
     assert report.to_json() == {
         "streams_checked": 1,
         "events_checked": 1,
+        "contents_checked": 0,
         "violations": [],
         "signatures_checked": 1,
     }
@@ -803,6 +806,7 @@ def test_a_violation_and_a_report_as_json() -> None:
     assert report.to_json() == {
         "streams_checked": 2,
         "events_checked": 5,
+        "contents_checked": 0,
         "violations": [violation.to_json()],
     }
     assert AuditReport(0, 0, signatures_checked=0).to_json()["signatures_checked"] == 0
@@ -883,3 +887,61 @@ def test_a_deleted_content_record_is_content_missing_and_the_chain_still_holds(
         [part] = view.artifacts[0]["parts"]
         assert part["erased"] is True
         assert "text" not in part
+
+
+# A store written by the engine of commit c677f25, which kept message and artifact content inline
+# in the events (tests/support/data/write_store_before_content_out_of_line.py says how).
+CONTENT_INLINE = (
+    Path(__file__).parents[2] / "support" / "data" / "store_before_content_out_of_line.sqlite"
+)
+
+
+@pytest.fixture
+def content_inline(tmp_path: Path) -> Iterator[EventStore]:
+    copied = tmp_path / "inline.sqlite"
+    shutil.copyfile(CONTENT_INLINE, copied)  # opening migrates: never the committed file
+    with EventStore.open(f"sqlite:///{copied}") as opened:
+        yield opened
+
+
+def test_the_store_of_inline_content_holds_every_kind_of_content_it_recorded(
+    content_inline: EventStore,
+) -> None:
+    recorded = list(iter_all(content_inline))
+    artifacts = [e.data for e in recorded if e.type == ev.ARTIFACT_RECEIVED]
+    kinds = {part["kind"] for a in artifacts for part in a.get("parts") or ()}
+    asked = [e.data for e in recorded if e.type == ev.STATE_CHANGED and e.data.get("message_parts")]
+    asked_kinds = {part["kind"] for message in asked for part in message["message_parts"]}
+    assert kinds == {"text", "raw", "url", "data"}
+    assert any(part.get("filename") for a in artifacts for part in a.get("parts") or ())
+    assert asked_kinds == {"text", "raw", "data"}
+    assert any(a.get("truncated") for a in artifacts)
+    assert any(a.get("append") for a in artifacts)
+    assert any(e.type == ev.STATE_CHANGED and e.data.get("payload_truncated") for e in recorded)
+    assert any(e.type == ev.REPLY_SENT for e in recorded)
+
+
+def test_the_store_of_inline_content_audits_clean(content_inline: EventStore) -> None:
+    report = audit(content_inline)
+    assert report.ok, report.violations
+    assert report.events_checked == len(list(iter_all(content_inline)))
+
+
+def test_every_stream_of_the_store_of_inline_content_replays_to_its_projection(
+    content_inline: EventStore,
+) -> None:
+    for stream_id in content_inline.stream_ids():
+        head = content_inline.stream(stream_id)
+        assert head is not None
+        assert replay(stream_id, content_inline.read_stream(stream_id)) == head.state, stream_id
+
+
+def test_every_event_of_the_store_of_inline_content_reads_as_its_class_byte_for_byte(
+    content_inline: EventStore,
+) -> None:
+    for event in iter_all(content_inline):
+        typed = ev.stream_event(event.stream_id, event.type, event.data)
+        assert not isinstance(typed, ev.UnknownEvent), event
+        assert typed.extra == {}, (event.type, typed.extra)  # every key known to its class
+        stored = json.dumps(typed.payload(), separators=(",", ":"), sort_keys=True)
+        assert stored == event.payload, (event.stream_id, event.version)
