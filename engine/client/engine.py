@@ -16,8 +16,10 @@ tasks), ``access`` (credentials, R15), ``connections`` (transports and card read
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from typing import Self
 
 import httpx
@@ -46,7 +48,7 @@ __all__ = ["Engine"]
 
 
 class Engine:
-    """An asyncio engine over an event store. Use :meth:`open`, then ``async with``."""
+    """An asyncio engine over an event store: ``async with Engine.connect(url) as engine``."""
 
     def __init__(
         self,
@@ -101,19 +103,30 @@ class Engine:
         self.authorizer = self.access.authorizer
 
     @classmethod
-    def open(
+    @contextlib.asynccontextmanager
+    async def connect(
         cls,
         url: str,
         *,
         client: httpx.AsyncClient | None = None,
         config: EngineConfig = EngineConfig(),
-    ) -> Self:
-        """An engine on the store at ``url`` (migrated to head), with its own client if none."""
-        store = EventStore.open(url)
-        own = client is None
-        if client is None:
-            client = engine_client(tls_context(config.ca_file))
-        return cls(store, client, config, owns_client=own)
+    ) -> AsyncIterator[Self]:
+        """``async with Engine.connect(url) as engine``: an engine on the store at ``url``
+        (migrated to head), with its own client if none is given; closed when the block ends.
+        Connecting and migrating run off the event loop, like every other store call (on
+        PostgreSQL they are network round trips; on SQLite another process may hold the lock)."""
+        store = await asyncio.to_thread(EventStore.open, url)
+        try:
+            own = client is None
+            if client is None:
+                # Loading the trust store reads files: off the loop as well.
+                client = engine_client(await asyncio.to_thread(tls_context, config.ca_file))
+            engine = cls(store, client, config, owns_client=own)
+        except BaseException:
+            store.close()
+            raise
+        async with engine:
+            yield engine
 
     async def aclose(self) -> None:
         # Background jobs first (closing reads let finish, within the request timeout), before
@@ -121,7 +134,12 @@ class Engine:
         await self.background.stop(self.config.request_timeout)
         await self.connections.aclose()
         await self.access.aclose()
-        self.records.calls.close()  # appends in flight finish first
+        # Off the loop: the appends in flight finish first, and closing PostgreSQL's
+        # connections is a round trip each.
+        await asyncio.to_thread(self._close_store)
+
+    def _close_store(self) -> None:
+        self.records.calls.close()
         self.store.close()
 
     async def __aenter__(self) -> Self:
@@ -142,14 +160,14 @@ class Engine:
 
     # -- reading -------------------------------------------------------------------------------
 
-    def task(self, ref: str, *, as_of: AsOf | None = None) -> TaskView:
+    async def task(self, ref: str, *, as_of: AsOf | None = None) -> TaskView:
         """The task ``ref`` names (key, remote id, or a prefix of either); with ``as_of``, as
         it stood at that point of the log, by replaying its events up to there."""
-        return self.records.task(ref, as_of=as_of)
+        return await self.records.calls.run(self.records.task, ref, as_of=as_of)
 
-    def tasks(self, state: str | None = None, *, as_of: AsOf | None = None) -> list[TaskView]:
+    async def tasks(self, state: str | None = None, *, as_of: AsOf | None = None) -> list[TaskView]:
         """Every task (only those in ``state`` if given); with ``as_of``, as they stood then."""
-        return self.records.tasks(state, as_of=as_of)
+        return await self.records.calls.run(self.records.tasks, state, as_of=as_of)
 
     # -- creation and webhooks (R2, R3, R4) ----------------------------------------------------
 
