@@ -11,7 +11,8 @@ is made (none knows the Engine): ``records`` (the task log), ``background`` (wor
 tasks), ``access`` (credentials, R15), ``connections`` (transports and card reads), ``asking``
 (waits an agent asked for, R5), ``observing`` (the one observation path and the push ingress),
 ``creation`` (what card state may gate), ``following`` (polls, drives, streams), ``resumption``
-(resume) and ``conversation`` (reply and cancel).
+(resume), ``conversation`` (reply and cancel) and ``feed`` (the task updates read from the
+log, and the waits on them).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Collection, Mapping, Sequence
 from typing import Self
 
 import httpx
@@ -36,6 +37,7 @@ from cardfence.engine.client.config import EngineConfig
 from cardfence.engine.client.creation import Creation, WebhookOutcome
 from cardfence.engine.client.following import Following, Pace
 from cardfence.engine.client.tasklog import AsOf
+from cardfence.engine.client.updates import TaskUpdate, UpdateFeed
 from cardfence.engine.core.replay import State
 from cardfence.engine.core.views import TaskView
 from cardfence.engine.discovery.reads import Discovery
@@ -98,6 +100,7 @@ class Engine:
         self.conversation = Conversation(
             self.records, self.connections, self.asking, self.observing
         )
+        self.feed = UpdateFeed(self.records)
         self.log = self.records.log
         self.tokens = self.access.tokens
         self.authorizer = self.access.authorizer
@@ -168,6 +171,27 @@ class Engine:
     async def tasks(self, state: str | None = None, *, as_of: AsOf | None = None) -> list[TaskView]:
         """Every task (only those in ``state`` if given); with ``as_of``, as they stood then."""
         return await self.records.calls.run(self.records.tasks, state, as_of=as_of)
+
+    def updates(
+        self, ref: str | None = None, *, after: int | None = None
+    ) -> AsyncGenerator[TaskUpdate, None]:
+        """``async for update in engine.updates()``: each event recorded on the task ``ref``
+        names (on every task when ``None``), with the task as it stands after it and its global
+        position, read from the log (what another process recorded included); those after
+        the position ``after``, or from now on when it is ``None``. Resumed with the last
+        position handled, nothing is missed and nothing seen twice
+        (:meth:`UpdateFeed.updates`)."""
+        return self.feed.updates(ref, after=after)
+
+    async def wait_for(
+        self, ref: str, state: str | Collection[str], *, timeout: float | None = None
+    ) -> TaskView:
+        """The task once it is in ``state`` (or any of several states): at once if it is
+        already. A task that ends in another state raises :class:`TaskEndedError`; one not
+        there within ``timeout`` seconds :class:`DeadlineExceeded`. Only reads the log: the
+        task is moved by whatever drives it (:meth:`drive`, ``cardfence serve``, ``serving``)
+        (:meth:`UpdateFeed.wait_for`)."""
+        return await self.feed.wait_for(ref, state, timeout=timeout)
 
     # -- creation and webhooks (R2, R3, R4) ----------------------------------------------------
 

@@ -101,7 +101,7 @@ async def test_three_serves_one_killed_drive_300_tasks_each_by_one_lease_at_a_ti
                 held = await asyncio.wait_for(killing, 60)
 
                 async def completed() -> int:
-                    return sum((await starter.task(k)).state == "completed" for k in keys)
+                    return sum([(await starter.task(k)).state == "completed" for k in keys])
 
                 deadline = time.monotonic() + 150
                 while await completed() < TASKS and time.monotonic() < deadline:
