@@ -18,6 +18,7 @@ from support.engine_fixtures import FAST, webhook_url
 from cardfence.engine.client.engine import Engine
 from cardfence.engine.client.updates import TaskUpdate
 from cardfence.engine.core.answers import TaskState
+from cardfence.engine.serve.host import serving
 from cardfence.store.event_store import EventStore
 
 TASKS = 4
@@ -86,3 +87,18 @@ async def test_an_application_restarted_mid_way_reads_every_update_serve_records
     # Each task's last update read shows it as serve recorded it: completed.
     last = {u.key: u.task for u in first + rest}
     assert {key: last[key].state for key in keys} == dict.fromkeys(keys, "completed")
+
+
+async def test_serving_inside_an_application_drives_the_tasks_another_process_started(
+    peer: Peer, db_url: str
+) -> None:
+    async with Engine.connect(db_url, config=FAST) as starter:
+        view = await starter.start_task(peer.base_url, skill="slow", text="slow 0.3")
+        async with Engine.connect(db_url, config=FAST) as app:
+            # Nothing else polls the task: the driver serving runs moves it to its end.
+            async with serving(app, scan_interval=0.05):
+                done = await app.wait_for(view.key, TaskState.COMPLETED, timeout=20)
+            assert done.state is TaskState.COMPLETED
+            # The block ended the driver, not the engine: the application goes on using it.
+            assert (await app.task(view.key)).state == "completed"
+        assert (await starter.task(view.key)).state == "completed"
