@@ -2,9 +2,12 @@
 
 Card state may gate task creation and webhook registration. It never gates task continuation.
 
-The public API: :class:`Engine` (start, follow, reply to, cancel, resume tasks, ingest push
-deliveries), :func:`audit`, :func:`rebuild_projections` and :func:`replay` (no network), the card
-model (:func:`parse_card`), credentials for agents that require them (:class:`CredentialsConfig` and
+The public API: :class:`Engine` (``async with Engine.connect(url)``: start, follow, reply to,
+cancel, resume tasks, ingest push deliveries, await a task's updates and states:
+:class:`TaskView`, :class:`TaskState`, :class:`TaskUpdate`); inside a host application, the
+driver of ``cardfence serve`` (:func:`serving`) and its webhook (:func:`webhook_app`);
+:func:`audit`, :func:`rebuild_projections` and :func:`replay` (no network), the card model
+(:func:`parse_card`), credentials for agents that require them (:class:`CredentialsConfig` and
 the secrets it holds: :class:`ApiKey`, :class:`Bearer`, :class:`Basic`, :class:`OAuthClient`,
 :class:`MutualTls`; :func:`load_credentials`), and the one error tree under
 :class:`CardfenceError`.
@@ -36,6 +39,8 @@ if _typing.TYPE_CHECKING:
     from cardfence.engine.client.creation import WebhookOutcome
     from cardfence.engine.client.engine import Engine
     from cardfence.engine.client.tasklog import AsOf
+    from cardfence.engine.client.updates import TaskUpdate
+    from cardfence.engine.core.answers import TaskState
     from cardfence.engine.core.views import TaskView
     from cardfence.engine.discovery.fetch import CardLimits
     from cardfence.engine.errors import (
@@ -65,6 +70,8 @@ if _typing.TYPE_CHECKING:
         UsageError,
         WrongTaskAnswerError,
     )
+    from cardfence.engine.serve.host import serving
+    from cardfence.engine.serve.ingress import webhook_app
     from cardfence.engine.wire.push import Delivery
     from cardfence.store.errors import (
         CardfenceError,
@@ -78,7 +85,7 @@ if _typing.TYPE_CHECKING:
         StoreUnavailableError,
     )
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "AgentCard",
@@ -126,6 +133,8 @@ __all__ = [
     "TaskArtifact",
     "TaskEndedError",
     "TaskOrphanedError",
+    "TaskState",
+    "TaskUpdate",
     "TaskView",
     "TokenRequestError",
     "UsageError",
@@ -138,6 +147,8 @@ __all__ = [
     "parse_card",
     "rebuild_projections",
     "replay",
+    "serving",
+    "webhook_app",
 ]
 
 # Where each public name lives, imported on first use (PEP 562): importing cardfence is cheap,
@@ -159,7 +170,11 @@ _HOMES = {
     "cardfence.engine.client.artifacts": ("TaskArtifact",),
     "cardfence.engine.client.engine": ("Engine",),
     "cardfence.engine.client.tasklog": ("AsOf",),
+    "cardfence.engine.client.updates": ("TaskUpdate",),
+    "cardfence.engine.core.answers": ("TaskState",),
     "cardfence.engine.core.views": ("TaskView",),
+    "cardfence.engine.serve.host": ("serving",),
+    "cardfence.engine.serve.ingress": ("webhook_app",),
     "cardfence.engine.wire.push": ("Delivery",),
     "cardfence.store.errors": (
         "CardfenceError", "ConcurrencyError", "CorruptRecordError", "LeaseLostError",

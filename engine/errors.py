@@ -457,7 +457,8 @@ class DeadlineExceeded(CardfenceError):
 
 
 class TaskEndedError(CardfenceError):
-    """The remote ended the task other than ``completed`` (failed, canceled, rejected)."""
+    """The remote ended the task other than ``completed`` (failed, canceled, rejected), or, for
+    :meth:`Engine.wait_for`, in a terminal state other than the ones awaited."""
 
     def __init__(self, task: str, state: str, message: str | None) -> None:
         self.task = task

@@ -106,7 +106,7 @@ def _engine_run(
     job: Callable[[Engine], Awaitable[_T]],
     deadline: float | None = None,
     *,
-    left: Callable[[Engine], str],
+    left: Callable[[Engine], Awaitable[str]],
     existing: bool = True,
 ) -> _T:
     """Run ``job`` on an engine (``existing``: of a store already there); every request it
@@ -126,19 +126,20 @@ def _engine_run(
                 except asyncio.CancelledError as cancelled:
                     if not signals.interrupted_by_us(cancelled):
                         raise
-                    raise Interrupted(f"{signals.received()} received: {left(engine)}") from None
+                    said = await left(engine)
+                    raise Interrupted(f"{signals.received()} received: {said}") from None
                 finally:
                     await engine.aclose()
 
     return asyncio.run(main())
 
 
-def _left_task(key: str) -> Callable[[Engine], str]:
+def _left_task(key: str) -> Callable[[Engine], Awaitable[str]]:
     """What an interruption left of one task, read back from the store."""
 
-    def left(engine: Engine) -> str:
+    async def left(engine: Engine) -> str:
         try:
-            state = engine.task(key).state
+            state = (await engine.task(key)).state
         except CardfenceError:
             return "interrupted before the task was recorded; nothing was sent"
         return f"task {key} left as recorded ({state}); `cardfence resume {key}` continues it"
@@ -146,7 +147,7 @@ def _left_task(key: str) -> Callable[[Engine], str]:
     return left
 
 
-def _left_every(_engine: Engine) -> str:
+async def _left_every(_engine: Engine) -> str:
     return "the tasks are left as recorded; `cardfence resume --all` continues them"
 
 
@@ -189,7 +190,8 @@ async def _drive_or_report(
     try:
         return await engine.drive(key, until=until, timeout=max(deadline - time.monotonic(), 0.0))
     except errors.DeadlineExceeded:
-        emit(options, engine.task(key).to_json(), task_line(engine.task(key)))
+        view = await engine.task(key)
+        emit(options, view.to_json(), task_line(view))
         raise
 
 
@@ -316,12 +318,12 @@ def reply(
     found: list[str] = []
 
     async def job(engine: Engine) -> TaskView:
-        found.append(engine.task(task).task)
+        found.append((await engine.task(task)).task)
         view = await engine.reply(task, text, media_type=media_type.strip())
         return await _drive_or_report(engine, options, view.task, until, deadline)
 
-    def left(engine: Engine) -> str:
-        return _left_task(found[0])(engine) if found else "nothing was sent"
+    async def left(engine: Engine) -> str:
+        return await _left_task(found[0])(engine) if found else "nothing was sent"
 
     config = EngineConfig(max_poll_interval=max_poll_interval, max_retry_after=max_retry_after)
     _finish(options, _engine_run(options, config, job, deadline, left=left))
@@ -341,11 +343,11 @@ def cancel(
     found: list[str] = []
 
     async def job(engine: Engine) -> TaskView:
-        found.append(engine.task(task).task)
+        found.append((await engine.task(task)).task)
         return await engine.cancel(task)
 
-    def left(engine: Engine) -> str:
-        return _left_task(found[0])(engine) if found else "nothing was sent"
+    async def left(engine: Engine) -> str:
+        return await _left_task(found[0])(engine) if found else "nothing was sent"
 
     view = _engine_run(options, EngineConfig(), job, left=left)
     emit(options, view.to_json(), task_line(view))
@@ -392,11 +394,11 @@ def resume(
         found: list[str] = []
 
         async def single(engine: Engine) -> TaskView:
-            found.append(engine.task(task).task)
+            found.append((await engine.task(task)).task)
             return await one(engine, task, report=True)
 
-        def left(engine: Engine) -> str:
-            return _left_task(found[0])(engine) if found else "nothing was sent"
+        async def left(engine: Engine) -> str:
+            return await _left_task(found[0])(engine) if found else "nothing was sent"
 
         _finish(options, _engine_run(options, config, single, deadline, left=left))
         return
@@ -427,7 +429,7 @@ def resume(
                 with contextlib.suppress(OSError):
                     sys.stderr.write(f"{said} (a bug)\n")
             if not isinstance(outcome, CorruptRecordError):
-                views.append(engine.task(key))
+                views.append(await engine.task(key))
         return views, orphaned, failures
 
     views, orphaned, failures = _engine_run(options, config, every, deadline, left=_left_every)

@@ -7,15 +7,20 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from cardfence.engine.core.answers import TaskState
+
 
 @dataclass(frozen=True, slots=True)
 class TaskView:
-    """A task as its projection stands (the fields of ``cardfence run --json`` and more)."""
+    """A task as its projection stands (the fields of ``cardfence run --json`` and more).
+
+    ``task`` is the task's local key (also :attr:`key`); ``state`` a :class:`TaskState`, which
+    compares equal to its name as a string."""
 
     task: str
     remote_task_id: str | None
     context_id: str | None
-    state: str
+    state: TaskState
     delivery_mode: str
     card_revision: str | None
     contract_hash: str | None
@@ -39,7 +44,7 @@ class TaskView:
             task=state["task"],
             remote_task_id=state.get("remote_task_id"),
             context_id=state.get("remote_context_id") or state.get("context_id"),
-            state=state["state"],
+            state=_state(state["state"]),
             delivery_mode=state.get("delivery_mode") or "polling",
             card_revision=state.get("card_revision"),
             contract_hash=state.get("contract_hash"),
@@ -53,6 +58,11 @@ class TaskView:
             repeats_ignored=int(state.get("repeats_ignored") or 0),
             failures_repeated=int(state.get("failures_repeated") or 0),
         )
+
+    @property
+    def key(self) -> str:
+        """The task's local key (the same as :attr:`task`)."""
+        return self.task
 
     def to_json(self) -> dict[str, Any]:
         """The ``run`` / ``reply`` / ``cancel`` / ``resume`` JSON document of docs/cli.md."""
@@ -81,3 +91,12 @@ class TaskView:
             "flags": list(self.flags),
             "updated_at": self.updated_at.isoformat() if self.updated_at else None,
         }
+
+
+def _state(name: str) -> TaskState:
+    """The state a projection holds, as a :class:`TaskState`; a name this cardfence does not
+    know (a newer one wrote it) is ``unknown``, as a remote's unknown state is."""
+    try:
+        return TaskState(name)
+    except ValueError:
+        return TaskState.UNKNOWN

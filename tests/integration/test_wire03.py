@@ -241,7 +241,7 @@ async def test_resume_cannot_tell_without_list_tasks_and_sends_nothing(
     peer03.set_endpoint_gone(True)  # the card reads fine; the A2A endpoint answers a plain 404
     with pytest.raises(EndpointUnreachableError):
         await engine.start_task(peer03.base_url, skill="echo", text="echo lost?")
-    [pending] = engine.tasks()
+    [pending] = await engine.tasks()
     peer03.set_endpoint_gone(False)
     peer03.reset()
 
@@ -249,7 +249,7 @@ async def test_resume_cannot_tell_without_list_tasks_and_sends_nothing(
         await engine.resume(pending.task)
 
     assert peer03.wire_calls == []  # neither asked (0.3 cannot) nor sent again
-    assert engine.task(pending.task).state == "submitted"
+    assert (await engine.task(pending.task)).state == "submitted"
     assert types(engine.store, pending.task) == [ev.TASK_SUBMITTED, ev.ENDPOINT_UNREACHABLE]
 
 
@@ -260,7 +260,7 @@ async def test_a_card_in_a_version_nobody_speaks_is_refused_before_sending(
     async with audited_engine(db) as engine:
         with pytest.raises(ProtocolUnsupportedError, match=r"declares '2\.0'"):
             await engine.start_task(peer03.base_url, skill="echo", text="echo hi")
-        assert engine.tasks() == []
+        assert await engine.tasks() == []
     assert peer03.wire_calls == []
 
 
@@ -300,7 +300,7 @@ async def test_over_http_json_a_mismatch_is_a_bare_404_never_task_not_found(
     async with audited_engine(db, over("HTTP+JSON")) as engine:
         with pytest.raises(EndpointUnreachableError) as raised:
             await engine.start_task(peer03.base_url, skill="echo", text="echo hi")
-        [pending] = engine.tasks()
+        [pending] = await engine.tasks()
     assert raised.value.status == 404
     assert pending.state == "submitted"  # an unknown outcome, not a refusal
     assert peer03.wire_calls == [("REST", "POST /message:send")]  # 1.0's path, unknown to 0.3
