@@ -276,7 +276,7 @@ async def test_a_background_decision_under_a_lease_since_lost_writes_nothing_and
             before = len(events(store, view.task))
 
             with tasklog.driving(lease):  # as a step of the driver spawns its checks
-                flag = (ev.FLAGGED_FOR_REVIEW, {"reason": "skill_withdrawn", "detail": "late"})
+                flag = ev.FlaggedForReview(reason="skill_withdrawn", detail="late")
                 driver.engine.background.spawn(driver.engine.records.record(view.task, [flag]))
             await driver.engine.settle()  # nothing to report
 
@@ -307,7 +307,7 @@ async def test_an_append_refused_under_an_older_lease_leaves_the_newer_one_drive
             store.due.release("racer", {stream: 0.0})  # lost and claimed again meanwhile
             (again,) = store.due.claim("racer", ttl=30, limit=1)
             driver._take([again])
-            flag = (ev.FLAGGED_FOR_REVIEW, {"reason": "skill_withdrawn", "detail": "late"})
+            flag = ev.FlaggedForReview(reason="skill_withdrawn", detail="late")
             try:  # this step's append, under the lease it started with
                 await driver.engine.records.record(key, [flag])
             except LeaseLostError as refused:
