@@ -35,6 +35,7 @@ if _typing.TYPE_CHECKING:
     from cardfence.engine.client.creation import WebhookOutcome
     from cardfence.engine.client.engine import Engine
     from cardfence.engine.client.tasklog import AsOf
+    from cardfence.engine.core.parts import Data, File, Text
     from cardfence.engine.core.views import TaskView
     from cardfence.engine.discovery.fetch import CardLimits
     from cardfence.engine.errors import (
@@ -51,6 +52,7 @@ if _typing.TYPE_CHECKING:
         EndpointUnreachableError,
         ExtensionRequiredError,
         InvalidAgentResponseError,
+        MessageTooLargeError,
         OperationUnsupportedError,
         ProtocolMismatchError,
         ProtocolUnsupportedError,
@@ -98,6 +100,7 @@ __all__ = [
     "CredentialsConfig",
     "CredentialsConfigError",
     "CredentialsMissingError",
+    "Data",
     "DeadlineExceeded",
     "Delivery",
     "DiscoveryError",
@@ -105,8 +108,10 @@ __all__ = [
     "Engine",
     "EngineConfig",
     "ExtensionRequiredError",
+    "File",
     "InvalidAgentResponseError",
     "LeaseLostError",
+    "MessageTooLargeError",
     "MutualTls",
     "OAuthClient",
     "OperationUnsupportedError",
@@ -123,6 +128,7 @@ __all__ = [
     "TaskEndedError",
     "TaskOrphanedError",
     "TaskView",
+    "Text",
     "TokenRequestError",
     "UsageError",
     "Violation",
@@ -154,6 +160,7 @@ _HOMES = {
     "cardfence.engine.client.config": ("EngineConfig",),
     "cardfence.engine.client.engine": ("Engine",),
     "cardfence.engine.client.tasklog": ("AsOf",),
+    "cardfence.engine.core.parts": ("Data", "File", "Text"),
     "cardfence.engine.core.views": ("TaskView",),
     "cardfence.engine.wire.push": ("Delivery",),
     "cardfence.store.errors": (

@@ -16,7 +16,8 @@ done.
     │   ├── SchemaTooNewError           database migrated by a newer cardfence
     │   └── StoreUnavailableError       database unreachable or broken
     ├── UsageError                      bad flags, unknown task (CLI exit 2)
-    │   └── CredentialsConfigError      credentials file unsafe or malformed, variable unset
+    │   ├── CredentialsConfigError      credentials file unsafe or malformed, variable unset
+    │   └── MessageTooLargeError        a message over the bound on its encoded size (not sent)
     ├── DiscoveryError                  the card could not be read (kind: network, timeout, …)
     │   ├── CardInvalidError            the card body is invalid or over the size limit
     │   │   └── ProtocolUnsupportedError  no interface declares an A2A version we speak
@@ -66,6 +67,7 @@ __all__ = [
     "EndpointUnreachableError",
     "ExtensionRequiredError",
     "InvalidAgentResponseError",
+    "MessageTooLargeError",
     "OperationUnsupportedError",
     "ProtocolMismatchError",
     "ProtocolUnsupportedError",
@@ -101,6 +103,19 @@ class CredentialsConfigError(UsageError):
         entry = f' [agents."{origin}"]' if origin else ""
         entry += f" {scheme}" if scheme else ""
         super().__init__(f"credentials {where}{entry}: {detail}")
+
+
+class MessageTooLargeError(UsageError):
+    """A message whose encoded request (its parts, metadata and the rest of the params) is over
+    the engine's bound (``max_message_bytes``): nothing was recorded, nothing was sent."""
+
+    def __init__(self, size: int, bound: int) -> None:
+        self.size = size
+        self.bound = bound
+        super().__init__(
+            f"the message is {size} bytes encoded, over the bound of {bound} "
+            "(max_message_bytes): nothing was recorded or sent"
+        )
 
 
 class DiscoveryError(CardfenceError):

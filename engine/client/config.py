@@ -42,3 +42,6 @@ class EngineConfig:
     # wait their turn inside the engine, each within its own timeout (engine.pool.RequestSlots).
     requests_per_agent: int = 8
     requests_in_flight: int = 32
+    # The largest message a task may send (its encoded request params: parts, metadata, ids);
+    # a larger one is the caller's error, nothing recorded or sent.
+    max_message_bytes: int = 8 * 1024 * 1024

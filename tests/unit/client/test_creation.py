@@ -31,6 +31,7 @@ from cardfence.engine.client.config import EngineConfig
 from cardfence.engine.client.engine import Engine
 from cardfence.engine.core import events as ev
 from cardfence.engine.core import guards
+from cardfence.engine.core.messages import submitted_message
 from cardfence.engine.discovery.fetch import CardLimits
 from cardfence.engine.errors import (
     AuthorizationFailedError,
@@ -81,8 +82,7 @@ async def test_a_task_is_frozen_with_its_card_contract_skill_and_endpoint_then_s
         "agent_url": ORIGIN,
         "card_url": f"{ORIGIN}/.well-known/agent-card.json",
         "skill": "echo",
-        "text": "hello",
-        "media_type": "text/plain",
+        "parts": [{"kind": "text", "media_type": "text/plain", "text": "hello"}],
         "card_revision": card.revision,
         "card_version": "1.0.0",
         "contract_hash": card.contract_hash,
@@ -273,7 +273,10 @@ async def test_the_media_type_asked_for_is_the_one_sent(store: EventStore) -> No
         )
     (part,) = json.loads(agent.requests[0].content)["params"]["message"]["parts"]
     assert part == {"text": "# hi", "mediaType": "text/markdown"}
-    assert _first(store, view.task)["media_type"] == "text/markdown"
+    recorded = _first(store, view.task)
+    assert recorded["parts"] == [{"kind": "text", "media_type": "text/markdown", "text": "# hi"}]
+    assert "text" not in recorded
+    assert "media_type" not in recorded
 
 
 # -- R15: the authenticated extended card at creation ---------------------------------------------
@@ -465,7 +468,7 @@ async def test_a_task_started_without_a_media_type_is_plain_text(store: EventSto
     agent = ScriptedAgent()
     async with engine_on(store, agent.transport()) as engine:
         view = await engine.start_task(ORIGIN, skill="echo", text="hi")
-    assert _first(store, view.task)["media_type"] == "text/plain"
+    assert _first(store, view.task)["parts"][0]["media_type"] == "text/plain"
     (part,) = json.loads(agent.requests[0].content)["params"]["message"]["parts"]
     assert part["mediaType"] == "text/plain"
 
@@ -576,7 +579,8 @@ async def test_a_refused_resend_names_the_task_it_would_have_sent(store: EventSt
     agent = ScriptedAgent(card=withdrawn)
     async with engine_on(store, agent.transport()) as engine:
         with pytest.raises(SkillUnavailableError):
-            await engine.creation.resend_gate(view.task, state)
+            message = submitted_message(_first(store, view.task))
+            await engine.creation.resend_gate(view.task, state, message)
     refused = _agent_events(store)[-1]
     assert refused.type == ev.TASK_CREATION_REFUSED
     assert (refused.data["task"], refused.data["skill"]) == (view.task, "echo")

@@ -1122,8 +1122,8 @@ def test_a_part_without_a_media_type_is_plain_text() -> None:
 
 
 @pytest.mark.parametrize("rest", [False, True])
-def test_a_part_that_is_not_text_is_sent_as_it_is(rest: bool) -> None:
-    part = {"url": "https://files.test/a.pdf", "mediaType": "application/pdf"}
+def test_a_part_of_no_kind_it_knows_is_sent_as_it_is(rest: bool) -> None:
+    part = {"mystery": "x", "mediaType": "application/pdf"}
     out = wire03.request("SendMessage", {"message": {"parts": [part]}}, rest=rest)
     assert out["message"]["content" if rest else "parts"] == [part]
 
