@@ -12,6 +12,7 @@ from cardfence.engine.client._asking import Asking
 from cardfence.engine.client._connections import Connections
 from cardfence.engine.client._observing import Observing
 from cardfence.engine.client._records import TaskRecords, _now_iso
+from cardfence.engine.client.config import DEFAULT_MAX_MESSAGE_BYTES
 from cardfence.engine.core import events as ev
 from cardfence.engine.core.answers import RemoteTask
 from cardfence.engine.core.lifecycle import INTERRUPTED
@@ -32,7 +33,7 @@ class Conversation:
         connections: Connections,
         asking: Asking,
         observing: Observing,
-        max_message_bytes: int = 8 * 1024 * 1024,
+        max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES,
     ) -> None:
         self.max_message_bytes = max_message_bytes
         self.records = records
