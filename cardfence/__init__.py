@@ -3,7 +3,8 @@
 Card state may gate task creation and webhook registration. It never gates task continuation.
 
 The public API: :class:`Engine` (start, follow, reply to, cancel, resume tasks, ingest push
-deliveries), :func:`audit`, :func:`rebuild_projections` and :func:`replay` (no network), the card
+deliveries), the parts a message is made of (:class:`Text`, :class:`File`, :class:`Data`),
+:func:`audit`, :func:`rebuild_projections` and :func:`replay` (no network), the card
 model (:func:`parse_card`), credentials for agents that require them (:class:`CredentialsConfig` and
 the secrets it holds: :class:`ApiKey`, :class:`Bearer`, :class:`Basic`, :class:`OAuthClient`,
 :class:`MutualTls`; :func:`load_credentials`), and the one error tree under
