@@ -6,6 +6,7 @@ The public API: :class:`Engine` (``async with Engine.connect(url)``: start, foll
 cancel, resume tasks, ingest push deliveries, await a task's updates and states:
 :class:`TaskView`, :class:`TaskState`, :class:`TaskUpdate`); inside a host application, the
 driver of ``cardfence serve`` (:func:`serving`) and its webhook (:func:`webhook_app`);
+the parts a message is made of (:class:`Text`, :class:`File`, :class:`Data`);
 :func:`audit`, :func:`rebuild_projections` and :func:`replay` (no network), the card model
 (:func:`parse_card`), credentials for agents that require them (:class:`CredentialsConfig` and
 the secrets it holds: :class:`ApiKey`, :class:`Bearer`, :class:`Basic`, :class:`OAuthClient`,
@@ -41,6 +42,7 @@ if _typing.TYPE_CHECKING:
     from cardfence.engine.client.tasklog import AsOf
     from cardfence.engine.client.updates import TaskUpdate
     from cardfence.engine.core.answers import TaskState
+    from cardfence.engine.core.parts import Data, File, Text
     from cardfence.engine.core.views import TaskView
     from cardfence.engine.discovery.fetch import CardLimits
     from cardfence.engine.errors import (
@@ -58,6 +60,7 @@ if _typing.TYPE_CHECKING:
         ExtensionRequiredError,
         FetchRefusedError,
         InvalidAgentResponseError,
+        MessageTooLargeError,
         OperationUnsupportedError,
         ProtocolMismatchError,
         ProtocolUnsupportedError,
@@ -107,6 +110,7 @@ __all__ = [
     "CredentialsConfig",
     "CredentialsConfigError",
     "CredentialsMissingError",
+    "Data",
     "DeadlineExceeded",
     "Delivery",
     "DiscoveryError",
@@ -115,8 +119,10 @@ __all__ = [
     "EngineConfig",
     "ExtensionRequiredError",
     "FetchRefusedError",
+    "File",
     "InvalidAgentResponseError",
     "LeaseLostError",
+    "MessageTooLargeError",
     "MutualTls",
     "OAuthClient",
     "OperationUnsupportedError",
@@ -136,6 +142,7 @@ __all__ = [
     "TaskState",
     "TaskUpdate",
     "TaskView",
+    "Text",
     "TokenRequestError",
     "UsageError",
     "Violation",
@@ -172,6 +179,7 @@ _HOMES = {
     "cardfence.engine.client.tasklog": ("AsOf",),
     "cardfence.engine.client.updates": ("TaskUpdate",),
     "cardfence.engine.core.answers": ("TaskState",),
+    "cardfence.engine.core.parts": ("Data", "File", "Text"),
     "cardfence.engine.core.views": ("TaskView",),
     "cardfence.engine.serve.host": ("serving",),
     "cardfence.engine.serve.ingress": ("webhook_app",),

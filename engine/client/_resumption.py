@@ -15,6 +15,7 @@ from cardfence.engine.client.tasklog import task_stream_id
 from cardfence.engine.core import events as ev
 from cardfence.engine.core import guards
 from cardfence.engine.core.lifecycle import TERMINAL
+from cardfence.engine.core.messages import submitted_message
 from cardfence.engine.core.replay import State
 from cardfence.engine.core.views import TaskView
 from cardfence.engine.discovery.reads import Discovery
@@ -89,21 +90,22 @@ class Resumption:
         if await self.creation.found_sent(key, state):
             return
         # Never reached the agent: sending it now is a creation (R3), gated like one: a fresh
-        # card (R2) that still offers the skill for the media type, under the task's frozen
-        # contract -- wherever the endpoint now is. Same messageId, so an agent that did get
-        # the first send can tell. Its text lives in TaskSubmitted only (kept out of the
-        # projection, rewritten every step).
-        await self.creation.resend_gate(key, state)
-        state = await self.records.state(key)
+        # card (R2) that still offers the skill for the message's parts and accepted modes,
+        # under the task's frozen contract -- wherever the endpoint now is. Same messageId, so
+        # an agent that did get the first send can tell. The message lives in TaskSubmitted only
+        # (kept out of the projection, rewritten every step): the same parts, metadata,
+        # references and accepted modes go again.
         submitted = (
             await self.records.calls.run(self.records.store.read_stream, task_stream_id(key))
         )[0].data
+        message = submitted_message(submitted)
+        await self.creation.resend_gate(key, state, message)
+        state = await self.records.state(key)
         await self.creation.send_creation(
             key,
             await self.connections.task_transport(state),
-            submitted["text"],
+            message,
             state["message_id"],
             state["context_id"],
             state["skill"],
-            state.get("media_type") or "text/plain",
         )

@@ -21,7 +21,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Collection, Mapping, Sequence
-from typing import Self
+from typing import Any, Self
 
 import httpx
 
@@ -39,7 +39,7 @@ from cardfence.engine.client.creation import Creation, WebhookOutcome
 from cardfence.engine.client.following import Following, Pace
 from cardfence.engine.client.tasklog import AsOf
 from cardfence.engine.client.updates import TaskUpdate, UpdateFeed
-from cardfence.engine.core.parts import File
+from cardfence.engine.core.parts import File, Part
 from cardfence.engine.core.replay import State
 from cardfence.engine.core.views import TaskView
 from cardfence.engine.discovery.reads import Discovery
@@ -100,8 +100,9 @@ class Engine:
             self.following,
         )  # fmt: skip
         self.conversation = Conversation(
-            self.records, self.connections, self.asking, self.observing
-        )
+            self.records, self.connections, self.asking, self.observing,
+            self.config.max_message_bytes,
+        )  # fmt: skip
         self.outputs = Artifacts(config, self.records, self.access, self.connections)
         self.feed = UpdateFeed(self.records)
         self.log = self.records.log
@@ -216,18 +217,26 @@ class Engine:
         self,
         agent_url: str,
         *,
-        skill: str,
-        text: str,
+        skill: str | None = None,
+        text: str | None = None,
         media_type: str = "text/plain",
+        parts: Sequence[Part] = (),
+        context: str | None = None,
+        references: Sequence[str] = (),
+        metadata: Mapping[str, Any] | None = None,
+        accept: Sequence[str] = (),
         accept_contract: bool = False,
         key: str | None = None,
         extensions: Sequence[str] = (),
     ) -> TaskView:
-        """Create a task: fresh card read, skill, media-type and extension check, contract
-        check, freeze, record, send; nothing is sent on any refusal
-        (:meth:`Creation.start_task`)."""
+        """Create a task: fresh card read, skill, media-type, output-mode and extension check,
+        contract check, freeze, record, send; nothing is sent on any refusal
+        (:meth:`Creation.start_task`). The message is ``text`` (the short form of a first
+        ``Text(text, media_type)``) then ``parts``; ``context``, ``references``: earlier tasks
+        of this store."""
         return await self.creation.start_task(
-            agent_url, skill=skill, text=text, media_type=media_type,
+            agent_url, skill=skill, text=text, media_type=media_type, parts=parts,
+            context=context, references=references, metadata=metadata, accept=accept,
             accept_contract=accept_contract, key=key, extensions=extensions,
         )  # fmt: skip
 
@@ -298,9 +307,20 @@ class Engine:
 
     # -- replies, cancels and resume (R9, R10) -------------------------------------------------
 
-    async def reply(self, ref: str, text: str, *, media_type: str = "text/plain") -> TaskView:
-        """Answer an input-required (or auth-required) task."""
-        return await self.conversation.reply(ref, text, media_type=media_type)
+    async def reply(
+        self,
+        ref: str,
+        text: str | None = None,
+        *,
+        media_type: str = "text/plain",
+        parts: Sequence[Part] = (),
+        metadata: Mapping[str, Any] | None = None,
+    ) -> TaskView:
+        """Answer an input-required (or auth-required) task with ``text`` and/or ``parts``
+        (:meth:`Conversation.reply`); a continuation, never checked against the card (R1)."""
+        return await self.conversation.reply(
+            ref, text, media_type=media_type, parts=parts, metadata=metadata
+        )
 
     async def cancel(self, ref: str) -> TaskView:
         """Ask the remote to cancel. The state moves only when the remote reports it (R10)."""

@@ -346,8 +346,9 @@ class TaskSubmitted(TaskRecorded):
     skill: str
     message_id: str
     context_id: str
-    text: str
-    media_type: str
+    # Before parts were recorded, the message was one text part: its text and media type.
+    text: str | None = _optional()
+    media_type: str | None = _optional()
     card_revision: str
     card_version: str | None
     contract_hash: str
@@ -360,6 +361,15 @@ class TaskSubmitted(TaskRecorded):
     extended_unread: str | None = _optional()
     authorization: Mapping[str, Any] | None = _optional()
     extensions: Sequence[str] | None = _optional()
+    # The message sent (core.messages.submitted_message reads it back, whichever was written):
+    # its parts, the caller's metadata, the remote ids it references and the local tasks they
+    # are, the output modes accepted, and the task whose context it continues.
+    parts: Sequence[Mapping[str, Any]] | None = _optional()
+    metadata: Mapping[str, Any] | None = _optional()
+    references: Sequence[str] | None = _optional()
+    referenced_tasks: Sequence[str] | None = _optional()
+    accepted_output_modes: Sequence[str] | None = _optional()
+    context_task: str | None = _optional()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False)
@@ -587,11 +597,14 @@ class CancelRefused(TaskRecorded):
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class ReplySent(TaskRecorded):
-    """An answer to an interrupted task, recorded before it is sent; not its text."""
+    """An answer to an interrupted task, recorded before it is sent: the characters of its
+    text parts and (recorded since messages carry any parts) its parts and metadata."""
 
     TYPE: ClassVar[str] = REPLY_SENT
     message_id: str
     chars: int
+    parts: Sequence[Mapping[str, Any]] | None = _optional()
+    metadata: Mapping[str, Any] | None = _optional()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False)

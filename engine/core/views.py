@@ -37,6 +37,8 @@ class TaskView:
     repeats_ignored: int = 0
     # Polls that failed as the task's last recorded failure did, counted and not appended
     failures_repeated: int = 0
+    # The tasks of this store (their keys) the task's message referenced (referenceTaskIds)
+    references: tuple[str, ...] = ()
 
     @classmethod
     def of(cls, state: Mapping[str, Any], updated_at: datetime | None = None) -> TaskView:
@@ -57,6 +59,7 @@ class TaskView:
             last_message_parts=tuple(state.get("last_message_parts") or ()),
             repeats_ignored=int(state.get("repeats_ignored") or 0),
             failures_repeated=int(state.get("failures_repeated") or 0),
+            references=tuple(state.get("references") or ()),
         )
 
     @property
@@ -77,6 +80,7 @@ class TaskView:
             "artifacts": [dict(a) for a in self.artifacts],
             "last_message": self.last_message,
             "last_message_parts": [dict(p) for p in self.last_message_parts],
+            "references": list(self.references),
         }
 
     def to_row(self) -> dict[str, Any]:

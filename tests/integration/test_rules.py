@@ -66,6 +66,7 @@ from cardfence.engine.client.following import Pace
 from cardfence.engine.client.tasklog import task_stream_id
 from cardfence.engine.core import events as ev
 from cardfence.engine.core import guards
+from cardfence.engine.core.messages import submitted_message
 from cardfence.engine.errors import (
     CardInvalidError,
     ContractChangedError,
@@ -1222,7 +1223,7 @@ async def test_resume_binds_the_remote_task_found_through_list_tasks(
     # The crash fell between send and record: the message reached the agent, its answer did not.
     transport = A2ATransport(engine.client, Interface(peer.jsonrpc_url, JSONRPC, "1.0"))
     remote = await transport.send_message(
-        text=recorded["text"],
+        message=submitted_message(recorded),
         message_id=recorded["message_id"],
         context_id=recorded["context_id"],
         metadata={"skillId": "slow"},

@@ -37,6 +37,8 @@ from cardfence.engine.client.config import EngineConfig
 from cardfence.engine.client.engine import Engine
 from cardfence.engine.client.tasklog import TaskLog
 from cardfence.engine.core import events as ev
+from cardfence.engine.core.messages import submitted_message
+from cardfence.engine.core.parts import media_type_of
 from cardfence.engine.errors import (
     CreationRefusedError,
     EndpointUnreachableError,
@@ -191,7 +193,8 @@ async def test_the_bare_word_text_accepts_text_types_only(peer03: Peer03, engine
     )
     asked = await engine.drive(view.task, until="interrupted", timeout=10)
     assert asked.state == "input-required"
-    assert state_of(engine, view.task)["media_type"] == "text/markdown"
+    (submitted,) = data_of(engine.store, view.task, ev.TASK_SUBMITTED)
+    assert [part.media_type for part in submitted_message(submitted).parts] == ["text/markdown"]
 
     sent_before = len(peer03.wire_calls)
     with pytest.raises(SkillUnavailableError, match="does not accept application/json"):
@@ -227,9 +230,10 @@ def test_cli_run_sends_the_media_type_it_is_given(peer03: Peer03, db: str) -> No
 
 
 def stored_media_types(db: str) -> list[str]:
-    """The media type every task of the store was created with."""
+    """The media type every task of the store was created with (its message's one part)."""
     with EventStore.open(db) as store:
-        return [str(head.state["media_type"]) for head in TaskLog(store).all()]
+        first = [store.read_stream(f"task:{head.key}")[0].data for head in TaskLog(store).all()]
+    return [media_type_of(submitted_message(doc).parts[0]) for doc in first]
 
 
 # -- what 0.3 lacks, and versions ------------------------------------------------------------------

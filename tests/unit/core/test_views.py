@@ -92,6 +92,7 @@ def test_the_json_of_run_reply_cancel_and_resume_holds_its_fields() -> None:
         "artifacts": [ARTIFACT],
         "last_message": "which name?",
         "last_message_parts": [FORM],
+        "references": [],
     }
 
 
