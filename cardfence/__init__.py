@@ -2,9 +2,13 @@
 
 Card state may gate task creation and webhook registration. It never gates task continuation.
 
-The public API: :class:`Engine` (start, follow, reply to, cancel, resume tasks, ingest push
-deliveries), :func:`audit`, :func:`rebuild_projections` and :func:`replay` (no network), the card
-model (:func:`parse_card`), credentials for agents that require them (:class:`CredentialsConfig` and
+The public API: :class:`Engine` (``async with Engine.connect(url)``: start, follow, reply to,
+cancel, resume tasks, ingest push deliveries, await a task's updates and states:
+:class:`TaskView`, :class:`TaskState`, :class:`TaskUpdate`); inside a host application, the
+driver of ``cardfence serve`` (:func:`serving`) and its webhook (:func:`webhook_app`);
+the parts a message is made of (:class:`Text`, :class:`File`, :class:`Data`);
+:func:`audit`, :func:`rebuild_projections` and :func:`replay` (no network), the card model
+(:func:`parse_card`), credentials for agents that require them (:class:`CredentialsConfig` and
 the secrets it holds: :class:`ApiKey`, :class:`Bearer`, :class:`Basic`, :class:`OAuthClient`,
 :class:`MutualTls`; :func:`load_credentials`), and the one error tree under
 :class:`CardfenceError`.
@@ -36,6 +40,9 @@ if _typing.TYPE_CHECKING:
     from cardfence.engine.client.creation import WebhookOutcome
     from cardfence.engine.client.engine import Engine
     from cardfence.engine.client.tasklog import AsOf
+    from cardfence.engine.client.updates import TaskUpdate
+    from cardfence.engine.core.answers import TaskState
+    from cardfence.engine.core.parts import Data, File, Text
     from cardfence.engine.core.views import TaskView
     from cardfence.engine.discovery.fetch import CardLimits
     from cardfence.engine.errors import (
@@ -53,6 +60,7 @@ if _typing.TYPE_CHECKING:
         ExtensionRequiredError,
         FetchRefusedError,
         InvalidAgentResponseError,
+        MessageTooLargeError,
         OperationUnsupportedError,
         ProtocolMismatchError,
         ProtocolUnsupportedError,
@@ -65,6 +73,8 @@ if _typing.TYPE_CHECKING:
         UsageError,
         WrongTaskAnswerError,
     )
+    from cardfence.engine.serve.host import serving
+    from cardfence.engine.serve.ingress import webhook_app
     from cardfence.engine.wire.push import Delivery
     from cardfence.store.errors import (
         CardfenceError,
@@ -79,7 +89,7 @@ if _typing.TYPE_CHECKING:
         StoreUnavailableError,
     )
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 __all__ = [
     "AgentCard",
@@ -102,6 +112,7 @@ __all__ = [
     "CredentialsConfig",
     "CredentialsConfigError",
     "CredentialsMissingError",
+    "Data",
     "DeadlineExceeded",
     "Delivery",
     "DiscoveryError",
@@ -110,8 +121,10 @@ __all__ = [
     "EngineConfig",
     "ExtensionRequiredError",
     "FetchRefusedError",
+    "File",
     "InvalidAgentResponseError",
     "LeaseLostError",
+    "MessageTooLargeError",
     "MutualTls",
     "OAuthClient",
     "OperationUnsupportedError",
@@ -128,7 +141,10 @@ __all__ = [
     "TaskArtifact",
     "TaskEndedError",
     "TaskOrphanedError",
+    "TaskState",
+    "TaskUpdate",
     "TaskView",
+    "Text",
     "TokenRequestError",
     "UsageError",
     "Violation",
@@ -140,6 +156,8 @@ __all__ = [
     "parse_card",
     "rebuild_projections",
     "replay",
+    "serving",
+    "webhook_app",
 ]
 
 # Where each public name lives, imported on first use (PEP 562): importing cardfence is cheap,
@@ -161,7 +179,12 @@ _HOMES = {
     "cardfence.engine.client.artifacts": ("TaskArtifact",),
     "cardfence.engine.client.engine": ("Engine",),
     "cardfence.engine.client.tasklog": ("AsOf",),
+    "cardfence.engine.client.updates": ("TaskUpdate",),
+    "cardfence.engine.core.answers": ("TaskState",),
+    "cardfence.engine.core.parts": ("Data", "File", "Text"),
     "cardfence.engine.core.views": ("TaskView",),
+    "cardfence.engine.serve.host": ("serving",),
+    "cardfence.engine.serve.ingress": ("webhook_app",),
     "cardfence.engine.wire.push": ("Delivery",),
     "cardfence.store.errors": (
         "CardfenceError", "ConcurrencyError", "CorruptRecordError", "LeaseLostError",

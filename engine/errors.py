@@ -18,7 +18,8 @@ done.
     │   └── StoreUnavailableError       database unreachable or broken
     ├── UsageError                      bad flags, unknown task (CLI exit 2)
     │   ├── CredentialsConfigError      credentials file unsafe or malformed, variable unset
-    │   └── FetchRefusedError           an artifact's file URL not fetched: origin, address, R16
+    │   ├── FetchRefusedError           an artifact's file URL not fetched: origin, address, R16
+    │   └── MessageTooLargeError        a message over the bound on its encoded size (not sent)
     ├── DiscoveryError                  the card could not be read (kind: network, timeout, …)
     │   ├── CardInvalidError            the card body is invalid or over the size limit
     │   │   └── ProtocolUnsupportedError  no interface declares an A2A version we speak
@@ -69,6 +70,7 @@ __all__ = [
     "ExtensionRequiredError",
     "FetchRefusedError",
     "InvalidAgentResponseError",
+    "MessageTooLargeError",
     "OperationUnsupportedError",
     "ProtocolMismatchError",
     "ProtocolUnsupportedError",
@@ -115,6 +117,19 @@ class FetchRefusedError(UsageError):
         self.url = url
         self.detail = detail
         super().__init__(f"{url or 'file part'}: {detail}; nothing was fetched")
+
+
+class MessageTooLargeError(UsageError):
+    """A message whose encoded request (its parts, metadata and the rest of the params) is over
+    the engine's bound (``max_message_bytes``): nothing was recorded, nothing was sent."""
+
+    def __init__(self, size: int, bound: int) -> None:
+        self.size = size
+        self.bound = bound
+        super().__init__(
+            f"the message is {size} bytes encoded, over the bound of {bound} "
+            "(max_message_bytes): nothing was recorded or sent"
+        )
 
 
 class DiscoveryError(CardfenceError):
@@ -458,7 +473,8 @@ class DeadlineExceeded(CardfenceError):
 
 
 class TaskEndedError(CardfenceError):
-    """The remote ended the task other than ``completed`` (failed, canceled, rejected)."""
+    """The remote ended the task other than ``completed`` (failed, canceled, rejected), or, for
+    :meth:`Engine.wait_for`, in a terminal state other than the ones awaited."""
 
     def __init__(self, task: str, state: str, message: str | None) -> None:
         self.task = task

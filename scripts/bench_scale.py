@@ -150,7 +150,8 @@ class Created:
         rate = count / (time.perf_counter() - start)
         self.creating_share.append(creating * rate / count)
         # ...and each ended completed.
-        ended = [s for s in (self.engine.task(k).state for k in keys) if s != "completed"]
+        states = [(await self.engine.task(k)).state for k in keys]
+        ended = [s for s in states if s != "completed"]
         if ended:
             raise RuntimeError(f"scale: {len(ended)} tasks ended otherwise: {ended[:3]}")
         return rate
@@ -186,7 +187,8 @@ class Created:
             if time.monotonic() > deadline:
                 raise RuntimeError("scale: tasks still live after 300 s")
             await asyncio.sleep(0.02)
-        ended = [s for s in (self.engine.task(k).state for k in keys) if s != "completed"]
+        states = [(await self.engine.task(k)).state for k in keys]
+        ended = [s for s in states if s != "completed"]
         if ended:
             raise RuntimeError(f"scale: {len(ended)} tasks ended otherwise: {ended[:3]}")
         self.last_keys = keys
@@ -254,8 +256,9 @@ def scale_section(ctx: BenchContext) -> list[Figure]:
         )
         ctx.progress(f"scale: ceiling {ceiling:.1f} tasks/s")
 
-        engine = Engine.open(db_url)
-        stack.callback(lambda: runner.run(engine.aclose()))
+        connected = Engine.connect(db_url)
+        engine = runner.run(connected.__aenter__())
+        stack.callback(lambda: runner.run(connected.__aexit__(None, None, None)))
         creator = Created(engine, agent_url)
         drive_ceiling: float | None = None
         for n in counts:
@@ -267,7 +270,8 @@ def scale_section(ctx: BenchContext) -> list[Figure]:
                 after = _pg_counters(db_url)
                 driven = [runner.run(creator.drive_only(count, processes)) for _ in range(runs)]
             if drive_ceiling is None:  # the same agent answering GetTask for completed tasks
-                remote = [engine.task(k).remote_task_id or "" for k in creator.last_keys]
+                views = [runner.run(engine.task(k)) for k in creator.last_keys]
+                remote = [view.remote_task_id or "" for view in views]
                 drive_ceiling = statistics.median(
                     _timed(lambda r=remote: runner.run(get_each(bare.client, r)))  # type: ignore[misc]
                     for _ in range(runs)

@@ -971,7 +971,7 @@ def serve_e2e_section(ctx: BenchContext) -> list[Figure]:
     ):
 
         def engine_on(db: str, config: EngineConfig) -> Engine:
-            """An engine as ``Engine.open`` makes one (its own client), on SQLite."""
+            """An engine as ``Engine.connect`` makes one (its own client), on SQLite."""
             http = engine_client()
             engine = Engine(EventStore.open(f"sqlite:///{Path(name) / db}"), http, config)
             stack.callback(lambda: runner.run(http.aclose()))

@@ -19,6 +19,7 @@ __all__ = [
     "V10",
     "dialect_of",
     "modes_match",
+    "modes_meet",
     "part_kind",
     "spoken_version",
 ]
@@ -47,6 +48,26 @@ def modes_match(modes: tuple[str, ...], media_type: str) -> bool:
             return True
         if mode.endswith("/*") and wanted.partition("/")[0] == mode[:-2] and "/" in wanted:
             return True
+    return False
+
+
+def modes_meet(offered: tuple[str, ...], wanted: str) -> bool:
+    """Whether a media range the caller accepts (``wanted``: a type, ``type/*`` or ``*/*``)
+    meets one of the ``offered`` modes (a skill's output modes: types, ranges, or 0.3's bare
+    words); no modes offered meets anything."""
+    if not offered or modes_match(offered, wanted):
+        return True
+    range_ = _essence(wanted)
+    if range_ in ("*/*", "*"):
+        return True
+    if range_.endswith("/*"):
+        major = range_[:-2]
+        # A bare word names a kind of part: ``text`` the text/* types, ``data`` the JSON
+        # types (application/...), ``file`` every other type.
+        kinds = {"text": major == "text", "data": major == "application", "file": major != "text"}
+        for mode in map(_essence, offered):
+            if ("/" in mode and mode.partition("/")[0] == major) or kinds.get(mode, False):
+                return True
     return False
 
 

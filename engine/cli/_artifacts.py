@@ -247,7 +247,7 @@ def artifacts(
     deadline = time.monotonic() + timeout
 
     async def job(engine: Engine) -> tuple[str, list[TaskArtifact], list[bytes]]:
-        key = engine.task(task).task
+        key = (await engine.task(task)).key
         found = await engine.artifacts(key)
         linked = [p for a in found for p in a.parts if isinstance(p, File) and p.url is not None]
         fetched = await engine.fetch_files(key, linked, any_origin=fetch_any) if fetch else []

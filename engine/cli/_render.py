@@ -100,6 +100,9 @@ def _task_submitted(e: ev.TaskSubmitted) -> str:
         f"skill {e.skill} on {e.agent}  {card} {_short(e.card_revision)} "
         f"v{e.card_version}  contract {_short(e.contract_hash)}"
         + "".join(f"  extension {uri}" for uri in e.extensions or ())
+        + (f"  {len(e.parts)} parts" if e.parts is not None and len(e.parts) != 1 else "")
+        + (f"  continues {e.context_task}" if e.context_task else "")
+        + "".join(f"  references {key}" for key in e.referenced_tasks or ())
     )
 
 
@@ -190,7 +193,9 @@ def _cancel_refused(e: ev.CancelRefused) -> str:
 
 
 def _reply_sent(e: ev.ReplySent) -> str:
-    return f"reply of {e.chars} characters sent (message {e.message_id})"
+    others = sum(1 for part in e.parts or () if part.get("kind") != "text")
+    more = f" and {others} other part{'s' if others != 1 else ''}" if others else ""
+    return f"reply of {e.chars} characters{more} sent (message {e.message_id})"
 
 
 def _deadline_exceeded(e: ev.DeadlineExceeded) -> str:

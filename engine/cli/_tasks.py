@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import re
 import sys
 import time
 import uuid
@@ -36,6 +35,7 @@ from cardfence.engine.cli._app import (
     open_store,
     options_of,
 )
+from cardfence.engine.cli._message import MessageOptions, check_media_range, message_parts
 from cardfence.engine.cli._render import (
     audit_text,
     event_json,
@@ -46,7 +46,7 @@ from cardfence.engine.cli._render import (
 )
 from cardfence.engine.client.audit import audit as audit_store
 from cardfence.engine.client.audit import rebuild_projections as rebuild_store
-from cardfence.engine.client.config import EngineConfig
+from cardfence.engine.client.config import DEFAULT_MAX_MESSAGE_BYTES, EngineConfig
 from cardfence.engine.client.creation import check_webhook_url
 from cardfence.engine.client.engine import Engine
 from cardfence.engine.client.following import UNTIL
@@ -82,8 +82,6 @@ CardAgeOption = Annotated[
     float,
     typer.Option("--max-card-age", help="Re-validate the card at most this often (seconds)."),
 ]
-# A media type as RFC 6838 names one (type/subtype, optional parameters); not a bare word.
-_MEDIA_TYPE = re.compile(r"[A-Za-z0-9][\w!#$&^.+-]*/[A-Za-z0-9][\w!#$&^.+-]*(\s*;.*)?")
 TaskArgument = Annotated[str, typer.Argument(metavar="TASK", help="Local key or remote task id.")]
 AsOfOption = Annotated[
     str | None,
@@ -106,7 +104,7 @@ def _engine_run(
     job: Callable[[Engine], Awaitable[_T]],
     deadline: float | None = None,
     *,
-    left: Callable[[Engine], str],
+    left: Callable[[Engine], Awaitable[str]],
     existing: bool = True,
 ) -> _T:
     """Run ``job`` on an engine (``existing``: of a store already there); every request it
@@ -126,19 +124,20 @@ def _engine_run(
                 except asyncio.CancelledError as cancelled:
                     if not signals.interrupted_by_us(cancelled):
                         raise
-                    raise Interrupted(f"{signals.received()} received: {left(engine)}") from None
+                    said = await left(engine)
+                    raise Interrupted(f"{signals.received()} received: {said}") from None
                 finally:
                     await engine.aclose()
 
     return asyncio.run(main())
 
 
-def _left_task(key: str) -> Callable[[Engine], str]:
+def _left_task(key: str) -> Callable[[Engine], Awaitable[str]]:
     """What an interruption left of one task, read back from the store."""
 
-    def left(engine: Engine) -> str:
+    async def left(engine: Engine) -> str:
         try:
-            state = engine.task(key).state
+            state = (await engine.task(key)).state
         except CardfenceError:
             return "interrupted before the task was recorded; nothing was sent"
         return f"task {key} left as recorded ({state}); `cardfence resume {key}` continues it"
@@ -146,7 +145,7 @@ def _left_task(key: str) -> Callable[[Engine], str]:
     return left
 
 
-def _left_every(_engine: Engine) -> str:
+async def _left_every(_engine: Engine) -> str:
     return "the tasks are left as recorded; `cardfence resume --all` continues them"
 
 
@@ -189,29 +188,91 @@ async def _drive_or_report(
     try:
         return await engine.drive(key, until=until, timeout=max(deadline - time.monotonic(), 0.0))
     except errors.DeadlineExceeded:
-        emit(options, engine.task(key).to_json(), task_line(engine.task(key)))
+        view = await engine.task(key)
+        emit(options, view.to_json(), task_line(view))
         raise
 
 
-def _check_media_type(media_type: str) -> None:
-    if not _MEDIA_TYPE.fullmatch(media_type.strip()):
-        raise errors.UsageError(f"--media-type {media_type!r}: not a media type (type/subtype)")
+TextOption = Annotated[
+    list[str] | None,
+    typer.Option("--text", help="A text part (repeatable), of --media-type."),
+]
+MediaTypeOption = Annotated[
+    str,
+    typer.Option(
+        "--media-type",
+        metavar="TYPE",
+        help="The media type of the --text parts (application/json: a filled-in form).",
+    ),
+]
+FileOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--file",
+        metavar="PATH[;type=MEDIA]",
+        help="A file part (repeatable): the file's bytes, its name, the media type given or "
+        "guessed from the name.",
+    ),
+]
+FileUrlOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--file-url", metavar="URL[;type=MEDIA]", help="A file part by reference (repeatable)."
+    ),
+]
+DataOption = Annotated[
+    str | None,
+    typer.Option("--data", metavar="JSON|@PATH", help="A data part: a JSON object."),
+]
+MetadataOption = Annotated[
+    str | None,
+    typer.Option("--metadata", metavar="JSON", help="The message's metadata: a JSON object."),
+]
+MaxMessageBytesOption = Annotated[
+    int,
+    typer.Option(
+        "--max-message-bytes",
+        metavar="N",
+        help="The largest message sent (its encoded request); a larger one is a usage error.",
+    ),
+]
 
 
 @app.command()
 def run(
     ctx: typer.Context,
     agent_url: Annotated[str, typer.Argument(metavar="AGENT_URL")],
-    skill: Annotated[str, typer.Option("--skill", help="The skill id to use.")],
-    text: Annotated[str, typer.Option("--text", help="The message text.")],
-    media_type: Annotated[
-        str,
+    skill: Annotated[
+        str | None,
+        typer.Option("--skill", help="The skill id to use (optional when the card has one)."),
+    ] = None,
+    text: TextOption = None,
+    media_type: MediaTypeOption = "text/plain",
+    file: FileOption = None,
+    file_url: FileUrlOption = None,
+    data: DataOption = None,
+    metadata: MetadataOption = None,
+    context: Annotated[
+        str | None,
         typer.Option(
-            "--media-type",
-            metavar="TYPE",
-            help="The media type of the message; the skill must accept it.",
+            "--context", metavar="TASK", help="Continue the conversation of this earlier task."
         ),
-    ] = "text/plain",
+    ] = None,
+    reference: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--reference", metavar="TASK", help="Name an earlier task in referenceTaskIds."
+        ),
+    ] = None,
+    accept: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--accept",
+            metavar="MEDIA",
+            help="An output mode accepted (repeatable); the skill must produce one of them.",
+        ),
+    ] = None,
+    max_message_bytes: MaxMessageBytesOption = DEFAULT_MAX_MESSAGE_BYTES,
     webhook_url: Annotated[
         str | None, typer.Option("--webhook-url", help="Ask for push delivery to this URL.")
     ] = None,
@@ -249,10 +310,13 @@ def run(
     check_seconds("--max-card-age", max_card_age)
     check_seconds("--card-timeout", card_timeout)
     check_positive("--max-card-bytes", max_card_bytes)
-    _check_media_type(media_type)
+    check_positive("--max-message-bytes", max_message_bytes)
+    accepted = [check_media_range(mode) for mode in accept or ()]
     card_urls(agent_url)  # a URL that cannot be used is a usage error before anything is opened
     if webhook_url:
         check_webhook_url(webhook_url)
+    given = MessageOptions(text or (), media_type, file or (), file_url or (), data, metadata)
+    parts, sent_metadata = message_parts(given, max_message_bytes)
     checked_store_url(options)
     deadline = time.monotonic() + timeout
     key = uuid.uuid4().hex  # chosen here, so an interruption can name the task
@@ -265,14 +329,18 @@ def run(
             max_bytes=max_card_bytes,
             allow_insecure=allow_insecure_http,
         ),
+        max_message_bytes=max_message_bytes,
     )
 
     async def job(engine: Engine) -> TaskView:
         view = await engine.start_task(
             agent_url,
             skill=skill,
-            text=text,
-            media_type=media_type.strip(),
+            parts=parts,
+            metadata=sent_metadata,
+            context=context,
+            references=reference or (),
+            accept=accepted,
             accept_contract=accept_contract,
             key=key,
             extensions=extension or (),
@@ -290,15 +358,13 @@ def run(
 def reply(
     ctx: typer.Context,
     task: TaskArgument,
-    text: Annotated[str, typer.Option("--text", help="The answer.")],
-    media_type: Annotated[
-        str,
-        typer.Option(
-            "--media-type",
-            metavar="TYPE",
-            help="The media type of the answer (application/json: a filled-in form).",
-        ),
-    ] = "text/plain",
+    text: TextOption = None,
+    media_type: MediaTypeOption = "text/plain",
+    file: FileOption = None,
+    file_url: FileUrlOption = None,
+    data: DataOption = None,
+    metadata: MetadataOption = None,
+    max_message_bytes: MaxMessageBytesOption = DEFAULT_MAX_MESSAGE_BYTES,
     until: UntilOption = "interrupted",
     timeout: TimeoutOption = 300.0,
     max_poll_interval: PollOption = 30.0,
@@ -311,19 +377,25 @@ def reply(
     """Answer an input-required task, then drive it."""
     options = options_of(ctx, db, json_, debug, credentials)
     _check_drive_options(until, timeout, max_poll_interval, max_retry_after)
-    _check_media_type(media_type)
+    check_positive("--max-message-bytes", max_message_bytes)
+    given = MessageOptions(text or (), media_type, file or (), file_url or (), data, metadata)
+    parts, sent_metadata = message_parts(given, max_message_bytes)
     deadline = time.monotonic() + timeout
     found: list[str] = []
 
     async def job(engine: Engine) -> TaskView:
-        found.append(engine.task(task).task)
-        view = await engine.reply(task, text, media_type=media_type.strip())
+        found.append((await engine.task(task)).task)
+        view = await engine.reply(task, parts=parts, metadata=sent_metadata)
         return await _drive_or_report(engine, options, view.task, until, deadline)
 
-    def left(engine: Engine) -> str:
-        return _left_task(found[0])(engine) if found else "nothing was sent"
+    async def left(engine: Engine) -> str:
+        return await _left_task(found[0])(engine) if found else "nothing was sent"
 
-    config = EngineConfig(max_poll_interval=max_poll_interval, max_retry_after=max_retry_after)
+    config = EngineConfig(
+        max_poll_interval=max_poll_interval,
+        max_retry_after=max_retry_after,
+        max_message_bytes=max_message_bytes,
+    )
     _finish(options, _engine_run(options, config, job, deadline, left=left))
 
 
@@ -341,11 +413,11 @@ def cancel(
     found: list[str] = []
 
     async def job(engine: Engine) -> TaskView:
-        found.append(engine.task(task).task)
+        found.append((await engine.task(task)).task)
         return await engine.cancel(task)
 
-    def left(engine: Engine) -> str:
-        return _left_task(found[0])(engine) if found else "nothing was sent"
+    async def left(engine: Engine) -> str:
+        return await _left_task(found[0])(engine) if found else "nothing was sent"
 
     view = _engine_run(options, EngineConfig(), job, left=left)
     emit(options, view.to_json(), task_line(view))
@@ -392,11 +464,11 @@ def resume(
         found: list[str] = []
 
         async def single(engine: Engine) -> TaskView:
-            found.append(engine.task(task).task)
+            found.append((await engine.task(task)).task)
             return await one(engine, task, report=True)
 
-        def left(engine: Engine) -> str:
-            return _left_task(found[0])(engine) if found else "nothing was sent"
+        async def left(engine: Engine) -> str:
+            return await _left_task(found[0])(engine) if found else "nothing was sent"
 
         _finish(options, _engine_run(options, config, single, deadline, left=left))
         return
@@ -427,7 +499,7 @@ def resume(
                 with contextlib.suppress(OSError):
                     sys.stderr.write(f"{said} (a bug)\n")
             if not isinstance(outcome, CorruptRecordError):
-                views.append(engine.task(key))
+                views.append(await engine.task(key))
         return views, orphaned, failures
 
     views, orphaned, failures = _engine_run(options, config, every, deadline, left=_left_every)
@@ -520,6 +592,7 @@ def show(
         "flags": list(view.flags),
         "repeats_ignored": view.repeats_ignored,
         "failures_repeated": view.failures_repeated,
+        "references": list(view.references),
         "events": [event_json(e) for e in events],
     }
     as_of_text = None if point is None else str(point)

@@ -13,8 +13,8 @@ from cardfence.engine.client.creation import Creation
 from cardfence.engine.client.following import Following
 from cardfence.engine.core import events as ev
 from cardfence.engine.core import guards
-from cardfence.engine.core.content import text_of
 from cardfence.engine.core.lifecycle import TERMINAL
+from cardfence.engine.core.messages import submitted_message
 from cardfence.engine.core.replay import State
 from cardfence.engine.core.views import TaskView
 from cardfence.engine.discovery.reads import Discovery
@@ -91,19 +91,21 @@ class Resumption:
         if await self.creation.found_sent(key, state):
             return
         # Never reached the agent: sending it now is a creation (R3), gated like one: a fresh
-        # card (R2) that still offers the skill for the media type, under the task's frozen
-        # contract -- wherever the endpoint now is. Same messageId, so an agent that did get
-        # the first send can tell. Its message is in TaskSubmitted and its content records only
-        # (kept out of the projection, rewritten every step).
-        await self.creation.resend_gate(key, state)
+        # card (R2) that still offers the skill for the message's parts and accepted modes,
+        # under the task's frozen contract -- wherever the endpoint now is. Same messageId, so
+        # an agent that did get the first send can tell. The message lives in TaskSubmitted only
+        # (kept out of the projection, rewritten every step): the same parts, metadata,
+        # references and accepted modes go again.
+        # R17: its parts' content and its metadata read back from the content records.
+        submitted = await self.records.calls.run(self.records.log.first_event, key)
+        message = submitted_message(submitted)
+        await self.creation.resend_gate(key, state, message)
         state = await self.records.state(key)
-        parts, _ = await self.records.calls.run(self.records.log.submitted_message, key)
         await self.creation.send_creation(
             key,
             await self.connections.task_transport(state),
-            text_of(parts) or "",
+            message,
             state["message_id"],
             state["context_id"],
             state["skill"],
-            state.get("media_type") or "text/plain",
         )

@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from typing import Final
 
 from cardfence.engine.auth.config import CredentialsProvider
 from cardfence.engine.core.observations import DEFAULT_MAX_CLOCK_SKEW
 from cardfence.engine.discovery.fetch import CardLimits
+
+# The bound on a message sent (its encoded request params): 8 MiB.
+DEFAULT_MAX_MESSAGE_BYTES: Final = 8 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,3 +46,6 @@ class EngineConfig:
     # wait their turn inside the engine, each within its own timeout (engine.pool.RequestSlots).
     requests_per_agent: int = 8
     requests_in_flight: int = 32
+    # The largest message a task may send (its encoded request params: parts, metadata, ids);
+    # a larger one is the caller's error, nothing recorded or sent.
+    max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES

@@ -34,10 +34,13 @@ from cardfence.engine.client.config import EngineConfig
 from cardfence.engine.core import events as ev
 from cardfence.engine.core import guards
 from cardfence.engine.core.answers import PushConfig, RemoteTask
+from cardfence.engine.core.messages import Message, outgoing, recorded_parts
 from cardfence.engine.core.observations import from_message, from_task
+from cardfence.engine.core.parts import Part, media_type_of
 from cardfence.engine.core.replay import State
 from cardfence.engine.core.views import TaskView
 from cardfence.engine.discovery.card_read import CardRead
+from cardfence.engine.discovery.fetch import card_urls
 from cardfence.engine.discovery.reads import Discovery
 from cardfence.engine.errors import (
     AuthorizationFailedError,
@@ -57,7 +60,7 @@ from cardfence.engine.errors import (
     UsageError,
 )
 from cardfence.engine.wire import push as webhook
-from cardfence.engine.wire.transport import A2ATransport
+from cardfence.engine.wire.transport import A2ATransport, check_message_size
 from cardfence.engine.wire.v10 import HISTORY_IDS_KEPT
 from cardfence.store.errors import CorruptRecordError
 
@@ -115,29 +118,54 @@ class Creation:
         self,
         agent_url: str,
         *,
-        skill: str,
-        text: str,
+        skill: str | None = None,
+        text: str | None = None,
         media_type: str = "text/plain",
+        parts: Sequence[Part] = (),
+        context: str | None = None,
+        references: Sequence[str] = (),
+        metadata: Mapping[str, Any] | None = None,
+        accept: Sequence[str] = (),
         accept_contract: bool = False,
         key: str | None = None,
         extensions: Sequence[str] = (),
     ) -> TaskView:
-        """Create a task: fresh card read, skill, media-type and extension check, contract
-        check, freeze, record, send. Nothing is sent on any refusal (``DiscoveryError``,
-        ``CardInvalidError``, ``SkillUnavailableError``, ``ExtensionRequiredError``,
-        ``ContractChangedError``), and the refusal is recorded. An ``agent_url`` that cannot be
-        used (``card_urls``: credentials or a fragment in it, a port outside 1-65535, not
-        http(s)) is the caller's error, :class:`UsageError`: nothing read, recorded or sent.
+        """Create a task: fresh card read, skill, media-type, output-mode and extension check,
+        contract check, freeze, record, send. Nothing is sent on any refusal
+        (``DiscoveryError``, ``CardInvalidError``, ``SkillUnavailableError``,
+        ``ExtensionRequiredError``, ``ContractChangedError``), and the refusal is recorded. An
+        ``agent_url`` that cannot be used (``card_urls``: credentials or a fragment in it, a port
+        outside 1-65535, not http(s)) is the caller's error, :class:`UsageError`: nothing read,
+        recorded or sent.
+
+        The message is ``text`` (a :class:`Text` of ``media_type``), then ``parts``: one part at
+        least, each accepted by the skill's input modes (R2); ``metadata`` a JSON object. When
+        ``accept`` names output modes, the skill must produce one of them (R2); they are sent as
+        ``acceptedOutputModes``. ``context`` (an earlier task of this store, at the same agent
+        origin) is the conversation the task continues (its ``contextId``); ``references`` name
+        earlier tasks of this store, sent by their remote ids (``referenceTaskIds``). ``skill``
+        may be left out when the card the task would be created under offers exactly one. A
+        message over ``max_message_bytes`` encoded is :class:`MessageTooLargeError`. Each of
+        these caller's errors is a :class:`UsageError`: nothing read, recorded or sent.
 
         ``extensions``: the URIs of the A2A extensions the caller activates (it complies with
         them): named on every request of the task (``A2A-Extensions``), frozen with it. A card
         that requires an extension not among them refuses the creation."""
         activated = _activated(extensions)
+        given, sent_metadata = outgoing(text, media_type, parts, metadata)
+        modes = _accepted(accept)
+        origin = card_urls(agent_url)[0]
+        key = key or uuid.uuid4().hex
+        message_id = f"m-{uuid.uuid4().hex}"
+        context_id, context_task = await self._context_of(context, origin)
+        remote_refs, ref_keys = await self._references(references)
+        message = Message(given, sent_metadata, remote_refs, modes)
+        self._check_size(message, message_id, context_id, skill)
         try:
             read = await self.discovery.read(agent_url, fresh=True)
         except DiscoveryError as failure:
             failure.consequence = "nothing was sent"
-            await self._refuse(agent_url, "discovery_failed", str(failure), skill)
+            await self._refuse(agent_url, "discovery_failed", str(failure), skill or "")
             raise
         # R15: when the card offers an authenticated extended card, its skills count too (R2),
         # and the task is frozen under it. Unreadable, the public card alone decides; read but
@@ -146,18 +174,21 @@ class Creation:
             extended, unread = await self._extended_at_creation(read, accept_contract)
         except CardSignatureError as refused:
             refused.consequence = "nothing was sent"
-            await self._refuse(agent_url, "discovery_failed", str(refused), skill)
+            await self._refuse(agent_url, "discovery_failed", str(refused), skill or "")
             raise
         card = read.card if extended is None else extended.card
-        decision = guards.creation_check(card, skill, media_type, activated)
-        if not decision.allowed:
+        chosen = skill if skill is not None else guards.sole_skill(card)
+        types = [media_type_of(part) for part in given]
+        decision = guards.creation_check(card, chosen, types, activated, modes)
+        if not decision.allowed or chosen is None:
             detail = decision.detail
             if unread:
                 detail += f"; the extended card could not be read ({unread})"
-            await self._refuse(agent_url, decision.reason, detail, skill)
+            await self._refuse(agent_url, decision.reason, detail, chosen or "")
             if decision.reason == guards.EXTENSION_REQUIRED:
                 raise ExtensionRequiredError(read.agent, decision.extensions)
-            raise SkillUnavailableError(read.agent, skill, detail)
+            raise SkillUnavailableError(read.agent, chosen or "", detail)
+        skill = chosen
         try:
             check = await self.discovery.check_contract(read, accept=accept_contract)
             interface = select_interface(
@@ -171,11 +202,13 @@ class Creation:
             await self._refuse(agent_url, type(refusal).__name__, str(refusal), skill)
             raise
         grant = await self._creation_grant(agent_url, card, skill, interface.url)
-        key = key or uuid.uuid4().hex
-        message_id, context_id = f"m-{uuid.uuid4().hex}", f"c-{uuid.uuid4().hex}"
         endpoint = guards.endpoint_of(interface)
         submitted = _submitted(key, agent_url, read, check.contract_hash, skill, endpoint,
-                               message_id, context_id, text, media_type)  # fmt: skip
+                               message_id, context_id, message)  # fmt: skip
+        if ref_keys:
+            submitted = dataclasses.replace(submitted, referenced_tasks=list(ref_keys))
+        if context_task is not None:
+            submitted = dataclasses.replace(submitted, context_task=context_task)
         if extended is not None:
             # Frozen under the extended card: its revision, contract and skill (R3, R9, R15);
             # the public card it was offered by, and the contract pinned from it, beside them.
@@ -198,9 +231,55 @@ class Creation:
         credentials = self.access.authorizer.for_task(grant, interface.url)
         transport = self.connections.transport(endpoint, credentials, extensions=activated)
         return await self.records.view(
-            await self.send_creation(key, transport, text, message_id, context_id, skill,
-                                     media_type)
-        )  # fmt: skip
+            await self.send_creation(key, transport, message, message_id, context_id, skill)
+        )
+
+    async def _context_of(self, ref: str | None, origin: str) -> tuple[str, str | None]:
+        """The ``contextId`` a new task's message is sent in, and the task of this store whose
+        conversation it continues (``ref``; None: a new context). That task must be of the same
+        agent origin: a context id means nothing to another agent (:class:`UsageError`)."""
+        if ref is None:
+            return f"c-{uuid.uuid4().hex}", None
+        key = await self.records.find(ref)
+        state = await self.records.state(key)
+        theirs = card_urls(str(state.get("agent_url") or ""))[0] if state.get("agent_url") else ""
+        if theirs != origin:
+            raise UsageError(
+                f"task {key} is of {theirs or 'no agent'}, not {origin}: a conversation goes on "
+                "at one agent (nothing was recorded or sent)"
+            )
+        return str(state.get("remote_context_id") or state["context_id"]), key
+
+    async def _references(self, refs: Sequence[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+        """The remote ids of the tasks ``refs`` name (sent as ``referenceTaskIds``), and their
+        keys; a task without a remote id yet cannot be referenced (:class:`UsageError`)."""
+        remote: list[str] = []
+        keys: list[str] = []
+        for ref in dict.fromkeys(refs):
+            key = await self.records.find(ref)
+            remote_id = (await self.records.state(key)).get("remote_task_id")
+            if not remote_id:
+                raise UsageError(
+                    f"task {key} has no remote task id yet: it cannot be referenced "
+                    "(nothing was recorded or sent)"
+                )
+            if key not in keys:
+                keys.append(key)
+                remote.append(str(remote_id))
+        return tuple(remote), tuple(keys)
+
+    def _check_size(
+        self, message: Message, message_id: str, context_id: str, skill: str | None
+    ) -> None:
+        """The bound on a message (``max_message_bytes``), measured on the request's params as
+        a creation sends them; over it, nothing is read, recorded or sent."""
+        check_message_size(
+            message,
+            self.config.max_message_bytes,
+            message_id=message_id,
+            context_id=context_id,
+            metadata={"skillId": skill or ""},
+        )
 
     async def _extended_at_creation(
         self, read: CardRead, accept_contract: bool
@@ -259,11 +338,10 @@ class Creation:
         self,
         key: str,
         transport: A2ATransport,
-        text: str,
+        message: Message,
         message_id: str,
         context_id: str,
         skill: str,
-        media_type: str,
     ) -> State:
         """Send a creation that passed its gates (R2, R3) and record what came of it. An A2A
         error is final: the task is closed as never created (:class:`CreationRefusedError`). A
@@ -280,9 +358,7 @@ class Creation:
         pause, waited = ASK_AGAIN_AFTER, 0.0
         while True:
             try:
-                return await self._send_once(
-                    key, transport, text, message_id, context_id, skill, media_type
-                )
+                return await self._send_once(key, transport, message, message_id, context_id, skill)
             except ThrottledError as throttled:
                 unknown = throttled.status != 429  # R3: a 503 may come after the task was made
                 outcome = (
@@ -297,7 +373,7 @@ class Creation:
             state = await self.records.state(key)
             if unknown and await self.found_sent(key, state):
                 return await self.records.state(key)
-            await self.resend_gate(key, state)
+            await self.resend_gate(key, state, message)
             transport = await self.connections.task_transport(await self.records.state(key))
 
     async def found_sent(self, key: str, state: State) -> bool:
@@ -332,22 +408,20 @@ class Creation:
         self,
         key: str,
         transport: A2ATransport,
-        text: str,
+        message: Message,
         message_id: str,
         context_id: str,
         skill: str,
-        media_type: str,
     ) -> State:
         """One SendMessage of a creation, and what came of it (see :meth:`send_creation`); a
         :class:`ThrottledError` is raised unrecorded."""
         try:
             answer = await transport.send_message(
-                text=text,
+                message=message,
                 message_id=message_id,
                 context_id=context_id,
                 metadata={"skillId": skill},
                 return_immediately=True,
-                media_type=media_type,
             )
         except AuthorizationFailedError as refused:
             await self.records.record(key, [_authorization_failed(refused, "send")])
@@ -373,9 +447,9 @@ class Creation:
         )
         return await self.observing.observe_state(key, observation)
 
-    async def resend_gate(self, key: str, state: State) -> None:
-        """R2 and R3 for a re-send (by ``resume``, or after the agent asked for time); raises
-        (nothing sent) and records the refusal in the agent's stream."""
+    async def resend_gate(self, key: str, state: State, message: Message) -> None:
+        """R2 and R3 for a re-send of ``message`` (by ``resume``, or after the agent asked for
+        time); raises (nothing sent) and records the refusal in the agent's stream."""
         agent_url, skill = str(state["agent_url"]), str(state["skill"])
         try:
             read = await self.discovery.read(agent_url, fresh=True)
@@ -386,7 +460,13 @@ class Creation:
         extended: AgentCard | None = None
         if state.get("extended"):  # R15: its skill is on the authenticated extended card
             extended, _, _ = await self.connections.task_card(state, fresh=True)
-        decision = guards.resend_check(state, read.card, extended)
+        decision = guards.resend_check(
+            state,
+            read.card,
+            extended,
+            media_types=[media_type_of(part) for part in message.parts],
+            accept=message.accepted_output_modes,
+        )
         if decision.allowed:
             return
         await self._refuse(agent_url, decision.reason, decision.detail, skill, key)
@@ -511,6 +591,20 @@ def _activated(extensions: Sequence[str]) -> tuple[str, ...]:
     return activated
 
 
+def _accepted(accept: Sequence[str]) -> tuple[str, ...]:
+    """The output modes a caller accepts, each once, in its order: media types or ranges
+    (``type/subtype``, ``type/*``, ``*/*``); anything else is a :class:`UsageError`."""
+    modes = tuple(dict.fromkeys(mode.strip() for mode in accept))
+    for mode in modes:
+        kind, slash, sub = mode.partition(";")[0].strip().partition("/")
+        if not (slash and kind and sub) or any(c.isspace() for c in kind + sub):
+            raise UsageError(
+                f"accepted output mode {mode!r} is not a media type or range (type/subtype, "
+                "type/*, */*): nothing was sent"
+            )
+    return modes
+
+
 def _submitted(
     key: str,
     agent_url: str,
@@ -520,8 +614,7 @@ def _submitted(
     endpoint: Mapping[str, Any],
     message_id: str,
     context_id: str,
-    text: str,
-    media_type: str,
+    message: Message,
 ) -> ev.TaskSubmitted:
     card = read.card
     return ev.TaskSubmitted(
@@ -532,8 +625,10 @@ def _submitted(
         skill=skill,
         message_id=message_id,
         context_id=context_id,
-        text=text,
-        media_type=media_type,
+        parts=recorded_parts(message.parts),
+        metadata=message.metadata,
+        references=list(message.references) or None,
+        accepted_output_modes=list(message.accepted_output_modes) or None,
         card_revision=card.revision,
         card_version=card.version,
         contract_hash=contract_hash,

@@ -11,15 +11,17 @@ is made (none knows the Engine): ``records`` (the task log), ``background`` (wor
 tasks), ``access`` (credentials, R15), ``connections`` (transports and card reads), ``asking``
 (waits an agent asked for, R5), ``observing`` (the one observation path and the push ingress),
 ``creation`` (what card state may gate), ``following`` (polls, drives, streams), ``resumption``
-(resume), ``conversation`` (reply and cancel) and ``outputs`` (a task's artifacts, and the files
-they name by URL).
+(resume), ``conversation`` (reply and cancel), ``outputs`` (a task's artifacts, and the files
+they name by URL) and ``feed`` (the task updates read from the log, and the waits on them).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
-from collections.abc import Callable, Mapping, Sequence
-from typing import Self
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Collection, Mapping, Sequence
+from typing import Any, Self
 
 import httpx
 
@@ -36,7 +38,8 @@ from cardfence.engine.client.config import EngineConfig
 from cardfence.engine.client.creation import Creation, WebhookOutcome
 from cardfence.engine.client.following import Following, Pace
 from cardfence.engine.client.tasklog import AsOf
-from cardfence.engine.core.parts import File
+from cardfence.engine.client.updates import TaskUpdate, UpdateFeed
+from cardfence.engine.core.parts import File, Part
 from cardfence.engine.core.replay import State
 from cardfence.engine.core.views import TaskView
 from cardfence.engine.discovery.reads import Discovery
@@ -49,7 +52,7 @@ __all__ = ["Engine"]
 
 
 class Engine:
-    """An asyncio engine over an event store. Use :meth:`open`, then ``async with``."""
+    """An asyncio engine over an event store: ``async with Engine.connect(url) as engine``."""
 
     def __init__(
         self,
@@ -97,27 +100,40 @@ class Engine:
             self.following,
         )  # fmt: skip
         self.conversation = Conversation(
-            self.records, self.connections, self.asking, self.observing
-        )
+            self.records, self.connections, self.asking, self.observing,
+            self.config.max_message_bytes,
+        )  # fmt: skip
         self.outputs = Artifacts(config, self.records, self.access, self.connections)
+        self.feed = UpdateFeed(self.records)
         self.log = self.records.log
         self.tokens = self.access.tokens
         self.authorizer = self.access.authorizer
 
     @classmethod
-    def open(
+    @contextlib.asynccontextmanager
+    async def connect(
         cls,
         url: str,
         *,
         client: httpx.AsyncClient | None = None,
         config: EngineConfig = EngineConfig(),
-    ) -> Self:
-        """An engine on the store at ``url`` (migrated to head), with its own client if none."""
-        store = EventStore.open(url)
-        own = client is None
-        if client is None:
-            client = engine_client(tls_context(config.ca_file))
-        return cls(store, client, config, owns_client=own)
+    ) -> AsyncIterator[Self]:
+        """``async with Engine.connect(url) as engine``: an engine on the store at ``url``
+        (migrated to head), with its own client if none is given; closed when the block ends.
+        Connecting and migrating run off the event loop, like every other store call (on
+        PostgreSQL they are network round trips; on SQLite another process may hold the lock)."""
+        store = await asyncio.to_thread(EventStore.open, url)
+        try:
+            own = client is None
+            if client is None:
+                # Loading the trust store reads files: off the loop as well.
+                client = engine_client(await asyncio.to_thread(tls_context, config.ca_file))
+            engine = cls(store, client, config, owns_client=own)
+        except BaseException:
+            store.close()
+            raise
+        async with engine:
+            yield engine
 
     async def aclose(self) -> None:
         # Background jobs first (closing reads let finish, within the request timeout), before
@@ -125,7 +141,12 @@ class Engine:
         await self.background.stop(self.config.request_timeout)
         await self.connections.aclose()
         await self.access.aclose()
-        self.records.calls.close()  # appends in flight finish first
+        # Off the loop: the appends in flight finish first, and closing PostgreSQL's
+        # connections is a round trip each.
+        await asyncio.to_thread(self._close_store)
+
+    def _close_store(self) -> None:
+        self.records.calls.close()
         self.store.close()
 
     async def __aenter__(self) -> Self:
@@ -146,14 +167,35 @@ class Engine:
 
     # -- reading -------------------------------------------------------------------------------
 
-    def task(self, ref: str, *, as_of: AsOf | None = None) -> TaskView:
+    async def task(self, ref: str, *, as_of: AsOf | None = None) -> TaskView:
         """The task ``ref`` names (key, remote id, or a prefix of either); with ``as_of``, as
         it stood at that point of the log, by replaying its events up to there."""
-        return self.records.task(ref, as_of=as_of)
+        return await self.records.calls.run(self.records.task, ref, as_of=as_of)
 
-    def tasks(self, state: str | None = None, *, as_of: AsOf | None = None) -> list[TaskView]:
+    async def tasks(self, state: str | None = None, *, as_of: AsOf | None = None) -> list[TaskView]:
         """Every task (only those in ``state`` if given); with ``as_of``, as they stood then."""
-        return self.records.tasks(state, as_of=as_of)
+        return await self.records.calls.run(self.records.tasks, state, as_of=as_of)
+
+    def updates(
+        self, ref: str | None = None, *, after: int | None = None
+    ) -> AsyncGenerator[TaskUpdate, None]:
+        """``async for update in engine.updates()``: each event recorded on the task ``ref``
+        names (on every task when ``None``), with the task as it stands after it and its global
+        position, read from the log (what another process recorded included); those after
+        the position ``after``, or from now on when it is ``None``. Resumed with the last
+        position handled, nothing is missed and nothing seen twice
+        (:meth:`UpdateFeed.updates`)."""
+        return self.feed.updates(ref, after=after)
+
+    async def wait_for(
+        self, ref: str, state: str | Collection[str], *, timeout: float | None = None
+    ) -> TaskView:
+        """The task once it is in ``state`` (or any of several states): at once if it is
+        already. A task that ends in another state raises :class:`TaskEndedError`; one not
+        there within ``timeout`` seconds :class:`DeadlineExceeded`. Only reads the log: the
+        task is moved by whatever drives it (:meth:`drive`, ``cardfence serve``, ``serving``)
+        (:meth:`UpdateFeed.wait_for`)."""
+        return await self.feed.wait_for(ref, state, timeout=timeout)
 
     async def artifacts(self, ref: str) -> list[TaskArtifact]:
         """The artifacts of the task ``ref`` names, as recorded: id, name, and parts as the
@@ -175,18 +217,26 @@ class Engine:
         self,
         agent_url: str,
         *,
-        skill: str,
-        text: str,
+        skill: str | None = None,
+        text: str | None = None,
         media_type: str = "text/plain",
+        parts: Sequence[Part] = (),
+        context: str | None = None,
+        references: Sequence[str] = (),
+        metadata: Mapping[str, Any] | None = None,
+        accept: Sequence[str] = (),
         accept_contract: bool = False,
         key: str | None = None,
         extensions: Sequence[str] = (),
     ) -> TaskView:
-        """Create a task: fresh card read, skill, media-type and extension check, contract
-        check, freeze, record, send; nothing is sent on any refusal
-        (:meth:`Creation.start_task`)."""
+        """Create a task: fresh card read, skill, media-type, output-mode and extension check,
+        contract check, freeze, record, send; nothing is sent on any refusal
+        (:meth:`Creation.start_task`). The message is ``text`` (the short form of a first
+        ``Text(text, media_type)``) then ``parts``; ``context``, ``references``: earlier tasks
+        of this store."""
         return await self.creation.start_task(
-            agent_url, skill=skill, text=text, media_type=media_type,
+            agent_url, skill=skill, text=text, media_type=media_type, parts=parts,
+            context=context, references=references, metadata=metadata, accept=accept,
             accept_contract=accept_contract, key=key, extensions=extensions,
         )  # fmt: skip
 
@@ -257,9 +307,20 @@ class Engine:
 
     # -- replies, cancels and resume (R9, R10) -------------------------------------------------
 
-    async def reply(self, ref: str, text: str, *, media_type: str = "text/plain") -> TaskView:
-        """Answer an input-required (or auth-required) task."""
-        return await self.conversation.reply(ref, text, media_type=media_type)
+    async def reply(
+        self,
+        ref: str,
+        text: str | None = None,
+        *,
+        media_type: str = "text/plain",
+        parts: Sequence[Part] = (),
+        metadata: Mapping[str, Any] | None = None,
+    ) -> TaskView:
+        """Answer an input-required (or auth-required) task with ``text`` and/or ``parts``
+        (:meth:`Conversation.reply`); a continuation, never checked against the card (R1)."""
+        return await self.conversation.reply(
+            ref, text, media_type=media_type, parts=parts, metadata=metadata
+        )
 
     async def cancel(self, ref: str) -> TaskView:
         """Ask the remote to cancel. The state moves only when the remote reports it (R10)."""

@@ -232,18 +232,20 @@ class TaskLog:
                 contents[digest] = record.data
         return TaskView.of(state, updated_at, contents)
 
-    def submitted_message(self, key: str) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-        """The message the task was created with, as sent: its parts with their content back in
-        line, and what their records say of it (its metadata), from the task's first event and
-        its content records (a task recorded before holds its one text part inline)."""
+    def first_event(self, key: str) -> dict[str, Any]:
+        """The payload of the task's first event (``TaskSubmitted``) with its message's content
+        back in line from its content records (R17): its parts whole, its metadata."""
         first = self.store.read_stream(task_stream_id(key))[0].data
         parts = first.get("parts")
         if not isinstance(parts, list):
-            text = str(first.get("text") or "")
-            return [{"kind": "text", "media_type": first.get("media_type"), "text": text}], {}
+            return first  # recorded before content moved out of line: inline as it is
         digests = [str(p["sha256"]) for p in parts if content.is_outline(p)]
         kept = self.store.contents(task_stream_id(key), digests)
-        return content.resolved_parts(parts, {d: r.data for d, r in kept.items()})
+        inline, around = content.resolved_parts(parts, {d: r.data for d, r in kept.items()})
+        first["parts"] = inline
+        if content.MESSAGE_METADATA in around:
+            first["metadata"] = around[content.MESSAGE_METADATA]
+        return first
 
     def _salt(self, key: str) -> str:
         """The task's salt: the one its content records are kept under, else a new one (a task

@@ -14,6 +14,7 @@ never failing.
 
 from __future__ import annotations
 
+import enum
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Final, Literal
@@ -34,18 +35,19 @@ __all__ = [
 ]
 
 
-class TaskState:
-    """Our names for A2A task states: plain strings, the lower-case 0.3 spelling."""
+class TaskState(enum.StrEnum):
+    """Our names for A2A task states, the lower-case 0.3 spelling: each is the string it names
+    (``TaskState.WORKING == "working"``), so a state read from the store compares as it is."""
 
-    SUBMITTED: Final = "submitted"
-    WORKING: Final = "working"
-    INPUT_REQUIRED: Final = "input-required"
-    AUTH_REQUIRED: Final = "auth-required"
-    COMPLETED: Final = "completed"
-    FAILED: Final = "failed"
-    CANCELED: Final = "canceled"
-    REJECTED: Final = "rejected"
-    UNKNOWN: Final = "unknown"
+    SUBMITTED = "submitted"
+    WORKING = "working"
+    INPUT_REQUIRED = "input-required"
+    AUTH_REQUIRED = "auth-required"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELED = "canceled"
+    REJECTED = "rejected"
+    UNKNOWN = "unknown"
 
 
 TERMINAL_STATES: Final = frozenset(

@@ -346,11 +346,9 @@ class TaskSubmitted(TaskRecorded):
     skill: str
     message_id: str
     context_id: str
-    # R17: the message's parts, outlined (their content out of line); a task recorded before
-    # holds its one text part inline, as ``text``.
+    # Before parts were recorded, the message was one text part: its text and media type.
     text: str | None = _optional()
-    parts: Sequence[Mapping[str, Any]] | None = _optional()
-    media_type: str
+    media_type: str | None = _optional()
     card_revision: str
     card_version: str | None
     contract_hash: str
@@ -363,6 +361,15 @@ class TaskSubmitted(TaskRecorded):
     extended_unread: str | None = _optional()
     authorization: Mapping[str, Any] | None = _optional()
     extensions: Sequence[str] | None = _optional()
+    # The message sent (core.messages.submitted_message reads it back, whichever was written):
+    # its parts, the caller's metadata, the remote ids it references and the local tasks they
+    # are, the output modes accepted, and the task whose context it continues.
+    parts: Sequence[Mapping[str, Any]] | None = _optional()
+    metadata: Mapping[str, Any] | None = _optional()
+    references: Sequence[str] | None = _optional()
+    referenced_tasks: Sequence[str] | None = _optional()
+    accepted_output_modes: Sequence[str] | None = _optional()
+    context_task: str | None = _optional()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False)
@@ -590,13 +597,15 @@ class CancelRefused(TaskRecorded):
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class ReplySent(TaskRecorded):
-    """An answer to an interrupted task, recorded before it is sent: its parts outlined (R17;
-    a reply recorded before kept none of its text)."""
+    """An answer to an interrupted task, recorded before it is sent: the characters of its
+    text parts and (recorded since messages carry any parts) its parts, outlined, their content
+    and the message's metadata out of line (R17)."""
 
     TYPE: ClassVar[str] = REPLY_SENT
     message_id: str
     chars: int
-    parts: Sequence[Mapping[str, Any]] | None = _optional()  # R17: outlined
+    parts: Sequence[Mapping[str, Any]] | None = _optional()
+    metadata: Mapping[str, Any] | None = _optional()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False)

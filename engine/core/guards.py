@@ -15,7 +15,7 @@ from typing import Any, Final
 from cardfence.engine.cards.diff import diff
 from cardfence.engine.cards.interfaces import select_interface
 from cardfence.engine.cards.model import AgentCard, Interface
-from cardfence.engine.cards.spoken import V10, dialect_of, spoken_version
+from cardfence.engine.cards.spoken import V10, dialect_of, modes_meet, spoken_version
 from cardfence.engine.core import events as ev
 from cardfence.engine.core.lifecycle import TERMINAL
 from cardfence.engine.errors import CardInvalidError, DiscoveryError
@@ -35,23 +35,51 @@ class Decision:
 
 
 def creation_check(
-    card: AgentCard, skill_id: str, media_type: str, extensions: Sequence[str] = ()
+    card: AgentCard,
+    skill_id: str | None,
+    media_type: str | Sequence[str],
+    extensions: Sequence[str] = (),
+    accept: Sequence[str] = (),
 ) -> Decision:
-    """May a task for ``skill_id`` with a ``media_type`` message be created on this fresh card,
-    by a caller that activates ``extensions`` (every extension the card requires among them)?"""
+    """May a task for ``skill_id`` be created on this fresh card, with a message whose parts
+    have these media types (one, or each of several), by a caller that activates
+    ``extensions`` (every extension the card requires among them) and accepts the output modes
+    ``accept`` (none given: any)? ``skill_id`` None names none: refused unless the card offers
+    exactly one skill (:func:`sole_skill`, which the caller asks first)."""
+    if skill_id is None:
+        offered = ", ".join(s.id for s in card.skills) or "none"
+        count = len(card.skills)
+        detail = f"was not named, and the card offers {count} (offered: {offered})"
+        return Decision(False, "skill_absent", detail)
     skill = card.skill(skill_id)
     if skill is None:
         offered = ", ".join(s.id for s in card.skills) or "none"
         return Decision(False, "skill_absent", f"is absent from the card (offered: {offered})")
-    if not skill.accepts(media_type):
-        modes = ", ".join(skill.input_modes)
+    types = [media_type] if isinstance(media_type, str) else list(media_type)
+    for each in dict.fromkeys(types):
+        if not skill.accepts(each):
+            modes = ", ".join(skill.input_modes)
+            return Decision(
+                False, "media_type_not_accepted", f"does not accept {each} (accepts: {modes})"
+            )
+    if accept and not any(modes_meet(skill.output_modes, mode) for mode in accept):
+        modes = ", ".join(skill.output_modes)
+        wanted = ", ".join(accept)
         return Decision(
-            False, "media_type_not_accepted", f"does not accept {media_type} (accepts: {modes})"
+            False,
+            "output_mode_not_accepted",
+            f"produces none of {wanted} (produces: {modes})",
         )
     missing = required_extensions(card, extensions)
     if missing:
         return Decision(False, EXTENSION_REQUIRED, ", ".join(missing), tuple(missing))
     return Decision(True, "ok")
+
+
+def sole_skill(card: AgentCard) -> str | None:
+    """The id of the card's skill when it offers exactly one (a creation may leave it
+    unnamed), else None."""
+    return card.skills[0].id if len(card.skills) == 1 else None
 
 
 EXTENSION_REQUIRED: Final = "extension_required"
@@ -78,16 +106,23 @@ def is_live(task: Mapping[str, Any]) -> bool:
 
 
 def resend_check(
-    task: Mapping[str, Any], card: AgentCard, extended: AgentCard | None = None
+    task: Mapping[str, Any],
+    card: AgentCard,
+    extended: AgentCard | None = None,
+    *,
+    media_types: Sequence[str] = (),
+    accept: Sequence[str] = (),
 ) -> Decision:
-    """May ``resume`` send a task's creation again on this fresh card (R2, R3)? The skill and
-    media type as for any creation -- on the fresh ``extended`` card when the task was created
-    under one and it could be read again (R15) -- and the contract must be the task's frozen
-    one: a re-send is a creation under the contract the task was created with, never another."""
+    """May ``resume`` send a task's creation again on this fresh card (R2, R3)? The skill, the
+    media types of the message's parts (``media_types``; none given: the task's recorded
+    ``media_type``) and the output modes it accepts as for any creation -- on the fresh
+    ``extended`` card when the task was created under one and it could be read again (R15) --
+    and the contract must be the task's frozen one: a re-send is a creation under the contract
+    the task was created with, never another."""
     offered = extended if extended is not None else card
-    media_type = task.get("media_type") or "text/plain"
+    types = tuple(media_types) or (task.get("media_type") or "text/plain",)
     activated = tuple(task.get("extensions") or ())
-    decision = creation_check(offered, str(task.get("skill")), media_type, activated)
+    decision = creation_check(offered, str(task.get("skill")), types, activated, accept)
     if not decision.allowed:
         return decision
     # A task created under the authenticated extended card froze that card's contract; the

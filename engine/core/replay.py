@@ -275,6 +275,8 @@ def _apply_in_place(out: State, kind: type[ev.Recorded], data: Mapping[str, Any]
                 out[name] = data[name]
         if "extensions" in data:  # the extensions it activated (absent: none)
             out["extensions"] = list(data["extensions"])
+        if "referenced_tasks" in data:  # the tasks of this store its message referenced
+            out["references"] = list(data["referenced_tasks"])
     elif kind is ev.StateChanged or kind is ev.ObservationIgnored:
         _apply_observation_event(out, kind.TYPE, data)
     elif kind is ev.WebhookRegistered:

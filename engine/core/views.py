@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from cardfence.engine.core.answers import TaskState
 from cardfence.engine.core.content import ARTIFACT_NAME, is_outline, resolved_parts, text_of
 
 Contents = Mapping[str, Mapping[str, Any]]
@@ -16,12 +17,15 @@ Contents = Mapping[str, Mapping[str, Any]]
 
 @dataclass(frozen=True, slots=True)
 class TaskView:
-    """A task as its projection stands (the fields of ``cardfence run --json`` and more)."""
+    """A task as its projection stands (the fields of ``cardfence run --json`` and more).
+
+    ``task`` is the task's local key (also :attr:`key`); ``state`` a :class:`TaskState`, which
+    compares equal to its name as a string."""
 
     task: str
     remote_task_id: str | None
     context_id: str | None
-    state: str
+    state: TaskState
     delivery_mode: str
     card_revision: str | None
     contract_hash: str | None
@@ -38,6 +42,8 @@ class TaskView:
     repeats_ignored: int = 0
     # Polls that failed as the task's last recorded failure did, counted and not appended
     failures_repeated: int = 0
+    # The tasks of this store (their keys) the task's message referenced (referenceTaskIds)
+    references: tuple[str, ...] = ()
 
     @classmethod
     def of(
@@ -62,7 +68,7 @@ class TaskView:
             task=state["task"],
             remote_task_id=state.get("remote_task_id"),
             context_id=state.get("remote_context_id") or state.get("context_id"),
-            state=state["state"],
+            state=_state(state["state"]),
             delivery_mode=state.get("delivery_mode") or "polling",
             card_revision=state.get("card_revision"),
             contract_hash=state.get("contract_hash"),
@@ -75,7 +81,13 @@ class TaskView:
             last_message_parts=message_parts,
             repeats_ignored=int(state.get("repeats_ignored") or 0),
             failures_repeated=int(state.get("failures_repeated") or 0),
+            references=tuple(state.get("references") or ()),
         )
+
+    @property
+    def key(self) -> str:
+        """The task's local key (the same as :attr:`task`)."""
+        return self.task
 
     def to_json(self) -> dict[str, Any]:
         """The ``run`` / ``reply`` / ``cancel`` / ``resume`` JSON document of docs/cli.md."""
@@ -90,6 +102,7 @@ class TaskView:
             "artifacts": [dict(a) for a in self.artifacts],
             "last_message": self.last_message,
             "last_message_parts": [dict(p) for p in self.last_message_parts],
+            "references": list(self.references),
         }
 
     def to_row(self) -> dict[str, Any]:
@@ -147,3 +160,12 @@ def _joined(parts: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
         else:
             out.append(part)
     return out
+
+
+def _state(name: str) -> TaskState:
+    """The state a projection holds, as a :class:`TaskState`; a name this cardfence does not
+    know (a newer one wrote it) is ``unknown``, as a remote's unknown state is."""
+    try:
+        return TaskState(name)
+    except ValueError:
+        return TaskState.UNKNOWN

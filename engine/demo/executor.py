@@ -17,7 +17,11 @@ released -- cancellable meanwhile; ``fail`` fails with no status message; ``fail
 with a status message; ``reject`` is rejected with a status message; ``write TEXT`` goes
 working, sends TEXT back word by word as one artifact in chunks (A2A ``append``, the last one
 ``lastChunk``), as an agent streaming a model's answer does, and completes -- while its `Hold`
-is held, it stops after two words until released.
+is held, it stops after two words until released; ``parts`` completes at once with an artifact
+``parts`` holding every part of the message as it came (text, file by bytes or URL, data, each
+with its media type and filename) and an artifact ``request`` holding, as a data part, the
+message's ``metadata``, its ``referenceTaskIds`` and the request's ``acceptedOutputModes`` (a
+skill whose card entry takes any input lets any part reach it).
 """
 
 from __future__ import annotations
@@ -36,7 +40,7 @@ from google.protobuf.struct_pb2 import Value  # type: ignore[import-untyped]
 
 __all__ = ["SCRIPTS", "SKILL_METADATA_KEY", "Hold", "ScriptedExecutor", "select_script"]
 
-SCRIPTS = ("echo", "ask", "authorize", "slow", "fail", "fail-diag", "reject", "write")
+SCRIPTS = ("echo", "ask", "authorize", "slow", "fail", "fail-diag", "reject", "write", "parts")
 SKILL_METADATA_KEY = "skillId"
 _HOLD_CHECK_SECONDS = 0.01
 # What ``ask form`` asks to be filled: a JSON Schema, as a data part of the question.
@@ -102,6 +106,19 @@ def _text(updater: TaskUpdater, text: str) -> Message:
     return updater.new_agent_message([Part(text=text)])
 
 
+def _request_of(context: RequestContext) -> dict[str, Any]:
+    """What the ``parts`` script sends back of a request beside its parts."""
+    message = context.message
+    configuration = context.configuration
+    return {
+        "metadata": MessageToDict(message.metadata) if message is not None else {},
+        "referenceTaskIds": list(message.reference_task_ids) if message is not None else [],
+        "acceptedOutputModes": (
+            list(configuration.accepted_output_modes) if configuration is not None else []
+        ),
+    }
+
+
 def _seconds(argument: str) -> float:
     try:
         return max(0.0, float(argument.split()[0]))
@@ -147,6 +164,14 @@ class ScriptedExecutor(AgentExecutor):
 
         if script == "echo":
             await updater.add_artifact([Part(text=argument)], name="echo")
+            await updater.complete()
+        elif script == "parts":
+            received = list(context.message.parts) if context.message is not None else []
+            await updater.add_artifact(received, name="parts")
+            request = Value()
+            request.struct_value.update(_request_of(context))
+            data = Part(data=request, media_type="application/json")
+            await updater.add_artifact([data], name="request")
             await updater.complete()
         elif script == "ask":
             await updater.start_work()

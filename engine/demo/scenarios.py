@@ -101,12 +101,9 @@ async def play(scenario: Scenario, stage: Stage) -> Played:
 @contextlib.asynccontextmanager
 async def _engine(stage: Stage, config: EngineConfig | None = None) -> AsyncIterator[Engine]:
     """An engine on the demo's store -- one process's lifetime; leaving the block is a stop."""
-    engine = Engine.open(stage.store_url, config=config or stage.config)
-    try:
+    async with Engine.connect(stage.store_url, config=config or stage.config) as engine:
         yield engine
         await engine.settle()
-    finally:
-        await engine.aclose()
 
 
 def _events(engine: Engine, key: str) -> list[RecordedEvent]:
@@ -159,12 +156,12 @@ async def _drive_when(engine: Engine, stage: Stage, key: str, seen: str) -> Task
         await driving
     finally:
         await engine.settle()  # the re-validations spawned on the way
-    return engine.task(key)
+    return await engine.task(key)
 
 
 async def _working(engine: Engine, key: str) -> TaskView:
     """Poll until the agent reports the task working (it is held, so it stays there)."""
-    view = engine.task(key)
+    view = await engine.task(key)
     deadline = time.monotonic() + NOTICE_SECONDS
     while view.state == "submitted" and time.monotonic() < deadline:
         view = await engine.poll(key)
@@ -338,7 +335,7 @@ async def restart_after_endpoint_moved(stage: Stage) -> Played:
             await engine.resume(before.task)
         except TaskOrphanedError as refused:
             orphaned = refused
-        after = engine.task(before.task)
+        after = await engine.task(before.task)
         endpoint_requests = len(agent.calls) - requests_before
 
     # The same move with the skill kept.

@@ -1,4 +1,5 @@
-"""``cardfence serve``: the webhook app and the driver in one process, under uvicorn.
+"""``cardfence serve``: the webhook app and the driver in one process, under uvicorn; and the
+driver alone inside a host application (:func:`serving`).
 
 :func:`serve_app` is the ASGI application: the webhook ingress of
 :mod:`cardfence.engine.serve.ingress`
@@ -36,7 +37,7 @@ from cardfence.engine.serve.driver import Driver
 from cardfence.engine.serve.ingress import webhook_app
 from cardfence.engine.wire.push import IngressLimits
 
-__all__ = ["Server", "head_bounded_h11", "listen", "serve", "serve_app"]
+__all__ = ["Server", "head_bounded_h11", "listen", "serve", "serve_app", "serving"]
 
 _log = logging.getLogger("cardfence.serve")
 
@@ -54,20 +55,52 @@ def serve_app(
 
     @contextlib.asynccontextmanager
     async def lifespan(_app: Starlette) -> AsyncIterator[None]:
-        job = asyncio.create_task(driver.run()) if driver is not None else None
-        if job is not None and driver is not None:
-            await driver.ready()
         try:
-            yield
+            async with contextlib.nullcontext() if driver is None else _running(driver):
+                yield
         finally:
-            if driver is not None and job is not None:
-                driver.stop()
-                await asyncio.gather(job, return_exceptions=True)
             await engine.aclose()
 
     sources = ([] if driver is None else [driver]) if metrics else None
     ingress = webhook_app(engine, limits=limits, metrics=sources)
     return Starlette(routes=[Mount("/", app=ingress)], lifespan=lifespan)
+
+
+@contextlib.asynccontextmanager
+async def serving(
+    engine: Engine,
+    *,
+    workers: int = 32,
+    lease_ttl: float = 15.0,
+    scan_interval: float = 0.5,
+) -> AsyncIterator[Driver]:
+    """``async with serving(engine):`` keeps every live task of the engine's store moving, as
+    ``cardfence serve`` does, inside a host application: the tasks it starts and those other
+    processes started (each leased to one driver at a time), polled, streamed and re-checked,
+    until the block ends; the steps in flight then finish. The engine stays open: its owner
+    closes it. ``workers``: polls in flight at once, at most; ``lease_ttl``: how long a claim
+    on a task holds unrenewed; ``scan_interval``: how often the log is read for new tasks.
+    Pushes reach the engine through the host's own mount of :func:`webhook_app`."""
+    driver = Driver(engine, workers=workers, lease_ttl=lease_ttl, scan_interval=scan_interval)
+    async with _running(driver):
+        yield driver
+
+
+@contextlib.asynccontextmanager
+async def _running(driver: Driver) -> AsyncIterator[Driver]:
+    """``driver`` run until the block ends, once it is following the live tasks (a store that
+    cannot be read fails here)."""
+    job = asyncio.create_task(driver.run())
+    ready = asyncio.ensure_future(driver.ready())
+    await asyncio.wait({job, ready}, return_when=asyncio.FIRST_COMPLETED)
+    if job.done():
+        ready.cancel()
+        job.result()  # its failure, raised
+    try:
+        yield driver
+    finally:
+        driver.stop()
+        await asyncio.gather(job, return_exceptions=True)
 
 
 class Server(uvicorn.Server):

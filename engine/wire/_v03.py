@@ -21,9 +21,11 @@ this module only. The 0.3 bindings are two different dialects:
   (:func:`rest_error`).
 
 Neither has ``ListTasks`` (the transport refuses it before sending) nor an ``A2A-Version``
-header. A message is one part, chosen by its media type as the bare words of 0.3 cards name them
-(:func:`cardfence.engine.cards.interfaces.part_kind`): ``text/*`` a text part, a JSON type a data
+header. A message's parts keep their kind: a file by bytes or by URL (with its name and type), a
+data part; a text part is chosen by its media type as the bare words of 0.3 cards name them
+(:func:`cardfence.engine.cards.spoken.part_kind`): ``text/*`` a text part, a JSON type a data
 part (when the text is a JSON object), any other a file part carrying the text's UTF-8 bytes.
+HTTP+JSON 0.3 has no ``referenceTaskIds``: they go by JSON-RPC only.
 
 Translation never raises: what is not the expected shape is passed on as it is, and
 :mod:`engine.wire.v10` refuses it, naming the field. Fixed depth; nothing recurses on the input.
@@ -123,6 +125,9 @@ def _send_params(params: dict[str, Any], rest: bool) -> dict[str, Any]:
     parts = [_part_out(part, rest) for part in message.pop("parts", [])]
     message["role"] = "ROLE_USER" if rest else "user"
     if rest:
+        # The 0.3 proto Message has no referenceTaskIds, and a2a-sdk 0.3 refuses a field it
+        # does not know: they go by JSON-RPC only.
+        message.pop("referenceTaskIds", None)
         message["content"] = parts
     else:
         message["parts"] = parts
@@ -131,6 +136,8 @@ def _send_params(params: dict[str, Any], rest: bool) -> dict[str, Any]:
     # 1.0 blocks unless returnImmediately; 0.3 blocks unless blocking is false, and a2a-sdk
     # 0.3's HTTP+JSON reads an absent one as false (proto default): always say which.
     out: dict[str, Any] = {"blocking": not configuration.get("returnImmediately", False)}
+    if configuration.get("acceptedOutputModes"):
+        out["acceptedOutputModes"] = list(configuration["acceptedOutputModes"])
     push = configuration.get("taskPushNotificationConfig")
     if push:
         out["pushNotification" if rest else "pushNotificationConfig"] = _push_config_out(push)
@@ -138,11 +145,28 @@ def _send_params(params: dict[str, Any], rest: bool) -> dict[str, Any]:
 
 
 def _part_out(part: dict[str, Any], rest: bool) -> dict[str, Any]:
-    """One 1.0 text part ``{"text", "mediaType"}`` as the 0.3 part its media type travels in."""
-    text = part.get("text")
-    if not isinstance(text, str):
-        return dict(part)
-    media_type = str(part.get("mediaType") or "text/plain")
+    """One 1.0 part as the 0.3 part it travels in: a file by bytes (``raw``) or by URL with
+    its ``name`` and ``mimeType``, a data part (its object: 0.3 keeps no media type for it), or
+    a text part ``{"text", "mediaType"}`` chosen by its media type (:func:`_text_out`)."""
+    if isinstance(part.get("text"), str):
+        return _text_out(part["text"], str(part.get("mediaType") or "text/plain"), rest)
+    media = {} if part.get("mediaType") is None else {"mimeType": part["mediaType"]}
+    if part.get("filename"):
+        media["name"] = part["filename"]
+    if isinstance(part.get("raw"), str):
+        return _file_bytes(part["raw"], media, rest)
+    if isinstance(part.get("url"), str):
+        if rest:
+            return {"file": {"fileWithUri": part["url"], **media}}
+        return {"kind": "file", "file": {"uri": part["url"], **media}}
+    if "data" in part:
+        return {"data": {"data": part["data"]}} if rest else {"kind": "data", "data": part["data"]}
+    return dict(part)
+
+
+def _text_out(text: str, media_type: str, rest: bool) -> dict[str, Any]:
+    """A text part as the 0.3 part its media type travels in: ``text/*`` a text part, a JSON
+    type a data part (when the text is a JSON object), any other a file of the text's bytes."""
     kind = part_kind(media_type)
     if kind == "data":
         try:
@@ -154,13 +178,18 @@ def _part_out(part: dict[str, Any], rest: bool) -> dict[str, Any]:
         kind = "file"
     if kind == "file":
         encoded = base64.b64encode(text.encode()).decode()
-        if rest:
-            # a2a-sdk 0.3 puts the base64 text of FileWithBytes.bytes in the proto bytes field,
-            # which proto JSON encodes in base64 once more: its own client sends this.
-            twice = base64.b64encode(encoded.encode()).decode()
-            return {"file": {"fileWithBytes": twice, "mimeType": media_type}}
-        return {"kind": "file", "file": {"bytes": encoded, "mimeType": media_type}}
+        return _file_bytes(encoded, {"mimeType": media_type}, rest)
     return {"text": text} if rest else {"kind": "text", "text": text}
+
+
+def _file_bytes(encoded: str, media: dict[str, Any], rest: bool) -> dict[str, Any]:
+    """A file part of the bytes whose base64 text is ``encoded``."""
+    if rest:
+        # a2a-sdk 0.3 puts the base64 text of FileWithBytes.bytes in the proto bytes field,
+        # which proto JSON encodes in base64 once more: its own client sends this.
+        twice = base64.b64encode(encoded.encode()).decode()
+        return {"file": {"fileWithBytes": twice, **media}}
+    return {"kind": "file", "file": {"bytes": encoded, **media}}
 
 
 def _push_config_out(config: dict[str, Any]) -> dict[str, Any]:

@@ -20,6 +20,7 @@ Answers are parsed by :mod:`engine.wire.v10`; the transport keeps no state beyon
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping
 from contextlib import (
@@ -45,9 +46,12 @@ from cardfence.engine.core.answers import (
     RemoteTask,
     StreamUpdate,
 )
+from cardfence.engine.core.messages import Message
+from cardfence.engine.core.parts import Data, Part, Text, media_type_of
 from cardfence.engine.errors import (
     EndpointUnreachableError,
     InvalidAgentResponseError,
+    MessageTooLargeError,
     OperationUnsupportedError,
     RemoteRefusedError,
     StreamDroppedError,
@@ -77,6 +81,9 @@ from cardfence.engine.wire.v10 import (
 
 __all__ = [
     "A2ATransport",
+    "check_message_size",
+    "message_params",
+    "part_json",
 ]
 
 # After one of these a stream has nothing more to say about its task (a2a-sdk stops there too).
@@ -99,7 +106,7 @@ class A2ATransport(Exchange):
     async def send_message(
         self,
         *,
-        text: str,
+        text: str | None = None,
         message_id: str,
         context_id: str | None,
         task_id: str | None = None,
@@ -107,21 +114,23 @@ class A2ATransport(Exchange):
         return_immediately: bool = True,
         push_config: PushConfig | None = None,
         media_type: str = "text/plain",
+        message: Message | None = None,
     ) -> RemoteTask | RemoteMessage:
-        """SendMessage with one text part from the user.
+        """SendMessage from the user: ``message`` (its parts, metadata, references, accepted
+        output modes), or one ``text`` part of ``media_type``. ``metadata`` is sent over the
+        message's own (the skill the engine asks for: ``skillId``).
 
         With ``task_id`` the ``context_id`` is required: a2a-sdk 1.3 would otherwise mint a new
         context for the reply and every later update (docs/wire.md).
         """
-        params = _message_params(
-            text=text,
+        params = message_params(
+            _message_of(message, text, media_type),
             message_id=message_id,
             context_id=context_id,
             task_id=task_id,
             metadata=metadata,
             return_immediately=return_immediately,
             push_config=push_config,
-            media_type=media_type,
         )
         url, result = await self._call(
             "SendMessage",
@@ -288,13 +297,14 @@ class A2ATransport(Exchange):
     def send_streaming_message(
         self,
         *,
-        text: str,
+        text: str | None = None,
         message_id: str,
         context_id: str | None,
         task_id: str | None = None,
         metadata: Mapping[str, Any] | None = None,
         idle_timeout: float | None = None,
         media_type: str = "text/plain",
+        message: Message | None = None,
     ) -> AbstractAsyncContextManager[AsyncIterator[StreamUpdate]]:
         """SendStreamingMessage: :meth:`send_message`, answered by an event stream.
 
@@ -303,15 +313,14 @@ class A2ATransport(Exchange):
         one must be about it, and with ``task_id`` (a reply), every one must be about that
         task. A bare message is the whole answer: the agent made no task.
         """
-        params = _message_params(
-            text=text,
+        params = message_params(
+            _message_of(message, text, media_type),
             message_id=message_id,
             context_id=context_id,
             task_id=task_id,
             metadata=metadata,
             return_immediately=False,
             push_config=None,
-            media_type=media_type,
         )
         return self._stream(
             "SendStreamingMessage",
@@ -491,33 +500,47 @@ def _same_task(url: str, task_id: str, task: RemoteTask) -> RemoteTask:
     return task
 
 
-def _message_params(
+def _message_of(message: Message | None, text: str | None, media_type: str) -> Message:
+    if message is not None:
+        return message
+    if text is None:
+        raise UsageError("a message needs its parts (or a text)")
+    return Message(parts=(Text(text, media_type),))
+
+
+def message_params(
+    message: Message,
     *,
-    text: str,
     message_id: str,
     context_id: str | None,
     task_id: str | None,
     metadata: Mapping[str, Any] | None,
     return_immediately: bool,
     push_config: PushConfig | None,
-    media_type: str,
 ) -> dict[str, Any]:
-    """A SendMessageRequest with one text part from the user."""
-    message: dict[str, Any] = {
+    """A 1.0 SendMessageRequest (its JSON-RPC params) from the user, carrying ``message``; its
+    metadata with ``metadata`` over it. What the engine's bound on a message measures
+    (:func:`check_message_size`)."""
+    out: dict[str, Any] = {
         "messageId": message_id,
         "role": "ROLE_USER",
-        "parts": [{"text": text, "mediaType": media_type}],
+        "parts": [part_json(part) for part in message.parts],
     }
     if context_id:
-        message["contextId"] = context_id
+        out["contextId"] = context_id
     if task_id:
         if not context_id:
             raise UsageError(f"task {task_id}: a follow-up message needs its context id")
-        message["taskId"] = task_id
-    if metadata:
-        message["metadata"] = dict(metadata)
-    params: dict[str, Any] = {"message": message}
+        out["taskId"] = task_id
+    sent = {**(message.metadata or {}), **(metadata or {})}
+    if sent:
+        out["metadata"] = sent
+    if message.references:
+        out["referenceTaskIds"] = list(message.references)
+    params: dict[str, Any] = {"message": out}
     configuration: dict[str, Any] = {}
+    if message.accepted_output_modes:
+        configuration["acceptedOutputModes"] = list(message.accepted_output_modes)
     if return_immediately:
         configuration["returnImmediately"] = True
     if push_config is not None:
@@ -525,3 +548,47 @@ def _message_params(
     if configuration:
         params["configuration"] = configuration
     return params
+
+
+def part_json(part: Part) -> dict[str, Any]:
+    """One part as A2A 1.0 sends it: ``{"text"}``, ``{"raw"}`` (base64), ``{"url"}`` or
+    ``{"data"}``, with its ``mediaType`` (and a file's ``filename``)."""
+    out: dict[str, Any]
+    if isinstance(part, Text):
+        out = {"text": part.text}
+    elif isinstance(part, Data):
+        out = {"data": part.data}
+    else:
+        if part.data is not None:
+            out = {"raw": base64.b64encode(part.data).decode("ascii")}
+        else:
+            out = {"url": part.url}
+        if part.filename:
+            out["filename"] = part.filename
+    out["mediaType"] = media_type_of(part)
+    return out
+
+
+def check_message_size(
+    message: Message,
+    bound: int,
+    *,
+    message_id: str,
+    context_id: str,
+    task_id: str | None = None,
+    metadata: Mapping[str, Any] | None = None,
+) -> None:
+    """:class:`MessageTooLargeError` when ``message``'s encoded request params are over
+    ``bound`` bytes (the engine's ``max_message_bytes``); nothing is recorded or sent then."""
+    params = message_params(
+        message,
+        message_id=message_id,
+        context_id=context_id,
+        task_id=task_id,
+        metadata=metadata,
+        return_immediately=True,
+        push_config=None,
+    )
+    size = len(request_json(params))
+    if size > bound:
+        raise MessageTooLargeError(size, bound)

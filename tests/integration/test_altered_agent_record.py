@@ -39,7 +39,7 @@ def _alter_agent(db_url: str, agent: str, state: str) -> None:
 async def test_a_creation_is_refused_with_nothing_sent_when_the_agents_record_was_altered(
     peer: Peer, db_url: str, state: str, why: str
 ) -> None:
-    async with Engine.open(db_url, config=FAST) as engine:
+    async with Engine.connect(db_url, config=FAST) as engine:
         first = await engine.start_task(peer.base_url, skill="echo", text="echo one")
         agent = state_of(engine, first.task)["agent"]
         _alter_agent(db_url, agent, state)
@@ -57,18 +57,18 @@ async def test_a_creation_is_refused_with_nothing_sent_when_the_agents_record_wa
         assert "nothing was sent" in str(refused.value)
         assert calls(peer, "SendMessage") == sent
         assert peer.card_requests == card_reads  # the card was not read either
-        assert [v.task for v in engine.tasks()] == [first.task]
+        assert [v.task for v in await engine.tasks()] == [first.task]
 
 
 async def test_resume_on_an_agent_whose_record_was_altered_goes_on_at_the_recorded_endpoint(
     peer: Peer, db_url: str
 ) -> None:
-    async with Engine.open(db_url, config=FAST) as engine:
+    async with Engine.connect(db_url, config=FAST) as engine:
         view = await engine.start_task(peer.base_url, skill="slow", text="slow 0.3")
         agent = state_of(engine, view.task)["agent"]
     _alter_agent(db_url, agent, "[1]")
 
-    async with Engine.open(db_url, config=FAST) as engine:
+    async with Engine.connect(db_url, config=FAST) as engine:
         resumed = await engine.resume(view.task)
         done = await engine.drive(resumed.task, until="terminal", timeout=10)
 

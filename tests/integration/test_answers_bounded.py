@@ -182,7 +182,7 @@ async def test_an_oversized_push_is_answered_never_raised_and_a_truncated_one_sa
 
         assert (too_big.status, too_big.outcome) == (413, "refused")
         assert (cut.status, cut.outcome, cut.detail) == (200, "applied", "payload_truncated")
-        [record] = engine.task(view.task).artifacts
+        [record] = (await engine.task(view.task)).artifacts
         assert record["truncated"] is True
 
 
@@ -268,7 +268,9 @@ async def test_an_artifact_changed_under_the_same_id_is_recorded_as_a_replacemen
             ([{"kind": "text", "text": "draft"}], False),
             ([{"kind": "text", "text": "final"}], True),
         ]
-        assert engine.task(view.task).artifacts[0]["parts"] == [{"kind": "text", "text": "final"}]
+        assert (await engine.task(view.task)).artifacts[0]["parts"] == [
+            {"kind": "text", "text": "final"}
+        ]
 
 
 async def test_200_identical_push_replays_append_at_most_one_event(
@@ -295,7 +297,7 @@ async def test_200_identical_push_replays_append_at_most_one_event(
         assert first.outcome == "applied"
         assert {(d.status, d.outcome) for d in replays} == {(200, "duplicate")}
         assert len(types(engine.store, view.task)) <= before + 1
-        assert engine.task(view.task).state == "input-required"
+        assert (await engine.task(view.task)).state == "input-required"
 
 
 async def test_repeats_beyond_the_first_are_counted_on_the_next_event_not_appended(
@@ -315,7 +317,7 @@ async def test_repeats_beyond_the_first_are_counted_on_the_next_event_not_append
 
         assert done.state == "completed"
         assert data_of(engine.store, view.task, ev.STATE_CHANGED)[-1]["repeats_ignored"] == 5
-        assert done.repeats_ignored == engine.task(view.task).repeats_ignored == 5
+        assert done.repeats_ignored == (await engine.task(view.task)).repeats_ignored == 5
         assert len(types(engine.store, view.task)) == len(before) + 1
         # the audit at the end of the block proves the fold reproduces the count (R13)
 
@@ -386,7 +388,7 @@ async def test_an_answer_naming_one_artifact_twice_records_what_it_dropped(
         assert received["dropped"] == [dropped]
         [flagged] = data_of(engine.store, view.task, ev.FLAGGED_FOR_REVIEW)
         assert flagged["reason"] == "artifact_dropped"
-        assert engine.task(view.task).flags == ("artifact_dropped",)
+        assert (await engine.task(view.task)).flags == ("artifact_dropped",)
 
 
 # -- R16: applying an answer never starts past the command's deadline ----------------------------
@@ -419,7 +421,7 @@ async def test_a_large_answer_arriving_after_the_deadline_is_not_applied_and_dri
         logged = types(engine.store, view.task)
         assert ev.ARTIFACT_RECEIVED not in logged  # nothing of the late answer, not half of it
         assert logged[-1] == ev.DEADLINE_EXCEEDED
-        assert engine.task(view.task).state == "working"
+        assert (await engine.task(view.task)).state == "working"
 
 
 # -- R12: an answer about another task, to a reply or a cancel -----------------------------------
@@ -446,8 +448,8 @@ async def test_a_reply_answered_about_another_task_is_recorded_once_and_raises(
         )
         [flagged] = data_of(engine.store, view.task, ev.FLAGGED_FOR_REVIEW)
         assert flagged["reason"] == "wrong_task"
-        assert engine.task(view.task).state == "input-required"
-        assert "wrong_task" in engine.task(view.task).flags
+        assert (await engine.task(view.task)).state == "input-required"
+        assert "wrong_task" in (await engine.task(view.task)).flags
 
 
 async def test_a_cancel_answered_about_another_task_is_recorded_once_and_raises(
@@ -466,5 +468,5 @@ async def test_a_cancel_answered_about_another_task_is_recorded_once_and_raises(
         [ignored] = data_of(engine.store, view.task, ev.OBSERVATION_IGNORED)
         assert (ignored["reason"], ignored["answered"]) == ("wrong_task", "t-other")
         assert types(engine.store, view.task).count(ev.FLAGGED_FOR_REVIEW) == 1
-        assert engine.task(view.task).state == "working"
-        assert "wrong_task" in engine.task(view.task).flags
+        assert (await engine.task(view.task)).state == "working"
+        assert "wrong_task" in (await engine.task(view.task)).flags

@@ -34,7 +34,7 @@ def agent() -> Iterator[ContentAgent]:
 
 
 async def _parts_task(db: str, agent: ContentAgent) -> str:
-    async with Engine.open(db, config=FAST) as engine:
+    async with Engine.connect(db, config=FAST) as engine:
         view = await engine.start_task(agent.base_url, skill="echo", text="parts")
         view = await engine.drive(view.task, until="terminal", timeout=30)
         assert view.state == "completed"
@@ -96,7 +96,7 @@ async def test_the_task_s_credentials_go_with_a_fetch_to_its_own_origin_only(
         credentials = CredentialsConfig.of({agent.base_url: {"bearer": Bearer(TOKEN)}})
         config = dataclasses.replace(FAST, credentials=credentials)
         db = f"sqlite:///{tmp_path / 'store.db'}"
-        async with Engine.open(db, config=config) as engine:
+        async with Engine.connect(db, config=config) as engine:
             view = await engine.start_task(agent.base_url, skill="echo", text="parts")
             view = await engine.drive(view.task, until="terminal", timeout=30)
             (link,) = [a for a in await engine.artifacts(view.task) if a.artifact_id == "link"]

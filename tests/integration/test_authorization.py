@@ -11,6 +11,7 @@ scan (nothing secret in the database or the logs) is in ``test_secrets_never_sto
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -89,9 +90,12 @@ def config_for(
 class Engines:
     db: str
     opened: list[Engine] = dataclasses.field(default_factory=list)
+    closing: contextlib.AsyncExitStack = dataclasses.field(
+        default_factory=contextlib.AsyncExitStack
+    )
 
     async def open(self, config: EngineConfig) -> Engine:
-        engine = Engine.open(self.db, config=config)
+        engine = await self.closing.enter_async_context(Engine.connect(self.db, config=config))
         self.opened.append(engine)
         return engine
 
@@ -100,11 +104,11 @@ class Engines:
 async def engines(db: str) -> AsyncIterator[Engines]:
     """Engines on one store, closed and audited when the test is done."""
     made = Engines(db)
-    yield made
-    for engine in made.opened:
-        await engine.settle()
-        assert_audit_ok(engine.store)
-        await engine.aclose()
+    async with made.closing:
+        yield made
+        for engine in made.opened:
+            await engine.settle()
+            assert_audit_ok(engine.store)
 
 
 async def oauth_engine(peer: AuthPeer, engines: Engines, tokens: TokenServer) -> Engine:
@@ -268,7 +272,7 @@ async def test_missing_credentials_refuse_creation_and_nothing_reaches_the_agent
 
     assert a2a_hits(peer) == []
     assert peer.calls == []
-    assert engine.tasks() == []
+    assert await engine.tasks() == []
     agent = engine.store.read_stream(f"agent:{peer.base_url}")
     assert agent[-1].type == ev.CREDENTIALS_MISSING
     assert agent[-1].data["reason"] == "credentials_missing"
@@ -287,7 +291,7 @@ async def test_a_token_endpoint_refusing_the_client_sends_nothing_to_the_agent(
         await engine.start_task(peer.base_url, skill="echo", text="echo hi")
 
     assert a2a_hits(peer) == []
-    assert engine.tasks() == []
+    assert await engine.tasks() == []
 
 
 async def test_a_token_url_that_changed_is_a_contract_change_and_nothing_is_sent(
@@ -393,7 +397,7 @@ async def test_revoked_credentials_mid_task_flag_the_task_without_transition_or_
 
     with pytest.raises((AuthorizationFailedError, DeadlineExceeded)):
         await engine.drive(view.task, until="terminal", timeout=1)
-    flagged = engine.task(view.task)
+    flagged = await engine.task(view.task)
     failures = data_of(engine.store, view.task, ev.AUTHORIZATION_FAILED)
     peer.accept_bearer("bearer", "t-1")  # the operator restores the token
     peer.release()

@@ -483,7 +483,7 @@ async def test_a_loopback_card_naming_a_plain_http_remote_interface_is_refused_b
         assert f"{TEST_NET}/rpc: plain http to a non-loopback host refused" in message
         assert message.endswith("(nothing was sent)")
         assert agent.posts("SendMessage") == []
-        assert engine.tasks() == []
+        assert await engine.tasks() == []
         kinds = [kind for kind, _ in agent_events(engine.store, agent.url)]
         assert kinds[-1] == ev.TASK_CREATION_REFUSED
 
@@ -525,7 +525,7 @@ async def test_a_plain_http_webhook_to_a_remote_host_is_not_registered_and_polli
         assert agent.posts("CreateTaskPushNotificationConfig") == []
         assert len([r for r in agent.requests if r.method == "GET"]) == card_reads
         assert types(engine.store, view.task)[-1] == ev.DELIVERY_DOWNGRADED
-        assert engine.task(view.task).delivery_mode == "polling"
+        assert (await engine.task(view.task)).delivery_mode == "polling"
 
 
 def test_run_on_a_card_naming_an_interface_on_port_99999_exits_3_and_sends_nothing(

@@ -70,7 +70,7 @@ async def test_an_artifact_streamed_in_chunks_is_recorded_chunk_by_chunk_and_hel
     view, before, followed = await _written_while_followed(agent, engine, WORDS)
     await engine.settle()  # the closing read
     reads = [call for _, call in agent.calls[before:] if call in ("GetTask", "tasks/get")]
-    done = engine.task(view.task)
+    done = await engine.task(view.task)
     held = await _agent_holds(engine, view.task)
 
     assert followed["state"] == "completed"
@@ -114,5 +114,5 @@ async def test_a_burst_of_chunks_is_appended_in_fewer_events_and_every_chunk_is_
     text = "".join(p["text"] for r in streamed for p in r["parts"])
     assert text == " ".join(words[2:])
     await engine.settle()  # the closing read: the agent's whole artifact
-    (artifact,) = engine.task(view.task).artifacts
+    (artifact,) = (await engine.task(view.task)).artifacts
     assert "".join(p["text"] for p in artifact["parts"]) == " ".join(words)

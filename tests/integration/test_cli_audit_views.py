@@ -308,9 +308,9 @@ def test_engine_task_and_tasks_as_of_a_position_replay_the_past_like_the_cli(
 
     async def main() -> tuple[str, list[str], str]:
         async with audited_engine(db) as engine:
-            then = engine.task(key[:8], as_of=point)
-            listed = [v.state for v in engine.tasks(as_of=point)]
-            return then.state, listed, engine.task(key).state
+            then = await engine.task(key[:8], as_of=point)
+            listed = [v.state for v in await engine.tasks(as_of=point)]
+            return then.state, listed, (await engine.task(key)).state
 
     then, listed, now = asyncio.run(main())
     assert (then, listed, now) == ("input-required", ["input-required"], "completed")

@@ -323,10 +323,10 @@ async def conclude(engine: Engine, key: str) -> TaskView:
 async def recover(db_url: str, peer: Peer, known_before: set[str]) -> Recovery:
     """Reopen the store, check it, resume every task to the remote's end, check again."""
     outcome = Recovery()
-    async with Engine.open(db_url, config=FAST) as engine:
+    async with Engine.connect(db_url, config=FAST) as engine:
         assert_log_sound(engine.store)
         agent = agent_transport(engine, peer)
-        views = engine.tasks()
+        views = await engine.tasks()
         outcome.tasks = len(views)
         bound_at_crash = {v.task for v in views if v.remote_task_id}
         contexts = {}
@@ -516,7 +516,7 @@ def die_at_send(monkeypatch: pytest.MonkeyPatch, *, after_delivery: bool, reply:
 @contextlib.asynccontextmanager
 async def restart(db_url: str) -> AsyncIterator[Engine]:
     """A new engine on the store a dead one left (its log checked before anything else)."""
-    async with Engine.open(db_url, config=FAST) as engine:
+    async with Engine.connect(db_url, config=FAST) as engine:
         assert_log_sound(engine.store)
         yield engine
         await engine.settle()
@@ -527,16 +527,16 @@ async def test_killed_after_the_agent_received_send_resume_binds_the_task_it_fin
     peer: Peer, db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     die_at_send(monkeypatch, after_delivery=True, reply=False)
-    async with Engine.open(db_url, config=FAST) as engine:
+    async with Engine.connect(db_url, config=FAST) as engine:
         with pytest.raises(ProcessKilled):
             await engine.start_task(peer.base_url, skill="slow", text="slow 0.2")
-        [pending] = engine.tasks()
+        [pending] = await engine.tasks()
         context = engine.log.head(pending.task).state["context_id"]
     monkeypatch.undo()
 
     async with restart(db_url) as engine:
         assert types(engine.store, pending.task) == [ev.TASK_SUBMITTED]
-        assert engine.task(pending.task).remote_task_id is None
+        assert (await engine.task(pending.task)).remote_task_id is None
         [remote] = await agent_transport(engine, peer).list_tasks(context_id=context)
 
         resumed = await engine.resume(pending.task)
@@ -548,17 +548,17 @@ async def test_killed_after_the_agent_received_send_resume_binds_the_task_it_fin
         assert calls(peer, "SendMessage") == 1  # found, not sent again
         listed = await agent_transport(engine, peer).list_tasks(context_id=context)
         assert [t.id for t in listed] == [remote.id]
-        assert engine.task(remote.id).task == pending.task
+        assert (await engine.task(remote.id)).task == pending.task
 
 
 async def test_killed_between_task_submitted_and_the_send_resume_sends_it_once(
     peer: Peer, db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     die_at_send(monkeypatch, after_delivery=False, reply=False)
-    async with Engine.open(db_url, config=FAST) as engine:
+    async with Engine.connect(db_url, config=FAST) as engine:
         with pytest.raises(ProcessKilled):
             await engine.start_task(peer.base_url, skill="echo", text="echo kept")
-        [pending] = engine.tasks()
+        [pending] = await engine.tasks()
     monkeypatch.undo()
     assert calls(peer, "SendMessage") == 0
 
@@ -580,7 +580,7 @@ async def test_killed_between_task_submitted_and_the_send_resume_sends_it_once(
 async def test_killed_after_the_reply_reached_the_agent_the_task_still_completes(
     peer: Peer, db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    async with Engine.open(db_url, config=FAST) as engine:
+    async with Engine.connect(db_url, config=FAST) as engine:
         view = await engine.start_task(peer.base_url, skill="ask", text="ask")
         asked = await engine.drive(view.task, timeout=CONCLUDE)
         assert asked.state == "input-required"
@@ -590,7 +590,7 @@ async def test_killed_after_the_reply_reached_the_agent_the_task_still_completes
     monkeypatch.undo()
 
     async with restart(db_url) as engine:
-        recorded = engine.task(view.task)
+        recorded = await engine.task(view.task)
         assert recorded.state == "input-required"  # what the log last knew
         await remote_reaches(
             agent_transport(engine, peer), str(recorded.remote_task_id), "completed"
@@ -605,7 +605,7 @@ async def test_killed_after_the_reply_reached_the_agent_the_task_still_completes
 async def test_resume_after_a_lost_reply_answer_reports_the_remote_state(
     peer: Peer, db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    async with Engine.open(db_url, config=FAST) as engine:
+    async with Engine.connect(db_url, config=FAST) as engine:
         view = await engine.start_task(peer.base_url, skill="ask", text="ask")
         await engine.drive(view.task, timeout=CONCLUDE)
         die_at_send(monkeypatch, after_delivery=True, reply=True)
@@ -627,10 +627,10 @@ async def test_rebinding_a_task_that_already_ended_records_its_artifacts(
     peer: Peer, db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     die_at_send(monkeypatch, after_delivery=True, reply=False)
-    async with Engine.open(db_url, config=FAST) as engine:
+    async with Engine.connect(db_url, config=FAST) as engine:
         with pytest.raises(ProcessKilled):
             await engine.start_task(peer.base_url, skill="echo", text="echo result")
-        [pending] = engine.tasks()
+        [pending] = await engine.tasks()
         context = engine.log.head(pending.task).state["context_id"]
     monkeypatch.undo()
 

@@ -145,11 +145,11 @@ async def test_creation_refused_by_the_agent_is_final_and_resume_never_sends_it_
     [refused] = data_of(engine.store, key, ev.TASK_CREATION_REFUSED)
     assert refused["code"] == CONTENT_TYPE_NOT_SUPPORTED
     assert refused["message"]
-    view = engine.task(key)
+    view = await engine.task(key)
     assert view.state == "submitted"  # no terminal state the remote did not report (R10)
     assert "never_created" in view.flags
     assert state_of(engine, key)["closed"] == "never_created"
-    assert [v.task for v in engine.tasks(state="never_created")] == [key]
+    assert [v.task for v in await engine.tasks(state="never_created")] == [key]
 
     resumed = await engine.resume(key)
     driven = await engine.drive(key, until="terminal", timeout=1)
@@ -195,7 +195,7 @@ async def test_resend_of_an_unknown_outcome_is_gated_by_the_frozen_contract_at_a
     async with audited_engine(db, config) as engine:
         with pytest.raises(EndpointUnreachableError):
             await engine.start_task(agent.url, skill=SKILL, text="hi")
-        [key] = [v.task for v in engine.tasks()]
+        [key] = [v.task for v in await engine.tasks()]
         # Meanwhile the agent moved its endpoint to another origin and rotated its contract.
         agent.interfaces = [other_agent.rpc_url]
         serve_card(agent, **MTLS_ONLY)
@@ -227,7 +227,7 @@ async def test_resume_binds_the_task_of_its_context_whose_history_holds_the_crea
     peer.set_endpoint_gone(True)
     with pytest.raises(EndpointUnreachableError):
         await engine.start_task(peer.base_url, skill="echo", text="echo ours")
-    [pending] = engine.tasks()
+    [pending] = await engine.tasks()
     [recorded] = data_of(engine.store, pending.task, ev.TASK_SUBMITTED)
     peer.set_endpoint_gone(False)
     transport = A2ATransport(engine.client, Interface(peer.jsonrpc_url, JSONRPC, "1.0"))
@@ -270,9 +270,9 @@ async def test_a_send_answered_with_two_task_members_binds_neither_and_is_an_inv
     with pytest.raises(InvalidAgentResponseError, match=r"result\.task: duplicate member name"):
         await engine.start_task(agent.url, skill=SKILL, text="hi")
 
-    [key] = [v.task for v in engine.tasks()]
+    [key] = [v.task for v in await engine.tasks()]
     assert state_of(engine, key)["remote_task_id"] is None  # bound to neither id
-    assert engine.task(key).state == "submitted"  # the outcome unknown: resume looks for it
+    assert (await engine.task(key)).state == "submitted"  # the outcome unknown: resume looks for it
     [unknown] = data_of(engine.store, key, ev.ENDPOINT_UNREACHABLE)
     assert "result.task: duplicate member name" in unknown["detail"]
 
@@ -310,7 +310,7 @@ async def test_a_send_answered_429_goes_again_after_the_wait_and_creates_one_tas
     # Through the gate again: a fresh card read before the second send.
     gets = [r.method if r.method == "GET" else r.rpc_method for r in agent.requests]
     assert gets[-3:] == ["SendMessage", "GET", "SendMessage"]
-    assert [v.task for v in engine.tasks()] == [view.task]
+    assert [v.task for v in await engine.tasks()] == [view.task]
     [throttled] = data_of(engine.store, view.task, ev.THROTTLED)
     assert (throttled["status"], throttled["asked"], throttled["during"]) == (429, 1.0, "send")
     assert ev.ENDPOINT_UNREACHABLE not in types(engine.store, view.task)
@@ -377,7 +377,7 @@ async def test_a_send_asked_to_wait_past_the_deadline_is_not_sent_again_and_exit
     key = caught.value.task
     [throttled] = data_of(engine.store, key, ev.THROTTLED)
     assert (throttled["asked"], throttled["wait"]) == (100.0, None)
-    assert engine.task(key).state == "submitted"
+    assert (await engine.task(key)).state == "submitted"
 
 
 # -- R16: a remote task id is unique per agent, not globally -------------------------------------
@@ -406,12 +406,12 @@ async def test_two_agents_answering_the_same_task_id_keep_their_own_pushes_and_s
 
     assert (delivered.status, delivered.task) == (200, first.task)
     assert (other_delivered.status, other_delivered.task) == (200, second.task)
-    assert engine.task(first.task).state == "completed"
-    assert engine.task(second.task).state == "input-required"
+    assert (await engine.task(first.task)).state == "completed"
+    assert (await engine.task(second.task)).state == "input-required"
     refused = await engine.deliver(body, push_headers("not-a-token"))
     assert refused.status == 401
     with pytest.raises(UsageError) as ambiguous:
-        engine.task("t-1")
+        await engine.task("t-1")
     message = str(ambiguous.value)
     for key, origin in ((first.task, agent.url), (second.task, other_agent.url)):
         assert key in message
@@ -443,8 +443,8 @@ async def test_get_task_answering_another_task_id_is_recorded_once_and_applies_n
         "t-1",
         "t-other",
     )
-    assert engine.task(view.task).state == "working"
-    assert "wrong_task" in engine.task(view.task).flags
+    assert (await engine.task(view.task)).state == "working"
+    assert "wrong_task" in (await engine.task(view.task)).flags
 
 
 async def test_get_task_in_another_context_is_applied_and_flagged_context_mismatch_once(
@@ -466,4 +466,4 @@ async def test_get_task_in_another_context_is_applied_and_flagged_context_mismat
 
     flagged = data_of(engine.store, view.task, ev.FLAGGED_FOR_REVIEW)
     assert [f["reason"] for f in flagged] == ["context_mismatch"]
-    assert "context_mismatch" in engine.task(view.task).flags
+    assert "context_mismatch" in (await engine.task(view.task)).flags

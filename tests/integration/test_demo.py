@@ -23,6 +23,8 @@ from support.engine_fixtures import data_of, events, transitions, types
 from cardfence.engine.client.audit import audit
 from cardfence.engine.client.tasklog import TaskLog, task_stream_id
 from cardfence.engine.core import events as ev
+from cardfence.engine.core.messages import submitted_message
+from cardfence.engine.core.parts import Text
 from cardfence.engine.discovery.fetch import card_urls
 from cardfence.store.event_store import EventStore
 
@@ -171,7 +173,12 @@ def test_contract_rotated_between_read_and_send_sends_nothing_until_accepted_the
 
     assert facts["refused"] == "ContractChangedError"
     assert facts["send_message_after"] == facts["send_message_before"]  # nothing was sent
-    sent_texts = [events(store, head.key)[0].data["text"] for head in TaskLog(store).all()]
+    sent_texts = [
+        part.text
+        for head in TaskLog(store).all()
+        for part in submitted_message(events(store, head.key)[0].data).parts
+        if isinstance(part, Text)
+    ]
     assert "echo rotated" not in sent_texts  # not even recorded as a task
     agent = card_urls(demo_run.document["agent"])[0]
     recorded = [(e.type, e.data) for e in store.read_stream(ev.agent_stream_id(agent))]

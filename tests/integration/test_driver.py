@@ -47,7 +47,7 @@ DRIVEN = (SLOW, [("submitted", "completed")])
 async def test_driver_takes_over_tasks_another_engine_started_and_drives_them_to_the_end(
     peer: Peer, db_url: str
 ) -> None:
-    async with Engine.open(db_url, config=FAST) as starter, driving(db_url) as driver:
+    async with Engine.connect(db_url, config=FAST) as starter, driving(db_url) as driver:
         started = [
             await starter.start_task(peer.base_url, skill="slow", text="slow 0.3") for _ in range(5)
         ]  # recorded and sent by another engine, which never polls them
@@ -67,7 +67,7 @@ async def test_driver_takes_over_tasks_another_engine_started_and_drives_them_to
 async def test_driver_follows_tasks_live_when_it_starts_and_skips_ended_and_refused_ones(
     peer: Peer, db_url: str
 ) -> None:
-    async with Engine.open(db_url, config=FAST) as starter:
+    async with Engine.connect(db_url, config=FAST) as starter:
         live = await starter.start_task(peer.base_url, skill="slow", text="slow 0.3")
         done = await starter.start_task(peer.base_url, skill="echo", text="echo hi")
         await starter.drive(done.task, until="terminal", timeout=5)
@@ -78,7 +78,7 @@ async def test_driver_follows_tasks_live_when_it_starts_and_skips_ended_and_refu
         assert driver.followed == 1
         await wait_until(lambda: driver.followed == 0, timeout=10, what="the live task to end")
 
-    async with Engine.open(db_url, config=FAST) as reader:
+    async with Engine.connect(db_url, config=FAST) as reader:
         assert state_of(reader, live.task)["state"] == "completed"
         assert transitions(reader.store, done.task) == [("submitted", "completed")]
 
@@ -89,7 +89,7 @@ async def test_live_tasks_without_a_due_row_get_one_when_a_driver_loads_the_stor
     """A store written before the due-work table existed: its live tasks have no row (here
     removed, as the migration that made the table left them). The driver's load gives them
     one, reading only the heads of tasks not ended, and drives them to their end."""
-    async with Engine.open(db_url, config=FAST) as starter:
+    async with Engine.connect(db_url, config=FAST) as starter:
         live = [
             await starter.start_task(peer.base_url, skill="slow", text="slow 0.3") for _ in range(3)
         ]
@@ -112,7 +112,7 @@ async def test_live_tasks_without_a_due_row_get_one_when_a_driver_loads_the_stor
         assert "completed" not in heads_read  # the ended task's head was never read
         await wait_until(lambda: driver.followed == 0, timeout=10, what="the live tasks to end")
 
-    async with Engine.open(db_url, config=FAST) as reader:
+    async with Engine.connect(db_url, config=FAST) as reader:
         for view in live:
             assert transitions(reader.store, view.task) in DRIVEN
         assert reader.store.due.rows() == []
@@ -128,7 +128,7 @@ async def test_safety_polls_complete_a_task_whose_pushes_are_dropped_within_max_
         FAST, max_poll_interval=0.5, first_poll_interval=0.5, follow_streams=False
     )  # polls only: the bound is theirs
     peer.set_push_dropped(True)
-    async with Engine.open(db_url, config=config) as starter, driving(db_url, config):
+    async with Engine.connect(db_url, config=config) as starter, driving(db_url, config):
         view = await starter.start_task(peer.base_url, skill="slow", text="slow 1.2")
         registered = await starter.register_webhook(view.task, "http://127.0.0.1:9/webhook")
         assert registered.registered
@@ -154,7 +154,7 @@ async def test_a_task_whose_endpoint_moved_while_nobody_drove_it_follows_the_mov
     the driver reconciles before polling and the task follows its skill's new endpoint."""
     with MovableEndpoint(peer.jsonrpc_url) as old:
         peer.mutate_card(point_jsonrpc_at(old.url))
-        async with Engine.open(db_url, config=FAST) as starter:
+        async with Engine.connect(db_url, config=FAST) as starter:
             view = await starter.start_task(peer.base_url, skill="slow", text="slow 0.5")
             assert state_of(starter, view.task)["endpoint"]["url"] == old.url
             peer.mutate_card(point_jsonrpc_at(peer.jsonrpc_url))  # the agent moved the endpoint
@@ -176,7 +176,7 @@ async def test_a_card_moving_a_task_to_port_99999_is_a_failed_read_and_serve_com
     peer: Peer, db_url: str
 ) -> None:
     """The card is invalid (R16), so it is no move (R9): the task is polled where it was."""
-    async with Engine.open(db_url, config=FAST) as starter:
+    async with Engine.connect(db_url, config=FAST) as starter:
         view = await starter.start_task(peer.base_url, skill="slow", text="slow 0.5")
         peer.mutate_card(point_jsonrpc_at("http://127.0.0.1:99999/"))
         with contextlib.suppress(CardInvalidError):
@@ -193,7 +193,7 @@ async def test_an_orphaned_task_is_polled_on_at_its_recorded_endpoint_and_never_
     peer: Peer, db_url: str
 ) -> None:
     """R9 says orphaned, R1 says the card never ends the task: it completes as the agent says."""
-    async with Engine.open(db_url, config=FAST) as starter:
+    async with Engine.connect(db_url, config=FAST) as starter:
         view = await starter.start_task(peer.base_url, skill="slow", text="slow 0.6")
         peer.mutate_card(drop_skill("slow"))
         await starter.discovery.read(peer.base_url, fresh=True)
@@ -209,7 +209,7 @@ async def test_an_orphaned_task_is_polled_on_at_its_recorded_endpoint_and_never_
 
 async def test_a_reply_sent_by_another_process_is_followed_at_once(peer: Peer, db_url: str) -> None:
     config = dataclasses.replace(FAST, max_poll_interval=5.0)
-    async with Engine.open(db_url, config=config) as starter, driving(db_url, config) as driver:
+    async with Engine.connect(db_url, config=config) as starter, driving(db_url, config) as driver:
         view = await starter.start_task(peer.base_url, skill="ask", text="ask")
         await wait_until(
             lambda: state_of(starter, view.task)["state"] == "input-required", timeout=10
@@ -225,14 +225,14 @@ async def test_stopping_the_driver_finishes_the_steps_in_flight_and_leaves_tasks
     peer: Peer, db_url: str
 ) -> None:
     peer.hold()
-    async with Engine.open(db_url, config=FAST) as starter:
+    async with Engine.connect(db_url, config=FAST) as starter:
         views = [
             await starter.start_task(peer.base_url, skill="slow", text="slow 0") for _ in range(10)
         ]
     async with driving(db_url) as driver:
         await wait_until(lambda: driver.polls >= 10, timeout=10, what="every task polled")
     peer.release()  # the driver is stopped and audited; a later engine picks the tasks up
-    async with Engine.open(db_url, config=FAST) as later:
+    async with Engine.connect(db_url, config=FAST) as later:
         for view in views:
             await later.resume(view.task)
             assert (await later.drive(view.task, until="terminal", timeout=10)).state == (
@@ -248,7 +248,7 @@ async def test_a_task_whose_record_was_altered_is_not_driven_and_holds_up_no_oth
     """Two live tasks whose projections were altered in the store: one with its due row (met
     by a step), one without (met by the load's backfill). Neither stops the driver, and both
     are left exactly as they were; the other tasks are driven to their end."""
-    async with Engine.open(db_url, config=FAST) as starter:
+    async with Engine.connect(db_url, config=FAST) as starter:
         good = [
             await starter.start_task(peer.base_url, skill="slow", text="slow 0.3") for _ in "ab"
         ]
@@ -268,7 +268,7 @@ async def test_a_task_whose_record_was_altered_is_not_driven_and_holds_up_no_oth
         )
         before = dict(conn.execute(sa.text("SELECT stream_id, version FROM streams")).all())
 
-    async with Engine.open(db_url, config=FAST) as engine:
+    async with Engine.connect(db_url, config=FAST) as engine:
         driver = Driver(engine, scan_interval=0.05)
         with caplog.at_level(logging.ERROR, logger="cardfence.driver"):
             job = asyncio.create_task(driver.run())
@@ -309,7 +309,7 @@ async def test_an_altered_record_is_logged_once_and_its_task_driven_again_once_r
     """A live task whose projection was altered is met by a step every ``max_poll_interval``:
     one error line says so, the later steps log at debug level only; once the audit rebuilds
     the projection, the next step drives it to its end and one line says it is driven again."""
-    async with Engine.open(db_url, config=FAST) as starter:
+    async with Engine.connect(db_url, config=FAST) as starter:
         view = await starter.start_task(peer.base_url, skill="slow", text="slow 0.3")
     with EventStore.open(db_url) as store, store.engine.begin() as conn:
         conn.execute(
@@ -324,7 +324,7 @@ async def test_an_altered_record_is_logged_once_and_its_task_driven_again_once_r
             if getattr(r, "event", None) == "RecordUnreadable" and r.levelno >= level
         ]
 
-    async with Engine.open(db_url, config=FAST) as engine:
+    async with Engine.connect(db_url, config=FAST) as engine:
         driver = Driver(engine, scan_interval=0.05)
         with caplog.at_level(logging.DEBUG, logger="cardfence.driver"):
             job = asyncio.create_task(driver.run())
@@ -353,7 +353,7 @@ async def test_an_agent_record_altered_in_the_store_never_stops_its_tasks_being_
 ) -> None:
     """The agent's stream is card state: unreadable, it is like a card that cannot be read
     (R8), and the tasks go on being polled to their end (the card never gates continuation)."""
-    async with Engine.open(db_url, config=FAST) as starter:
+    async with Engine.connect(db_url, config=FAST) as starter:
         live = [
             await starter.start_task(peer.base_url, skill="slow", text="slow 0.3") for _ in "ab"
         ]
@@ -364,7 +364,7 @@ async def test_an_agent_record_altered_in_the_store_never_stops_its_tasks_being_
             {"id": ev.agent_stream_id(agent)},
         )
 
-    async with Engine.open(db_url, config=FAST) as engine:
+    async with Engine.connect(db_url, config=FAST) as engine:
         driver = Driver(engine, scan_interval=0.05)
         with caplog.at_level(logging.WARNING):
             job = asyncio.create_task(driver.run())

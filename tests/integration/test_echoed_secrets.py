@@ -246,7 +246,7 @@ async def test_with_the_redaction_planted_out_the_search_finds_the_echoed_secret
     agent.refusing.add("SendMessage")
     origin = {agent.url: {"bearer": Bearer(BEARER), "key": ApiKey(API_KEY)}}
     config = dataclasses.replace(FAST, credentials=CredentialsConfig.of(origin))
-    async with Engine.open(db, config=config) as engine:
+    async with Engine.connect(db, config=config) as engine:
         with pytest.raises(RemoteRefusedError) as refused:
             await engine.start_task(agent.url, skill=SKILL, text="hi")
 

@@ -234,7 +234,7 @@ async def test_resume_re_sends_a_creation_that_never_arrived_under_the_extended_
         with pytest.raises(EndpointUnreachableError):
             await engine.start_task(peer.base_url, skill=EXTENDED_ONLY, text="slow 0.1")
         monkeypatch.setattr(A2ATransport, "send_message", sent)
-        [pending] = engine.tasks()
+        [pending] = await engine.tasks()
 
         resumed = await engine.resume(pending.task)  # ListTasks finds nothing: sent again
         done = await engine.drive(resumed.task, until="terminal", timeout=10)

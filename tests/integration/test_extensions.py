@@ -107,7 +107,7 @@ async def test_an_extension_not_named_by_a_uri_is_a_usage_error_before_anything_
 ) -> None:
     before = (len(peer.calls), peer.card_requests)
 
-    async with Engine.open(f"sqlite:///{tmp_path / 'none.db'}", config=FAST) as engine:
+    async with Engine.connect(f"sqlite:///{tmp_path / 'none.db'}", config=FAST) as engine:
         with pytest.raises(UsageError, match=r"is not a URI .*: nothing was sent"):
             await engine.start_task(peer.base_url, skill="echo", text="hi", extensions=[named])
         assert engine.log.all() == []

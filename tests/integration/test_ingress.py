@@ -155,7 +155,9 @@ async def test_task_reaches_terminal_through_pushes_the_agent_sends_to_the_app(
     peer.release()
 
     # Not driven: nothing polls, so only the agent's pushes through the app can move the task.
-    await wait_until(lambda: engine.task(view.task).state == "completed", what="completed by push")
+    await wait_until(
+        lambda: state_of(engine, view.task)["state"] == "completed", what="completed by push"
+    )
     # The store shows `completed` a moment before the delivery that applied it has started the
     # closing read: wait for that read, then for what it records.
     await wait_until(lambda: calls(peer, "GetTask") >= 1, what="the closing read")
@@ -395,7 +397,7 @@ def test_ingress_limits_at_their_minimum_or_off_are_accepted() -> None:
 async def idle_ingress(tmp_path: Path) -> AsyncIterator[tuple[Engine, str]]:
     """An engine on an empty SQLite store and its webhook app's base URL (nothing to audit)."""
     async with (
-        Engine.open(f"sqlite:///{tmp_path / 'cardfence.db'}") as engine,
+        Engine.connect(f"sqlite:///{tmp_path / 'cardfence.db'}") as engine,
         serving(webhook_app(engine)) as base_url,
     ):
         yield engine, base_url
@@ -472,7 +474,7 @@ async def test_duplicate_and_out_of_order_deliveries_record_each_transition_once
         (200, "duplicate"),
         (200, "ignored"),  # a terminal state absorbs it (R10): `after_terminal`
     ]
-    assert engine.task(view.task).state == "completed"
+    assert (await engine.task(view.task)).state == "completed"
     assert [to for _, to in transitions(engine.store, view.task)[len(before) :]] == [
         "working",
         "input-required",
@@ -504,7 +506,7 @@ async def test_a_push_of_the_whole_ended_task_needs_no_closing_read(
     await engine.settle()
 
     assert (response.status_code, response.json()["outcome"]) == (200, "applied")
-    assert engine.task(view.task).state == "completed"
+    assert (await engine.task(view.task)).state == "completed"
     assert [a["artifact_id"] for a in data_of(engine.store, view.task, ev.ARTIFACT_RECEIVED)] == [
         "answer"
     ]
@@ -543,7 +545,7 @@ async def test_a_webhook_replaced_after_the_lookup_refuses_the_old_token_and_wri
         url, content=body, headers=push_headers(second.token, authorization=AUTH)
     )
     assert (current.status_code, current.json()["outcome"]) == (200, "applied")
-    assert engine.task(view.task).state == "working"
+    assert (await engine.task(view.task)).state == "working"
 
 
 # -- failures inside the engine -------------------------------------------------------------------
@@ -578,14 +580,14 @@ async def test_a_store_failing_inside_deliver_answers_503_to_retry_and_writes_no
     # The database took nothing half-way: the same delivery applies once it accepts events.
     again = await client.post(url, content=body, headers=headers)
     assert (again.status_code, again.json()["outcome"]) == (200, "applied")
-    assert engine.task(view.task).state == "input-required"
+    assert (await engine.task(view.task)).state == "input-required"
 
 
 async def test_a_delivery_to_a_task_whose_record_was_altered_answers_500_and_writes_nothing(
     peer: Peer, db_url: str, client: httpx.AsyncClient, caplog: pytest.LogCaptureFixture
 ) -> None:
     # Not the audited engine: this store is broken on purpose.
-    async with Engine.open(db_url, config=FAST) as engine, serving(webhook_app(engine)) as base:
+    async with Engine.connect(db_url, config=FAST) as engine, serving(webhook_app(engine)) as base:
         url = base + "/webhook"
         view, outcome = await registered_task(engine, peer, url)
         stream_id = f"task:{view.task}"
@@ -617,7 +619,7 @@ async def test_a_push_ending_a_task_is_applied_though_its_agents_record_was_alte
     """A `failed` report compares the card revision in force with the task's (R11); the agent's
     record unreadable, there is nothing to compare with, and the report is applied all the
     same: card state never holds up a task."""
-    async with Engine.open(db_url, config=FAST) as engine, serving(webhook_app(engine)) as base:
+    async with Engine.connect(db_url, config=FAST) as engine, serving(webhook_app(engine)) as base:
         url = base + "/webhook"
         view, outcome = await registered_task(engine, peer, url)
         agent = state_of(engine, view.task)["agent"]
@@ -634,7 +636,7 @@ async def test_a_push_ending_a_task_is_applied_though_its_agents_record_was_alte
             )
 
         assert (response.status_code, response.json()["outcome"]) == (200, "applied")
-        assert engine.task(view.task).state == "failed"
+        assert (await engine.task(view.task)).state == "failed"
         assert transitions(engine.store, view.task)[-1][1] == "failed"
     [logged] = [r for r in caplog.records if getattr(r, "event", None) == "RecordUnreadable"]
     assert (logged.levelno, logged.task) == (logging.WARNING, view.task)  # type: ignore[attr-defined]
@@ -680,7 +682,7 @@ async def test_a_database_that_goes_away_makes_readyz_and_deliveries_answer_503_
     peer: Peer, client: httpx.AsyncClient, pg_admin_url: str
 ) -> None:
     with postgres_database(pg_admin_url) as (url, server):
-        async with Engine.open(url, config=FAST) as engine, serving(webhook_app(engine)) as base:
+        async with Engine.connect(url, config=FAST) as engine, serving(webhook_app(engine)) as base:
             hook = base + "/webhook"
             view, outcome = await registered_task(engine, peer, hook)
             body = forged(view, "input-required", datetime.now(UTC))

@@ -140,7 +140,7 @@ async def test_two_drivers_share_the_tasks_and_each_is_driven_by_one_lease_at_a_
     peer: Peer, db_url: str
 ) -> None:
     async with (
-        Engine.open(db_url, config=FAST) as starter,
+        Engine.connect(db_url, config=FAST) as starter,
         driving(db_url, owner="one") as one,
         driving(db_url, owner="two") as two,
     ):
@@ -170,7 +170,7 @@ async def test_two_drivers_share_the_tasks_and_each_is_driven_by_one_lease_at_a_
 async def test_a_stopped_driver_lets_go_and_the_other_finishes_its_tasks(
     peer: Peer, db_url: str
 ) -> None:
-    async with Engine.open(db_url, config=FAST) as starter:
+    async with Engine.connect(db_url, config=FAST) as starter:
         async with driving(db_url, owner="leaving") as leaving:
             view = await starter.start_task(peer.base_url, skill="slow", text="slow 1.5")
             await wait_until(lambda: leaving.followed == 1, what="the first driver to claim it")
@@ -194,7 +194,7 @@ async def test_a_stopped_driver_lets_go_and_the_other_finishes_its_tasks(
 async def test_a_driver_whose_lease_is_taken_lets_the_task_go_without_appending(
     peer: Peer, db_url: str
 ) -> None:
-    async with Engine.open(db_url, config=FAST) as starter:
+    async with Engine.connect(db_url, config=FAST) as starter:
         async with driving(db_url, owner="slow-renewer", lease_ttl=30.0) as driver:
             view = await starter.start_task(peer.base_url, skill="slow", text="slow 30")
             await wait_until(lambda: driver.followed == 1, what="the driver to claim it")
@@ -235,7 +235,7 @@ def test_take_over_moves_leases_from_one_holder_with_new_epochs_and_fences_the_o
 async def test_a_driver_started_beside_a_busy_one_takes_over_its_fair_share(
     peer: Peer, db_url: str
 ) -> None:
-    async with Engine.open(db_url, config=FAST) as starter:
+    async with Engine.connect(db_url, config=FAST) as starter:
         async with driving(db_url, owner="busy", lease_ttl=1.5) as busy:
             views = [
                 await starter.start_task(peer.base_url, skill="slow", text="slow 30")
@@ -265,7 +265,7 @@ async def test_a_background_decision_under_a_lease_since_lost_writes_nothing_and
     """A re-check or re-validation a driver started under its lease may end after the lease was
     lost (the task ended, or another process took it over): its append is refused, and that is
     the end of it -- not an error that :meth:`Engine.settle` reports."""
-    async with Engine.open(db_url, config=FAST) as starter:
+    async with Engine.connect(db_url, config=FAST) as starter:
         async with driving(db_url, owner="first", lease_ttl=30.0) as driver:
             view = await starter.start_task(peer.base_url, skill="slow", text="slow 30")
             await wait_until(lambda: driver.followed == 1, what="the driver to claim it")
@@ -276,7 +276,7 @@ async def test_a_background_decision_under_a_lease_since_lost_writes_nothing_and
             before = len(events(store, view.task))
 
             with tasklog.driving(lease):  # as a step of the driver spawns its checks
-                flag = (ev.FLAGGED_FOR_REVIEW, {"reason": "skill_withdrawn", "detail": "late"})
+                flag = ev.FlaggedForReview(reason="skill_withdrawn", detail="late")
                 driver.engine.background.spawn(driver.engine.records.record(view.task, [flag]))
             await driver.engine.settle()  # nothing to report
 
@@ -292,7 +292,7 @@ async def test_an_append_refused_under_an_older_lease_leaves_the_newer_one_drive
     and drives the task on under the newer lease. Before, it dropped the newer lease while the
     store went on renewing it, so nobody ever polled the task again."""
     async with (
-        Engine.open(db_url, config=FAST) as starter,
+        Engine.connect(db_url, config=FAST) as starter,
         driving(db_url, owner="racer", lease_ttl=30.0) as driver,
     ):
         view = await starter.start_task(peer.base_url, skill="slow", text="slow 1.5")
@@ -307,7 +307,7 @@ async def test_an_append_refused_under_an_older_lease_leaves_the_newer_one_drive
             store.due.release("racer", {stream: 0.0})  # lost and claimed again meanwhile
             (again,) = store.due.claim("racer", ttl=30, limit=1)
             driver._take([again])
-            flag = (ev.FLAGGED_FOR_REVIEW, {"reason": "skill_withdrawn", "detail": "late"})
+            flag = ev.FlaggedForReview(reason="skill_withdrawn", detail="late")
             try:  # this step's append, under the lease it started with
                 await driver.engine.records.record(key, [flag])
             except LeaseLostError as refused:
@@ -336,7 +336,7 @@ async def test_a_lease_held_in_the_store_but_not_driven_is_released_and_claimed_
     lost), its next renewal lets the lease go rather than renew it forever: the task is due at
     once and claimed again, and driven to its end."""
     async with (
-        Engine.open(db_url, config=FAST) as starter,
+        Engine.connect(db_url, config=FAST) as starter,
         driving(db_url, owner="forgetful", lease_ttl=30.0) as driver,
     ):
         view = await starter.start_task(peer.base_url, skill="slow", text="slow 1.5")
@@ -362,7 +362,7 @@ async def test_a_task_lost_while_its_state_is_read_is_followed_no_more(
     """A renewal may find a lease lost while a step of the task is reading its state: the step
     ends there, and the driver follows the task no more (before, the step put the task back
     among those it follows, where it stayed: counted, never polled)."""
-    async with Engine.open(db_url, config=FAST) as starter:
+    async with Engine.connect(db_url, config=FAST) as starter:
         async with driving(db_url, owner="loser", lease_ttl=30.0) as driver:
             view = await starter.start_task(peer.base_url, skill="slow", text="slow 30")
             await wait_until(lambda: driver.followed == 1, what="the driver to claim it")

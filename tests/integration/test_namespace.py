@@ -30,7 +30,7 @@ APPLICATION = textwrap.dedent(
     from cardfence import Engine, EngineConfig
 
     async def main(agent, db):
-        async with Engine.open(db, config=EngineConfig(max_poll_interval=0.2)) as e:
+        async with Engine.connect(db, config=EngineConfig(max_poll_interval=0.2)) as e:
             task = await e.start_task(agent, skill="echo", text="echo collision-free")
             task = await e.drive(task.task, until="terminal", timeout=20)
             revision = e.store.schema_revision()

@@ -174,12 +174,11 @@ async def test_requests_wait_for_their_origins_slots_and_the_engines() -> None:
     assert most == {"a": 2, "b": 2, "all": 3}
 
 
-async def test_engine_open_makes_its_client_on_the_engines_transport(tmp_path: object) -> None:
-    engine = Engine.open(f"sqlite:///{tmp_path}/pool.db", config=EngineConfig())
-    try:
+async def test_engine_connect_makes_its_client_on_the_engines_transport(
+    tmp_path: object,
+) -> None:
+    async with Engine.connect(f"sqlite:///{tmp_path}/pool.db", config=EngineConfig()) as engine:
         assert isinstance(engine.client._transport, EngineTransport)
-    finally:
-        await engine.aclose()
 
 
 async def test_a_request_that_never_got_a_slot_says_it_was_not_sent() -> None:

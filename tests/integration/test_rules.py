@@ -66,6 +66,7 @@ from cardfence.engine.client.following import Pace
 from cardfence.engine.client.tasklog import task_stream_id
 from cardfence.engine.core import events as ev
 from cardfence.engine.core import guards
+from cardfence.engine.core.messages import submitted_message
 from cardfence.engine.errors import (
     CardInvalidError,
     ContractChangedError,
@@ -162,7 +163,7 @@ async def test_creation_refused_when_the_card_read_fails_sends_nothing(
     assert caught.value.kind == kind
     assert "nothing was sent" in str(caught.value)
     assert agent.calls == []
-    assert engine.tasks() == []
+    assert await engine.tasks() == []
     recorded = agent_events(engine.store, agent)
     assert [t for t, _ in recorded] == [ev.DISCOVERY_FAILED, ev.TASK_CREATION_REFUSED]
     assert recorded[0][1]["kind"] == kind
@@ -184,7 +185,7 @@ async def test_creation_refused_when_skill_or_media_type_unavailable_sends_nothi
 
     assert "nothing was sent" in str(caught.value)
     assert calls(agent, "SendMessage") == 0
-    assert engine.tasks() == []
+    assert await engine.tasks() == []
     refusals = [d for t, d in agent_events(engine.store, agent) if t == ev.TASK_CREATION_REFUSED]
     assert [(r["reason"], r["skill"]) for r in refusals] == [(reason, skill)]
 
@@ -202,7 +203,7 @@ async def test_creation_reads_the_card_fresh_so_a_skill_dropped_since_the_last_t
         await engine.start_task(peer.base_url, skill="echo", text="echo two")
 
     assert calls(peer, "SendMessage") == 1
-    assert len(engine.tasks()) == 1
+    assert len(await engine.tasks()) == 1
     assert peer.card_requests == 2
     assert peer.card_log[-1].if_none_match == first_etag  # conditional, on the wire all the same
 
@@ -222,7 +223,7 @@ async def test_contract_rotated_between_reads_sends_nothing(agent: Agent, engine
     assert caught.value.pinned == first.contract_hash
     assert calls(agent, "SendMessage") == 1  # the first task's only
     assert calls(agent, "CancelTask") == 0  # never send and then cancel
-    assert [v.task for v in engine.tasks()] == [first.task]
+    assert [v.task for v in await engine.tasks()] == [first.task]
     recorded = agent_events(engine.store, agent)
     assert [t for t, _ in recorded if t.startswith("Contract")] == [ev.CONTRACT_PINNED]
     assert recorded[-1][0] == ev.TASK_CREATION_REFUSED
@@ -556,7 +557,7 @@ async def test_resume_after_skill_vanished_raises_orphaned_and_leaves_state(
 
         assert caught.value.skill == "slow"
         assert agent.calls[sent_before:] == []  # no GetTask after the fresh read
-        after = restarted.task(view.task)
+        after = await restarted.task(view.task)
         assert after.state == "working"  # its last observed state, never failed
         [orphaned] = data_of(restarted.store, view.task, ev.TASK_ORPHANED)
         assert (orphaned["reason"], orphaned["skill"]) == ("skill_absent", "slow")
@@ -592,7 +593,7 @@ async def test_resume_tells_compatible_skill_edits_from_incompatible_ones(
             await engine.resume(view.task)
         [data] = data_of(engine.store, view.task, ev.TASK_ORPHANED)
         assert data["reason"] == "skill_incompatible"
-        assert engine.task(view.task).state == "input-required"  # untouched, not failed
+        assert (await engine.task(view.task)).state == "input-required"  # untouched, not failed
     else:
         resumed = await engine.resume(view.task)
         assert ev.TASK_ORPHANED not in types(engine.store, view.task)
@@ -657,8 +658,8 @@ async def test_deadline_records_deadline_exceeded_and_does_not_fail_the_task(
     assert recorded[-1].type == ev.DEADLINE_EXCEEDED
     assert recorded[-1].data["state"] == "input-required"
     assert recorded[-2].data.get("source") == "poll"  # after a last poll
-    assert engine.task(view.task).state == "input-required"
-    assert "deadline_exceeded" in engine.task(view.task).flags
+    assert (await engine.task(view.task)).state == "input-required"
+    assert "deadline_exceeded" in (await engine.task(view.task)).flags
     assert calls(agent, "CancelTask") == 0
     assert all(to not in ("failed", "canceled") for _, to in transitions(engine.store, view.task))
 
@@ -690,7 +691,7 @@ async def test_cancel_is_requested_and_the_state_moves_only_from_the_remote_answ
     assert caught.value.code == TASK_NOT_CANCELABLE
     [refused] = data_of(engine.store, view.task, ev.CANCEL_REFUSED)
     assert refused["code"] == TASK_NOT_CANCELABLE
-    assert engine.task(view.task).state == "canceled"
+    assert (await engine.task(view.task)).state == "canceled"
 
 
 # 1.3 only: the late push is crafted as a 1.0 StreamResponse body, which a 0.3 agent never sends.
@@ -716,7 +717,7 @@ async def test_terminal_state_absorbs_a_late_non_terminal_push(
         "working",
         "push",
     )
-    assert engine.task(view.task).state == "completed"
+    assert (await engine.task(view.task)).state == "completed"
     assert transitions(engine.store, view.task) == SLOW
 
 
@@ -738,7 +739,7 @@ async def test_endpoint_gone_is_unreachable_not_task_not_found_and_changes_nothi
         await engine.drive(view.task, until="terminal", timeout=0.3)
 
     assert agent.card_requests > reads_before  # a bare 404 prompts an R9 check
-    assert engine.task(view.task).state == "working"  # nothing was changed
+    assert (await engine.task(view.task)).state == "working"  # nothing was changed
     unreachable = data_of(engine.store, view.task, ev.ENDPOINT_UNREACHABLE)
     assert unreachable
     assert {u["during"] for u in unreachable} == {"poll"}
@@ -865,7 +866,7 @@ async def test_cancel_at_a_moved_endpoint_is_unreachable_not_task_not_found(
         await engine.cancel(view.task)  # incident 002: this 404 was read as "task not found"
 
     assert not isinstance(caught.value, RemoteRefusedError)
-    assert engine.task(view.task).state == "working"
+    assert (await engine.task(view.task)).state == "working"
     [unreachable] = data_of(engine.store, view.task, ev.ENDPOINT_UNREACHABLE)
     assert unreachable["during"] == "cancel"
     assert calls(peer, "CancelTask") == 0  # it never reached the agent
@@ -1004,7 +1005,7 @@ async def test_push_that_is_not_newer_or_not_legal_is_ignored_with_its_reason(
     assert (delivery.status, delivery.outcome) == (200, outcome)
     ignored = data_of(engine.store, view.task, ev.OBSERVATION_IGNORED)[-1]
     assert (ignored["reason"], ignored["source"]) == (reason, "push")
-    assert engine.task(view.task).state == "input-required"
+    assert (await engine.task(view.task)).state == "input-required"
     assert state_of(engine, view.task)["remote_timestamp"] == watermark  # not moved
     assert transitions(engine.store, view.task) == before
 
@@ -1118,7 +1119,7 @@ async def test_failed_without_diagnostic_by_push_after_a_card_change_is_flagged_
     delivery = await engine.deliver(failed, headers_for(outcome))
 
     assert (delivery.status, delivery.outcome) == (200, "applied")
-    assert engine.task(view.task).state == "failed"
+    assert (await engine.task(view.task)).state == "failed"
     flagged = data_of(engine.store, view.task, ev.FLAGGED_FOR_REVIEW)
     assert [(f["reason"], f["revision"]) for f in flagged] == [("revision_skew", fresh.revision)]
 
@@ -1191,7 +1192,7 @@ async def test_task_is_recorded_before_sending_and_resume_sends_it_when_it_never
     with pytest.raises(EndpointUnreachableError):
         await engine.start_task(peer.base_url, skill="echo", text="echo kept")
 
-    [pending] = engine.tasks()
+    [pending] = await engine.tasks()
     assert (pending.state, pending.remote_task_id) == ("submitted", None)
     assert types(engine.store, pending.task) == [ev.TASK_SUBMITTED, ev.ENDPOINT_UNREACHABLE]
     submitted = data_of(engine.store, pending.task, ev.TASK_SUBMITTED)[0]
@@ -1216,13 +1217,13 @@ async def test_resume_binds_the_remote_task_found_through_list_tasks(
     peer.set_endpoint_gone(True)
     with pytest.raises(EndpointUnreachableError):
         await engine.start_task(peer.base_url, skill="slow", text="slow 0.3")
-    [pending] = engine.tasks()
+    [pending] = await engine.tasks()
     [recorded] = data_of(engine.store, pending.task, ev.TASK_SUBMITTED)
     peer.set_endpoint_gone(False)
     # The crash fell between send and record: the message reached the agent, its answer did not.
     transport = A2ATransport(engine.client, Interface(peer.jsonrpc_url, JSONRPC, "1.0"))
     remote = await transport.send_message(
-        text=recorded["text"],
+        message=submitted_message(recorded),
         message_id=recorded["message_id"],
         context_id=recorded["context_id"],
         metadata={"skillId": "slow"},
@@ -1236,7 +1237,7 @@ async def test_resume_binds_the_remote_task_found_through_list_tasks(
     assert ("JSONRPC", "ListTasks") in peer.calls
     assert calls(peer, "SendMessage") == sent  # found, not sent twice
     assert done.state == "completed"
-    assert engine.task(remote.id).task == pending.task  # type: ignore[union-attr]
+    assert (await engine.task(remote.id)).task == pending.task  # type: ignore[union-attr]
 
 
 async def test_resume_after_a_restart_with_an_unchanged_card_drives_to_completion(

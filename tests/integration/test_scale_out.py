@@ -68,7 +68,7 @@ async def test_three_serves_one_killed_drive_300_tasks_each_by_one_lease_at_a_ti
             victim_owner = f"{socket.gethostname()}:{victim.pid}:"
             patient = CardLimits(timeout=20, connect_timeout=10)  # 300 creations at once
             config = dataclasses.replace(FAST, card_limits=patient)
-            async with Engine.open(pg_url, config=config) as starter:
+            async with Engine.connect(pg_url, config=config) as starter:
                 gate = asyncio.Semaphore(32)
                 created: list[str] = []
 
@@ -100,16 +100,16 @@ async def test_three_serves_one_killed_drive_300_tasks_each_by_one_lease_at_a_ti
                 keys = await asyncio.gather(*(start(n) for n in range(TASKS)))
                 held = await asyncio.wait_for(killing, 60)
 
-                def completed() -> int:
-                    return sum(starter.task(k).state == "completed" for k in keys)
+                async def completed() -> int:
+                    return sum([(await starter.task(k)).state == "completed" for k in keys])
 
                 deadline = time.monotonic() + 150
-                while completed() < TASKS and time.monotonic() < deadline:
+                while await completed() < TASKS and time.monotonic() < deadline:
                     await asyncio.sleep(0.5)
-                live = [k for k in keys if starter.task(k).state != "completed"]
+                live = [k for k in keys if (await starter.task(k)).state != "completed"]
                 rows = {row.stream_id: row for row in starter.store.due.rows()} if live else {}
                 assert not live, (
-                    f"{len(live)} tasks not completed, e.g. {starter.task(live[0])}, "
+                    f"{len(live)} tasks not completed, e.g. {await starter.task(live[0])}, "
                     f"due work {rows.get(task_stream_id(live[0]))}"
                 )
 
@@ -139,7 +139,7 @@ async def test_three_serves_one_killed_drive_300_tasks_each_by_one_lease_at_a_ti
                         if e.type == ev.STATE_CHANGED:
                             sources[e.data["source"]] += 1
                 for stream_id in held:  # the victim's tasks, finished by the others
-                    assert starter.task(key_of(stream_id)).state == "completed"
+                    assert (await starter.task(key_of(stream_id))).state == "completed"
                 assert sources["push"] > 0, sources  # pushes and polls raced
                 assert sources["poll"] > 0, sources
                 assert len(drivers) >= 2, drivers

@@ -106,7 +106,7 @@ async def _run_everything(url: str, peer: AuthPeer, tokens: TokenServer) -> list
     config = dataclasses.replace(FAST, credentials=credentials)
     secrets = [*KEYS.values(), BEARER, PASSWORD, CLIENT_SECRET]
     secrets.append(base64.b64encode(f"svc:{PASSWORD}".encode()).decode())
-    async with Engine.open(url, config=config) as engine:
+    async with Engine.connect(url, config=config) as engine:
         echo = await engine.start_task(peer.base_url, skill="echo", text="echo scanned")
         asked = await engine.start_task(peer.base_url, skill="ask", text="ask")
         slow = await engine.start_task(peer.base_url, skill="slow", text="slow 0.3")
@@ -163,7 +163,7 @@ async def test_credentials_written_into_a_url_are_refused_and_never_stored_or_se
     def with_password(url: str) -> str:
         return url.replace("//", f"//svc:{URL_PASSWORD}@", 1)
 
-    async with Engine.open(db_url, config=FAST) as engine:
+    async with Engine.connect(db_url, config=FAST) as engine:
         with pytest.raises(UsageError, match="credentials file"):  # the agent's URL
             await engine.start_task(with_password(peer.base_url), skill="echo", text="echo")
         view = await engine.start_task(peer.base_url, skill="echo", text="echo")

@@ -40,6 +40,7 @@ from support.engine_fixtures import (
 from cardfence.engine.client.config import EngineConfig
 from cardfence.engine.client.engine import Engine
 from cardfence.engine.core import events as ev
+from cardfence.engine.http.pool import engine_client
 from cardfence.engine.serve.driver import Driver
 from cardfence.engine.serve.host import listen, serve
 from cardfence.store.event_store import EventStore
@@ -62,7 +63,9 @@ async def serving(
 ) -> AsyncIterator[Serving]:
     """`serve` on 127.0.0.1 in this loop over the store at ``db`` (with ``GET /metrics`` when
     ``metrics``); stopped, then audited."""
-    engine = Engine.open(db, config=config)
+    # Made as `cardfence serve` makes it: `serve` closes it when it stops.
+    store = await asyncio.to_thread(EventStore.open, db)
+    engine = Engine(store, engine_client(), config, owns_client=True)
     driver = Driver(engine, scan_interval=0.05)
     stop = asyncio.Event()
     up: asyncio.Future[str] = asyncio.get_running_loop().create_future()
@@ -98,7 +101,7 @@ def completion(store: EventStore, key: str) -> dict[str, object]:
 async def test_pushes_the_agent_sends_move_the_task_to_its_end_through_serve(
     peer: Peer, db_url: str
 ) -> None:
-    async with serving(db_url, FAR_POLLS) as app, Engine.open(db_url, config=FAR_POLLS) as run:
+    async with serving(db_url, FAR_POLLS) as app, Engine.connect(db_url, config=FAR_POLLS) as run:
         view = await run.start_task(peer.base_url, skill="slow", text="slow 0.4")
         registered = await run.register_webhook(view.task, app.url)
         assert registered.registered
@@ -133,7 +136,7 @@ async def test_serve_with_metrics_counts_deliveries_polls_and_leases(
 ) -> None:
     async with (
         serving(db_url, FAR_POLLS, metrics=True) as app,
-        Engine.open(db_url, config=FAR_POLLS) as run,
+        Engine.connect(db_url, config=FAR_POLLS) as run,
         httpx.AsyncClient() as client,
     ):
         view = await run.start_task(peer.base_url, skill="slow", text="slow 0.4")
@@ -166,7 +169,7 @@ async def test_a_0_3_agents_pushes_of_the_whole_task_move_it_to_its_end_through_
     with restored(request.getfixturevalue(agent03)) as peer03:
         async with (
             serving(db_url, FAR_POLLS) as app,
-            Engine.open(db_url, config=FAR_POLLS) as run,
+            Engine.connect(db_url, config=FAR_POLLS) as run,
         ):
             view = await run.start_task(peer03.base_url, skill="slow", text="slow 0.4")
             registered = await run.register_webhook(view.task, app.url)
@@ -187,7 +190,7 @@ async def test_a_0_3_agents_pushes_of_the_whole_task_move_it_to_its_end_through_
 async def test_push_withdrawn_before_registration_sends_no_registration_and_serve_polls_it_home(
     peer: Peer, db_url: str
 ) -> None:
-    async with serving(db_url) as app, Engine.open(db_url, config=FAST) as run:
+    async with serving(db_url) as app, Engine.connect(db_url, config=FAST) as run:
         view = await run.start_task(peer.base_url, skill="slow", text="slow 0.3")
         peer.mutate_card(withdraw_push)
 
@@ -206,7 +209,7 @@ async def test_the_tasks_stream_brings_its_progress_when_polls_are_far_apart(
     peer: Peer, db_url: str
 ) -> None:
     peer.hold()
-    async with serving(db_url, STREAMS) as app, Engine.open(db_url, config=FAR_POLLS) as run:
+    async with serving(db_url, STREAMS) as app, Engine.connect(db_url, config=FAR_POLLS) as run:
         view = await run.start_task(peer.base_url, skill="slow", text="slow 0")
         await wait_until(lambda: calls(peer, "SubscribeToTask") >= 1, what="a subscription")
         assert view.task in app.driver._streams
@@ -226,7 +229,7 @@ async def test_a_stream_cut_mid_task_falls_back_to_polling_and_the_task_complete
     with StreamCutter(peer.jsonrpc_url) as relay:
         peer.mutate_card(point_jsonrpc_at(relay.url))
         peer.hold()
-        async with serving(db_url, config), Engine.open(db_url, config=config) as run:
+        async with serving(db_url, config), Engine.connect(db_url, config=config) as run:
             view = await run.start_task(peer.base_url, skill="slow", text="slow 0")
             await wait_until(lambda: relay.cuts >= 2, what="streams cut and subscribed again")
             peer.release()
@@ -245,7 +248,7 @@ async def test_a_card_withdrawing_streaming_only_stops_new_subscriptions_and_the
     with StreamCutter(peer.jsonrpc_url) as relay:
         peer.mutate_card(point_jsonrpc_at(relay.url))
         peer.hold()
-        async with serving(db_url, config), Engine.open(db_url, config=config) as run:
+        async with serving(db_url, config), Engine.connect(db_url, config=config) as run:
             view = await run.start_task(peer.base_url, skill="slow", text="slow 0")
             await wait_until(lambda: relay.cuts >= 1, what="a stream followed")
             peer.mutate_card(lambda card: card["capabilities"].update(streaming=False))
@@ -266,7 +269,7 @@ async def test_a_card_withdrawing_streaming_only_stops_new_subscriptions_and_the
 
 async def test_drive_follows_the_tasks_stream_beside_its_polls(peer: Peer, db_url: str) -> None:
     peer.hold()
-    async with Engine.open(db_url, config=STREAMS) as run:
+    async with Engine.connect(db_url, config=STREAMS) as run:
         view = await run.start_task(peer.base_url, skill="slow", text="slow 0")
         driving = asyncio.create_task(run.drive(view.task, until="terminal", timeout=20))
         await wait_until(lambda: calls(peer, "SubscribeToTask") >= 1, what="a subscription")
@@ -287,7 +290,7 @@ async def test_polls_kept_under_a_second_apart_follow_no_stream_beside_them(
     """Polls at most ``max_poll_interval`` (here 0.2 s) apart already bring the news within it:
     neither ``drive`` nor ``serve`` asks the agent for a stream as well."""
     config = dataclasses.replace(FAST, follow_streams=True)
-    async with serving(db_url, config), Engine.open(db_url, config=config) as run:
+    async with serving(db_url, config), Engine.connect(db_url, config=config) as run:
         served = await run.start_task(peer.base_url, skill="slow", text="slow 1.5")
         driven = await run.start_task(peer.base_url, skill="slow", text="slow 1.5")
 
@@ -341,7 +344,7 @@ async def test_serve_stops_on_a_signal_mid_load_exits_0_and_resume_finishes_ever
     # Two requests at most to the agent at once: the others wait their turn, and all finish.
     with _serve_running(db_url, "--max-poll-interval", "0.5", "--agent-requests", "2") as process:
         hook = webhook_url(process)
-        async with Engine.open(db_url, config=FAST) as run:
+        async with Engine.connect(db_url, config=FAST) as run:
             views = []
             for _ in range(20):
                 view = await run.start_task(peer.base_url, skill="slow", text="slow 0.6")
@@ -391,7 +394,7 @@ async def test_serve_over_https_receives_the_agents_real_pushes(tmp_path: Path) 
         agent_url = json.loads(line)["agent"]
         hook = webhook_url(process)
         assert hook.startswith("https://127.0.0.1:")
-        async with Engine.open(db, config=FAR_POLLS) as run:
+        async with Engine.connect(db, config=FAR_POLLS) as run:
             view = await run.start_task(agent_url, skill="slow", text="slow 0.4")
             assert (await run.register_webhook(view.task, hook)).registered
 

@@ -59,7 +59,7 @@ async def test_200_tasks_through_serve_with_pushes_polls_and_streams_racing_lose
         drain = asyncio.create_task(asyncio.to_thread(process.stderr.read))
         # Patient card reads: 200 creations at once queue at one agent in this process.
         config = dataclasses.replace(FAST, card_limits=CardLimits(timeout=20, connect_timeout=10))
-        async with Engine.open(db_url, config=config) as run:
+        async with Engine.connect(db_url, config=config) as run:
             gate = asyncio.Semaphore(32)
 
             async def start(n: int) -> str:
@@ -73,11 +73,11 @@ async def test_200_tasks_through_serve_with_pushes_polls_and_streams_racing_lose
 
             deadline = time.monotonic() + 120
             while time.monotonic() < deadline:
-                live = [k for k in keys if run.task(k).state != "completed"]
+                live = [k for k in keys if (await run.task(k)).state != "completed"]
                 if not live:
                     break
                 await asyncio.sleep(0.5)
-            assert not live, f"{len(live)} tasks not completed, e.g. {run.task(live[0])}"
+            assert not live, f"{len(live)} tasks not completed, e.g. {await run.task(live[0])}"
 
             process.send_signal(signal.SIGTERM)
             await asyncio.to_thread(process.wait, 60)

@@ -276,7 +276,7 @@ async def test_a_skill_added_after_signing_refuses_the_creation_and_nothing_is_s
         card_limits=limits(peer, "require", key_file(tmp_path, key)),
         follow_streams=False,
     )
-    async with Engine.open(db_url, config=config) as engine:
+    async with Engine.connect(db_url, config=config) as engine:
         with pytest.raises(CardSignatureError) as caught:
             await engine.start_task(peer.base_url, skill="exfiltrate", text="hi")
         assert caught.value.consequence == "nothing was sent"
@@ -554,7 +554,7 @@ async def test_an_extended_card_signed_by_a2a_sdk_is_verified_and_the_task_creat
     sdk_sign(peer, key)
     served = serve_extended(peer, key)
     config = engine_config(peer, "require", key_file(tmp_path, key))
-    async with Engine.open(db_url, config=config) as engine:
+    async with Engine.connect(db_url, config=config) as engine:
         view = await engine.start_task(peer.base_url, skill=EXTENDED_ONLY, text="slow 0.1")
         done = await engine.drive(view.task, until="terminal", timeout=10)
         store = engine.store
@@ -594,7 +594,7 @@ async def test_an_extended_card_failing_require_refuses_creation_and_nothing_is_
     sdk_sign(peer, key)  # the public card verifies
     serve_extended(peer, None if case == "unsigned" else key, altered=case == "altered")
     config = engine_config(peer, "require", key_file(tmp_path, key))
-    async with Engine.open(db_url, config=config) as engine:
+    async with Engine.connect(db_url, config=config) as engine:
         said: list[tuple[str, str]] = []
         for skill in (EXTENDED_ONLY, "echo"):  # a skill of the public card too
             with pytest.raises(CardSignatureError) as caught:
@@ -632,7 +632,7 @@ async def test_prefer_uses_an_unsigned_extended_card_and_refuses_an_altered_one(
     """As for the public card: unsigned, used and recorded as unsigned; signed, it must verify."""
     peer = extended_peer
     config = engine_config(peer, "prefer", key_file(tmp_path, key))
-    async with Engine.open(db_url, config=config) as engine:
+    async with Engine.connect(db_url, config=config) as engine:
         view = await engine.start_task(peer.base_url, skill="echo", text="echo hi")
         [read] = extended_reads(engine.store, peer)
         assert read["signature"] == {"policy": "prefer", "status": "unsigned"}
@@ -655,7 +655,7 @@ async def test_the_extended_cards_key_set_is_pinned_apart_from_the_public_cards(
     peer = extended_peer
     serve_extended(peer, key)
     config = engine_config(peer, "prefer", key_file(tmp_path, key))
-    async with Engine.open(db_url, config=config) as engine:
+    async with Engine.connect(db_url, config=config) as engine:
         for _ in range(2):
             await engine.start_task(peer.base_url, skill="echo", text="echo hi")
         pins = [d["signature"]["pin"] for d in extended_reads(engine.store, peer)]
@@ -683,7 +683,7 @@ async def test_an_extended_card_altered_mid_task_is_not_used_and_the_public_card
     serve_extended(peer, key)
     peer.hold()
     config = engine_config(peer, "require", key_file(tmp_path, key))
-    async with Engine.open(db_url, config=config) as engine:
+    async with Engine.connect(db_url, config=config) as engine:
         view = await engine.start_task(peer.base_url, skill=EXTENDED_ONLY, text="slow 0.1")
         assert (await engine.poll(view.task)).state == "working"
         serve_extended(peer, key, altered=True)

@@ -37,6 +37,8 @@ from cardfence.engine.client.config import EngineConfig
 from cardfence.engine.client.engine import Engine
 from cardfence.engine.client.tasklog import TaskLog
 from cardfence.engine.core import events as ev
+from cardfence.engine.core.messages import submitted_message
+from cardfence.engine.core.parts import media_type_of
 from cardfence.engine.errors import (
     CreationRefusedError,
     EndpointUnreachableError,
@@ -191,7 +193,8 @@ async def test_the_bare_word_text_accepts_text_types_only(peer03: Peer03, engine
     )
     asked = await engine.drive(view.task, until="interrupted", timeout=10)
     assert asked.state == "input-required"
-    assert state_of(engine, view.task)["media_type"] == "text/markdown"
+    (submitted,) = data_of(engine.store, view.task, ev.TASK_SUBMITTED)
+    assert [part.media_type for part in submitted_message(submitted).parts] == ["text/markdown"]
 
     sent_before = len(peer03.wire_calls)
     with pytest.raises(SkillUnavailableError, match="does not accept application/json"):
@@ -227,9 +230,10 @@ def test_cli_run_sends_the_media_type_it_is_given(peer03: Peer03, db: str) -> No
 
 
 def stored_media_types(db: str) -> list[str]:
-    """The media type every task of the store was created with."""
+    """The media type every task of the store was created with (its message's one part)."""
     with EventStore.open(db) as store:
-        return [str(head.state["media_type"]) for head in TaskLog(store).all()]
+        first = [store.read_stream(f"task:{head.key}")[0].data for head in TaskLog(store).all()]
+    return [media_type_of(submitted_message(doc).parts[0]) for doc in first]
 
 
 # -- what 0.3 lacks, and versions ------------------------------------------------------------------
@@ -241,7 +245,7 @@ async def test_resume_cannot_tell_without_list_tasks_and_sends_nothing(
     peer03.set_endpoint_gone(True)  # the card reads fine; the A2A endpoint answers a plain 404
     with pytest.raises(EndpointUnreachableError):
         await engine.start_task(peer03.base_url, skill="echo", text="echo lost?")
-    [pending] = engine.tasks()
+    [pending] = await engine.tasks()
     peer03.set_endpoint_gone(False)
     peer03.reset()
 
@@ -249,7 +253,7 @@ async def test_resume_cannot_tell_without_list_tasks_and_sends_nothing(
         await engine.resume(pending.task)
 
     assert peer03.wire_calls == []  # neither asked (0.3 cannot) nor sent again
-    assert engine.task(pending.task).state == "submitted"
+    assert (await engine.task(pending.task)).state == "submitted"
     assert types(engine.store, pending.task) == [ev.TASK_SUBMITTED, ev.ENDPOINT_UNREACHABLE]
 
 
@@ -260,7 +264,7 @@ async def test_a_card_in_a_version_nobody_speaks_is_refused_before_sending(
     async with audited_engine(db) as engine:
         with pytest.raises(ProtocolUnsupportedError, match=r"declares '2\.0'"):
             await engine.start_task(peer03.base_url, skill="echo", text="echo hi")
-        assert engine.tasks() == []
+        assert await engine.tasks() == []
     assert peer03.wire_calls == []
 
 
@@ -300,7 +304,7 @@ async def test_over_http_json_a_mismatch_is_a_bare_404_never_task_not_found(
     async with audited_engine(db, over("HTTP+JSON")) as engine:
         with pytest.raises(EndpointUnreachableError) as raised:
             await engine.start_task(peer03.base_url, skill="echo", text="echo hi")
-        [pending] = engine.tasks()
+        [pending] = await engine.tasks()
     assert raised.value.status == 404
     assert pending.state == "submitted"  # an unknown outcome, not a refusal
     assert peer03.wire_calls == [("REST", "POST /message:send")]  # 1.0's path, unknown to 0.3

@@ -265,7 +265,7 @@ class Differential(RuleBasedStateMachine):
         reference = self.worlds[0]
         waiting = [
             label for label, key in reference.keys.items()
-            if reference.engine.task(key).state in ("input-required", "auth-required")
+            if self.run(reference.engine.task(key)).state in ("input-required", "auth-required")
         ]  # fmt: skip
         if not waiting:
             return

@@ -211,7 +211,11 @@ def test_property_catches_a_creation_guard_that_ignores_the_skill(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     def allow_all(
-        card: object, skill_id: str, media_type: str, extensions: object = ()
+        card: object,
+        skill_id: str,
+        media_type: object,
+        extensions: object = (),
+        accept: object = (),
     ) -> Decision:
         return Decision(True, "ok")  # the planted bug: no skill or media-type check
 

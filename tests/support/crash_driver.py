@@ -176,7 +176,7 @@ async def run(
     store_url: str, agent_url: str, n: int, seed: int, scripts: Sequence[str], probe: Probes
 ) -> None:
     rng = random.Random(seed)
-    async with Engine.open(store_url, config=CONFIG) as engine:
+    async with Engine.connect(store_url, config=CONFIG) as engine:
         probe("open")
         in_flight: list[str] = []
         for i in range(n):

@@ -95,7 +95,7 @@ def assert_audit_ok(store: EventStore) -> None:
 @contextlib.asynccontextmanager
 async def audited_engine(url: str, config: EngineConfig = FAST) -> AsyncIterator[Engine]:
     """An engine on the store at ``url``; audited once its background work has settled."""
-    async with Engine.open(url, config=config) as engine:
+    async with Engine.connect(url, config=config) as engine:
         yield engine
         await engine.settle()
         assert_audit_ok(engine.store)
@@ -112,7 +112,7 @@ async def driving(
 ) -> AsyncIterator[Driver]:
     """A driver on its own engine over the store at ``url`` (as `serve` runs one), stopped and
     audited at the end."""
-    async with Engine.open(url, config=config) as engine:
+    async with Engine.connect(url, config=config) as engine:
         driver = Driver(engine, owner=owner, lease_ttl=lease_ttl, scan_interval=scan_interval)
         job = asyncio.create_task(driver.run())
         await driver.ready()

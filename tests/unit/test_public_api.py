@@ -4,6 +4,7 @@ each name has one home: no module of the engine or the store re-exports another'
 from __future__ import annotations
 
 import ast
+import tomllib
 import types
 from collections.abc import Iterator
 from pathlib import Path
@@ -88,6 +89,11 @@ def test_the_public_api_offers_each_name_from_its_home() -> None:
     for name in sorted(set(cardfence.__all__) - {"__version__"}):
         home = getattr(cardfence, name).__module__
         assert name in defined_names(module_path(home)), f"{name} offered from {home}"
+
+
+def test_the_version_is_one_value_in_the_package_and_its_metadata() -> None:
+    project = tomllib.loads((Path(__file__).parents[2] / "pyproject.toml").read_text("utf-8"))
+    assert project["project"]["version"] == cardfence.__version__ == "0.2.0"
 
 
 def defined_names(path: Path) -> set[str]:

@@ -24,7 +24,9 @@ cardfence's demo executor (``engine/demo/executor.py``), rewritten for the 0.3 t
   the task completes it with an artifact ``answer: REPLY``; ``authorize`` the same with
   auth-required; ``slow N`` works N seconds (default 1; longer while held), then completes,
   cancellable meanwhile; ``fail`` fails with no status message, ``fail-diag`` with one;
-  ``reject`` is rejected with a status message.
+  ``reject`` is rejected with a status message; ``parts`` completes with an artifact ``parts``
+  holding every part of the message as it came and an artifact ``request`` holding, as a data
+  part, the message's ``metadata`` and ``referenceTaskIds`` and the ``acceptedOutputModes``.
 
 The card is served from a plain JSON dict at ``/.well-known/agent-card.json`` and, as a2a-sdk
 0.3 does, at ``/.well-known/agent.json`` -- without ETag or Cache-Control, as a2a-sdk 0.3 sends
@@ -111,7 +113,7 @@ INVALID_CARD_BODY = b'{"name": "cardfence-peer03", "skills": ['  # truncated JSO
 HUGE_CARD_BYTES = 5 * 1024 * 1024  # "huge": chunked, no Content-Length, paced
 HUGE_CHUNK_BYTES = 64 * 1024
 HUGE_CHUNK_PAUSE = 0.01
-SCRIPTS = ("echo", "ask", "authorize", "slow", "fail", "fail-diag", "reject", "write")
+SCRIPTS = ("echo", "ask", "authorize", "slow", "fail", "fail-diag", "reject", "write", "parts")
 SKILL_METADATA_KEY = "skillId"
 FORM = {  # what `ask form` asks to be filled, as the demo agent asks it
     "type": "object",
@@ -212,6 +214,19 @@ class ScriptedExecutor(AgentExecutor):
 
         if script == "echo":
             await updater.add_artifact(_parts(argument), name="echo")
+            await updater.complete()
+        elif script == "parts":  # every part as it came, and the message's metadata
+            message = context.message
+            await updater.add_artifact(list(message.parts) if message else [], name="parts")
+            configuration = context.configuration
+            request = {
+                "metadata": dict(message.metadata or {}) if message else {},
+                "referenceTaskIds": list(message.reference_task_ids or []) if message else [],
+                "acceptedOutputModes": list(
+                    (configuration.accepted_output_modes if configuration else None) or []
+                ),
+            }
+            await updater.add_artifact([Part(root=DataPart(data=request))], name="request")
             await updater.complete()
         elif script == "ask":
             await updater.start_work()

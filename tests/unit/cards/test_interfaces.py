@@ -18,6 +18,7 @@ from cardfence.engine.cards.spoken import (
     V10,
     dialect_of,
     modes_match,
+    modes_meet,
     part_kind,
     spoken_version,
 )
@@ -243,6 +244,32 @@ def test_a_mode_matches_its_type_ranges_and_the_0_3_part_words(
     modes: tuple[str, ...], media_type: str, matches: bool
 ) -> None:
     assert modes_match(modes, media_type) is matches
+
+
+@pytest.mark.parametrize(
+    ("offered", "wanted", "meets"),
+    [
+        ((), "image/png", True),
+        (("image/png",), "image/png", True),
+        (("image/png",), "image/*", True),
+        (("image/*",), "image/png", True),
+        (("text/plain",), "*/*", True),
+        (("text/plain",), "image/*", False),
+        (("text",), "text/*", True),
+        (("text",), "text/markdown", True),
+        (("text",), "image/*", False),
+        (("data",), "application/*", True),
+        (("data",), "text/*", False),
+        (("file",), "image/*", True),
+        (("file",), "text/*", False),
+        (("text/plain", "image/png"), "image/*", True),
+        (("image/png",), "imagex/*", False),
+    ],
+)
+def test_an_accepted_output_range_meets_a_mode_a_skill_produces(
+    offered: tuple[str, ...], wanted: str, meets: bool
+) -> None:
+    assert modes_meet(offered, wanted) is meets
 
 
 @pytest.mark.parametrize(

@@ -252,6 +252,37 @@ def test_a_task_submitted_with_extensions_names_each_one() -> None:
     )
 
 
+def test_a_task_submitted_names_its_parts_its_conversation_and_its_references() -> None:
+    plain = summary(recorded(ev.TASK_SUBMITTED, PAYLOADS[ev.TASK_SUBMITTED]))
+    one = [{"kind": "text", "media_type": "text/plain", "text": "hi"}]
+    two = [*one, {"kind": "data", "media_type": "application/json", "data": {}}]
+    with_parts = {**PAYLOADS[ev.TASK_SUBMITTED], "parts": one}
+    assert summary(recorded(ev.TASK_SUBMITTED, with_parts)) == plain
+    continued = {
+        **with_parts,
+        "parts": two,
+        "context_task": "k-0",
+        "referenced_tasks": ["k-0", "k-9"],
+    }
+    assert summary(recorded(ev.TASK_SUBMITTED, continued)) == (
+        f"{plain}  2 parts  continues k-0  references k-0  references k-9"
+    )
+
+
+def test_a_reply_of_parts_says_how_many_are_not_text() -> None:
+    parts = [
+        {"kind": "text", "media_type": "text/plain", "text": "hi"},
+        {"kind": "file", "media_type": "application/pdf", "bytes": "JVBERg=="},
+        {"kind": "data", "media_type": "application/json", "data": {}},
+    ]
+    reply = {**PAYLOADS[ev.REPLY_SENT], "parts": parts}
+    assert summary(recorded(ev.REPLY_SENT, reply)) == (
+        "reply of 2 characters and 2 other parts sent (message m-2)"
+    )
+    one = {**reply, "parts": parts[:2]}
+    assert "and 1 other part sent" in summary(recorded(ev.REPLY_SENT, one))
+
+
 def test_an_event_carrying_counted_failures_says_how_many() -> None:
     data = {"until": "terminal", "state": "working", "seconds": 5.0, ev.FAILURES_REPEATED: 7}
     said = summary(recorded(ev.DEADLINE_EXCEEDED, data))

@@ -31,6 +31,8 @@ from cardfence.engine.client.config import EngineConfig
 from cardfence.engine.client.engine import Engine
 from cardfence.engine.core import events as ev
 from cardfence.engine.core import guards
+from cardfence.engine.core.messages import recorded_parts, submitted_message
+from cardfence.engine.core.parts import Data, File, Text
 from cardfence.engine.discovery.fetch import CardLimits
 from cardfence.engine.errors import (
     AuthorizationFailedError,
@@ -42,6 +44,7 @@ from cardfence.engine.errors import (
     EndpointUnreachableError,
     ExtensionRequiredError,
     InvalidAgentResponseError,
+    MessageTooLargeError,
     SkillUnavailableError,
     TokenRequestError,
     UsageError,
@@ -86,7 +89,6 @@ async def test_a_task_is_frozen_with_its_card_contract_skill_and_endpoint_then_s
         "agent_url": ORIGIN,
         "card_url": f"{ORIGIN}/.well-known/agent-card.json",
         "skill": "echo",
-        "media_type": "text/plain",
         "card_revision": card.revision,
         "card_version": "1.0.0",
         "contract_hash": card.contract_hash,
@@ -277,7 +279,10 @@ async def test_the_media_type_asked_for_is_the_one_sent(store: EventStore) -> No
         )
     (part,) = json.loads(agent.requests[0].content)["params"]["message"]["parts"]
     assert part == {"text": "# hi", "mediaType": "text/markdown"}
-    assert _first(store, view.task)["media_type"] == "text/markdown"
+    recorded = _first(store, view.task)
+    assert recorded["parts"] == [{"kind": "text", "media_type": "text/markdown", "text": "# hi"}]
+    assert "text" not in recorded
+    assert "media_type" not in recorded
 
 
 # -- R15: the authenticated extended card at creation ---------------------------------------------
@@ -469,7 +474,7 @@ async def test_a_task_started_without_a_media_type_is_plain_text(store: EventSto
     agent = ScriptedAgent()
     async with engine_on(store, agent.transport()) as engine:
         view = await engine.start_task(ORIGIN, skill="echo", text="hi")
-    assert _first(store, view.task)["media_type"] == "text/plain"
+    assert _first(store, view.task)["parts"][0]["media_type"] == "text/plain"
     (part,) = json.loads(agent.requests[0].content)["params"]["message"]["parts"]
     assert part["mediaType"] == "text/plain"
 
@@ -579,8 +584,9 @@ async def test_a_refused_resend_names_the_task_it_would_have_sent(store: EventSt
     withdrawn["skills"][0]["id"] = "translate"
     agent = ScriptedAgent(card=withdrawn)
     async with engine_on(store, agent.transport()) as engine:
+        message = submitted_message(_first(store, view.task))
         with pytest.raises(SkillUnavailableError):
-            await engine.creation.resend_gate(view.task, state)
+            await engine.creation.resend_gate(view.task, state, message)
     refused = _agent_events(store)[-1]
     assert refused.type == ev.TASK_CREATION_REFUSED
     assert (refused.data["task"], refused.data["skill"]) == (view.task, "echo")
@@ -1065,3 +1071,200 @@ async def test_a_task_the_agent_has_not_named_yet_has_nothing_to_register_for(
 
 def _task_streams(store: EventStore) -> list[str]:
     return [h.stream_id for h in store.streams(category=ev.TASK_CATEGORY)]
+
+
+# --------------------------------------------------------------------------------------------------
+# A message of any parts (R2 on each), its metadata, a conversation continued, referenced tasks,
+# the output modes accepted, a skill left out, and the bound on a message.
+
+PDF = File(data=b"%PDF-1.7\x00\xff", filename="a.pdf")
+FORM = Data({"answer": "yes"})
+
+
+def _open_card(**skill_fields: Any) -> dict[str, Any]:
+    """The card with its one skill taking any input (``*/*``), ``skill_fields`` added."""
+    card = card_document()
+    card["skills"][0].update(inputModes=["*/*"], **skill_fields)
+    return card
+
+
+async def test_a_message_of_parts_is_recorded_inline_and_sent_in_order_with_its_metadata(
+    store: EventStore,
+) -> None:
+    agent = ScriptedAgent(card=_open_card())
+    async with engine_on(store, agent.transport()) as engine:
+        view = await engine.start_task(
+            ORIGIN, text="read this", parts=[PDF, FORM], metadata={"trace": "t-1"}, key="k-1"
+        )
+    data = _first(store, "k-1")
+    assert data["parts"] == recorded_parts([Text("read this"), PDF, FORM])
+    assert data["metadata"] == {"trace": "t-1"}
+    assert "text" not in data
+    assert "media_type" not in data
+    assert not {"references", "referenced_tasks", "accepted_output_modes"} & set(data)
+    assert (view.skill, view.references) == ("echo", ())  # the card's one skill
+    message = agent.calls[0]["params"]["message"]
+    assert message["parts"] == [
+        {"text": "read this", "mediaType": "text/plain"},
+        {"raw": "JVBERi0xLjcA/w==", "filename": "a.pdf", "mediaType": "application/pdf"},
+        {"data": {"answer": "yes"}, "mediaType": "application/json"},
+    ]
+    assert message["metadata"] == {"trace": "t-1", "skillId": "echo"}
+    assert "referenceTaskIds" not in message
+    assert "acceptedOutputModes" not in agent.calls[0]["params"]["configuration"]
+
+
+async def test_a_part_the_skill_does_not_take_refuses_the_creation_recording_only_the_refusal(
+    store: EventStore,
+) -> None:
+    agent = ScriptedAgent()  # its skill takes text/plain only
+    async with engine_on(store, agent.transport()) as engine:
+        with pytest.raises(SkillUnavailableError, match="does not accept application/pdf"):
+            await engine.start_task(ORIGIN, skill="echo", text="read this", parts=[PDF])
+    assert agent.methods() == []
+    assert [s for s in store.stream_ids() if s.startswith("task:")] == []
+    refused = _agent_events(store)[-1]
+    assert (refused.type, refused.data["reason"]) == (
+        ev.TASK_CREATION_REFUSED,
+        "media_type_not_accepted",
+    )
+
+
+async def test_accepted_output_modes_the_skill_produces_none_of_refuse_the_creation(
+    store: EventStore,
+) -> None:
+    agent = ScriptedAgent()  # its skill produces text/plain
+    async with engine_on(store, agent.transport()) as engine:
+        with pytest.raises(SkillUnavailableError, match="produces none of image/png"):
+            await engine.start_task(ORIGIN, skill="echo", text="hi", accept=["image/png"])
+        refused = _agent_events(store)[-1]
+        view = await engine.start_task(ORIGIN, text="hi", accept=["text/*", "image/png"])
+    assert (refused.type, refused.data["reason"]) == (
+        ev.TASK_CREATION_REFUSED,
+        "output_mode_not_accepted",
+    )
+    (call,) = agent.calls
+    assert call["params"]["configuration"]["acceptedOutputModes"] == ["text/*", "image/png"]
+    assert _first(store, view.task)["accepted_output_modes"] == ["text/*", "image/png"]
+
+
+@pytest.mark.parametrize("mode", ["image", "", "text/plain x", "/png"])
+async def test_an_accepted_mode_that_is_no_media_range_is_the_callers_error(
+    store: EventStore, mode: str
+) -> None:
+    agent = ScriptedAgent()
+    async with engine_on(store, agent.transport()) as engine:
+        with pytest.raises(UsageError, match="is not a media type or range"):
+            await engine.start_task(ORIGIN, text="hi", accept=[mode])
+    assert (agent.asked, store.stream_ids()) == ([], [])
+
+
+async def test_a_skill_left_out_of_a_card_offering_several_is_refused_naming_them(
+    store: EventStore,
+) -> None:
+    card = card_document()
+    card["skills"].append(dict(card["skills"][0], id="ask"))
+    agent = ScriptedAgent(card=card)
+    async with engine_on(store, agent.transport()) as engine:
+        with pytest.raises(SkillUnavailableError, match="was not named, and the card offers 2"):
+            await engine.start_task(ORIGIN, text="hi")
+    refused = _agent_events(store)[-1]
+    assert (refused.data["reason"], refused.data["skill"]) == ("skill_absent", "")
+    assert agent.methods() == []
+
+
+async def test_a_message_without_parts_or_over_the_bound_is_refused_before_anything_is_read(
+    store: EventStore,
+) -> None:
+    agent = ScriptedAgent(card=_open_card())
+    config = EngineConfig(max_message_bytes=1000)
+    async with engine_on(store, agent.transport(), config) as engine:
+        with pytest.raises(UsageError, match="at least one part"):
+            await engine.start_task(ORIGIN, skill="echo")
+        with pytest.raises(MessageTooLargeError, match="over the bound of 1000"):
+            await engine.start_task(ORIGIN, skill="echo", parts=[File(data=b"x" * 800)])
+        with pytest.raises(UsageError, match="the metadata must be a JSON object"):
+            await engine.start_task(ORIGIN, text="hi", metadata=["x"])  # type: ignore[arg-type]
+        await engine.start_task(ORIGIN, skill="echo", parts=[File(data=b"x" * 500)])
+    assert agent.asked == ["card", "SendMessage"]  # the last one only
+
+
+async def test_a_task_continues_the_conversation_of_an_earlier_one_in_its_context(
+    store: EventStore,
+) -> None:
+    agent = ScriptedAgent()
+    async with engine_on(store, agent.transport()) as engine:
+        first = await engine.start_task(ORIGIN, text="one", key="k-1")
+        second = await engine.start_task(ORIGIN, text="two", context="k-1", key="k-2")
+    one, two = (call["params"]["message"] for call in agent.calls)
+    assert first.context_id == "c-1"  # the context the agent bound the first task to
+    assert two["contextId"] == "c-1"
+    assert _first(store, "k-2")["context_id"] == "c-1"
+    assert _first(store, "k-2")["context_task"] == "k-1"
+    assert one["contextId"] != "c-1"
+    assert second.context_id == "c-1"
+
+
+async def test_a_context_at_another_agent_is_the_callers_error_nothing_recorded_or_sent(
+    store: EventStore,
+) -> None:
+    agent = ScriptedAgent()
+    async with engine_on(store, agent.transport()) as engine:
+        await engine.start_task(ORIGIN, text="one", key="k-1")
+        before = store.last_position()
+        with pytest.raises(UsageError, match="a conversation goes on at one agent"):
+            await engine.start_task("https://other.example", text="two", context="k-1")
+        with pytest.raises(UsageError):
+            await engine.start_task(ORIGIN, text="two", context="no-such-task")
+    assert store.last_position() == before
+    assert agent.methods() == ["SendMessage"]
+
+
+async def test_referenced_tasks_are_sent_by_their_remote_ids_and_kept_by_their_keys(
+    db_url: str,
+) -> None:
+    with EventStore.open(db_url) as store:
+        async with engine_on(store, ScriptedAgent().transport()) as engine:
+            await engine.start_task(ORIGIN, text="one", key="k-1")  # bound to r-1
+        refused = ScriptedAgent(send=lambda call: httpx.Response(500))
+        async with engine_on(store, refused.transport()) as engine:
+            with pytest.raises(EndpointUnreachableError):
+                await engine.start_task(ORIGIN, text="lost", key="k-0")  # no remote id
+        agent = ScriptedAgent()
+        async with engine_on(store, agent.transport()) as engine:
+            before = store.last_position()
+            with pytest.raises(UsageError, match="k-0 has no remote task id yet"):
+                await engine.start_task(ORIGIN, text="two", references=["k-1", "k-0"])
+            assert store.last_position() == before
+            view = await engine.start_task(ORIGIN, text="two", references=["k-1", "k-1"])
+        data = _first(store, view.task)
+    assert agent.calls[0]["params"]["message"]["referenceTaskIds"] == ["r-1"]
+    assert (data["references"], data["referenced_tasks"]) == (["r-1"], ["k-1"])
+    assert view.references == ("k-1",)
+    assert view.to_json()["references"] == ["k-1"]
+
+
+async def test_resume_sends_again_the_same_parts_metadata_references_and_modes(
+    store: EventStore,
+) -> None:
+    async with engine_on(store, ScriptedAgent().transport()) as engine:
+        await engine.start_task(ORIGIN, text="one", key="k-0")  # bound to r-1
+    agent, sent = _lost_creation()  # the send's answer lost, nothing found in its context
+    agent.card = _open_card()
+    async with engine_on(store, agent.transport()) as engine:
+        with pytest.raises(EndpointUnreachableError):
+            await engine.start_task(
+                ORIGIN, parts=[PDF, FORM], metadata={"m": 1}, references=["k-0"],
+                accept=["text/plain"], key="k-1",
+            )  # fmt: skip
+        resumed = await engine.resume("k-1")
+    first, again = sent
+    assert resumed.remote_task_id == "r-2"
+    assert again == first  # the same messageId, parts, metadata and references
+    assert first["referenceTaskIds"] == ["r-1"]
+    assert [p.get("filename") for p in first["parts"]] == ["a.pdf", None]
+    sends = [call for call in agent.calls if call["method"] == "SendMessage"]
+    assert [c["params"]["configuration"]["acceptedOutputModes"] for c in sends] == [
+        ["text/plain"],
+        ["text/plain"],
+    ]

@@ -82,17 +82,17 @@ def test_an_unreached_endpoint_is_recorded_with_its_url_and_why(
     }
 
 
-async def test_an_engine_opened_on_a_url_owns_its_client_and_closes_it() -> None:
-    engine = Engine.open("sqlite://")
-    client = engine.client
-    await engine.aclose()
+async def test_an_engine_connected_to_a_url_owns_its_client_and_closes_it() -> None:
+    async with Engine.connect("sqlite://") as engine:
+        client = engine.client
+        assert not client.is_closed
     assert client.is_closed
 
 
-async def test_an_engine_opened_with_a_client_leaves_it_open(store: EventStore) -> None:
+async def test_an_engine_connected_with_a_client_leaves_it_open(store: EventStore) -> None:
     async with httpx.AsyncClient() as client:
-        engine = Engine.open("sqlite://", client=client)
-        await engine.aclose()
+        async with Engine.connect("sqlite://", client=client):
+            pass
         assert not client.is_closed
         async with Engine(store, client):  # made directly: the client is the caller's too
             pass
@@ -174,16 +174,13 @@ async def test_requests_are_bounded_per_agent_and_in_all_card_reads_included(
     assert most == {"one.example": 1, "two.example": 1, "three.example": 1, "all": 2}
 
 
-async def test_an_engine_opened_on_a_url_trusts_only_the_configured_authorities(
+async def test_an_engine_connected_to_a_url_trusts_only_the_configured_authorities(
     tmp_path: Path,
 ) -> None:
     tls = make_tls(tmp_path)
-    engine = Engine.open("sqlite://", config=EngineConfig(ca_file=str(tls.ca)))
-    try:
+    async with Engine.connect("sqlite://", config=EngineConfig(ca_file=str(tls.ca))) as engine:
         transport: Any = engine.client._transport
         authorities = transport._context.get_ca_certs()
-    finally:
-        await engine.aclose()
     assert [dict(item[0] for item in ca["subject"])["commonName"] for ca in authorities] == [
         "cardfence test CA"
     ]
@@ -196,8 +193,8 @@ async def test_a_task_is_shown_as_it_is_or_as_it_was(store: EventStore) -> None:
         submitted = store.read_stream(f"task:{key}")[-1].position
         await engine.poll(key)
         await engine.poll(key)
-    now = engine.task(key)
-    then = engine.task(key, as_of=AsOf.parse(f"@{submitted}"))
+        now = await engine.task(key)
+        then = await engine.task(key, as_of=AsOf.parse(f"@{submitted}"))
     assert (now.state, then.state) == ("completed", "submitted")
     head = store.stream(f"task:{key}")
     assert head is not None
@@ -213,16 +210,16 @@ async def test_every_task_is_listed_as_it_is_or_as_it_was_and_by_state(store: Ev
         between = store.last_position()
         await engine.poll(ended)
         live = (await engine.start_task(ORIGIN, skill="echo", text="two")).task
-    now = {view.task: view.state for view in engine.tasks()}
-    assert now == {ended: "completed", live: "submitted"}
-    assert [view.task for view in engine.tasks("completed")] == [ended]
-    assert [view.task for view in engine.tasks("submitted")] == [live]
-    then = engine.tasks(as_of=AsOf.parse(f"@{between}"))
-    assert [(view.task, view.state) for view in then] == [(ended, "submitted")]
-    assert engine.tasks("completed", as_of=AsOf.parse(f"@{between}")) == []
-    head = store.stream(f"task:{ended}")
-    assert head is not None
-    assert [view.updated_at for view in engine.tasks("completed")] == [head.updated_at]
+        now = {view.task: view.state for view in await engine.tasks()}
+        assert now == {ended: "completed", live: "submitted"}
+        assert [view.task for view in await engine.tasks("completed")] == [ended]
+        assert [view.task for view in await engine.tasks("submitted")] == [live]
+        then = await engine.tasks(as_of=AsOf.parse(f"@{between}"))
+        assert [(view.task, view.state) for view in then] == [(ended, "submitted")]
+        assert await engine.tasks("completed", as_of=AsOf.parse(f"@{between}")) == []
+        head = store.stream(f"task:{ended}")
+        assert head is not None
+        assert [view.updated_at for view in await engine.tasks("completed")] == [head.updated_at]
 
 
 async def test_a_follow_up_starts_from_the_state_the_engine_last_wrote_with_no_store_read(
@@ -376,7 +373,9 @@ async def test_closing_an_engine_lets_the_closing_reads_in_flight_finish(store: 
     # The closing read is still in flight as the engine closes.
     async with engine_on(store, _answering_get_task_after(0.05)) as engine:
         key = await _ended_by_a_push(engine)
-    assert engine.task(key).state == "completed"
+    head = store.stream(f"task:{key}")
+    assert head is not None
+    assert head.state["state"] == "completed"
     assert store.read_stream(f"task:{key}")[-1].data["source"] == "poll"
 
 

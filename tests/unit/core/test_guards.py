@@ -37,6 +37,7 @@ from cardfence.engine.core.guards import (
     resend_check,
     resume_check,
     resume_stand_in,
+    sole_skill,
     throttled,
     unavailable,
     wrong_task,
@@ -138,6 +139,38 @@ def test_creation_refusal_names_the_media_types_the_skill_accepts() -> None:
 
 def test_creation_allowed_is_recorded_as_ok() -> None:
     assert creation_check(card(), "ask", "image/png") == Decision(True, "ok", "")
+
+
+def test_creation_checks_every_parts_media_type_and_names_the_first_refused() -> None:
+    assert creation_check(card(), "ask", ["image/png", "application/json"]) == Decision(True, "ok")
+    assert creation_check(card(), "ask", ["image/png", "text/csv", "text/plain"]) == Decision(
+        False,
+        "media_type_not_accepted",
+        "does not accept text/csv (accepts: application/json, image/png)",
+    )
+
+
+def test_creation_needs_one_accepted_output_mode_the_skill_produces() -> None:
+    outputs = card(lambda d: d["skills"][1].update(outputModes=["image/png", "text"]))
+    for accepted in (["image/*"], ["text/markdown"], ["audio/ogg", "image/png"], ["*/*"]):
+        assert creation_check(outputs, "ask", "image/png", (), accepted).allowed, accepted
+    assert creation_check(outputs, "ask", "image/png", (), ["audio/*", "video/mp4"]) == Decision(
+        False,
+        "output_mode_not_accepted",
+        "produces none of audio/*, video/mp4 (produces: image/png, text)",
+    )
+
+
+def test_creation_without_a_skill_named_is_refused_naming_the_skills_offered() -> None:
+    assert creation_check(card(), None, "text/plain") == Decision(
+        False, "skill_absent", "was not named, and the card offers 2 (offered: echo, ask)"
+    )
+
+
+def test_the_sole_skill_of_a_card_is_the_one_a_creation_may_leave_unnamed() -> None:
+    assert sole_skill(card(drop_echo)) == "ask"
+    assert sole_skill(card()) is None
+    assert sole_skill(card(lambda d: d.update(skills=[]))) is None
 
 
 # -- R4 registration ------------------------------------------------------------------------------
@@ -393,6 +426,17 @@ def test_resend_of_a_task_without_a_media_type_checks_text_plain() -> None:
         "media_type_not_accepted",
         "does not accept text/plain (accepts: application/json, image/png)",
     )
+
+
+def test_resend_checks_the_parts_and_output_modes_of_the_message_sent_again() -> None:
+    fresh = card()
+    task = task_on(fresh, "ask", media_type=None)
+    assert resend_check(task, fresh, media_types=["image/png", "application/json"]).allowed
+    assert resend_check(task, fresh, media_types=["image/png", "text/plain"]).reason == (
+        "media_type_not_accepted"
+    )
+    refused = resend_check(task, fresh, media_types=["image/png"], accept=["audio/*"])
+    assert refused.reason == "output_mode_not_accepted"
 
 
 def test_resend_refused_when_the_skill_is_gone_or_no_longer_takes_the_media_type() -> None:

@@ -3,9 +3,11 @@ into a :class:`TaskView`, and its two JSON shapes (docs/cli.md), each compared w
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 from typing import Any
 
+from cardfence.engine.core.answers import TaskState
 from cardfence.engine.core.views import TaskView
 
 UPDATED = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
@@ -90,6 +92,7 @@ def test_the_json_of_run_reply_cancel_and_resume_holds_its_fields() -> None:
         "artifacts": [ARTIFACT],
         "last_message": "which name?",
         "last_message_parts": [FORM],
+        "references": [],
     }
 
 
@@ -118,3 +121,16 @@ def test_the_json_shapes_are_copies_the_caller_may_change() -> None:
     assert view.to_json()["artifacts"] == [{"artifact_id": "a-1", "parts": [{"text": "out"}]}]
     assert view.to_json()["last_message_parts"] == [{"data": {"field": "name"}}]
     assert view.flags == ("flagged_for_review",)
+
+
+def test_a_views_state_is_a_task_state_equal_to_its_name_and_its_key_is_the_task() -> None:
+    view = TaskView.of(projection(), UPDATED)
+    assert view.state is TaskState.INPUT_REQUIRED
+    assert view.state == "input-required"
+    assert view.to_json()["state"] == "input-required"
+    assert json.dumps(view.to_row()["state"]) == '"input-required"'
+    assert view.key == view.task == "k-1"
+
+
+def test_a_state_a_newer_cardfence_wrote_is_read_as_unknown() -> None:
+    assert TaskView.of(projection(state="paused")).state is TaskState.UNKNOWN

@@ -27,16 +27,19 @@ from cardfence.engine.cards.spoken import HTTP_JSON, JSONRPC
 from cardfence.engine.core import events as ev
 from cardfence.engine.core import guards
 from cardfence.engine.core.answers import PushConfig, StreamUpdate, TaskState
+from cardfence.engine.core.messages import Message
+from cardfence.engine.core.parts import Data, File, Text
 from cardfence.engine.errors import (
     EndpointUnreachableError,
     InvalidAgentResponseError,
+    MessageTooLargeError,
     OperationUnsupportedError,
     ProtocolMismatchError,
     RemoteRefusedError,
     StreamDroppedError,
     WrongTaskAnswerError,
 )
-from cardfence.engine.wire.transport import A2ATransport
+from cardfence.engine.wire.transport import A2ATransport, check_message_size, message_params
 from cardfence.engine.wire.v10 import (
     parse_push_config,
     parse_send_response,
@@ -294,6 +297,66 @@ async def test_a_streamed_message_sends_its_ids_metadata_and_media_type_and_no_c
             }
         },
     ]
+
+
+async def test_a_message_of_every_kind_of_part_is_sent_whole_with_its_metadata_refs_and_modes(
+    agent: Make,
+) -> None:
+    bodies: list[dict[str, Any]] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        bodies.append(json.loads(request.content))
+        return _result(request, {"task": {"id": TASK, "status": {"state": "TASK_STATE_SUBMITTED"}}})
+
+    message = Message(
+        parts=(
+            Text("# hi", "text/markdown"),
+            File(data=b"%PDF\x00\xff", filename="a.pdf"),
+            File(url="https://files.test/b.png", media_type="image/png"),
+            Data({"n": [1, 2]}),
+        ),
+        metadata={"k": "mine", "skillId": "not-ours"},
+        references=("r-0", "r-9"),
+        accepted_output_modes=("text/*",),
+    )
+    await agent(handler, HTTP_JSON).send_message(
+        message=message, message_id="m-1", context_id="c-1", metadata={"skillId": "echo"}
+    )
+    assert bodies == [
+        {
+            "message": {
+                "messageId": "m-1",
+                "role": "ROLE_USER",
+                "parts": [
+                    {"text": "# hi", "mediaType": "text/markdown"},
+                    {"raw": "JVBERgD/", "filename": "a.pdf", "mediaType": "application/pdf"},
+                    {"url": "https://files.test/b.png", "mediaType": "image/png"},
+                    {"data": {"n": [1, 2]}, "mediaType": "application/json"},
+                ],
+                "contextId": "c-1",
+                "metadata": {"k": "mine", "skillId": "echo"},  # the engine's skillId wins
+                "referenceTaskIds": ["r-0", "r-9"],
+            },
+            "configuration": {"acceptedOutputModes": ["text/*"], "returnImmediately": True},
+        }
+    ]
+
+
+def test_a_message_over_the_bound_is_refused_naming_its_size_and_the_bound() -> None:
+    message = Message(parts=(File(data=b"x" * 3000),))
+    ids = {"message_id": "m-1", "context_id": "c-1"}
+    params = message_params(
+        message, **ids, task_id=None, metadata=None, return_immediately=True, push_config=None
+    )
+    size = len(json.dumps(params, separators=(",", ":")).encode())
+    check_message_size(message, size, **ids)  # at the bound: sent
+    with pytest.raises(MessageTooLargeError) as refused:
+        check_message_size(message, size - 1, **ids)
+    assert (refused.value.size, refused.value.bound) == (size, size - 1)
+    assert str(refused.value) == (
+        f"the message is {size} bytes encoded, over the bound of {size - 1} "
+        "(max_message_bytes): nothing was recorded or sent"
+    )
 
 
 async def test_a_streamed_message_that_fails_names_its_task_and_a_new_one_names_none(

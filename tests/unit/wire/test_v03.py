@@ -1122,10 +1122,83 @@ def test_a_part_without_a_media_type_is_plain_text() -> None:
 
 
 @pytest.mark.parametrize("rest", [False, True])
-def test_a_part_that_is_not_text_is_sent_as_it_is(rest: bool) -> None:
-    part = {"url": "https://files.test/a.pdf", "mediaType": "application/pdf"}
+def test_a_part_of_no_kind_it_knows_is_sent_as_it_is(rest: bool) -> None:
+    part = {"mystery": "x", "mediaType": "application/pdf"}
     out = wire03.request("SendMessage", {"message": {"parts": [part]}}, rest=rest)
     assert out["message"]["content" if rest else "parts"] == [part]
+
+
+_RAW = base64.b64encode(b"%PDF\x00\xff").decode()
+
+
+@pytest.mark.parametrize(
+    ("part", "rpc", "rest"),
+    [
+        (
+            {"raw": _RAW, "filename": "a.pdf", "mediaType": "application/pdf"},
+            {"kind": "file", "file": {"bytes": _RAW, "mimeType": "application/pdf",
+                                      "name": "a.pdf"}},
+            {"file": {"fileWithBytes": b64(_RAW), "mimeType": "application/pdf",
+                      "name": "a.pdf"}},
+        ),
+        (
+            {"url": "https://files.test/a.png", "filename": "a.png", "mediaType": "image/png"},
+            {"kind": "file", "file": {"uri": "https://files.test/a.png", "mimeType": "image/png",
+                                      "name": "a.png"}},
+            {"file": {"fileWithUri": "https://files.test/a.png", "mimeType": "image/png",
+                      "name": "a.png"}},
+        ),
+        (
+            {"url": "https://files.test/b"},
+            {"kind": "file", "file": {"uri": "https://files.test/b"}},
+            {"file": {"fileWithUri": "https://files.test/b"}},
+        ),
+        (
+            {"data": {"n": [1, 2]}, "mediaType": "application/json"},
+            {"kind": "data", "data": {"n": [1, 2]}},
+            {"data": {"data": {"n": [1, 2]}}},
+        ),
+    ],
+)  # fmt: skip
+def test_each_10_part_is_sent_as_its_03_part_in_either_binding(
+    part: dict[str, Any], rpc: dict[str, Any], rest: dict[str, Any]
+) -> None:
+    params = {"message": {"parts": [part]}}
+    assert wire03.request("SendMessage", params, rest=False)["message"]["parts"] == [rpc]
+    assert wire03.request("SendMessage", params, rest=True)["message"]["content"] == [rest]
+
+
+def test_the_rest_file_bytes_read_back_as_the_bytes_sent() -> None:
+    part = {"raw": _RAW, "mediaType": "application/pdf"}
+    (sent,) = wire03.request("SendMessage", {"message": {"parts": [part]}}, rest=True)["message"][
+        "content"
+    ]
+    echoed = wire03.answer("stream", {"message": {"content": [sent]}}, rest=True)
+    assert isinstance(echoed, dict)
+    assert echoed["message"]["parts"] == [{"raw": _RAW, "mediaType": "application/pdf"}]
+
+
+@pytest.mark.parametrize("rest", [False, True])
+def test_metadata_and_accepted_output_modes_go_in_either_binding(rest: bool) -> None:
+    params = {
+        "message": {"parts": [], "metadata": {"skillId": "s", "k": 1}},
+        "configuration": {"acceptedOutputModes": ["text/plain", "image/*"]},
+    }
+    out = wire03.request("SendMessage", params, rest=rest)
+    assert out["message"]["metadata"] == {"skillId": "s", "k": 1}
+    assert out["configuration"] == {
+        "blocking": True,
+        "acceptedOutputModes": ["text/plain", "image/*"],
+    }
+
+
+def test_referenced_tasks_go_by_jsonrpc_and_not_in_rest_whose_proto_lacks_them() -> None:
+    params = {"message": {"parts": [], "referenceTaskIds": ["r-1", "r-2"]}}
+    assert wire03.request("SendMessage", params, rest=False)["message"]["referenceTaskIds"] == [
+        "r-1",
+        "r-2",
+    ]
+    assert "referenceTaskIds" not in wire03.request("SendMessage", params, rest=True)["message"]
 
 
 # --- answers -------------------------------------------------------------------------------------
