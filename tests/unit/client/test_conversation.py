@@ -35,8 +35,10 @@ def _waiting_agent() -> ScriptedAgent:
 
 async def _asking(engine: Any, key: str) -> None:
     await engine.start_task(ORIGIN, skill="echo", text="ask", key=key)
-    asked = {"from": "submitted", "to": "input-required", "source": "poll"}
-    engine.log.record(key, lambda state: [(ev.STATE_CHANGED, asked)])
+    asked = ev.StateChanged(
+        from_="submitted", to="input-required", source="poll", remote_timestamp=None
+    )
+    engine.log.record(key, lambda state: [asked])
 
 
 async def test_a_reply_of_parts_is_recorded_then_sent_and_no_card_is_read_for_it(
