@@ -13,6 +13,7 @@ from support.mocked import ScriptedAgent, engine_on, rpc_result, task_answer
 
 from cardfence.engine.client.config import EngineConfig
 from cardfence.engine.core import events as ev
+from cardfence.engine.core.content import MESSAGE_METADATA, resolved_parts
 from cardfence.engine.core.messages import recorded_parts
 from cardfence.engine.core.parts import Data, File, Text
 from cardfence.engine.errors import MessageTooLargeError, UsageError
@@ -56,11 +57,14 @@ async def test_a_reply_of_parts_is_recorded_then_sent_and_no_card_is_read_for_it
     reply = store.read_stream("task:k-1")[-2]
     assert reply.type == ev.REPLY_SENT
     parts = [Text("signed"), PDF, Data({"ok": True})]
-    assert {k: v for k, v in reply.data.items() if k != "message_id"} == {
-        "chars": 6,
-        "parts": recorded_parts(parts),
-        "metadata": {"round": 2},
-    }
+    assert set(reply.data) == {"message_id", "chars", "parts"}  # R17: content out of line
+    assert reply.data["chars"] == 6
+    kept = {digest: record.data for digest, record in store.contents("task:k-1").items()}
+    resolved, around = resolved_parts(reply.data["parts"], kept)
+    assert [{k: v for k, v in p.items() if k not in ("size", "sha256")} for p in resolved] == (
+        recorded_parts(parts)
+    )
+    assert around == {MESSAGE_METADATA: {"round": 2}}
     message = agent.calls[-1]["params"]["message"]
     assert message["messageId"] == reply.data["message_id"]
     assert (message["taskId"], message["contextId"]) == ("r-1", "c-1")

@@ -29,6 +29,7 @@ from cardfence.engine.auth.config import Bearer, CredentialsConfig, OAuthClient
 from cardfence.engine.cards.model import parse_card
 from cardfence.engine.client.config import EngineConfig
 from cardfence.engine.client.engine import Engine
+from cardfence.engine.client.tasklog import TaskLog
 from cardfence.engine.core import events as ev
 from cardfence.engine.core import guards
 from cardfence.engine.core.messages import recorded_parts, submitted_message
@@ -58,6 +59,15 @@ ENDPOINT = f"{ORIGIN}/a2a"
 
 def _first(store: EventStore, key: str) -> dict[str, Any]:
     return store.read_stream(f"task:{key}")[0].data
+
+
+def _sent(store: EventStore, key: str) -> dict[str, Any]:
+    """The task's first event with its message's content read back (R17): each part as it was
+    given, without the size and digest its outline holds."""
+    first = TaskLog(store).first_event(key)
+    first["parts"] = [{k: v for k, v in p.items() if k not in ("size", "sha256")}
+                      for p in first["parts"]]  # fmt: skip
+    return first
 
 
 async def test_a_task_is_frozen_with_its_card_contract_skill_and_endpoint_then_sent(
@@ -280,7 +290,11 @@ async def test_the_media_type_asked_for_is_the_one_sent(store: EventStore) -> No
     (part,) = json.loads(agent.requests[0].content)["params"]["message"]["parts"]
     assert part == {"text": "# hi", "mediaType": "text/markdown"}
     recorded = _first(store, view.task)
-    assert recorded["parts"] == [{"kind": "text", "media_type": "text/markdown", "text": "# hi"}]
+    [outline] = recorded["parts"]
+    assert set(outline) == {"kind", "media_type", "size", "sha256"}  # R17: out of line
+    assert _sent(store, view.task)["parts"] == [
+        {"kind": "text", "media_type": "text/markdown", "text": "# hi"}
+    ]
     assert "text" not in recorded
     assert "media_type" not in recorded
 
@@ -1088,7 +1102,7 @@ def _open_card(**skill_fields: Any) -> dict[str, Any]:
     return card
 
 
-async def test_a_message_of_parts_is_recorded_inline_and_sent_in_order_with_its_metadata(
+async def test_a_message_of_parts_is_recorded_out_of_line_and_sent_in_order_with_its_metadata(
     store: EventStore,
 ) -> None:
     agent = ScriptedAgent(card=_open_card())
@@ -1096,7 +1110,10 @@ async def test_a_message_of_parts_is_recorded_inline_and_sent_in_order_with_its_
         view = await engine.start_task(
             ORIGIN, text="read this", parts=[PDF, FORM], metadata={"trace": "t-1"}, key="k-1"
         )
-    data = _first(store, "k-1")
+    stored = _first(store, "k-1")
+    assert "metadata" not in stored  # R17: the message's metadata is content, out of line
+    assert all(set(p) == {"kind", "media_type", "size", "sha256"} for p in stored["parts"])
+    data = _sent(store, "k-1")
     assert data["parts"] == recorded_parts([Text("read this"), PDF, FORM])
     assert data["metadata"] == {"trace": "t-1"}
     assert "text" not in data
