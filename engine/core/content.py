@@ -66,7 +66,7 @@ def is_outline(part: object) -> bool:
 
 
 def _json(value: object) -> str:
-    return json.dumps(value, separators=(",", ":"), sort_keys=True, ensure_ascii=False)
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)  # ASCII: any text stores
 
 
 def _size(part: Mapping[str, Any]) -> int:
