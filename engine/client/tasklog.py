@@ -235,10 +235,11 @@ class TaskLog:
     def first_event(self, key: str) -> dict[str, Any]:
         """The payload of the task's first event (``TaskSubmitted``) with its message's content
         back in line from its content records (R17): its parts whole, its metadata."""
-        first = self.store.read_stream(task_stream_id(key))[0].data
+        recorded = self.store.read_stream(task_stream_id(key))[0]
+        first = content.upcast(recorded.type, recorded.schema_version, recorded.data)
         parts = first.get("parts")
         if not isinstance(parts, list):
-            return first  # recorded before content moved out of line: inline as it is
+            return first
         digests = [str(p["sha256"]) for p in parts if content.is_outline(p)]
         kept = self.store.contents(task_stream_id(key), digests)
         inline, around = content.resolved_parts(parts, {d: r.data for d, r in kept.items()})
@@ -280,7 +281,7 @@ class TaskLog:
         self.store.append(
             task_stream_id(key),
             0,
-            [NewEvent(type_, data) for type_, data in stored],
+            [NewEvent(type_, data, content.schema_version(type_)) for type_, data in stored],
             projection=projection_of(state),
             contents=contents,
         )
@@ -350,7 +351,10 @@ class TaskLog:
                 self.store.append(
                     stream_id,
                     head.version,
-                    [NewEvent(type_, data) for type_, data in events],
+                    [
+                        NewEvent(type_, data, content.schema_version(type_))
+                        for type_, data in events
+                    ],
                     projection=projection_of(after, before),
                     lease=lease,
                     contents=contents,

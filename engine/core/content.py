@@ -36,6 +36,8 @@ __all__ = [
     "outline_digests",
     "outlined",
     "resolved_parts",
+    "schema_version",
+    "upcast",
 ]
 
 # What an outline holds: nothing of the content but its size and salted digest.
@@ -46,6 +48,52 @@ ARTIFACT_NAME: Final = "artifact_name"
 """The key of a part's content record holding the name of the artifact the part belongs to."""
 MESSAGE_METADATA: Final = "message_metadata"
 """The key of a part's content record holding the metadata of the message the part belongs to."""
+
+
+SCHEMA_VERSIONS: Final = {
+    ev.TASK_SUBMITTED: 2,
+    ev.REPLY_SENT: 2,
+    ev.STATE_CHANGED: 2,
+    ev.ARTIFACT_RECEIVED: 2,
+}
+"""The schema version of each type whose payload changed shape when content moved out of line:
+version 2 outlines its parts (version 1, every event written before, holds content inline and is
+read through :func:`upcast`). Every other type is at version 1."""
+
+
+def schema_version(type_: str) -> int:
+    """The schema version an event of ``type_`` is written with today."""
+    return SCHEMA_VERSIONS.get(type_, 1)
+
+
+def upcast(type_: str, version: int, payload: Mapping[str, Any]) -> dict[str, Any]:
+    """A stored payload in today's shape, its content inline where it was written inline: a
+    version 1 ``TaskSubmitted`` (one text part as ``text`` and ``media_type``) with ``parts``;
+    a version 1 ``StateChanged`` message (``message``, and ``message_parts`` when one was not
+    text) as its parts; a version 1 artifact's parts with a file given by its bytes as
+    ``kind: file`` and ``bytes`` (recorded as ``raw``, base64 in ``data``). What was never
+    recorded (a version 1 reply's text) stays absent. Today's payloads are returned as they are."""
+    out = dict(payload)
+    if version >= SCHEMA_VERSIONS.get(type_, 1):
+        return out
+    if type_ == ev.TASK_SUBMITTED and isinstance(out.get("text"), str) and "parts" not in out:
+        media_type = out.get("media_type") or "text/plain"
+        out["parts"] = [{"kind": "text", "media_type": media_type, "text": out.pop("text")}]
+    elif type_ == ev.STATE_CHANGED and isinstance(out.get("message"), str):
+        text = out.pop("message")
+        out["message_parts"] = [
+            _upcast_part(p) for p in out.get("message_parts") or [{"kind": "text", "text": text}]
+        ]
+    elif type_ == ev.ARTIFACT_RECEIVED and isinstance(out.get("parts"), list):
+        out["parts"] = [_upcast_part(p) for p in out["parts"]]
+    return out
+
+
+def _upcast_part(part: Any) -> Any:
+    if isinstance(part, Mapping) and part.get("kind") == "raw":
+        inline = {k: v for k, v in part.items() if k != "data"}
+        return {**inline, "kind": "file", "bytes": part.get("data")}
+    return part
 
 
 @dataclass(frozen=True, slots=True)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import copy
 import json
 import shutil
@@ -31,6 +32,7 @@ from cardfence.engine.client.audit import (
     replay,
 )
 from cardfence.engine.client.tasklog import TaskLog, task_stream_id
+from cardfence.engine.core import content
 from cardfence.engine.core import events as ev
 from cardfence.engine.discovery._agent_stream import append_agent_events
 from cardfence.store.chain import content_hash, verify_chain
@@ -945,3 +947,47 @@ def test_every_event_of_the_store_of_inline_content_reads_as_its_class_byte_for_
         assert typed.extra == {}, (event.type, typed.extra)  # every key known to its class
         stored = json.dumps(typed.payload(), separators=(",", ":"), sort_keys=True)
         assert stored == event.payload, (event.stream_id, event.version)
+
+
+def test_every_event_of_the_store_of_inline_content_upcasts_to_today_s_shape_its_content_whole(
+    content_inline: EventStore,
+) -> None:
+    for event in iter_all(content_inline):
+        assert event.schema_version == 1
+        now = content.upcast(event.type, event.schema_version, event.data)
+        if event.type == ev.TASK_SUBMITTED:
+            [part] = now["parts"]
+            assert (part["kind"], part["text"]) == ("text", event.data["text"])
+        elif event.type == ev.STATE_CHANGED and isinstance(event.data.get("message"), str):
+            texts = [p.get("text") for p in now["message_parts"] if p["kind"] == "text"]
+            assert "message" not in now
+            assert event.data["message"] in texts or not event.data.get("message_parts")
+        parts = now.get("parts") or now.get("message_parts") or ()
+        assert all(p["kind"] in ("text", "file", "url", "data") for p in parts), event
+        files = [p for p in parts if p["kind"] == "file"]
+        assert all(base64.b64decode(p["bytes"], validate=True) is not None for p in files)
+
+
+def test_a_task_of_the_store_of_inline_content_goes_on_with_new_content_out_of_line(
+    content_inline: EventStore,
+) -> None:
+    log = TaskLog(content_inline)
+    key = next(
+        e.stream_id.removeprefix("task:")
+        for e in iter_all(content_inline)
+        if e.type == ev.TASK_SUBMITTED
+    )
+    before = log.head(key).state
+    assert log.first_event(key)["parts"][0]["kind"] == "text"  # a re-send reads it back
+    artifact = ev.ArtifactReceived(
+        artifact_id="later", name="later", source="poll",
+        parts=[{"kind": "text", "media_type": "text/plain", "text": "after the upgrade"}],
+    )  # fmt: skip
+    log.record(key, lambda _state: [artifact])
+    last = content_inline.read_stream(task_stream_id(key))[-1]
+    assert (last.schema_version, "after" in last.payload) == (2, False)
+    view = log.view(log.head(key).state)
+    assert view.artifacts[-1]["name"] == "later"
+    assert view.artifacts[-1]["parts"][0]["text"] == "after the upgrade"
+    assert list(view.artifacts[:-1]) == list(TaskLog(content_inline).view(before).artifacts)
+    assert audit(content_inline).ok
