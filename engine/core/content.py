@@ -169,8 +169,8 @@ def _outlines(
 def carries_content(type_: str, payload: Mapping[str, Any]) -> bool:
     """Whether an event payload holds content to put out of line."""
     if type_ in (ev.TASK_SUBMITTED, ev.REPLY_SENT, ev.ARTIFACT_RECEIVED):
-        return any(payload.get(key) for key in ("parts", "metadata")) or isinstance(
-            payload.get("text"), str
+        return any(payload.get(key) for key in ("parts", "metadata")) or any(
+            isinstance(payload.get(key), str) for key in ("text", "name")
         )
     return type_ == ev.STATE_CHANGED and isinstance(payload.get("message"), str)
 
@@ -211,6 +211,12 @@ def outlined(
         out["parts"] = _outlines(out["parts"], salt, around, kept)
         if around:
             out["name"] = None
+    elif type_ == ev.ARTIFACT_RECEIVED and isinstance(out.get("name"), str):
+        # kept as its size and digest (truncated): its name alone is content, kept apart
+        body = _json({ARTIFACT_NAME: out["name"]})
+        digest = salted_hash(salt, body)
+        kept[digest] = Kept(digest, body)
+        out.update(name=None, name_sha256=digest)
     return out, list(kept.values())
 
 
@@ -221,9 +227,10 @@ def outline_digests(type_: str, payload: Mapping[str, Any]) -> list[str]:
     if type_ not in (ev.TASK_SUBMITTED, ev.REPLY_SENT, ev.STATE_CHANGED, ev.ARTIFACT_RECEIVED):
         return []
     parts = payload.get(key)
+    named = [str(payload["name_sha256"])] if payload.get("name_sha256") else []
     if not isinstance(parts, list):
-        return []
-    return [str(p["sha256"]) for p in parts if is_outline(p)]
+        return named
+    return [str(p["sha256"]) for p in parts if is_outline(p)] + named
 
 
 def resolved_parts(

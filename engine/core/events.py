@@ -427,6 +427,7 @@ class ArtifactReceived(TaskRecorded):
     TYPE: ClassVar[str] = ARTIFACT_RECEIVED
     artifact_id: str
     name: str | None
+    name_sha256: str | None = _optional()  # R17: the name of an artifact kept as its digest
     parts: Sequence[Mapping[str, Any]] | None = _optional()
     bytes: int | None = _optional()
     sha256: str | None = _optional()

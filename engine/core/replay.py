@@ -214,7 +214,9 @@ def apply_task_events(state: Mapping[str, Any], events: Iterable[TaskInput]) -> 
     return out
 
 
-_ARTIFACT_FIELDS = ("artifact_id", "name", "parts", "truncated", "bytes", "sha256", "partial")
+_ARTIFACT_FIELDS = (
+    "artifact_id", "name", "name_sha256", "parts", "truncated", "bytes", "sha256", "partial",
+)  # fmt: skip
 
 
 def _apply_artifact(
@@ -238,6 +240,8 @@ def _apply_artifact(
     held: dict[str, Any] = artifacts[position]
     if data.get("append"):
         record["name"] = held.get("name")
+        if held.get("name_sha256"):
+            record["name_sha256"] = held["name_sha256"]
         record["chunks"] = int(held.get("chunks") or 0) + int(data.get("chunks") or 1)
         if held.get("partial"):
             record["partial"] = True  # its first chunks are still missing

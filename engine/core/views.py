@@ -123,13 +123,19 @@ def digests_named(state: Mapping[str, Any]) -> list[str]:
     """The digests of the content records a task's projection names (its artifacts' parts and
     its last message's)."""
     parts: list[Any] = list(state.get("last_message_parts") or ())
+    names: list[str] = []
     for artifact in state.get("artifacts") or ():
         parts.extend(artifact.get("parts") or ())
-    return [str(p["sha256"]) for p in parts if is_outline(p)]
+        if artifact.get("name_sha256"):
+            names.append(str(artifact["name_sha256"]))
+    return [str(p["sha256"]) for p in parts if is_outline(p)] + names
 
 
 def _resolved_artifact(artifact: Mapping[str, Any], contents: Contents) -> Mapping[str, Any]:
     parts = artifact.get("parts")
+    if artifact.get("name_sha256"):  # kept as its digest: its name alone was kept apart
+        named = contents.get(str(artifact["name_sha256"])) or {}
+        return {**artifact, "name": named.get(ARTIFACT_NAME)}
     if not parts or not any(is_outline(p) for p in parts):
         return artifact
     resolved, around = resolved_parts(parts, contents)

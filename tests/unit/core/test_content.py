@@ -100,3 +100,11 @@ def test_outlines_read_back_their_content_and_a_missing_record_reads_as_erased()
     assert back[1]["erased"] is True
     assert "data" not in back[1]
     assert content.outline_digests(ev.REPLY_SENT, stored) == [k.digest for k in kept]
+
+
+def test_an_artifact_kept_as_its_digest_keeps_its_name_apart() -> None:
+    payload = {"artifact_id": "a1", "name": "huge", "truncated": True, "bytes": 9, "sha256": "0f"}
+    stored, [kept] = content.outlined(ev.ARTIFACT_RECEIVED, payload, SALT)
+    assert (stored["name"], stored["name_sha256"]) == (None, kept.digest)
+    assert json.loads(kept.body) == {content.ARTIFACT_NAME: "huge"}
+    assert content.outline_digests(ev.ARTIFACT_RECEIVED, stored) == [kept.digest]
