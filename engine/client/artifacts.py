@@ -115,7 +115,8 @@ class Artifacts:
     async def of(self, ref: str) -> list[TaskArtifact]:
         """The artifacts of the task ``ref`` names, in the order they were first received."""
         state = await self.records.state(await self.records.find(ref))
-        return [TaskArtifact.of(record) for record in state.get("artifacts") or ()]
+        view = await self.records.view(state)  # their content read back (R17)
+        return [TaskArtifact.of(record) for record in view.artifacts]
 
     async def fetch(
         self, ref: str, files: Sequence[File], *, any_origin: bool = False

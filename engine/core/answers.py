@@ -22,6 +22,7 @@ from typing import Any, Final, Literal
 __all__ = [
     "ACTIVE_STATES",
     "INTERRUPTED_STATES",
+    "MAX_ANSWER_BYTES",
     "TERMINAL_STATES",
     "Artifact",
     "Part",
@@ -33,6 +34,11 @@ __all__ = [
     "TaskState",
     "normalise_state",
 ]
+
+
+MAX_ANSWER_BYTES: Final = 8 * 1024 * 1024
+"""The longest answer the transport reads (R16): the wire's default bound, and what the
+observation path keeps of an artifact or a status message whole (content out of line, R17)."""
 
 
 class TaskState(enum.StrEnum):

@@ -122,13 +122,14 @@ def _size(part: Mapping[str, Any]) -> int:
     text, data as its JSON."""
     if isinstance(part.get("text"), str):
         return len(part["text"].encode())
-    if isinstance(part.get("bytes"), str):
-        try:
-            return len(base64.b64decode(part["bytes"], validate=True))
-        except (binascii.Error, ValueError):
-            return len(part["bytes"].encode())
+    encoded = part.get("bytes")
     if part.get("kind") == "raw" and isinstance(part.get("data"), str):
-        return (len(part["data"]) * 3) // 4  # base64 text as remote reports gave it
+        encoded = part["data"]  # base64 text as remote reports gave it
+    if isinstance(encoded, str):
+        try:
+            return len(base64.b64decode(encoded, validate=True))
+        except (binascii.Error, ValueError):
+            return len(encoded.encode())
     if isinstance(part.get("url"), str):
         return len(part["url"].encode())
     return len(_json(part.get("data")).encode())

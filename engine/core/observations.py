@@ -18,6 +18,7 @@ from typing import Any, Final
 
 from cardfence.engine.core import events as ev
 from cardfence.engine.core.answers import (
+    MAX_ANSWER_BYTES,
     Artifact,
     Part,
     RemoteMessage,
@@ -50,15 +51,47 @@ MAX_GENERATION_STEP: Final = 10**6
 """How far above the last generation applied (0 when none) a generation may be and still order
 reports (R12): one far ahead would make every later report stale."""
 
-# R16: what one event keeps of a remote report. Anything larger is kept as its size and SHA-256
-# (flag ``payload_truncated``), so no event nears the store's 1 MiB per-event limit
-# (``store._base.DEFAULT_MAX_PAYLOAD_BYTES``; tests/unit/core/test_observations.py checks it).
-MAX_RECORDED_ARTIFACT_BYTES: Final = 256 * 1024
+# R16: what one event keeps of a remote report. Its parts are kept out of line (R17): the event
+# holds an outline of each ({kind, media_type, size, sha256}), its content a record beside it. So
+# an artifact or a status message is kept whole up to the transport's bound on an answer, and
+# what bounds the event, and the artifact's record in the projection, is the number of its parts
+# and their media types: at most MAX_RECORDED_PARTS parts, each outline at most about 400 bytes
+# (a media type of MAX_RECORDED_MEDIA_TYPE_CHARS, a 64-digit digest, the size and the keys): under
+# 400 KiB, well within the store's 1 MiB per event (``store._base.DEFAULT_MAX_PAYLOAD_BYTES``),
+# and about what an artifact kept whole added to a projection before (256 KiB inline). Beyond any
+# of these bounds the artifact or message is kept as its size and SHA-256 (flag
+# ``payload_truncated``). tests/unit/core/test_observations.py checks the arithmetic.
+MAX_RECORDED_ARTIFACT_BYTES: Final = MAX_ANSWER_BYTES
 """An artifact whose record ({id, name, parts} as stored JSON) is longer is kept as a digest."""
-MAX_RECORDED_MESSAGE_BYTES: Final = 64 * 1024
+MAX_RECORDED_MESSAGE_BYTES: Final = MAX_ANSWER_BYTES
 """A status message whose stored JSON text is longer is kept as a digest."""
+MAX_RECORDED_PARTS: Final = 1024
+"""An artifact (chunks held included) or a status message of more parts is kept as a digest."""
+MAX_REPORT_PARTS: Final = 32 * MAX_RECORDED_PARTS
+"""The parts one report keeps whole over all its artifacts: past them, its later artifacts are
+kept as digests. An answer of many artifacts of tiny parts (each outline up to eight times its
+wire form) then adds at most 32,768 outlines, 12 MiB, to the projection, and the rest of its
+records under five times its wire form (40 MiB): within the projection's 64 MiB
+(``store._base.DEFAULT_MAX_PROJECTION_BYTES``)."""
+MAX_RECORDED_MEDIA_TYPE_CHARS: Final = 255
+"""An artifact or a status message with a part whose media type is longer as stored JSON (RFC
+6838 allows 127 characters each to a type and its subtype) is kept as a digest."""
 MAX_RECORDED_NAME_CHARS: Final = 256
 """The characters of an artifact's name kept when the artifact is kept as a digest."""
+
+
+def _outlined_fits(parts: Iterable[Any], held: int = 0) -> bool:
+    """Whether ``parts`` (after ``held`` parts already kept) outline within the bounds above."""
+    count = held
+    for part in parts:
+        count += 1
+        media_type = part.get("media_type") if isinstance(part, Mapping) else None
+        if count > MAX_RECORDED_PARTS or (
+            media_type is not None
+            and len(stored_json(media_type)) - 2 > MAX_RECORDED_MEDIA_TYPE_CHARS
+        ):
+            return False
+    return True
 
 
 def stored_json(value: Any) -> str:
@@ -86,11 +119,12 @@ class ArtifactRecord:
     def to_json(self) -> dict[str, Any]:
         """The ``ArtifactReceived`` payload (without ``source``): id, name and parts with their
         size and SHA-256 (of the stored JSON of id, name and parts), or, over
-        :data:`MAX_RECORDED_ARTIFACT_BYTES`, id, name, size and SHA-256 with ``truncated``."""
+        :data:`MAX_RECORDED_ARTIFACT_BYTES` or :data:`MAX_RECORDED_PARTS` (or with a media type
+        too long), id, name, size and SHA-256 with ``truncated``."""
         whole = {"artifact_id": self.artifact_id, "name": self.name, "parts": list(self.parts)}
         text = stored_json(whole)
         size, digest = len(text), _sha256(text)
-        if size <= MAX_RECORDED_ARTIFACT_BYTES:
+        if size <= MAX_RECORDED_ARTIFACT_BYTES and _outlined_fits(self.parts):
             return {**whole, "bytes": size, "sha256": digest}
         name = self.name if self.name is None else self.name[:MAX_RECORDED_NAME_CHARS]
         return {
@@ -270,7 +304,26 @@ def _one_per_id(
         digests = {v["sha256"]: v for v in versions if v["sha256"] != kept}  # each once
         if digests:
             dropped[artifact_id] = list(digests.values())
-    return list(records.values()), dropped
+    return _within_report(records.values()), dropped
+
+
+def _within_report(records: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``records`` in order, those past :data:`MAX_REPORT_PARTS` parts kept whole by the ones
+    before them kept as their size and digest (the digest unchanged, so a report read again is
+    the same report)."""
+    out: list[dict[str, Any]] = []
+    kept = 0
+    for record in records:
+        parts = record.get("parts")
+        if isinstance(parts, list) and parts:
+            kept += len(parts)
+            if kept > MAX_REPORT_PARTS:
+                record = {k: v for k, v in record.items() if k != "parts"}
+                if not record.get("append") and isinstance(record.get("name"), str):
+                    record["name"] = record["name"][:MAX_RECORDED_NAME_CHARS]
+                record["truncated"] = True
+        out.append(record)
+    return out
 
 
 def _dropped_flag(
@@ -370,7 +423,8 @@ def _recorded(artifact: ArtifactRecord, held: Mapping[str, Mapping[str, Any]]) -
     own parts marked ``append``. A chunk costs what it holds, never the artifact again (an
     answer streamed token by token is thousands of chunks): its ``bytes`` add its parts' stored
     JSON to those held, its ``sha256`` chains the held digest with them, and past
-    :data:`MAX_RECORDED_ARTIFACT_BYTES` it is kept ``truncated``, as that size and digest. So a
+    :data:`MAX_RECORDED_ARTIFACT_BYTES` or :data:`MAX_RECORDED_PARTS` (those held and its own)
+    it is kept ``truncated``, as that size and digest. So a
     chunk-built artifact's digest is its own: the whole one read when the task ends is recorded
     once. A chunk of an artifact not held (its first chunks came before the stream was followed)
     is kept as it comes, marked ``partial``."""
@@ -393,7 +447,12 @@ def _recorded(artifact: ArtifactRecord, held: Mapping[str, Mapping[str, Any]]) -
         "append": True,
         **counted,
     }
-    if "parts" in before and size <= MAX_RECORDED_ARTIFACT_BYTES:
+    held_parts = before.get("parts")
+    if (
+        isinstance(held_parts, list)
+        and size <= MAX_RECORDED_ARTIFACT_BYTES
+        and _outlined_fits(artifact.parts, len(held_parts))
+    ):
         return {**record, "parts": list(artifact.parts)}  # the fold adds them to those held
     return {**record, "truncated": True}
 
@@ -443,7 +502,7 @@ def _state_event(
         parts = list(observation.message_parts)
         said = {"message": observation.message, "message_parts": parts}
         text = stored_json(said if parts else observation.message)
-        if len(text) <= MAX_RECORDED_MESSAGE_BYTES:
+        if len(text) <= MAX_RECORDED_MESSAGE_BYTES and _outlined_fits(parts):
             message, message_parts = observation.message, parts or None
         else:  # R16: kept as its size and SHA-256
             message, message_bytes, message_sha256 = None, len(text), _sha256(text)

@@ -49,6 +49,7 @@ from cardfence.engine.cards.canonical import loads
 from cardfence.engine.cards.fields import FieldError
 from cardfence.engine.cards.model import Interface
 from cardfence.engine.cards.spoken import HTTP_JSON, JSONRPC, V03, V10
+from cardfence.engine.core.answers import MAX_ANSWER_BYTES
 from cardfence.engine.errors import (
     AuthorizationFailedError,
     EndpointUnreachableError,
@@ -79,7 +80,8 @@ __all__ = [
 
 
 A2A_VERSION: Final = "1.0"
-DEFAULT_MAX_BYTES: Final = 8 * 1024 * 1024
+# Defined in core, where the observation path keeps an answer's content whole up to it.
+DEFAULT_MAX_BYTES: Final = MAX_ANSWER_BYTES
 _MAX_DETAIL: Final = 200  # characters of a remote error message kept in ours
 # R5: a Retry-After is read only this long (an HTTP-date is 29 characters), and asks for no more
 # than a day; the engine caps it further (``max_retry_after``).

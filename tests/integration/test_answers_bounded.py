@@ -1,9 +1,10 @@
 """R12 and R16 against a real hostile agent: answers that must never wedge, bloat or lose a task.
 
 A small A2A agent on 127.0.0.1 (``tests/support/hostile.py``) answers SendMessage and GetTask with
-what a careless or hostile remote sends: an artifact of 7 MB, 20,000 artifacts in one answer, a
-status message of 2 MB, a first answer stamped 9999-12-31 or of generation 10^30, the same answer
-on every poll (restamped or not), one artifactId twice in one answer, the same push 200 times.
+what a careless or hostile remote sends: an artifact of 7 MB, one of 18 MB as stored JSON, 20,000
+artifacts in one answer, a status message of 9 MB as stored JSON, a first answer stamped
+9999-12-31 or of generation 10^30, the same answer on every poll (restamped or not), one
+artifactId twice in one answer, the same push 200 times.
 Every test ends with the audit (R13: every projection equals its replay).
 """
 
@@ -23,9 +24,16 @@ from support.engine_fixtures import audited_engine, data_of, headers_for, types
 from support.hostile import SKILL, HostileAgent, Reply
 
 from cardfence.engine.client.config import EngineConfig
+from cardfence.engine.client.engine import Engine
+from cardfence.engine.client.tasklog import task_stream_id
 from cardfence.engine.core import events as ev
 from cardfence.engine.core.answers import RemoteTask
-from cardfence.engine.core.observations import MAX_RECORDED_ARTIFACT_BYTES, stored_json
+from cardfence.engine.core.observations import (
+    MAX_RECORDED_ARTIFACT_BYTES,
+    MAX_RECORDED_MESSAGE_BYTES,
+    MAX_RECORDED_PARTS,
+    stored_json,
+)
 from cardfence.engine.discovery.fetch import CardLimits
 from cardfence.engine.errors import DeadlineExceeded, WrongTaskAnswerError
 from cardfence.engine.http import deadline
@@ -84,11 +92,20 @@ def text_artifact(artifact_id: str, text: str) -> dict[str, Any]:
 
 
 def answering(task: dict[str, Any], *, send: bool) -> Callable[[object], Reply]:
-    """A JSON-RPC reply factory giving ``task`` (SendMessage wraps it in ``{"task": …}``)."""
+    """A JSON-RPC reply factory giving ``task`` (SendMessage wraps it in ``{"task": …}``), its
+    text as UTF-8 (an ``é`` is two bytes on the wire, six as the store's ASCII JSON)."""
     body_of: Callable[[object], bytes] = lambda rid: json.dumps(  # noqa: E731
-        {"jsonrpc": "2.0", "id": rid, "result": {"task": task} if send else task}
+        {"jsonrpc": "2.0", "id": rid, "result": {"task": task} if send else task},
+        ensure_ascii=False,
     ).encode()
     return lambda rid: Reply(body=body_of(rid))
+
+
+def texts(engine: Engine, key: str, parts: list[dict[str, Any]]) -> list[str]:
+    """The text of each of an event's outlined parts, read from its content record (R17)."""
+    assert all(set(part) - {"media_type"} == {"kind", "size", "sha256"} for part in parts)
+    kept = engine.store.contents(task_stream_id(key), [part["sha256"] for part in parts])
+    return [kept[part["sha256"]].data["text"] for part in parts]
 
 
 def now_stamp(seconds: float = 0.0) -> str:
@@ -98,7 +115,7 @@ def now_stamp(seconds: float = 0.0) -> str:
 # -- R16: an answer too large to store never makes a task unrecordable --------------------------
 
 
-async def test_a_7mb_artifact_in_a_poll_is_kept_as_its_digest_and_the_terminal_state_recorded(
+async def test_a_7mb_artifact_in_a_poll_is_kept_whole_out_of_line_and_the_terminal_state_recorded(
     agent: HostileAgent, db: str
 ) -> None:
     big = text_artifact("a-big", "x" * (7 * 1000 * 1000))
@@ -111,9 +128,31 @@ async def test_a_7mb_artifact_in_a_poll_is_kept_as_its_digest_and_the_terminal_s
         done = await engine.drive(view.task, until="terminal", timeout=20)
 
         assert done.state == "completed"
+        [record] = done.artifacts
+        assert record["parts"][0]["text"] == "x" * (7 * 1000 * 1000)
+        assert "payload_truncated" not in done.flags
+        [received] = data_of(engine.store, done.task, ev.ARTIFACT_RECEIVED)
+        assert len(stored_json(received)) < 1024  # its content is out of line
+        assert texts(engine, done.task, received["parts"]) == ["x" * (7 * 1000 * 1000)]
+
+
+async def test_an_artifact_over_the_bound_as_stored_is_kept_as_its_digest_and_the_state_recorded(
+    agent: HostileAgent, db: str
+) -> None:
+    text = "é" * (3 * 1000 * 1000)  # 6 MB on the wire, 18 MB as the store's ASCII JSON
+    big = text_artifact("a-big", text)
+    agent.rpc["SendMessage"] = answering(task_json("working"), send=True)
+    agent.rpc["GetTask"] = answering(
+        task_json("completed", "2026-01-01T00:00:05Z", artifacts=[big]), send=False
+    )
+    async with audited_engine(db, CONFIG) as engine:
+        view = await engine.start_task(agent.url, skill=SKILL, text="hi")
+        done = await engine.drive(view.task, until="terminal", timeout=20)
+
+        assert done.state == "completed"
         assert done.remote_task_id == REMOTE_ID
         [record] = done.artifacts
-        part = {"kind": "text", "text": "x" * (7 * 1000 * 1000)}
+        part = {"kind": "text", "text": text}
         expected = stored_json({"artifact_id": "a-big", "name": None, "parts": [part]})
         assert record["truncated"] is True
         assert record["bytes"] == len(expected) > MAX_RECORDED_ARTIFACT_BYTES
@@ -134,15 +173,15 @@ async def test_a_send_answer_with_20000_artifacts_is_recorded_with_its_state(
         assert done.state == "completed"
         assert done.remote_task_id == REMOTE_ID
         assert [a["artifact_id"] for a in done.artifacts] == [f"a{n}" for n in range(20_000)]
-        assert done.artifacts[-1]["parts"] == [{"kind": "text", "text": "part 19999"}]
+        assert [p["text"] for p in done.artifacts[-1]["parts"]] == ["part 19999"]
         assert types(engine.store, done.task).count(ev.ARTIFACT_RECEIVED) == 20_000
         assert "payload_truncated" not in done.flags  # every part was small enough to keep
 
 
-async def test_a_2mb_status_message_is_kept_as_its_digest_and_the_state_change_recorded(
+async def test_a_9mb_status_message_is_kept_as_its_digest_and_the_state_change_recorded(
     agent: HostileAgent, db: str
 ) -> None:
-    text = "é" * (1 << 20)  # 2 MiB of UTF-8, 6 MiB as the store's ASCII JSON
+    text = "é" * (1500 * 1000)  # 3 MB of UTF-8 on the wire, 9 MB as the store's ASCII JSON
     agent.rpc["SendMessage"] = answering(task_json("failed", message=text), send=True)
     async with audited_engine(db, CONFIG) as engine:
         done = await engine.start_task(agent.url, skill=SKILL, text="hi")
@@ -151,9 +190,23 @@ async def test_a_2mb_status_message_is_kept_as_its_digest_and_the_state_change_r
         [changed] = data_of(engine.store, done.task, ev.STATE_CHANGED)
         assert changed["message"] is None
         assert changed["payload_truncated"] is True
-        assert changed["message_bytes"] == len(stored_json(text))
+        assert changed["message_bytes"] == len(stored_json(text)) > MAX_RECORDED_MESSAGE_BYTES
         assert changed["message_sha256"] == hashlib.sha256(stored_json(text).encode()).hexdigest()
         assert "payload_truncated" in done.flags
+
+
+async def test_a_2mb_status_message_is_kept_whole_out_of_line(agent: HostileAgent, db: str) -> None:
+    text = "é" * (1 << 20)  # 2 MiB of UTF-8, 6 MiB as the store's ASCII JSON
+    agent.rpc["SendMessage"] = answering(task_json("failed", message=text), send=True)
+    async with audited_engine(db, CONFIG) as engine:
+        done = await engine.start_task(agent.url, skill=SKILL, text="hi")
+
+        assert (done.state, done.last_message) == ("failed", text)
+        [changed] = data_of(engine.store, done.task, ev.STATE_CHANGED)
+        assert "message" not in changed
+        assert "payload_truncated" not in changed
+        assert texts(engine, done.task, changed["message_parts"]) == [text]
+        assert "payload_truncated" not in done.flags
 
 
 async def test_an_oversized_push_is_answered_never_raised_and_a_truncated_one_says_so(
@@ -177,8 +230,11 @@ async def test_an_oversized_push_is_answered_never_raised_and_a_truncated_one_sa
             return json.dumps({"artifactUpdate": update}, ensure_ascii=False).encode()
 
         too_big = await engine.deliver(artifact_push("y" * 400 * 1024), headers)
-        # 200 KB on the wire, three times that as stored JSON (each é is \u00e9): kept as digest
-        cut = await engine.deliver(artifact_push("é" * 100_000), headers)
+        # 12 KB on the wire, one part more than an artifact is kept whole with: kept as digest
+        parts = [{"text": ""}] * (MAX_RECORDED_PARTS + 1)
+        update = {"taskId": REMOTE_ID, "contextId": "c-1",
+                  "artifact": {"artifactId": "p1", "parts": parts}}  # fmt: skip
+        cut = await engine.deliver(json.dumps({"artifactUpdate": update}).encode(), headers)
 
         assert (too_big.status, too_big.outcome) == (413, "refused")
         assert (cut.status, cut.outcome, cut.detail) == (200, "applied", "payload_truncated")
@@ -264,13 +320,10 @@ async def test_an_artifact_changed_under_the_same_id_is_recorded_as_a_replacemen
             await engine.poll(view.task)
 
         received = data_of(engine.store, view.task, ev.ARTIFACT_RECEIVED)
-        assert [(r["parts"], r.get("replaces", False)) for r in received] == [
-            ([{"kind": "text", "text": "draft"}], False),
-            ([{"kind": "text", "text": "final"}], True),
-        ]
-        assert (await engine.task(view.task)).artifacts[0]["parts"] == [
-            {"kind": "text", "text": "final"}
-        ]
+        assert [(texts(engine, view.task, r["parts"]), r.get("replaces", False))
+                for r in received] == [(["draft"], False), (["final"], True)]  # fmt: skip
+        parts = (await engine.task(view.task)).artifacts[0]["parts"]
+        assert [(p["kind"], p["text"]) for p in parts] == [("text", "final")]
 
 
 async def test_200_identical_push_replays_append_at_most_one_event(
@@ -384,7 +437,7 @@ async def test_an_answer_naming_one_artifact_twice_records_what_it_dropped(
         draft = stored_json({"artifact_id": "a1", "name": None,
                              "parts": [{"kind": "text", "text": "draft"}]})  # fmt: skip
         dropped = {"bytes": len(draft), "sha256": hashlib.sha256(draft.encode()).hexdigest()}
-        assert received["parts"] == [{"kind": "text", "text": "final"}]
+        assert texts(engine, view.task, received["parts"]) == ["final"]
         assert received["dropped"] == [dropped]
         [flagged] = data_of(engine.store, view.task, ev.FLAGGED_FOR_REVIEW)
         assert flagged["reason"] == "artifact_dropped"

@@ -14,11 +14,13 @@ from pathlib import Path
 
 import pytest
 from support.cli import cardfence, document, failed_with
-from support.contents import FILE_BODY, FORM_DATA, PDF_BYTES, ContentAgent
-from support.engine_fixtures import FAST, assert_audit_ok, rotate_to_bearer
+from support.contents import BIG_FILE, FILE_BODY, FORM_DATA, PDF_BYTES, ContentAgent
+from support.engine_fixtures import FAST, assert_audit_ok, events, rotate_to_bearer
 
 from cardfence.engine.auth.config import Bearer, CredentialsConfig
 from cardfence.engine.client.engine import Engine
+from cardfence.engine.client.tasklog import task_stream_id
+from cardfence.engine.core import events as ev
 from cardfence.engine.core.parts import File
 from cardfence.engine.errors import FetchRefusedError
 
@@ -110,3 +112,45 @@ async def test_the_task_s_credentials_go_with_a_fetch_to_its_own_origin_only(
             assert got == [FILE_BODY, FILE_BODY]
             assert_audit_ok(engine.store)
         assert agent.file_requests == [("127.0.0.1", f"Bearer {TOKEN}"), ("127.0.0.2", None)]
+
+
+async def test_a_1_mib_file_artifact_is_kept_whole_out_of_line_and_read_back_byte_for_byte(
+    tmp_path: Path,
+) -> None:
+    # R16, R17: a file artifact is kept whole up to the transport's bound on an answer (it was
+    # kept as its size and digest past 256 KiB); its event holds only its outline.
+    with ContentAgent() as agent:
+        db = f"sqlite:///{tmp_path / 'store.db'}"
+        async with Engine.connect(db, config=FAST) as engine:
+            view = await engine.start_task(agent.base_url, skill="echo", text="big-file")
+            view = await engine.drive(view.task, until="terminal", timeout=30)
+            assert view.state == "completed"
+            assert "payload_truncated" not in view.flags
+            (artifact,) = await engine.artifacts(view.task)
+            assert (artifact.artifact_id, artifact.name, artifact.truncated) == (
+                "file",
+                "file",
+                False,
+            )
+            (part,) = artifact.parts
+            assert isinstance(part, File)
+            assert (part.filename, part.media_type) == ("big.bin", "application/octet-stream")
+            assert part.data == BIG_FILE
+
+            (received,) = [e.data for e in events(engine.store, view.task)
+                           if e.type == ev.ARTIFACT_RECEIVED]  # fmt: skip
+            (outline,) = received["parts"]
+            assert set(outline) == {"kind", "media_type", "size", "sha256"}
+            assert (outline["kind"], outline["size"]) == ("file", len(BIG_FILE))
+            stored = [json.dumps(e.data) for e in events(engine.store, view.task)]
+            assert max(len(text) for text in stored) < 4096  # no event holds the content
+            kept = engine.store.contents(task_stream_id(view.task), [outline["sha256"]])
+            assert list(kept) == [outline["sha256"]]
+            assert_audit_ok(engine.store)
+
+    out = tmp_path / "out"
+    written = cardfence(db, "artifacts", view.task, "--out", str(out), "--json")
+    assert written.returncode == 0, written.stderr
+    assert (out / "big.bin").read_bytes() == BIG_FILE
+    audited = cardfence(db, "audit", "--json")
+    assert audited.returncode == 0, audited.stdout

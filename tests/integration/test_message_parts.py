@@ -20,6 +20,7 @@ from support.engine_fixtures import Agent, agent_events, binding_in_use, calls, 
 from cardfence.engine.client.config import EngineConfig
 from cardfence.engine.client.engine import Engine
 from cardfence.engine.core import events as ev
+from cardfence.engine.core.content import MESSAGE_METADATA, resolved_parts
 from cardfence.engine.core.parts import Data, File, Part, Text, from_recorded
 from cardfence.engine.core.views import TaskView
 from cardfence.engine.errors import (
@@ -114,8 +115,11 @@ async def test_a_reply_of_parts_reaches_the_agent_as_it_was_sent(
     assert isinstance(answer, Text)
     assert answer.text.startswith("answer: my answer")
     (sent,) = data_of(engine.store, asked.task, ev.REPLY_SENT)
-    assert [from_recorded(p) for p in sent["parts"]] == [Text("my answer"), FORM]
-    assert sent["metadata"] == {"r": 1}
+    assert "metadata" not in sent  # R17: content, out of line with the parts
+    kept = {d: r.data for d, r in engine.store.contents(f"task:{asked.task}").items()}
+    parts, around = resolved_parts(sent["parts"], kept)
+    assert [from_recorded(p) for p in parts] == [Text("my answer"), FORM]
+    assert around[MESSAGE_METADATA] == {"r": 1}
 
 
 async def test_a_second_task_continues_the_conversation_and_references_the_first(

@@ -37,6 +37,7 @@ from cardfence.engine.core import observations
 from cardfence.engine.core.lifecycle import TERMINAL, is_legal
 from cardfence.engine.core.observations import (
     MAX_RECORDED_MESSAGE_BYTES,
+    MAX_RECORDED_PARTS,
     ArtifactRecord,
     Observation,
     apply_observation,
@@ -60,10 +61,14 @@ timestamps = st.one_of(
 )
 artifacts = st.builds(
     lambda aid, version: ArtifactRecord(
-        aid, None, ({"kind": "text", "text": "x" * 300_000 if version == 2 else f"v{version}"},)
+        aid,
+        None,
+        ({"kind": "text", "text": "x"},) * (MAX_RECORDED_PARTS + 1)
+        if version == 2
+        else ({"kind": "text", "text": f"v{version}"},),
     ),
     st.sampled_from(["a1", "a2", "a3"]),
-    st.integers(0, 2),  # version 2 is over the per-artifact limit: kept as its digest
+    st.integers(0, 2),  # version 2 is over the per-artifact bound on parts: kept as its digest
 )
 reports = st.builds(
     lambda state, stamp, generation, message, found: (state, stamp, generation, message, found),

@@ -11,7 +11,9 @@ presented (`file_requests`).
   other origin), ``form`` (a data part), ``mixed`` (one part of each kind).
 - ``echo question``: input-required, asking with text, a file by bytes and a data part; the
   reply completes it.
-- ``echo big-artifact``: completes with an artifact larger than the engine records whole.
+- ``echo big-artifact``: completes with an artifact of 300 KiB, larger than the engine kept
+  whole before content was kept out of line (R17).
+- ``echo big-file``: completes with an artifact holding `BIG_FILE`, a file of 1 MiB by its bytes.
 - ``echo big-question``: input-required, asking with a message larger than the engine records
   whole; the reply completes it.
 - ``echo bundle``: one artifact sent in three chunks (text, then a file, then data); while the
@@ -21,6 +23,7 @@ presented (`file_requests`).
 from __future__ import annotations
 
 import asyncio
+import random
 import types
 from datetime import UTC, datetime
 from typing import Any, Final
@@ -38,6 +41,7 @@ from cardfence.engine.demo.executor import ScriptedExecutor, select_script
 
 __all__ = [
     "BIG_BYTES",
+    "BIG_FILE",
     "CONTENT_SCRIPTS",
     "FILE_BODY",
     "FILE_PATH",
@@ -47,13 +51,22 @@ __all__ = [
     "ContentAgent",
 ]
 
-CONTENT_SCRIPTS: Final = ("parts", "question", "big-artifact", "big-question", "bundle")
+CONTENT_SCRIPTS: Final = (
+    "parts",
+    "question",
+    "big-artifact",
+    "big-question",
+    "bundle",
+    "big-file",
+)
 FILE_PATH: Final = "/files/report.txt"
 FILE_BODY: Final = b"the report, fetched by its URL\n"
 OTHER_HOST: Final = "127.0.0.2"
 PDF_BYTES: Final = b"%PDF-1.4\n%\xe2\xe3\xcf\xd3\n1 0 obj <<>> endobj\ntrailer <<>>\n%%EOF\n"
 FORM_DATA: Final[dict[str, Any]] = {"answer": "yes", "sure": True, "count": 3}
-BIG_BYTES: Final = 300 * 1024  # over the 256 KiB an artifact is recorded whole up to today
+BIG_BYTES: Final = 300 * 1024  # over the 256 KiB an artifact was kept whole up to, before R17
+BIG_FILE: Final = random.Random(48).randbytes(1 << 20)
+"""The 1 MiB file the ``big-file`` script returns as an artifact (bytes no pattern repeats)."""
 
 
 def _data(value: dict[str, Any]) -> Value:
@@ -112,6 +125,10 @@ async def _content(
     elif script == "big-artifact":
         big = Part(raw=bytes(range(256)) * (BIG_BYTES // 256), filename="big.bin")
         await updater.add_artifact([big], artifact_id="big", name="big")
+        await updater.complete()
+    elif script == "big-file":
+        big_file = Part(raw=BIG_FILE, filename="big.bin", media_type="application/octet-stream")
+        await updater.add_artifact([big_file], artifact_id="file", name="file")
         await updater.complete()
     elif script == "big-question":
         await updater.start_work()

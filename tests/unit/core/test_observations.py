@@ -5,10 +5,12 @@ push read as nothing): these tests pin each field from the wire value to the rec
 
 from __future__ import annotations
 
+import base64
 import gc
 import hashlib
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -29,10 +31,15 @@ from cardfence.engine.core.answers import (
     StatusMessage,
     StreamUpdate,
 )
+from cardfence.engine.core.content import outlined
 from cardfence.engine.core.observations import (
+    FLAG_PAYLOAD_TRUNCATED,
     MAX_RECORDED_ARTIFACT_BYTES,
+    MAX_RECORDED_MEDIA_TYPE_CHARS,
     MAX_RECORDED_MESSAGE_BYTES,
     MAX_RECORDED_NAME_CHARS,
+    MAX_RECORDED_PARTS,
+    MAX_REPORT_PARTS,
     ArtifactRecord,
     Observation,
     apply_observation,
@@ -883,26 +890,94 @@ def test_an_artifact_replayed_one_event_at_a_time_is_replaced_in_place() -> None
     ]
 
 
+def _widest(count: int, artifact_id: str = "a" * MAX_ID_CHARS) -> ArtifactRecord:
+    """An artifact of ``count`` file parts whose outlines are as long as outlines get: the
+    longest media type kept, content large enough for the size's digits."""
+    media_type = "m" * MAX_RECORDED_MEDIA_TYPE_CHARS
+    content = base64.b64encode(b"\0" * (MAX_RECORDED_ARTIFACT_BYTES // (2 * count))).decode()
+    part = {"kind": "raw", "data": content, "media_type": media_type, "filename": "f"}
+    return ArtifactRecord(artifact_id, "n" * 10**4, (part,) * count)
+
+
 def test_the_largest_record_kept_whole_fits_in_one_event_with_room_to_spare() -> None:
-    # Kept whole: at most MAX_RECORDED_ARTIFACT_BYTES plus its digest fields and source.
-    whole: dict[str, Any] = {"artifact_id": "a" * MAX_ID_CHARS, "name": None, "parts": []}
-    envelope = len(stored_json({**whole, "bytes": 10**9, "sha256": "0" * 64, "source": "push"}))
-    assert MAX_RECORDED_ARTIFACT_BYTES + envelope < DEFAULT_MAX_PAYLOAD_BYTES
-    # A state event carries at most one message kept whole, plus ids and timestamps.
-    assert MAX_RECORDED_MESSAGE_BYTES + 4 * MAX_ID_CHARS + 1024 < DEFAULT_MAX_PAYLOAD_BYTES
+    # R16 with R17: an event holds its parts' outlines, so what bounds it is their number and
+    # media types. The widest artifact kept whole, outlined as the store is given it:
+    whole = _widest(MAX_RECORDED_PARTS)
+    [event] = apply_observation(_task("working"), Observation("push", None, artifacts=(whole,)))
+    assert isinstance(event, ev.ArtifactReceived)
+    assert event.truncated is None
+    stored, kept = outlined(event.type, event.payload(), "00" * 16)
+    assert len(kept) == 1  # the parts are alike: one record
+    assert 300 * 1024 < len(stored_json(stored)) < DEFAULT_MAX_PAYLOAD_BYTES // 2
+    # One part more, or a media type one character longer, and it is kept as a digest.
+    more = _widest(MAX_RECORDED_PARTS + 1).to_json()
+    longer = replace(whole, parts=({**whole.parts[0], "media_type": "m" * 256},)).to_json()
+    assert more["truncated"] is True
+    assert longer["truncated"] is True
+    # A state event carries at most one message of as many parts, plus ids and timestamps.
+    message = Observation(
+        "push", "input-required", message="", message_parts=whole.parts, remote_task_id="r" * 64
+    )
+    [changed] = apply_observation(_task("working"), message)
+    assert isinstance(changed, ev.StateChanged)
+    assert changed.payload_truncated is None
+    stored, _ = outlined(changed.type, changed.payload(), "00" * 16)
+    assert len(stored_json(stored)) + 4 * MAX_ID_CHARS < DEFAULT_MAX_PAYLOAD_BYTES // 2
     # A record kept as a digest is small whatever the artifact's size.
-    truncated = ArtifactRecord("a" * MAX_ID_CHARS, "n" * 10**6, ({"text": "x" * 2**20},))
-    kept = truncated.to_json()
-    assert kept["truncated"] is True
-    assert len(kept["name"]) == MAX_RECORDED_NAME_CHARS
-    assert len(stored_json(kept)) < 1024
+    truncated = ArtifactRecord("a" * MAX_ID_CHARS, "n" * 10**6, ({"text": "x" * 2**24},))
+    kept_digest = truncated.to_json()
+    assert kept_digest["truncated"] is True
+    assert len(kept_digest["name"]) == MAX_RECORDED_NAME_CHARS
+    assert len(stored_json(kept_digest)) < 1024
 
 
 def test_one_whole_answer_fits_in_a_projection() -> None:
-    # The transport accepts an answer of DEFAULT_MAX_BYTES; what it adds to a projection is at
-    # most its artifacts' records, never longer than about twice their wire form (a digest record
-    # is under 1 KiB): the projection limit leaves room for several such answers.
-    assert DEFAULT_MAX_PROJECTION_BYTES >= 4 * 2 * DEFAULT_MAX_BYTES
+    # The transport accepts an answer of DEFAULT_MAX_BYTES (the bound content is kept whole up
+    # to). What one report adds to a projection is its artifacts' records: at most
+    # MAX_REPORT_PARTS outlines kept whole (the widest as above), and records without parts, each
+    # under five times its wire form (an artifact with no parts, or kept as a digest).
+    assert DEFAULT_MAX_BYTES == MAX_RECORDED_ARTIFACT_BYTES == MAX_RECORDED_MESSAGE_BYTES
+    widest = _widest(MAX_RECORDED_PARTS).to_json()
+    stored, _ = outlined(ev.ARTIFACT_RECEIVED, widest, "00" * 16)
+    outlines = len(stored_json(stored)) * (MAX_REPORT_PARTS // MAX_RECORDED_PARTS)
+    assert outlines + 5 * DEFAULT_MAX_BYTES < DEFAULT_MAX_PROJECTION_BYTES
+    empty = {"artifactId": "a", "parts": []}
+    record = ArtifactRecord("a", None).to_json()
+    assert len(stored_json(record)) < 5 * len(stored_json(empty))
+
+
+def test_a_report_keeps_its_parts_whole_up_to_its_bound_then_its_artifacts_as_digests() -> None:
+    # An answer of many artifacts of tiny parts: each outline is about eight times its wire form.
+    part = {"kind": "text", "text": ""}
+    whole = MAX_REPORT_PARTS // MAX_RECORDED_PARTS
+    many = tuple(
+        ArtifactRecord(f"a{i}", f"n{i}", (part,) * MAX_RECORDED_PARTS) for i in range(whole + 2)
+    )
+    out = apply_observation(_task("working"), Observation("poll", None, artifacts=many))
+    received = [e for e in out if isinstance(e, ev.ArtifactReceived)]
+    assert [e.truncated for e in received] == [None] * whole + [True] * 2
+    assert all(e.parts is None and e.sha256 for e in received[whole:])
+    assert FLAG_PAYLOAD_TRUNCATED in [e.reason for e in out if isinstance(e, ev.FlaggedForReview)]
+    # Read again, it is the same report: nothing new is recorded.
+    task = fold_task("k", [(e.type, e.payload()) for e in out])
+    again = apply_observation(
+        {**task, "state": "working"}, Observation("poll", None, artifacts=many)
+    )
+    assert not [e for e in again if isinstance(e, ev.ArtifactReceived)]
+
+
+def test_chunks_past_the_parts_bound_keep_the_artifact_as_its_digest() -> None:
+    # Held parts that are not joined (as outlines never are): data parts.
+    first = ArtifactRecord("c", "c", ({"kind": "data", "data": {}},) * (MAX_RECORDED_PARTS - 1))
+    task, logged = _play(
+        Observation("stream", None, artifacts=(first,)),
+        _chunk("y", artifact_id="c"),
+        _chunk("z", artifact_id="c"),
+    )
+    assert [e.get("truncated") for e in _received(logged)] == [None, None, True]
+    [held] = task["artifacts"]
+    assert held["truncated"] is True
+    assert "parts" not in held
 
 
 # --------------------------------------------------------------------------------------------------
