@@ -3,7 +3,7 @@ its content (kept out of line, R17) given back in place."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -142,30 +142,7 @@ def _resolved_artifact(artifact: Mapping[str, Any], contents: Contents) -> Mappi
     name = artifact.get("name")
     if name is None:
         name = around.get(ARTIFACT_NAME)
-    return {**artifact, "name": name, "parts": _joined(resolved)}
-
-
-def _joined(parts: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Text parts that follow one another, of one media type, as one (an answer streamed in
-    chunks reads as one text): their text joined, their sizes added; a joined part has no
-    single digest."""
-    out: list[dict[str, Any]] = []
-    for part in parts:
-        last = out[-1] if out else None
-        if (
-            last is not None
-            and last.get("kind") == part.get("kind") == "text"
-            and isinstance(last.get("text"), str)
-            and isinstance(part.get("text"), str)
-            and last.get("media_type") == part.get("media_type")
-        ):
-            joined = {**last, "text": last["text"] + part["text"]}
-            joined["size"] = int(last.get("size") or 0) + int(part.get("size") or 0)
-            joined.pop("sha256", None)
-            out[-1] = joined
-        else:
-            out.append(part)
-    return out
+    return {**artifact, "name": name, "parts": resolved}
 
 
 def _state(name: str) -> TaskState:

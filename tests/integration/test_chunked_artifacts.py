@@ -22,6 +22,7 @@ from support.engine_fixtures import Agent, data_of
 
 from cardfence.engine.client.engine import Engine
 from cardfence.engine.core import events as ev
+from cardfence.engine.core.content import resolved_parts
 from cardfence.engine.core.replay import State
 from cardfence.engine.core.views import TaskView
 from cardfence.engine.demo import executor
@@ -111,7 +112,8 @@ async def test_a_burst_of_chunks_is_appended_in_fewer_events_and_every_chunk_is_
     assert sum(r.get("chunks", 1) for r in streamed) == len(words) - 2  # every chunk, once
     assert len(streamed) < len(words) - 2  # bursts were appended at once
     assert max(r.get("chunks", 1) for r in streamed) > 1
-    text = "".join(p["text"] for r in streamed for p in r["parts"])
+    kept = {d: c.data for d, c in engine.store.contents(f"task:{view.task}").items()}
+    text = "".join(p["text"] for r in streamed for p in resolved_parts(r["parts"], kept)[0])
     assert text == " ".join(words[2:])
     await engine.settle()  # the closing read: the agent's whole artifact
     (artifact,) = (await engine.task(view.task)).artifacts
