@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 from support import Peer
 from support.engine_fixtures import calls
+from support.events import read_back
 
 from cardfence.engine.cli.main import run as cli
 from cardfence.engine.core.parts import Data, File, Text, from_recorded
@@ -116,12 +117,18 @@ def test_reply_answers_with_data_and_a_file(
     with EventStore.open(db) as store:
         (reply,) = [e.data for e in store.read_stream(f"task:{asked['task']}")
                     if e.type == "ReplySent"]  # fmt: skip
-    assert reply["parts"] == [  # the files first, then the data (docs/cli.md)
+    with EventStore.open(db) as store:
+        parts = read_back(store, asked["task"], reply["parts"])  # R17: content out of line
+        kept = {d: r.data for d, r in store.contents(f"task:{asked['task']}").items()}
+    assert parts == [  # the files first, then the data (docs/cli.md)
         {"kind": "file", "media_type": "application/pdf",
          "bytes": base64.b64encode(b"%PDF").decode(), "filename": "signed.pdf"},
         {"kind": "data", "media_type": "application/json", "data": {"answer": "42"}},
     ]  # fmt: skip
-    assert (reply["metadata"], reply["chars"]) == ({"round": 1}, 0)
+    assert reply["chars"] == 0
+    assert [kept[part["sha256"]]["message_metadata"] for part in reply["parts"]] == [
+        {"round": 1}
+    ] * 2
 
 
 @pytest.mark.parametrize(

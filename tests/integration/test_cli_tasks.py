@@ -36,6 +36,7 @@ from support.engine_fixtures import (
     transitions,
     withdraw_push,
 )
+from support.events import without_outline
 
 from cardfence.engine.cli.main import run as cli
 from cardfence.engine.client.engine import Engine
@@ -149,7 +150,7 @@ def test_a_question_carrying_a_form_prints_it_and_a_json_reply_fills_it(
     assert asked.returncode == 0, asked.stderr
     waiting = document(asked)
     assert waiting["last_message"] == "What is your answer?"
-    assert waiting["last_message_parts"] == [
+    assert [without_outline(part) for part in waiting["last_message_parts"]] == [
         {"kind": "text", "text": "What is your answer?"},
         {"kind": "data", "data": FORM, "media_type": "application/json"},
     ]
@@ -498,7 +499,7 @@ def test_audit_exits_0_then_5_after_an_event_payload_is_edited(peer: Peer, tmp_p
 
     with sqlite3.connect(path) as raw:
         edited = raw.execute(
-            "UPDATE events SET payload = replace(payload, 'echo honest', 'echo forged') "
+            """UPDATE events SET payload = replace(payload, '"skill":"echo"', '"skill":"ohce"') """
             "WHERE stream_id = ? AND type = ?",
             (f"task:{key}", ev.TASK_SUBMITTED),
         ).rowcount

@@ -18,7 +18,7 @@ from typing import IO, Any
 
 import httpx
 import pytest
-from support.engine_fixtures import data_of, events, transitions, types
+from support.engine_fixtures import data_of, transitions, types
 
 from cardfence.engine.client.audit import audit
 from cardfence.engine.client.tasklog import TaskLog, task_stream_id
@@ -176,7 +176,7 @@ def test_contract_rotated_between_read_and_send_sends_nothing_until_accepted_the
     sent_texts = [
         part.text
         for head in TaskLog(store).all()
-        for part in submitted_message(events(store, head.key)[0].data).parts
+        for part in submitted_message(TaskLog(store).first_event(head.key)).parts
         if isinstance(part, Text)
     ]
     assert "echo rotated" not in sent_texts  # not even recorded as a task

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 from support.engine_fixtures import Agent, data_of
+from support.events import read_back, without_outline
 
 from cardfence.engine.client.engine import Engine
 from cardfence.engine.core import events as ev
@@ -30,14 +31,24 @@ async def test_a_question_carrying_a_form_is_kept_whole_and_a_json_answer_comple
     assert waiting.last_message_parts[1]["data"] == FORM
     (asked,) = [d for d in data_of(engine.store, view.task, ev.STATE_CHANGED)
                 if d["to"] == "input-required"]  # fmt: skip
-    assert asked["message_parts"] == [dict(part) for part in waiting.last_message_parts]
+    # R17: the event holds each part's outline; the view, its content read back
+    assert read_back(engine.store, view.task, asked["message_parts"]) == [
+        without_outline(part) for part in waiting.last_message_parts
+    ]
     assert done.state == "completed"
 
 
-async def test_a_question_in_text_alone_records_no_parts(agent: Agent, engine: Engine) -> None:
+async def test_a_question_in_text_alone_reads_as_its_text_with_no_parts(
+    agent: Agent, engine: Engine
+) -> None:
     view = await engine.start_task(agent.base_url, skill="ask", text="ask")
     waiting = await engine.drive(view.task, until="interrupted", timeout=10)
 
     assert waiting.last_message == "What is your answer?"
     assert waiting.last_message_parts == ()
-    assert all("message_parts" not in d for d in data_of(engine.store, view.task, ev.STATE_CHANGED))
+    (asked,) = [d for d in data_of(engine.store, view.task, ev.STATE_CHANGED)
+                if d["to"] == "input-required"]  # fmt: skip
+    assert "message" not in asked  # R17: its one text part, out of line
+    assert read_back(engine.store, view.task, asked["message_parts"]) == [
+        {"kind": "text", "media_type": "text/plain", "text": "What is your answer?"}
+    ]

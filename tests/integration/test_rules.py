@@ -1223,7 +1223,7 @@ async def test_resume_binds_the_remote_task_found_through_list_tasks(
     # The crash fell between send and record: the message reached the agent, its answer did not.
     transport = A2ATransport(engine.client, Interface(peer.jsonrpc_url, JSONRPC, "1.0"))
     remote = await transport.send_message(
-        message=submitted_message(recorded),
+        message=submitted_message(engine.log.first_event(pending.task)),
         message_id=recorded["message_id"],
         context_id=recorded["context_id"],
         metadata={"skillId": "slow"},

@@ -193,7 +193,7 @@ async def test_the_bare_word_text_accepts_text_types_only(peer03: Peer03, engine
     )
     asked = await engine.drive(view.task, until="interrupted", timeout=10)
     assert asked.state == "input-required"
-    (submitted,) = data_of(engine.store, view.task, ev.TASK_SUBMITTED)
+    submitted = engine.log.first_event(view.task)  # its content read back (R17)
     assert [part.media_type for part in submitted_message(submitted).parts] == ["text/markdown"]
 
     sent_before = len(peer03.wire_calls)
@@ -232,7 +232,8 @@ def test_cli_run_sends_the_media_type_it_is_given(peer03: Peer03, db: str) -> No
 def stored_media_types(db: str) -> list[str]:
     """The media type every task of the store was created with (its message's one part)."""
     with EventStore.open(db) as store:
-        first = [store.read_stream(f"task:{head.key}")[0].data for head in TaskLog(store).all()]
+        log = TaskLog(store)
+        first = [log.first_event(head.key) for head in log.all()]  # content read back (R17)
     return [media_type_of(submitted_message(doc).parts[0]) for doc in first]
 
 

@@ -3,10 +3,12 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from cardfence.engine.core import events as ev
+from cardfence.engine.core.content import resolved_parts
+from cardfence.store.event_store import EventStore
 
 AGENT = "http://agent.example"
 
@@ -29,3 +31,18 @@ def submitted(key: str = "k", *, agent: str = AGENT, **fields: Any) -> ev.TaskSu
 def stored(events: Iterable[ev.Recorded | ev.UnknownEvent]) -> list[tuple[str, dict[str, Any]]]:
     """Each event's type and payload, as its stream records them."""
     return [(event.type, event.payload()) for event in events]
+
+
+def read_back(
+    store: EventStore, key: str, parts: Iterable[Mapping[str, Any]]
+) -> list[dict[str, Any]]:
+    """Recorded parts (outlines) with their content read back from the task's content records,
+    as they were given: without the size and digest an outline holds."""
+    kept = {digest: record.data for digest, record in store.contents(f"task:{key}").items()}
+    resolved, _ = resolved_parts(parts, kept)
+    return [without_outline(part) for part in resolved]
+
+
+def without_outline(part: Mapping[str, Any]) -> dict[str, Any]:
+    """A part as given: without the size and digest its outline (or view) adds."""
+    return {k: v for k, v in part.items() if k not in ("size", "sha256")}

@@ -598,7 +598,8 @@ async def test_a_refused_resend_names_the_task_it_would_have_sent(store: EventSt
     withdrawn["skills"][0]["id"] = "translate"
     agent = ScriptedAgent(card=withdrawn)
     async with engine_on(store, agent.transport()) as engine:
-        message = submitted_message(_first(store, view.task))
+        message = submitted_message(TaskLog(store).first_event(view.task))
+        assert message.parts == (Text("hi"),)
         with pytest.raises(SkillUnavailableError):
             await engine.creation.resend_gate(view.task, state, message)
     refused = _agent_events(store)[-1]
