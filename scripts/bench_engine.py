@@ -1,7 +1,7 @@
 """The ``engine`` benchmark section: the engine's own costs, each beside a bare baseline.
 
 All on SQLite (a file in a temporary folder, WAL, ``synchronous=NORMAL``); ``--pg-url`` is not used
-by this section. In one process:
+by this section. In one process (and, for part 6, a helper process of its own):
 
 1. **Observation application** (``Observing.apply``: head read, ``apply_observation`` with its
    guards, the fold, one event and the new projection appended in one transaction), round-robin
@@ -59,7 +59,7 @@ by this section. In one process:
    message (its file stored out of line, a content record of its own) and sending it, beside the
    bare a2a-sdk client sending the same two parts (``Part(raw=...)``, the same filename and media
    type; JSON-RPC, returnImmediately) and polling as in part 2. Target >= 0.8 x the bare client's
-   tasks/s.
+   tasks/s. ``--quick`` sends a 256 KiB file.
 
 6. **Updates across processes**: one process appends, another awaits. A helper process
    (``python scripts/bench_engine.py appender DB_URL COUNT``: the same agent in a thread of its own
