@@ -1,7 +1,7 @@
 """The ``engine`` benchmark section: the engine's own costs, each beside a bare baseline.
 
 All on SQLite (a file in a temporary folder, WAL, ``synchronous=NORMAL``); ``--pg-url`` is not used
-by this section. In one process:
+by this section. In one process (and, for part 6, a helper process of its own):
 
 1. **Observation application** (``Observing.apply``: head read, ``apply_observation`` with its
    guards, the fold, one event and the new projection appended in one transaction), round-robin
@@ -50,6 +50,27 @@ by this section. In one process:
    ``app.repository.get`` (its SQLite module, in the same database file, switched to
    ``synchronous=NORMAL`` like ours). Target >= 1.5 x.
 
+5. **A file part**: ``file_tasks`` tasks a run, one after another, each created with a text and a
+   1 MiB file part (``File(data=..., filename="report.pdf", media_type="application/pdf")``, random
+   bytes, the same each time) and followed until completed, against the same agent's ``echo`` (its
+   card's input modes widened to take ``application/pdf``, so R2 lets the file through; it
+   answers with one small text artifact): ``start_task(..., parts=[...])`` ->
+   ``drive(until="terminal")``, the engine checking every part against the skill, recording the
+   message (its file stored out of line, a content record of its own) and sending it, beside the
+   bare a2a-sdk client sending the same two parts (``Part(raw=...)``, the same filename and media
+   type; JSON-RPC, returnImmediately) and polling as in part 2. Target >= 0.8 x the bare client's
+   tasks/s. ``--quick`` sends a 256 KiB file.
+
+6. **Updates across processes**: one process appends, another awaits. A helper process
+   (``python scripts/bench_engine.py appender DB_URL COUNT``: the same agent in a thread of its own
+   and an engine on a SQLite file) drives ``update_tasks`` ``echo`` tasks one after another,
+   start to completion, recording every transition; this process reads them with
+   ``engine.updates(after=...)`` on an engine of its own over the same file, from the position the
+   helper reached once warmed up, and notes for each update when it was delivered. The figures
+   are the p50 and p99 of (delivered - recorded) in milliseconds, ``recorded`` being the event's
+   ``recorded_at`` (the time of the appending transaction) and both read from the one clock of
+   the machine. No baseline and no target: ``baseline``, ``ratio`` and ``target`` are ``null``.
+
 The agent runs in a thread of this process and shares the GIL with the client, so part 2's rates
 are whole round trips on one machine. Its sockets are bound with ``TCP_NODELAY`` on every
 connection (``engine.demo.server.bind``): otherwise each response with a body would wait ~40 ms
@@ -62,7 +83,12 @@ at smoke-test sizes.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
+import os
+import statistics
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -109,16 +135,19 @@ from cardfence.engine.client.config import EngineConfig
 from cardfence.engine.client.engine import Engine
 from cardfence.engine.client.following import reached
 from cardfence.engine.client.tasklog import TaskLog, projection_of, task_stream_id
+from cardfence.engine.client.updates import POLL_INTERVAL as UPDATES_POLL
 from cardfence.engine.core import events as ev
 from cardfence.engine.core.events import TaskEvent as Event
 from cardfence.engine.core.lifecycle import TERMINAL, TaskLifecycle, is_legal, machine_at
 from cardfence.engine.core.observations import ArtifactRecord, Observation, apply_observation
+from cardfence.engine.core.parts import File
 from cardfence.engine.core.replay import apply_task_event, fold_task
 from cardfence.store.event_store import EventStore
 from cardfence.store.records import NewEvent, RecordedEvent
 
 OBSERVE_TARGET = 0.5
 E2E_TARGET = 0.85
+FILE_TARGET = 0.8
 REPLAY_TARGET = 1.5
 CREATION_BUDGET = 1.0
 WEBHOOK_BUDGET = 1.0
@@ -127,6 +156,10 @@ FIRST_POLL = 0.005
 MAX_POLL = 0.05
 DUMMY_HOOK = "http://127.0.0.1:9/cardfence-bench-hook"  # discard port: never delivered to
 QUESTION = "What is your answer?"
+FILE_NAME = "report.pdf"
+FILE_TYPE = "application/pdf"
+FILE_TEXT = "summarise this"
+HERE = Path(__file__).resolve()
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +175,9 @@ class Sizes:
     polls: int  # Engine.poll calls per task in part 3
     replay_streams: int  # task streams replayed (and as many aggregates rebuilt)
     stream_length: int  # events per stream / aggregate
+    file_tasks: int  # tasks sent with a file part, one after another
+    file_bytes: int  # the size of that file
+    update_tasks: int  # tasks the helper process drives while this one awaits their updates
 
     @classmethod
     def for_context(cls, ctx: BenchContext) -> Sizes:
@@ -156,6 +192,9 @@ class Sizes:
                 polls=3,
                 replay_streams=5,
                 stream_length=40,
+                file_tasks=2,
+                file_bytes=256 << 10,
+                update_tasks=3,
             )
         return cls(
             tasks=200,
@@ -167,6 +206,9 @@ class Sizes:
             polls=10,
             replay_streams=100,
             stream_length=40,
+            file_tasks=10,
+            file_bytes=1 << 20,
+            update_tasks=200,
         )
 
 
@@ -538,6 +580,19 @@ class EngineDriver:
             await self.one()
         return count
 
+    async def one_file(self, document: File) -> None:
+        view = await self.engine.start_task(
+            self.agent_url, skill="echo", text=FILE_TEXT, parts=[document]
+        )
+        done = await self.engine.drive(view.task, until="terminal")
+        if done.state != "completed" or not done.artifacts:
+            raise AssertionError(f"engine: task {view.task} ended {done.state}, {done.artifacts}")
+
+    async def run_files(self, count: int, document: File) -> int:
+        for _ in range(count):
+            await self.one_file(document)
+        return count
+
 
 _INPUT_REQUIRED = TaskState.TASK_STATE_INPUT_REQUIRED
 _COMPLETED = TaskState.TASK_STATE_COMPLETED
@@ -566,15 +621,23 @@ class BareDriver:
     def __init__(self, client: Client) -> None:
         self.client = client
 
-    async def send(self, text: str, context_id: str, task_id: str | None = None) -> A2ATask:
+    async def send(
+        self,
+        text: str,
+        context_id: str,
+        task_id: str | None = None,
+        *,
+        skill: str = "ask",
+        more: Sequence[Part] = (),
+    ) -> A2ATask:
         message = Message(
             message_id=f"m-{uuid.uuid4().hex}",
             role=Role.ROLE_USER,
-            parts=[Part(text=text, media_type="text/plain")],
+            parts=[Part(text=text, media_type="text/plain"), *more],
             context_id=context_id,
             task_id=task_id or "",
         )
-        message.metadata.update({"skillId": "ask"})
+        message.metadata.update({"skillId": skill})
         request = SendMessageRequest(
             message=message, configuration=SendMessageConfiguration(return_immediately=True)
         )
@@ -609,6 +672,17 @@ class BareDriver:
     async def run(self, count: int) -> int:
         for _ in range(count):
             await self.one()
+        return count
+
+    async def one_file(self, document: Part) -> None:
+        task = await self.send(FILE_TEXT, f"c-{uuid.uuid4().hex}", skill="echo", more=[document])
+        task = await self.follow(task, "terminal")
+        if task.status.state != _COMPLETED or not task.artifacts:
+            raise AssertionError(f"bare: task {task.id} ended {_state(task)}")
+
+    async def run_files(self, count: int, document: Part) -> int:
+        for _ in range(count):
+            await self.one_file(document)
         return count
 
 
@@ -666,6 +740,62 @@ def bench_end_to_end(
         "tasks/s",
         E2E_TARGET,
     )
+
+
+def _echo_takes_files(card: dict[str, Any]) -> None:
+    """The card with ``echo`` taking a PDF beside its text (R2 checks every part)."""
+    for skill in card["skills"]:
+        if skill["id"] == "echo":
+            skill["inputModes"] = [*skill.get("inputModes", []), FILE_TYPE]
+
+
+def bench_file_part(
+    ctx: BenchContext, peer: Peer, folder: Path, runner: asyncio.Runner, sizes: Sizes
+) -> Figure:
+    count = sizes.file_tasks
+    content = os.urandom(sizes.file_bytes)  # as incompressible as a PDF's streams
+    size = _binary_size(sizes.file_bytes)
+    peer.mutate_card(_echo_takes_files)
+    document = File(data=content, filename=FILE_NAME, media_type=FILE_TYPE)
+    bare_document = Part(raw=content, filename=FILE_NAME, media_type=FILE_TYPE)
+    with ExitStack() as stack:
+        store = stack.enter_context(sqlite_store(folder, "file.db"))
+        engine_http = httpx.AsyncClient()
+        stack.callback(lambda: runner.run(engine_http.aclose()))
+        engine = Engine(store, engine_http, engine_config())
+        stack.callback(lambda: runner.run(engine.settle()))
+        bare_http = httpx.AsyncClient(headers={"A2A-Version": "1.0"})
+        stack.callback(lambda: runner.run(bare_http.aclose()))
+        config = ClientConfig(streaming=False, polling=True, httpx_client=bare_http)
+        ours = EngineDriver(engine, peer.base_url)
+        bare = BareDriver(ClientFactory(config).create(peer.agent_card))
+
+        runner.run(ours.run_files(min(count, 3), document))  # warm up both
+        runner.run(bare.run_files(min(count, 3), bare_document))
+        ctx.progress(f"sending {count} tasks with a {size} file part, engine and bare client")
+        rates = median_rates(
+            {
+                "bare": lambda: runner.run(bare.run_files(count, bare_document)),
+                "ours": lambda: runner.run(ours.run_files(count, document)),
+            },
+            ctx.runs,
+        )
+    per_task = {name: 1e3 / rate for name, rate in rates.items()}
+    ctx.note(
+        f"file part: {count} tasks a run, each a text and a {size} {FILE_TYPE} file to echo; "
+        f"engine {per_task['ours']:.1f} ms a task, bare client {per_task['bare']:.1f} ms"
+    )
+    return Figure.compared(
+        f"task with a {size} file part, {count} tasks in sequence (vs a2a-sdk client)",
+        rates["ours"],
+        rates["bare"],
+        "tasks/s",
+        FILE_TARGET,
+    )
+
+
+def _binary_size(count: int) -> str:
+    return f"{count >> 20} MiB" if count % (1 << 20) == 0 else f"{count >> 10} KiB"
 
 
 def _budget(name: str, value: float, budget: float) -> Figure:
@@ -876,12 +1006,153 @@ def bench_replay(ctx: BenchContext, db: Database, store: EventStore, sizes: Size
     )
 
 
+# -- part 6: updates across processes -------------------------------------------------------------
+
+
+@contextmanager
+def appender(url: str, count: int, log: Path) -> Iterator[subprocess.Popen[str]]:
+    """Part 6's helper process (stderr to ``log``), stopped by its pid if still running."""
+    root = str(HERE.parents[1])  # the child imports the cardfence this process does
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")])),
+    }
+    args = [sys.executable, str(HERE), "appender", url, str(count)]
+    with log.open("w") as err:
+        child = subprocess.Popen(
+            args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True, env=env
+        )
+        try:
+            yield child
+        finally:
+            if child.poll() is None:
+                child.terminate()
+                try:
+                    child.wait(30)
+                except subprocess.TimeoutExpired:
+                    child.kill()
+                    child.wait()
+
+
+def _said(child: subprocess.Popen[str], log: Path) -> dict[str, int]:
+    """The helper's next line on stdout (blocking; call it off the event loop)."""
+    assert child.stdout is not None
+    line = child.stdout.readline()
+    if not line:
+        raise RuntimeError(f"the appender ended early (exit {child.wait()}): see {log}")
+    said: dict[str, int] = json.loads(line)
+    return said
+
+
+async def update_delays(url: str, count: int, log: Path) -> list[float]:
+    """Seconds from each update's ``recorded_at`` (in the helper) to its delivery here."""
+    # This engine opens (and migrates) the file before the helper does.
+    async with Engine.connect(url) as engine, contextlib.AsyncExitStack() as stack:
+        child = stack.enter_context(appender(url, count, log))
+        assert child.stdin is not None
+        after = (await asyncio.to_thread(_said, child, log))["ready"]
+        delays: list[float] = []
+        positions: list[int] = []
+
+        async def consume() -> None:
+            async with contextlib.aclosing(engine.updates(after=after)) as updates:
+                async for update in updates:
+                    delivered = datetime.now(UTC)
+                    recorded = update.task.updated_at
+                    if recorded is None:
+                        raise AssertionError(f"update {update.position} has no recorded_at")
+                    delays.append((delivered - recorded).total_seconds())
+                    positions.append(update.position)
+
+        consumer = asyncio.create_task(consume())
+        stack.push_async_callback(_cancelled, consumer)
+        await asyncio.sleep(0.3)  # the iterator is tailing the log before the first append
+        child.stdin.write("go\n")
+        child.stdin.flush()
+        done = await asyncio.to_thread(_said, child, log)
+        # Every append is made by now: waking up to look costs the measured updates nothing.
+        async with asyncio.timeout(60):
+            while not positions or positions[-1] < done["last"]:
+                if consumer.done():
+                    consumer.result()  # its error, if it failed
+                    raise AssertionError("the updates ended")
+                await asyncio.sleep(0.01)
+        if len(delays) != done["events"]:
+            raise AssertionError(f"{len(delays)} updates delivered, {done['events']} recorded")
+    return delays
+
+
+async def _cancelled(task: asyncio.Task[None]) -> None:
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+
+
+def _percentile(values: Sequence[float], percent: int) -> float:
+    if len(values) < 2:
+        raise AssertionError(f"{len(values)} delays: too few for percentiles")
+    return statistics.quantiles(values, n=100, method="inclusive")[percent - 1]
+
+
+def bench_updates(
+    ctx: BenchContext, folder: Path, runner: asyncio.Runner, sizes: Sizes
+) -> list[Figure]:
+    count = sizes.update_tasks
+    ctx.progress(f"awaiting the updates of {count} tasks driven by another process")
+    url = f"sqlite:///{folder / 'updates.db'}"
+    delays = runner.run(update_delays(url, count, folder / "appender.log"))
+    ms = sorted(delay * 1e3 for delay in delays)
+    p50, p99 = _percentile(ms, 50), _percentile(ms, 99)
+    ctx.note(
+        f"updates: {len(ms)} updates of {count} echo tasks appended by another process; "
+        f"delivered {ms[0]:.1f} / {p50:.1f} / {p99:.1f} / {ms[-1]:.1f} ms after they were "
+        f"recorded (min / p50 / p99 / max); the iterator reads again {UPDATES_POLL * 1e3:.0f} "
+        "ms after it has read all there is"
+    )
+    name = "engine.updates: recorded by another process -> delivered"
+    return [Figure(f"{name}, p50", p50, "ms"), Figure(f"{name}, p99", p99, "ms")]
+
+
+async def _append(url: str, count: int) -> None:
+    """Part 6's helper: drives ``count`` echo tasks once this process's stdin says go."""
+    peer = Peer()
+    peer.start()
+    try:
+        async with Engine.connect(url, config=engine_config()) as engine:
+
+            async def one() -> None:
+                view = await engine.start_task(peer.base_url, skill="echo", text="echo the answer")
+                done = await engine.drive(view.task, until="terminal")
+                if done.state != "completed":
+                    raise AssertionError(f"appender: task {view.task} ended {done.state}")
+
+            for _ in range(3):  # warm up: connections, the agent's stream, caches
+                await one()
+            await engine.settle()
+            ready = await asyncio.to_thread(engine.store.last_position)
+            _say(ready=ready)
+            await asyncio.to_thread(sys.stdin.readline)
+            for _ in range(count):
+                await one()
+            await engine.settle()
+            recorded = await asyncio.to_thread(engine.store.read_all, ready, 1_000_000)
+            tasks = [e.position for e in recorded if e.stream_id.startswith(ev.TASK_STREAM_PREFIX)]
+            _say(last=max(tasks), events=len(tasks))
+    finally:
+        peer.stop()
+
+
+def _say(**said: int) -> None:
+    print(json.dumps(said), flush=True)
+
+
 # -- the section -----------------------------------------------------------------------------------
 
 
 @register("engine")
 def engine_section(ctx: BenchContext) -> list[Figure]:
-    """Observations, end to end, card requests and replay, each beside its baseline."""
+    """Observations, end to end, a file part, card requests and replay, each beside its
+    baseline; the updates' delay across processes."""
     sizes = Sizes.for_context(ctx)
     if ctx.pg_url:
         ctx.note("the engine section runs on SQLite only: --pg-url is not used")
@@ -898,6 +1169,13 @@ def engine_section(ctx: BenchContext) -> list[Figure]:
         runner = stack.enter_context(asyncio.Runner())
         folder = Path(str(db.url.database)).parent
         figures.append(bench_end_to_end(ctx, peer, folder, runner, sizes))
+        figures.append(bench_file_part(ctx, peer, folder, runner, sizes))
         figures += bench_card_requests(ctx, peer, folder, runner, sizes)
         figures.append(bench_replay(ctx, db, store, sizes))
+        figures += bench_updates(ctx, folder, runner, sizes)
     return figures
+
+
+if __name__ == "__main__" and len(sys.argv) > 1 and sys.argv[1] == "appender":
+    asyncio.run(_append(sys.argv[2], int(sys.argv[3])))
+    sys.exit(0)
