@@ -77,6 +77,7 @@ from cardfence.engine.client.following import Following
 from cardfence.engine.client.tasklog import TaskLog, task_stream_id
 from cardfence.engine.core import events as ev
 from cardfence.engine.core import parts as p
+from cardfence.engine.core import views
 from cardfence.engine.core.observations import Observation
 from cardfence.engine.core.replay import State
 from cardfence.engine.core.views import TaskView
@@ -599,7 +600,7 @@ HUNT = settings(
 
 def _caught(
     monkeypatch: pytest.MonkeyPatch,
-    part: type,
+    part: object,
     name: str,
     planted: Callable[..., Any],
     protocol: str,
@@ -714,3 +715,25 @@ def test_p1_catches_a_failed_report_held_up_by_an_unreadable_agent_record(
     monkeypatch.setattr(TaskRecords, "agent_revision", agent_revision_unguarded)
     with pytest.raises(CorruptRecordError, match=r"^stream 'agent:http://agent\.test', its proj"):
         run_state_machine_as_test(functools.partial(Differential, "1.0"), settings=HUNT)
+
+
+# -- teeth: planted bugs in content read back ------------------------------------------------------
+
+
+@pytest.mark.parametrize("protocol", [PROTOCOLS[0], PROTOCOLS[2]])
+def test_content_read_back_catches_a_view_that_drops_a_files_filename(
+    monkeypatch: pytest.MonkeyPatch, protocol: str
+) -> None:
+    """A view that reads a part back from its content record without its filename: the file
+    an agent returned (a report.pdf) would be saved under no name, though the log is whole."""
+    original = views.resolved_parts
+
+    def resolved_without_filenames(
+        parts: Iterable[Any], contents: Mapping[str, Mapping[str, Any]]
+    ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        resolved, around = original(parts, contents)
+        return [{k: v for k, v in q.items() if k != "filename"} for q in resolved], around
+
+    assert "was never" in _caught(
+        monkeypatch, views, "resolved_parts", resolved_without_filenames, protocol
+    )
