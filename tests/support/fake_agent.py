@@ -1,7 +1,10 @@
 """The fake A2A agent of the property tests: in memory, one ``httpx.MockTransport``, no sockets.
 
-- :class:`Remote` — the agent's truth: each task's reports in order (state, timestamp, message),
-  on a clock that moves only when a report is made. The test moves it (:meth:`Remote.step`). One
+- :class:`Remote` — the agent's truth: each task's reports in order (state, timestamp, status
+  message: text, or parts of any kind, ``cardfence`` :class:`Text`, :class:`File`, :class:`Data`),
+  and the artifacts each report made (:class:`RemoteArtifact`, of any parts; one of an id made
+  later replaces it), on a clock that moves only when a report is made. The test moves it
+  (:meth:`Remote.step`). One
   remote may be shared by several agents, each the view of one engine (P1's worlds): they then
   answer alike, and the test decides for all of them whether a cancel is accepted
   (:meth:`Remote.accept_cancel`).
@@ -14,7 +17,8 @@
   not with the engine's own translation (``engine/wire/_v03.py``), so that translation is what the
   tests put to the test. Each operation has one answer, written in the protocol's shapes:
   ``SendMessage`` answers the task it names or, creating, the task the test made under the
-  message's text (:meth:`Remote.create`), else a new one (``t-1``, ``t-2`` …, submitted);
+  message's text (:meth:`Remote.create`), or the one the test awaits whatever the message's
+  parts (:meth:`Remote.await_creation`), else a new one (``t-1``, ``t-2`` …, submitted);
   ``GetTask`` the task's latest report; ``CancelTask`` the report the remote accepted the cancel
   with, or ``TASK_NOT_CANCELABLE``; ``CreateTaskPushNotificationConfig`` echoes the config;
   ``ListTasks`` (1.0 only) the tasks of a context, each with the messageIds of the creations
@@ -33,7 +37,9 @@
   carried, R15), the operation it asked by its 1.0 name whatever the protocol, the HTTP status it
   was answered with, and, for a card request, the card or failure it was served.
 - :func:`push_body` — a push delivery of a report: a 1.0 status update, or the whole task as a
-  0.3 agent POSTs it, with the notification token only.
+  0.3 agent POSTs it, with the notification token only; or one of its artifacts alone, as an
+  artifact update. :func:`part_body` writes a part in each protocol, :func:`carried` says what
+  of it travels (0.3 text and data parts carry no media type).
 """
 
 from __future__ import annotations
