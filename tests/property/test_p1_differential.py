@@ -714,7 +714,27 @@ def test_p1_catches_a_failed_report_held_up_by_an_unreadable_agent_record(
 
     monkeypatch.setattr(TaskRecords, "agent_revision", agent_revision_unguarded)
     with pytest.raises(CorruptRecordError, match=r"^stream 'agent:http://agent\.test', its proj"):
-        run_state_machine_as_test(functools.partial(Differential, "1.0"), settings=HUNT)
+        _play_failed_report_under_an_altered_agent_record()
+
+
+def _play_failed_report_under_an_altered_agent_record() -> None:
+    """The machine, on the steps its hunt found for this bug: a task, the failing world's agent
+    record altered, the remote reporting ``failed``, a poll. Pinned because the hunt, though
+    derandomised, takes a hundred seconds to find it since the rules draw messages and artifacts
+    of any parts."""
+    machine = Differential("1.0")
+    try:
+        machine.after_every_step()
+        label = machine.start_task()
+        machine.after_every_step()
+        machine.agent_record_changes(altered=True)
+        machine.after_every_step()
+        machine.remote_moves(label=label, state="failed", seconds=0.001, message=None)
+        machine.after_every_step()
+        machine.poll(label=label)
+        machine.after_every_step()
+    finally:
+        machine.teardown()
 
 
 # -- teeth: planted bugs in content read back ------------------------------------------------------
