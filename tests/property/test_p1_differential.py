@@ -15,6 +15,13 @@ Invariants after every step: every task's ``StateChanged`` sequence is identical
 projection and is deterministic (P2), terminal states absorb and every terminal state was reported
 by the remote (P3). Teeth: planted bugs that gate continuation on the card are caught.
 
+Messages and artifacts of any parts pass through every world: each task is created with a message
+of parts drawn (text, a file by its bytes or by its URL, with or without a filename, data; with or
+without metadata), and the remote's reports carry status messages and artifacts of any parts,
+also pushed alone as artifact updates. The content each world reads back from its records (R17)
+is what was sent and reported, byte for byte, the same in every world, and the audit, which
+checks every content record against its digest, passes.
+
 The machine runs once per protocol the remote may speak (``fake_agent.PROTOCOLS``): A2A 1.0, and A2A
 0.3 over JSON-RPC and over HTTP+JSON, the card of every world saying which, so each 0.3 answer
 and push goes through the engine's 0.3 translation. Over HTTP+JSON the agent stamps no status
@@ -27,8 +34,9 @@ import asyncio
 import contextlib
 import functools
 import json
-from collections.abc import Awaitable, Callable, Coroutine, Mapping
-from dataclasses import dataclass
+import sys
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from datetime import UTC
 from typing import Any, TypeVar
 
@@ -54,20 +62,25 @@ from support.fake_agent import (
     TERMINAL,
     FakeAgent,
     Remote,
+    RemoteArtifact,
     Variant,
+    carried,
     push_body,
 )
 
 from cardfence.engine.client._observing import Observing
 from cardfence.engine.client._records import TaskRecords
-from cardfence.engine.client.audit import replay
+from cardfence.engine.client.audit import audit, replay
 from cardfence.engine.client.config import EngineConfig
 from cardfence.engine.client.engine import Engine
 from cardfence.engine.client.following import Following
-from cardfence.engine.client.tasklog import task_stream_id
+from cardfence.engine.client.tasklog import TaskLog, task_stream_id
 from cardfence.engine.core import events as ev
+from cardfence.engine.core import parts as p
+from cardfence.engine.core import views
 from cardfence.engine.core.observations import Observation
 from cardfence.engine.core.replay import State
+from cardfence.engine.core.views import TaskView
 from cardfence.engine.discovery.fetch import CardLimits
 from cardfence.engine.errors import DiscoveryError, RemoteRefusedError, TaskOrphanedError
 from cardfence.store.errors import CorruptRecordError
@@ -93,6 +106,54 @@ REMOTE_STATES = (
     "submitted", "working", "input-required", "auth-required",
     "completed", "failed", "canceled", "rejected", "unknown",
 )  # fmt: skip
+# The card the worlds start on and create on: its skill takes parts of any media type (R2).
+ANY_INPUT = "*/*"
+HEALTHY = Variant(media=ANY_INPUT)
+# P1's card changes, the skill's input modes of the healthy card kept where a change keeps them.
+CHANGES = {
+    name: replace(variant, media=ANY_INPUT) if variant.media == Variant().media else variant
+    for name, variant in CARD_CHANGES.items()
+}
+
+# -- content of any parts ----------------------------------------------------------------------
+
+_CHARS = st.characters(codec="utf-8")  # any character text may hold (no lone surrogates)
+_NAMES = st.text(_CHARS, min_size=1, max_size=8)
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-(2**53), 2**53) | st.text(_CHARS, max_size=6),
+    lambda inner: st.lists(inner, max_size=2) | st.dictionaries(st.text(max_size=4), inner),
+    max_leaves=4,
+)
+_OBJECTS = st.dictionaries(st.text(_CHARS, max_size=4), _JSON, max_size=2)
+
+
+def _parts(file_bytes: st.SearchStrategy[bytes]) -> st.SearchStrategy[p.Part]:
+    media = st.none() | st.sampled_from(["application/pdf", "image/png"])
+    return st.one_of(
+        st.builds(
+            p.Text, st.text(_CHARS, max_size=16), st.sampled_from(["text/plain", "text/csv"])
+        ),
+        st.builds(p.File, data=file_bytes, filename=st.none() | _NAMES, media_type=media),
+        st.builds(
+            p.File,
+            url=st.sampled_from(["https://files.example/a.pdf", "http://agent.test/f?x=1"]),
+            filename=st.none() | _NAMES,
+            media_type=media,
+        ),
+        st.builds(p.Data, _OBJECTS),
+    )
+
+
+# What a creation sends (a file may be empty), and what a remote reports (1.0 has no empty file).
+SENT = st.lists(_parts(st.binary(max_size=24)), min_size=1, max_size=3)
+METADATA = st.none() | st.dictionaries(st.text(_CHARS, min_size=1, max_size=4), _JSON, min_size=1,
+                                       max_size=2)  # fmt: skip
+REPORTED = st.lists(_parts(st.binary(min_size=1, max_size=24)), min_size=1, max_size=3).map(tuple)
+MESSAGES = st.none() | st.just("Which one?") | REPORTED
+ARTIFACTS = st.lists(
+    st.builds(RemoteArtifact, st.sampled_from(["a1", "a2"]), st.none() | _NAMES, REPORTED),
+    max_size=2,
+)
 
 
 @dataclass
@@ -154,8 +215,12 @@ class Differential(RuleBasedStateMachine):
         self.seen: dict[int, dict[str, list[RecordedEvent]]] = {}
         self.after: dict[int, int] = {}
         self.worlds: list[World] = []
+        # What each task was created with (its parts, its metadata), and the tasks whose first
+        # event is still to be read back.
+        self.sent: dict[str, tuple[list[p.Part], dict[str, Any] | None]] = {}
+        self.first_unread: set[str] = set()
         for name in WORLDS:
-            agent = FakeAgent(remote=self.remote, protocol=protocol)
+            agent = FakeAgent(default=HEALTHY, remote=self.remote, protocol=protocol)
             engine = Engine(_store(), agent.client(), CONFIG)
             self.worlds.append(World(name, engine, agent, {}, {}))
 
@@ -169,6 +234,22 @@ class Differential(RuleBasedStateMachine):
             self.run(world.engine.settle())
 
     def teardown(self) -> None:
+        try:
+            if sys.exc_info()[0] is None:  # a run that raised nothing: its stores end sound
+                self.every_store_audits_clean()
+        finally:
+            self.close()
+
+    def every_store_audits_clean(self) -> None:
+        """The audit of every world's store passes: every chain, every projection, every
+        content record against its digest (R17). Once a run, at its end: audits after every step
+        would cost more than the steps."""
+        for world in self.worlds:
+            world.restore_agent_record()  # altered, the agent's projection is not the log's
+            report = audit(world.engine.store)
+            assert report.ok, f"{world.name}: audit {report.violations}"
+
+    def close(self) -> None:
         for world in self.worlds:
             self.run(world.engine.aclose())
             self.run(world.engine.client.aclose())
@@ -176,17 +257,22 @@ class Differential(RuleBasedStateMachine):
 
     # -- rules ---------------------------------------------------------------------------------
 
-    @rule(target=tasks)
-    def start_task(self) -> str:
+    @rule(target=tasks, parts=SENT, metadata=METADATA)
+    def start_task(
+        self, parts: Sequence[p.Part] = (), metadata: dict[str, Any] | None = None
+    ) -> str:
         label = f"t{self.labels}"
         self.labels += 1
-        self.remote.create(label)
+        self.remote.await_creation(label)  # answers the creation whatever its parts
+        sent = list(parts) or [p.Text(label)]
+        self.sent[label] = (sent, metadata)
         for world in self.worlds:
             # Creation and registration are gated by discovery (R2, R4): done on a healthy card in
             # every world, so the worlds follow the same tasks the same way.
-            kept, world.agent.default = world.agent.default, Variant()
+            kept, world.agent.default = world.agent.default, HEALTHY
             altered = world.restore_agent_record()
-            view = self.run(world.engine.start_task(AGENT_URL, skill=SKILL, text=label))
+            started = world.engine.start_task(AGENT_URL, skill=SKILL, parts=sent, metadata=metadata)
+            view = self.run(started)
             outcome = self.run(world.engine.register_webhook(view.task, "https://hook.test/"))
             assert outcome.registered
             assert outcome.token
@@ -198,30 +284,48 @@ class Differential(RuleBasedStateMachine):
             self.run(world.engine.settle())
             if altered:
                 world.alter_agent_record()
+        self.remote.awaited = None
+        self.first_unread.add(label)
         return label
 
     @rule(
         label=tasks,
         state=st.sampled_from(REMOTE_STATES),
         seconds=st.sampled_from([0.0, 0.001, 0.5, 3.0]),
-        message=st.none() | st.just("Which one?"),
+        message=MESSAGES,
+        artifacts=ARTIFACTS,
     )
-    def remote_moves(self, label: str, state: str, seconds: float, message: str | None) -> None:
-        """The agent's truth changes (even out of a terminal state: a misbehaving agent)."""
-        self.remote.step(f"r-{label}", state, seconds, message)
+    def remote_moves(
+        self,
+        label: str,
+        state: str,
+        seconds: float,
+        message: str | tuple[p.Part, ...] | None,
+        artifacts: Sequence[RemoteArtifact] = (),
+    ) -> None:
+        """The agent's truth changes (even out of a terminal state: a misbehaving agent), its
+        status message and artifacts of any parts."""
+        self.remote.step(f"r-{label}", state, seconds, message, artifacts)
 
     @rule(label=tasks)
     def poll(self, label: str) -> None:
         self.each(lambda w: w.engine.poll(w.keys[label]))
 
-    @rule(label=tasks, back=st.integers(min_value=0, max_value=3))
-    def push(self, label: str, back: int) -> None:
-        """A delivery of the latest report (``back`` 0, also a redelivery) or an older one."""
+    @rule(
+        label=tasks,
+        back=st.integers(min_value=0, max_value=3),
+        artifact=st.none() | st.integers(min_value=0, max_value=1),
+    )
+    def push(self, label: str, back: int, artifact: int | None = None) -> None:
+        """A delivery of the latest report (``back`` 0, also a redelivery) or an older one; with
+        ``artifact``, one of the artifacts it holds, alone, as an artifact update."""
         remote = self.remote.tasks[f"r-{label}"]
         index = max(-len(remote.history), -1 - back)
+        held = remote.artifacts(index)
+        alone = held[artifact % len(held)] if held and artifact is not None else None
 
         async def deliver(world: World) -> None:
-            body = push_body(self.protocol, remote, index)
+            body = push_body(self.protocol, remote, index, artifact=alone)
             token, authorization = world.tokens[label]
             headers = {"content-type": "application/json", "x-a2a-notification-token": token}
             if authorization:
@@ -233,7 +337,7 @@ class Differential(RuleBasedStateMachine):
 
     @rule(variant=st.sampled_from(tuple(CARD_CHANGES)), failure=st.sampled_from(FAILURES))
     def discovery_changes(self, variant: str, failure: str) -> None:
-        self.worlds[1].agent.default = CARD_CHANGES[variant]
+        self.worlds[1].agent.default = CHANGES[variant]
         self.worlds[2].agent.default = failure
 
     @precondition(lambda self: bool(self.labels))  # the agent's stream exists
@@ -310,6 +414,7 @@ class Differential(RuleBasedStateMachine):
         self.every_request_is_in_the_agents_protocol()
         self.p2_replay_equals_the_projection_and_is_deterministic(touched)
         self.p3_terminal_states_absorb_and_were_reported_by_the_remote()
+        self.content_reads_back_as_sent_and_reported(touched)
 
     def p1_every_world_records_the_same_transitions(self) -> None:
         for label in self.worlds[0].keys:
@@ -363,6 +468,100 @@ class Differential(RuleBasedStateMachine):
                     else:
                         assert (last["to"], last["remote_timestamp"]) in reported, world.name
 
+    def content_reads_back_as_sent_and_reported(self, touched: set[tuple[int, str]]) -> None:
+        """R17 in every world: a task's first event gives back the parts and metadata it was
+        created with; its view, the last status message and artifacts the remote reported, byte
+        for byte (each artifact one version of it the remote made), the same in every world.
+        (The run ends on stores the audit passes: :meth:`every_store_audits_clean`.)"""
+        streams = {stream for _, stream in touched}
+        for label in sorted(self.first_unread):
+            parts, metadata = self.sent[label]
+            for world in self.worlds:
+                first = TaskLog(world.engine.store).first_event(world.keys[label])
+                assert [_content(q) for q in first["parts"]] == [p.recorded(q) for q in parts], (
+                    f"{world.name} {label}: the parts sent do not read back"
+                )
+                assert first.get("metadata") == metadata, f"{world.name} {label}: metadata"
+        self.first_unread.clear()
+        for label in self.worlds[0].keys:
+            if not any(task_stream_id(w.keys[label]) in streams for w in self.worlds):
+                continue
+            read = [_read_back(w, w.keys[label]) for w in self.worlds]
+            assert read[1] == read[0], f"{label}: changed card altered content read back"
+            assert read[2] == read[0], f"{label}: failing card altered content read back"
+            message, artifacts = read[0]
+            remote = self.remote.tasks[f"r-{label}"]
+            if message != (None, ()):
+                said = {_said(self.protocol, m) for _, _, m in remote.history if m is not None}
+                assert message in said, f"{label}: the last message read back was never said"
+            made = {
+                _artifact(self.protocol, a) for versions in remote.made.values() for a in versions
+            }
+            for artifact in artifacts:
+                assert artifact in made, f"{label}: an artifact read back was never made"
+
+
+_Frozen = Any  # a JSON value made hashable (dicts and lists as sorted tuples)
+
+
+def _frozen(value: object) -> _Frozen:
+    return json.dumps(value, sort_keys=True)
+
+
+def _content(part: Mapping[str, Any]) -> dict[str, Any]:
+    """A part read back, without its outline's size and digest (an erased part keeps its
+    ``erased`` mark, and so never equals content)."""
+    return {k: v for k, v in part.items() if k not in ("size", "sha256")}
+
+
+def _read_back(world: World, key: str) -> tuple[tuple[str | None, _Frozen], _Frozen]:
+    """The task's last status message (its text, and its parts when one is not text) and its
+    artifacts, read back from the world's content records (R17)."""
+    log = TaskLog(world.engine.store)
+    view: TaskView = log.view(log.head(key).state)
+    message = (view.last_message, tuple(_frozen(_content(q)) for q in view.last_message_parts))
+    artifacts = tuple(
+        (a["artifact_id"], a.get("name"), tuple(_frozen(_content(q)) for q in a["parts"]))
+        for a in view.artifacts
+    )
+    return message, artifacts
+
+
+def _said(protocol: str, message: str | tuple[p.Part, ...]) -> tuple[str | None, _Frozen]:
+    """What a view reads back of a status message the remote said: its text parts' text
+    joined, and all its parts as they travel when one is not text."""
+    parts = (p.Text(message),) if isinstance(message, str) else message
+    texts = [q.text for q in parts if isinstance(q, p.Text)]
+    text = "\n".join(texts) if texts else None
+    if all(isinstance(q, p.Text) for q in parts):
+        return text, ()
+    return text, tuple(_frozen(carried(protocol, q)) for q in parts)
+
+
+def _artifact(protocol: str, artifact: RemoteArtifact) -> tuple[str, str | None, _Frozen]:
+    """What a view reads back of an artifact the remote made: its parts as they travel, text
+    parts that follow one another with one media type read as one (an answer in chunks)."""
+    return (
+        artifact.artifact_id,
+        artifact.name,
+        tuple(_frozen(q) for q in _joined_texts(carried(protocol, q) for q in artifact.parts)),
+    )
+
+
+def _joined_texts(parts: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    for part in parts:
+        last = out[-1] if out else None
+        if (
+            last is not None
+            and last["kind"] == part["kind"] == "text"
+            and last.get("media_type") == part.get("media_type")
+        ):
+            out[-1] = {**last, "text": last["text"] + part["text"]}
+        else:
+            out.append(part)
+    return out
+
 
 async def _awaited(value: Awaitable[object]) -> None:
     await value
@@ -401,7 +600,7 @@ HUNT = settings(
 
 def _caught(
     monkeypatch: pytest.MonkeyPatch,
-    part: type,
+    part: object,
     name: str,
     planted: Callable[..., Any],
     protocol: str,
@@ -515,4 +714,46 @@ def test_p1_catches_a_failed_report_held_up_by_an_unreadable_agent_record(
 
     monkeypatch.setattr(TaskRecords, "agent_revision", agent_revision_unguarded)
     with pytest.raises(CorruptRecordError, match=r"^stream 'agent:http://agent\.test', its proj"):
-        run_state_machine_as_test(functools.partial(Differential, "1.0"), settings=HUNT)
+        _play_failed_report_under_an_altered_agent_record()
+
+
+def _play_failed_report_under_an_altered_agent_record() -> None:
+    """The machine, on the steps its hunt found for this bug: a task, the failing world's agent
+    record altered, the remote reporting ``failed``, a poll. Pinned because the hunt, though
+    derandomised, takes a hundred seconds to find it since the rules draw messages and artifacts
+    of any parts."""
+    machine = Differential("1.0")
+    try:
+        machine.after_every_step()
+        label = machine.start_task()
+        machine.after_every_step()
+        machine.agent_record_changes(altered=True)
+        machine.after_every_step()
+        machine.remote_moves(label=label, state="failed", seconds=0.001, message=None)
+        machine.after_every_step()
+        machine.poll(label=label)
+        machine.after_every_step()
+    finally:
+        machine.teardown()
+
+
+# -- teeth: planted bugs in content read back ------------------------------------------------------
+
+
+@pytest.mark.parametrize("protocol", [PROTOCOLS[0], PROTOCOLS[2]])
+def test_content_read_back_catches_a_view_that_drops_a_files_filename(
+    monkeypatch: pytest.MonkeyPatch, protocol: str
+) -> None:
+    """A view that reads a part back from its content record without its filename: the file
+    an agent returned (a report.pdf) would be saved under no name, though the log is whole."""
+    original = views.resolved_parts
+
+    def resolved_without_filenames(
+        parts: Iterable[Any], contents: Mapping[str, Mapping[str, Any]]
+    ) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        resolved, around = original(parts, contents)
+        return [{k: v for k, v in q.items() if k != "filename"} for q in resolved], around
+
+    assert "was never" in _caught(
+        monkeypatch, views, "resolved_parts", resolved_without_filenames, protocol
+    )

@@ -1,7 +1,10 @@
 """The fake A2A agent of the property tests: in memory, one ``httpx.MockTransport``, no sockets.
 
-- :class:`Remote` — the agent's truth: each task's reports in order (state, timestamp, message),
-  on a clock that moves only when a report is made. The test moves it (:meth:`Remote.step`). One
+- :class:`Remote` — the agent's truth: each task's reports in order (state, timestamp, status
+  message: text, or parts of any kind, ``cardfence`` :class:`Text`, :class:`File`, :class:`Data`),
+  and the artifacts each report made (:class:`RemoteArtifact`, of any parts; one of an id made
+  later replaces it), on a clock that moves only when a report is made. The test moves it
+  (:meth:`Remote.step`). One
   remote may be shared by several agents, each the view of one engine (P1's worlds): they then
   answer alike, and the test decides for all of them whether a cancel is accepted
   (:meth:`Remote.accept_cancel`).
@@ -14,7 +17,8 @@
   not with the engine's own translation (``engine/wire/_v03.py``), so that translation is what the
   tests put to the test. Each operation has one answer, written in the protocol's shapes:
   ``SendMessage`` answers the task it names or, creating, the task the test made under the
-  message's text (:meth:`Remote.create`), else a new one (``t-1``, ``t-2`` …, submitted);
+  message's text (:meth:`Remote.create`), or the one the test awaits whatever the message's
+  parts (:meth:`Remote.await_creation`), else a new one (``t-1``, ``t-2`` …, submitted);
   ``GetTask`` the task's latest report; ``CancelTask`` the report the remote accepted the cancel
   with, or ``TASK_NOT_CANCELABLE``; ``CreateTaskPushNotificationConfig`` echoes the config;
   ``ListTasks`` (1.0 only) the tasks of a context, each with the messageIds of the creations
@@ -33,11 +37,14 @@
   carried, R15), the operation it asked by its 1.0 name whatever the protocol, the HTTP status it
   was answered with, and, for a card request, the card or failure it was served.
 - :func:`push_body` — a push delivery of a report: a 1.0 status update, or the whole task as a
-  0.3 agent POSTs it, with the notification token only.
+  0.3 agent POSTs it, with the notification token only; or one of its artifacts alone, as an
+  artifact update. :func:`part_body` writes a part in each protocol, :func:`carried` says what
+  of it travels (0.3 text and data parts carry no media type).
 """
 
 from __future__ import annotations
 
+import base64
 import functools
 import hashlib
 import itertools
@@ -51,6 +58,7 @@ from typing import Any
 import httpx
 
 from cardfence.engine.cards.model import AgentCard, parse_card
+from cardfence.engine.core.parts import Data, File, Part, Text
 from cardfence.engine.discovery.fetch import card_urls
 
 AGENT_URL = "http://agent.test"
@@ -79,7 +87,17 @@ METHODS_03 = {
 
 T0 = datetime(2026, 11, 29, 15, 26, 20, tzinfo=UTC)
 TERMINAL = frozenset({"completed", "failed", "canceled", "rejected"})
-Report = tuple[str, datetime, str | None]  # (state, timestamp, message)
+# (state, timestamp, message): the message as text alone, or as its parts
+Report = tuple[str, datetime, str | tuple[Part, ...] | None]
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteArtifact:
+    """An artifact as the remote made it: a report's artifact of an id replaces the one before."""
+
+    artifact_id: str
+    name: str | None
+    parts: tuple[Part, ...]
 
 
 @dataclass
@@ -91,10 +109,21 @@ class RemoteTask:
     history: list[Report] = field(default_factory=list)
     cancel_answer: int | None = None  # the report a CancelTask is answered with (None: refused)
     said: list[str] = field(default_factory=list)  # the creations' messageIds: its history
+    made: dict[int, tuple[RemoteArtifact, ...]] = field(default_factory=dict)  # by report
 
     @property
     def current(self) -> Report:
         return self.history[-1]
+
+    def artifacts(self, index: int = -1) -> list[RemoteArtifact]:
+        """The task's artifacts as the report at ``index`` holds them: each id's latest by then,
+        in the order the ids were first made."""
+        upto = index % len(self.history)
+        held: dict[str, RemoteArtifact] = {}
+        for at in sorted(self.made):
+            if at <= upto:
+                held.update((a.artifact_id, a) for a in self.made[at])
+        return list(held.values())
 
 
 class Remote:
@@ -104,6 +133,8 @@ class Remote:
         self.tasks: dict[str, RemoteTask] = {}
         self.clock = T0
         self._numbers = itertools.count(1)
+        # The task the next creation is answered with whatever its parts (None: by its text).
+        self.awaited: RemoteTask | None = None
 
     def tick(self, seconds: float) -> datetime:
         self.clock += timedelta(seconds=seconds)
@@ -117,12 +148,27 @@ class Remote:
         self.tasks[remote_id] = task
         return task
 
+    def await_creation(self, label: str) -> RemoteTask:
+        """:meth:`create`, the task then answering every creation, whatever its parts, until
+        the next call (a message of any parts need not carry its label as text)."""
+        self.awaited = self.create(label)
+        return self.awaited
+
     def step(
-        self, remote_id: str, state: str, seconds: float = 0.001, message: str | None = None
+        self,
+        remote_id: str,
+        state: str,
+        seconds: float = 0.001,
+        message: str | tuple[Part, ...] | None = None,
+        artifacts: Iterable[RemoteArtifact] = (),
     ) -> None:
         """The task reports ``state`` (a lifecycle state, e.g. ``input-required``), ``seconds``
-        after the last report of any task."""
-        self.tasks[remote_id].history.append((state, self.tick(seconds), message))
+        after the last report of any task, with a status message of text or of any parts, and
+        ``artifacts`` made (each replacing the one of its id made before)."""
+        task = self.tasks[remote_id]
+        task.history.append((state, self.tick(seconds), message))
+        if made := tuple(artifacts):
+            task.made[len(task.history) - 1] = made
 
     def accept_cancel(self, remote_id: str) -> bool:
         """Decide the task's cancels: unless it has ended it is canceled now, which report its
@@ -162,25 +208,115 @@ def task_body(protocol: str, task: RemoteTask, index: int = -1) -> dict[str, Any
     state, moment, message = task.history[index]
     status: dict[str, Any]
     said: dict[str, Any] = {"messageId": f"m-{task.remote_id}-{len(task.history)}"}
+    parts = [part_body(protocol, p) for p in _said_parts(message)]
     if protocol == V10:
         stamp = moment.isoformat().replace("+00:00", "Z")
         status = {"state": WIRE_STATE[state], "timestamp": stamp}
-        said |= {"role": "ROLE_AGENT", "parts": [{"text": message}]}
+        said |= {"role": "ROLE_AGENT", "parts": parts}
     elif protocol == V03_JSONRPC:
         status = {"state": state, "timestamp": moment.isoformat()}
-        said |= {"kind": "message", "role": "agent", "parts": [{"kind": "text", "text": message}]}
+        said |= {"kind": "message", "role": "agent", "parts": parts}
     else:
         status = {"state": PROTO_STATE_03[state]}
-        said |= {"role": "ROLE_AGENT", "content": [{"text": message}]}
+        said |= {"role": "ROLE_AGENT", "content": parts}
     if message is not None:
         status["message"] = said
-    body = {"id": task.remote_id, "contextId": task.context_id, "status": status}
+    body: dict[str, Any] = {"id": task.remote_id, "contextId": task.context_id, "status": status}
+    if artifacts := task.artifacts(index):
+        body["artifacts"] = [artifact_body(protocol, a) for a in artifacts]
     return {"kind": "task", **body} if protocol == V03_JSONRPC else body
 
 
-def push_body(protocol: str, task: RemoteTask, index: int = -1) -> bytes:
+def _said_parts(message: str | tuple[Part, ...] | None) -> tuple[Part, ...]:
+    if message is None:
+        return ()
+    return (Text(message),) if isinstance(message, str) else message
+
+
+def _base64(data: bytes) -> str:
+    return base64.b64encode(data).decode("ascii")
+
+
+def part_body(protocol: str, part: Part) -> dict[str, Any]:
+    """A part as an agent of ``protocol`` writes it (docs/wire.md): 1.0 ``text`` | ``raw``
+    (base64) | ``url`` | ``data`` with ``mediaType`` and a file's ``filename``; 0.3 over
+    JSON-RPC ``kind``-tagged, a file's content in ``file`` (``bytes`` or ``uri``, ``mimeType``,
+    ``name``), text and data without a media type; 0.3 over HTTP+JSON in protobuf JSON
+    (``fileWithBytes``: the base64 text a2a-sdk 0.3 keeps, in base64 once more;
+    ``fileWithUri``; a data part's object in ``data.data``)."""
+    rest = protocol == V03_REST
+    if isinstance(part, Text):
+        if protocol == V10:
+            return {"text": part.text, "mediaType": part.media_type}
+        return {"text": part.text} if rest else {"kind": "text", "text": part.text}
+    if isinstance(part, Data):
+        if protocol == V10:
+            return {"data": part.data, "mediaType": part.media_type}
+        return {"data": {"data": part.data}} if rest else {"kind": "data", "data": part.data}
+    named = {} if part.filename is None else {"filename": part.filename}
+    if protocol == V10:
+        typed = {} if part.media_type is None else {"mediaType": part.media_type}
+        content = {"raw": _base64(part.data)} if part.data is not None else {"url": part.url}
+        return {**content, **named, **typed}
+    file: dict[str, Any] = {}
+    if part.data is not None:
+        encoded = _base64(part.data)
+        file["fileWithBytes" if rest else "bytes"] = _base64(encoded.encode()) if rest else encoded
+    else:
+        file["fileWithUri" if rest else "uri"] = part.url
+    if part.media_type is not None:
+        file["mimeType"] = part.media_type
+    if part.filename is not None:
+        file["name"] = part.filename
+    return {"file": file} if rest else {"kind": "file", "file": file}
+
+
+def artifact_body(protocol: str, artifact: RemoteArtifact) -> dict[str, Any]:
+    """An artifact as an agent of ``protocol`` writes it."""
+    body: dict[str, Any] = {"artifactId": artifact.artifact_id}
+    if artifact.name is not None:
+        body["name"] = artifact.name
+    parts = [part_body(protocol, p) for p in artifact.parts]
+    body["parts"] = parts
+    return body
+
+
+def carried(protocol: str, part: Part) -> dict[str, Any]:
+    """What of a part the agent sent travels in ``protocol``, as cardfence records a part
+    whole: its kind (a file by bytes ``file``, by URL ``url``), its media type when the protocol
+    carries one (0.3's text and data parts have none), its content (``text``, ``bytes`` in
+    base64, ``url``, ``data``) and a file's ``filename``."""
+    out: dict[str, Any]
+    if isinstance(part, Text):
+        out = {"kind": "text", "text": part.text}
+    elif isinstance(part, Data):
+        out = {"kind": "data", "data": part.data}
+    elif part.data is not None:
+        out = {"kind": "file", "bytes": _base64(part.data)}
+    else:
+        out = {"kind": "url", "url": part.url}
+    media_type = part.media_type if isinstance(part, File) or protocol == V10 else None
+    if media_type is not None:
+        out["media_type"] = media_type
+    if isinstance(part, File) and part.filename is not None:
+        out["filename"] = part.filename
+    return out
+
+
+def push_body(
+    protocol: str, task: RemoteTask, index: int = -1, *, artifact: RemoteArtifact | None = None
+) -> bytes:
     """A push delivery of the report at ``index``: a 1.0 status update, or the whole task as a
-    0.3 agent POSTs it (over either binding: the push is the task's JSON model)."""
+    0.3 agent POSTs it (over either binding: the push is the task's JSON model); with
+    ``artifact``, an artifact update carrying it whole instead."""
+    if artifact is not None:
+        ids = {"taskId": task.remote_id, "contextId": task.context_id}
+        if protocol == V10:
+            return json.dumps(
+                {"artifactUpdate": {**ids, "artifact": artifact_body(V10, artifact)}}
+            ).encode()
+        written = artifact_body(V03_JSONRPC, artifact)
+        return json.dumps({"kind": "artifact-update", **ids, "artifact": written}).encode()
     if protocol != V10:
         return json.dumps(task_body(V03_JSONRPC, task, index)).encode()
     status = task_body(V10, task, index)["status"]
@@ -640,7 +776,11 @@ class FakeAgent:
         if message.get("taskId") is not None:
             return self.remote.tasks.get(str(message["taskId"]))
         parts = message.get("parts") or message.get("content") or [{}]
-        task = self.remote.tasks.get(f"r-{parts[0].get('text')}") or self.remote.create()
+        task = (
+            self.remote.awaited
+            or self.remote.tasks.get(f"r-{parts[0].get('text')}")
+            or self.remote.create()
+        )
         if message.get("contextId"):
             task.context_id = message["contextId"]
         task.said.append(str(message.get("messageId")))
