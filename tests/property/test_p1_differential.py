@@ -51,6 +51,7 @@ from hypothesis.stateful import (
     rule,
     run_state_machine_as_test,
 )
+from support.events import without_outline
 from support.fake_agent import (
     AGENT_URL,
     CARD_CHANGES,
@@ -478,9 +479,9 @@ class Differential(RuleBasedStateMachine):
             parts, metadata = self.sent[label]
             for world in self.worlds:
                 first = TaskLog(world.engine.store).first_event(world.keys[label])
-                assert [_content(q) for q in first["parts"]] == [p.recorded(q) for q in parts], (
-                    f"{world.name} {label}: the parts sent do not read back"
-                )
+                assert [without_outline(q) for q in first["parts"]] == [
+                    p.recorded(q) for q in parts
+                ], f"{world.name} {label}: the parts sent do not read back"
                 assert first.get("metadata") == metadata, f"{world.name} {label}: metadata"
         self.first_unread.clear()
         for label in self.worlds[0].keys:
@@ -508,20 +509,17 @@ def _frozen(value: object) -> _Frozen:
     return json.dumps(value, sort_keys=True)
 
 
-def _content(part: Mapping[str, Any]) -> dict[str, Any]:
-    """A part read back, without its outline's size and digest (an erased part keeps its
-    ``erased`` mark, and so never equals content)."""
-    return {k: v for k, v in part.items() if k not in ("size", "sha256")}
-
-
 def _read_back(world: World, key: str) -> tuple[tuple[str | None, _Frozen], _Frozen]:
     """The task's last status message (its text, and its parts when one is not text) and its
     artifacts, read back from the world's content records (R17)."""
     log = TaskLog(world.engine.store)
     view: TaskView = log.view(log.head(key).state)
-    message = (view.last_message, tuple(_frozen(_content(q)) for q in view.last_message_parts))
+    message = (
+        view.last_message,
+        tuple(_frozen(without_outline(q)) for q in view.last_message_parts),
+    )
     artifacts = tuple(
-        (a["artifact_id"], a.get("name"), tuple(_frozen(_content(q)) for q in a["parts"]))
+        (a["artifact_id"], a.get("name"), tuple(_frozen(without_outline(q)) for q in a["parts"]))
         for a in view.artifacts
     )
     return message, artifacts
@@ -539,28 +537,12 @@ def _said(protocol: str, message: str | tuple[p.Part, ...]) -> tuple[str | None,
 
 
 def _artifact(protocol: str, artifact: RemoteArtifact) -> tuple[str, str | None, _Frozen]:
-    """What a view reads back of an artifact the remote made: its parts as they travel, text
-    parts that follow one another with one media type read as one (an answer in chunks)."""
+    """What a view reads back of an artifact the remote made: its parts as they travel."""
     return (
         artifact.artifact_id,
         artifact.name,
-        tuple(_frozen(q) for q in _joined_texts(carried(protocol, q) for q in artifact.parts)),
+        tuple(_frozen(carried(protocol, q)) for q in artifact.parts),
     )
-
-
-def _joined_texts(parts: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
-    out: list[dict[str, Any]] = []
-    for part in parts:
-        last = out[-1] if out else None
-        if (
-            last is not None
-            and last["kind"] == part["kind"] == "text"
-            and last.get("media_type") == part.get("media_type")
-        ):
-            out[-1] = {**last, "text": last["text"] + part["text"]}
-        else:
-            out.append(part)
-    return out
 
 
 async def _awaited(value: Awaitable[object]) -> None:
