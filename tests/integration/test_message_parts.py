@@ -11,10 +11,12 @@ holding the message's metadata, its ``referenceTaskIds`` and the ``acceptedOutpu
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
 from support import Peer, Peer03
+from support.cli import cardfence, document
 from support.engine_fixtures import Agent, agent_events, binding_in_use, calls, data_of
 
 from cardfence.engine.client.config import EngineConfig
@@ -228,3 +230,25 @@ async def test_a_send_lost_inside_a_conversation_is_found_again_by_its_message_i
     assert calls(peer, "SendMessage") == 2  # one per task: found, not sent again
     assert calls(peer, "ListTasks") == 1
     assert [p.text for p in _artifact(done, "echo") if isinstance(p, Text)] == ["two"]
+
+
+async def test_the_files_an_agent_of_either_generation_sends_back_are_written_by_artifacts(
+    agent: Agent, engine: Engine, tmp_path: Path
+) -> None:
+    agent.mutate_card(_with_parts_skill)
+    view = await engine.start_task(
+        agent.base_url, skill="parts", text="files", parts=[ALL_BYTES, LINK, FORM]
+    )
+    done = await _done(engine, view)
+    [returned] = [a for a in await engine.artifacts(done.task) if a.name == "parts"]
+    assert [type(part) for part in returned.parts] == [Text, File, File, Data]
+
+    out = tmp_path / "out"
+    written = cardfence(
+        f"sqlite:///{tmp_path / 'engine.db'}", "artifacts", done.task, "--out", str(out), "--json"
+    )
+    assert written.returncode == 0, written.stderr
+    assert (out / "all.bin").read_bytes() == ALL_BYTES.data
+    listed = [p for a in document(written)["artifacts"] if a["name"] == "parts" for p in a["parts"]]
+    assert [p["kind"] for p in listed] == ["text", "file", "url", "data"]
+    assert [p["path"] is None for p in listed] == [False, False, True, False]  # no --fetch
