@@ -15,6 +15,7 @@ from typing import Any, Final
 from urllib.parse import urlsplit
 
 from cardfence.engine import errors
+from cardfence.engine.cards.urls import without_userinfo
 from cardfence.engine.core.messages import json_object
 from cardfence.engine.core.parts import Data, File, Part, Text
 
@@ -64,7 +65,7 @@ def message_parts(
         url, declared = _typed(spec, "--file-url")
         parsed = urlsplit(url)
         if not parsed.scheme or not (parsed.netloc or parsed.path) or any(c.isspace() for c in url):
-            raise errors.UsageError(f"--file-url {url!r}: not a URL")
+            raise errors.UsageError(f"--file-url {without_userinfo(url)!r}: not a URL")
         name = os.path.basename(parsed.path) or None
         parts.append(File(url=url, filename=name, media_type=declared))
     if given.data is not None:

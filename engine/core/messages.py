@@ -15,6 +15,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from cardfence.engine.cards.urls import without_userinfo
 from cardfence.engine.core.parts import Data, File, Part, Text, from_recorded, recorded
 from cardfence.engine.errors import UsageError
 
@@ -58,6 +59,17 @@ def outgoing(
             )
         if isinstance(part, Data):
             json_object(part.data, "a data part")
+        if (
+            isinstance(part, File)
+            and part.url is not None
+            and without_userinfo(part.url) != part.url
+        ):
+            # R15: credentials never ride in a URL -- here one the agent and the store would keep
+            shown = without_userinfo(part.url)
+            raise UsageError(
+                f"a file URL carries credentials ({shown} with user:password@): "
+                "nothing was recorded or sent"
+            )
         given.append(part)
     if not given:
         raise UsageError(

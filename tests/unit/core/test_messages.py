@@ -110,3 +110,12 @@ def test_parts_win_over_an_old_text_and_a_part_without_content_is_left_out() -> 
     doc = {"text": "old", "parts": [outline, {"kind": "text", "text": "new"}]}
     assert submitted_message(doc).parts == (Text("new"),)
     assert submitted_message({}).parts == ()
+
+
+def test_a_file_url_carrying_credentials_is_refused_without_naming_them() -> None:
+    secret = File(url="https://alice:s3cret@files.example/report.pdf")
+    with pytest.raises(UsageError, match="nothing was recorded or sent") as refused:
+        outgoing("read this", "text/plain", [secret])
+    assert "https://files.example/report.pdf" in str(refused.value)
+    assert "s3cret" not in str(refused.value)
+    assert "alice" not in str(refused.value)
